@@ -1,0 +1,15 @@
+//! The tensor backends recur runs on.
+//!
+//! Actors run inference on [`Cpu`]; the learner trains on [`CpuAutodiff`] (or, with the `cuda`
+//! feature, on burn's CUDA backend).
+
+/// CPU backend for inference (no autodiff): burn's ndarray backend in `f32`.
+pub type Cpu = burn::backend::NdArray<f32>;
+
+/// CPU backend with reverse-mode autodiff, for training.
+pub type CpuAutodiff = burn::backend::Autodiff<Cpu>;
+
+/// The CPU device (there is only one).
+pub fn cpu_device() -> burn::backend::ndarray::NdArrayDevice {
+    burn::backend::ndarray::NdArrayDevice::Cpu
+}

@@ -1,0 +1,484 @@
+//! [`RecurrentCore`]: the multi-layer LSTM/GRU shared by [`LstmModule`](super::LstmModule) and
+//! [`GruModule`](super::GruModule), with both execution modes.
+
+use std::collections::HashMap;
+
+use burn::module::{Module, Param};
+use burn::nn::DropoutConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Bool, DType, Tensor, TensorData};
+
+use super::backend::{pad, scan, CellState, Segments};
+use super::layer::RecurrentLayer;
+use super::{
+    current_recurrent_mode, CellKind, Primer, PrimerEntry, RecurrentBackend, RecurrentConfig,
+    RecurrentError, RecurrentMode, RecurrentOutput, RecurrentState,
+};
+
+/// A stack of LSTM or GRU layers with TorchRL's two execution modes.
+///
+/// - **Sequential** ([`forward`](Self::forward) on `[N, ...]`): one step of `N` environments;
+///   the incoming state is zeroed where `is_init` is true.
+/// - **Recurrent** ([`forward`](Self::forward) on a flat packed `[N]` time axis, or
+///   [`forward_batch`](Self::forward_batch) on `[B, T]`): at every `is_init` position (and at
+///   `t = 0` of every row) the state is replaced by the state *stored at that position*;
+///   `features` are the last layer's `h` at every step; the `next` state holds the post-step
+///   state at the last step of every segment and zeros elsewhere. Nothing crosses an
+///   `is_init` boundary, in the outputs or in the gradients.
+///
+/// The mode is this thread's [`set_recurrent_mode`](super::set_recurrent_mode) if a guard is
+/// alive, else the module's `default_recurrent_mode`.
+#[derive(Module, Debug)]
+pub struct RecurrentCore<B: Backend> {
+    pub layers: Vec<RecurrentLayer<B>>,
+    #[module(skip)]
+    cell: CellKind,
+    #[module(skip)]
+    config: RecurrentConfig,
+}
+
+impl<B: Backend> RecurrentCore<B> {
+    /// Builds the layers with PyTorch's initialisation after validating `config`.
+    pub fn new(
+        config: &RecurrentConfig,
+        cell: CellKind,
+        device: &B::Device,
+    ) -> Result<Self, RecurrentError> {
+        config.validate(cell)?;
+        let layers = (0..config.num_layers)
+            .map(|l| {
+                let input = if l == 0 {
+                    config.input_size
+                } else {
+                    config.hidden_size
+                };
+                RecurrentLayer::init(cell, input, config.hidden_size, config.bias, device)
+            })
+            .collect();
+        Ok(Self {
+            layers,
+            cell,
+            config: config.clone(),
+        })
+    }
+
+    pub fn cell(&self) -> CellKind {
+        self.cell
+    }
+
+    pub fn config(&self) -> &RecurrentConfig {
+        &self.config
+    }
+
+    pub fn input_size(&self) -> usize {
+        self.config.input_size
+    }
+
+    pub fn hidden_size(&self) -> usize {
+        self.config.hidden_size
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.config.num_layers
+    }
+
+    /// The backend recurrent-mode calls use (`auto` resolved).
+    pub fn backend(&self) -> RecurrentBackend {
+        self.config.backend.resolve()
+    }
+
+    /// The mode a call made now on this thread runs in.
+    pub fn recurrent_mode(&self) -> RecurrentMode {
+        current_recurrent_mode().unwrap_or(self.config.default_recurrent_mode)
+    }
+
+    /// The recurrent-state entries an environment needs: `rs_h` (and `rs_c` for an LSTM),
+    /// `[num_layers, hidden_size]` per environment, `float32`.
+    pub fn primer(&self) -> Primer {
+        let keys: &[&'static str] = if self.cell.has_cell_state() {
+            &["rs_h", "rs_c"]
+        } else {
+            &["rs_h"]
+        };
+        Primer {
+            entries: keys
+                .iter()
+                .map(|&key| PrimerEntry {
+                    key,
+                    shape: [self.num_layers(), self.hidden_size()],
+                    dtype: DType::F32,
+                })
+                .collect(),
+        }
+    }
+
+    /// One call on `N` rows: `input` `[N, in]`, `is_init` `[N]`, `state` `[N, L, H]`.
+    ///
+    /// Sequential mode: `N` environments, one step each; returns `features` `[N, H]` and the
+    /// post-step state `[N, L, H]`. Recurrent mode: `N` consecutive steps of one packed time
+    /// axis (the flat layout a slice sampler returns), with the recurrent-mode semantics.
+    pub fn forward(
+        &self,
+        input: Tensor<B, 2>,
+        is_init: Tensor<B, 1, Bool>,
+        state: RecurrentState<B, 3>,
+    ) -> Result<RecurrentOutput<B, 2, 3>, RecurrentError> {
+        let [n, _] = input.dims();
+        self.check_input("input", &input.dims(), &[n], "[N, input_size]")?;
+        check_shape(
+            "is_init",
+            &is_init.dims(),
+            &[n],
+            "[N] (one flag per row of input)",
+        )?;
+        self.check_state(&state, &[n], "[N, num_layers, hidden_size]")?;
+        Ok(match self.recurrent_mode() {
+            RecurrentMode::Sequential => self.step(input, is_init, state),
+            RecurrentMode::Recurrent => {
+                let out = self.run_recurrent(
+                    input.unsqueeze_dim(0),
+                    is_init.unsqueeze_dim(0),
+                    state.map(|e| e.unsqueeze_dim(0)),
+                );
+                RecurrentOutput {
+                    features: out.features.squeeze_dim(0),
+                    next: out.next.map(|e| e.squeeze_dim(0)),
+                }
+            }
+        })
+    }
+
+    /// One call on a `[B, T]` batch: `input` `[B, T, in]`, `is_init` `[B, T]`, stored
+    /// `state` `[B, T, L, H]`; returns `features` `[B, T, H]` and `next` `[B, T, L, H]`.
+    ///
+    /// Recurrent mode runs each row as a sequence (resets at `is_init`). Sequential mode, as
+    /// in TorchRL, treats the `B * T` entries as independent single steps.
+    pub fn forward_batch(
+        &self,
+        input: Tensor<B, 3>,
+        is_init: Tensor<B, 2, Bool>,
+        state: RecurrentState<B, 4>,
+    ) -> Result<RecurrentOutput<B, 3, 4>, RecurrentError> {
+        let [b, t, _] = input.dims();
+        self.check_input("input", &input.dims(), &[b, t], "[B, T, input_size]")?;
+        check_shape(
+            "is_init",
+            &is_init.dims(),
+            &[b, t],
+            "[B, T] (one flag per step)",
+        )?;
+        self.check_state(&state, &[b, t], "[B, T, num_layers, hidden_size]")?;
+        Ok(match self.recurrent_mode() {
+            RecurrentMode::Recurrent => self.run_recurrent(input, is_init, state),
+            RecurrentMode::Sequential => {
+                let (l, h) = (self.num_layers(), self.hidden_size());
+                let out = self.step(
+                    input.flatten(0, 1),
+                    is_init.flatten(0, 1),
+                    state.map(|e| e.reshape([b * t, l, h])),
+                );
+                RecurrentOutput {
+                    features: out.features.reshape([b, t, h]),
+                    next: out.next.map(|e| e.reshape([b, t, l, h])),
+                }
+            }
+        })
+    }
+
+    /// Sequential mode: zero the incoming state where `is_init`, then one step of every layer.
+    fn step(
+        &self,
+        input: Tensor<B, 2>,
+        is_init: Tensor<B, 1, Bool>,
+        state: RecurrentState<B, 3>,
+    ) -> RecurrentOutput<B, 2, 3> {
+        let [n, _] = input.dims();
+        let hidden = self.hidden_size();
+        let reset = is_init.unsqueeze_dim::<2>(1).expand([n, hidden]);
+        let incoming = |e: &Tensor<B, 3>, l: usize| {
+            e.clone()
+                .slice_dim(1, l..l + 1)
+                .reshape([n, hidden])
+                .mask_fill(reset.clone(), 0.0)
+        };
+        let per_layer = self.run_layers(vec![input], |l, _t, _previous| {
+            (
+                incoming(&state.rs_h, l),
+                state.rs_c.as_ref().map(|c| incoming(c, l)),
+            )
+        });
+        let (hs, cs): (Vec<_>, Vec<_>) = per_layer
+            .into_iter()
+            .map(|mut states| states.pop().expect("one step"))
+            .unzip();
+        let features = hs.last().expect("at least one layer").clone();
+        let cs: Option<Vec<_>> = cs.into_iter().collect();
+        RecurrentOutput {
+            features,
+            next: RecurrentState {
+                rs_h: Tensor::stack(hs, 1),
+                rs_c: cs.map(|cs| Tensor::stack(cs, 1)),
+            },
+        }
+    }
+
+    /// Recurrent mode on `[B, T]`, shapes already checked.
+    fn run_recurrent(
+        &self,
+        input: Tensor<B, 3>,
+        is_init: Tensor<B, 2, Bool>,
+        state: RecurrentState<B, 4>,
+    ) -> RecurrentOutput<B, 3, 4> {
+        let [b, t, _] = input.dims();
+        let device = input.device();
+        let flags = is_init
+            .into_data()
+            .to_vec::<bool>()
+            .expect("is_init holds booleans");
+        let segments = Segments::new(flags, b, t);
+        let per_layer = match self.backend() {
+            RecurrentBackend::Pad => pad::run(self, input, &segments, state),
+            RecurrentBackend::Scan | RecurrentBackend::Auto => {
+                scan::run(self, input, &segments, state)
+            }
+        };
+        // ("next", state): the post-step state at the last step of each segment, zero elsewhere.
+        let (l, h) = (self.num_layers(), self.hidden_size());
+        let not_end: Vec<bool> = segments.ends().into_iter().map(|e| !e).collect();
+        let not_end = Tensor::<B, 1, Bool>::from_data(TensorData::new(not_end, [b * t]), &device)
+            .reshape([b, t, 1, 1])
+            .expand([b, t, l, h]);
+        let features = per_layer.last().expect("at least one layer").0.clone();
+        let (hs, cs): (Vec<_>, Vec<_>) = per_layer.into_iter().unzip();
+        let cs: Option<Vec<_>> = cs.into_iter().collect();
+        let next = |entries: Vec<Tensor<B, 3>>| {
+            Tensor::stack::<4>(entries, 2).mask_fill(not_end.clone(), 0.0)
+        };
+        RecurrentOutput {
+            features,
+            next: RecurrentState {
+                rs_h: next(hs),
+                rs_c: cs.map(next),
+            },
+        }
+    }
+
+    /// Runs every layer over the per-step `inputs` (`T x [R, in]`); layer `l >= 1` reads the
+    /// previous layer's output, through dropout when training. `state_at(l, t, previous)` gives
+    /// the state entering step `t` of layer `l`. Returns every layer's post-step states.
+    pub(crate) fn run_layers(
+        &self,
+        inputs: Vec<Tensor<B, 2>>,
+        mut state_at: impl FnMut(usize, usize, Option<CellState<B>>) -> CellState<B>,
+    ) -> Vec<Vec<CellState<B>>> {
+        let dropout = DropoutConfig::new(self.config.dropout).init();
+        let mut inputs = inputs;
+        let mut out = Vec::with_capacity(self.layers.len());
+        for (l, layer) in self.layers.iter().enumerate() {
+            let states = super::backend::unroll(self.cell, layer, inputs, |t, previous| {
+                state_at(l, t, previous)
+            });
+            inputs = states
+                .iter()
+                .map(|(h, _)| dropout.forward(h.clone()))
+                .collect();
+            out.push(states);
+        }
+        out
+    }
+
+    fn check_input(
+        &self,
+        field: &'static str,
+        got: &[usize],
+        lead: &[usize],
+        layout: &str,
+    ) -> Result<(), RecurrentError> {
+        let mut want = lead.to_vec();
+        want.push(self.input_size());
+        check_shape(field, got, &want, layout)
+    }
+
+    fn check_state<const D: usize>(
+        &self,
+        state: &RecurrentState<B, D>,
+        lead: &[usize],
+        layout: &str,
+    ) -> Result<(), RecurrentError> {
+        let mut want = lead.to_vec();
+        want.extend([self.num_layers(), self.hidden_size()]);
+        check_shape("rs_h", &state.rs_h.dims(), &want, layout)?;
+        match (&state.rs_c, self.cell.has_cell_state()) {
+            (Some(c), true) => check_shape("rs_c", &c.dims(), &want, layout),
+            (None, false) => Ok(()),
+            (None, true) => Err(RecurrentError::State(
+                "LstmModule needs rs_c (the cell state) beside rs_h; got rs_h only".into(),
+            )),
+            (Some(_), false) => Err(RecurrentError::State(
+                "GruModule has no cell state, but rs_c was given".into(),
+            )),
+        }
+    }
+
+    /// Parameter names in PyTorch's canonical order: per layer `weight_ih_l{k}`,
+    /// `weight_hh_l{k}`, then (with bias) `bias_ih_l{k}`, `bias_hh_l{k}`.
+    pub fn param_names(&self) -> Vec<String> {
+        self.named_tensors().into_iter().map(|(n, _)| n).collect()
+    }
+
+    /// Every parameter by PyTorch name, as data (row-major, PyTorch's layout).
+    pub fn named_parameters(&self) -> Vec<(String, TensorData)> {
+        self.named_tensors()
+            .into_iter()
+            .map(|(name, t)| (name, t.data()))
+            .collect()
+    }
+
+    /// Replaces every parameter from `params` (PyTorch names and layouts, e.g. an
+    /// `nn.LSTM`'s `state_dict`). Every parameter must be given exactly once, with its shape;
+    /// unknown names are rejected.
+    pub fn load_parameters(
+        mut self,
+        params: impl IntoIterator<Item = (String, TensorData)>,
+    ) -> Result<Self, RecurrentError> {
+        let mut given: HashMap<String, TensorData> = HashMap::new();
+        for (name, data) in params {
+            if given.insert(name.clone(), data).is_some() {
+                return Err(param_error(&name, "given twice"));
+            }
+        }
+        let known = self.param_names();
+        if let Some(unknown) = given.keys().find(|n| !known.contains(n)) {
+            return Err(param_error(
+                unknown,
+                &format!("not a parameter of this module (expected one of {known:?})"),
+            ));
+        }
+        let mut take = |name: String, shape: Vec<usize>| -> Result<TensorData, RecurrentError> {
+            let data = given
+                .remove(&name)
+                .ok_or_else(|| param_error(&name, "missing"))?;
+            if data.shape.to_vec() != shape {
+                return Err(param_error(
+                    &name,
+                    &format!("has shape {:?}, expected {:?}", data.shape.to_vec(), shape),
+                ));
+            }
+            Ok(data.convert::<f32>())
+        };
+        for (k, layer) in self.layers.iter_mut().enumerate() {
+            let device = layer.weight_ih.val().device();
+            let matrix = |p: &Param<Tensor<B, 2>>, data| {
+                Param::from_tensor(Tensor::from_data(data, &device))
+                    .set_require_grad(p.is_require_grad())
+            };
+            let vector = |p: &Param<Tensor<B, 1>>, data| {
+                Param::from_tensor(Tensor::from_data(data, &device))
+                    .set_require_grad(p.is_require_grad())
+            };
+            let data = take(
+                format!("weight_ih_l{k}"),
+                layer.weight_ih.val().dims().to_vec(),
+            )?;
+            layer.weight_ih = matrix(&layer.weight_ih, data);
+            let data = take(
+                format!("weight_hh_l{k}"),
+                layer.weight_hh.val().dims().to_vec(),
+            )?;
+            layer.weight_hh = matrix(&layer.weight_hh, data);
+            if let Some(p) = &layer.bias_ih {
+                let data = take(format!("bias_ih_l{k}"), p.val().dims().to_vec())?;
+                layer.bias_ih = Some(vector(p, data));
+            }
+            if let Some(p) = &layer.bias_hh {
+                let data = take(format!("bias_hh_l{k}"), p.val().dims().to_vec())?;
+                layer.bias_hh = Some(vector(p, data));
+            }
+        }
+        Ok(self)
+    }
+
+    fn named_tensors(&self) -> Vec<(String, NamedTensor<B>)> {
+        let mut out = Vec::new();
+        for (k, layer) in self.layers.iter().enumerate() {
+            out.push((
+                format!("weight_ih_l{k}"),
+                NamedTensor::Matrix(layer.weight_ih.val()),
+            ));
+            out.push((
+                format!("weight_hh_l{k}"),
+                NamedTensor::Matrix(layer.weight_hh.val()),
+            ));
+            if let Some(b) = &layer.bias_ih {
+                out.push((format!("bias_ih_l{k}"), NamedTensor::Vector(b.val())));
+            }
+            if let Some(b) = &layer.bias_hh {
+                out.push((format!("bias_hh_l{k}"), NamedTensor::Vector(b.val())));
+            }
+        }
+        out
+    }
+}
+
+impl<B: AutodiffBackend> RecurrentCore<B> {
+    /// The gradient of every parameter by PyTorch name (zeros where the loss did not reach it).
+    pub fn named_grads(&self, grads: &B::Gradients) -> Vec<(String, TensorData)> {
+        self.named_tensors()
+            .into_iter()
+            .map(|(name, t)| (name, t.grad(grads)))
+            .collect()
+    }
+}
+
+/// A parameter of rank 2 (weights) or 1 (biases).
+enum NamedTensor<B: Backend> {
+    Matrix(Tensor<B, 2>),
+    Vector(Tensor<B, 1>),
+}
+
+impl<B: Backend> NamedTensor<B> {
+    fn data(self) -> TensorData {
+        match self {
+            NamedTensor::Matrix(t) => t.into_data(),
+            NamedTensor::Vector(t) => t.into_data(),
+        }
+    }
+}
+
+impl<B: AutodiffBackend> NamedTensor<B> {
+    fn grad(self, grads: &B::Gradients) -> TensorData {
+        match self {
+            NamedTensor::Matrix(t) => t
+                .grad(grads)
+                .unwrap_or_else(|| t.inner().zeros_like())
+                .into_data(),
+            NamedTensor::Vector(t) => t
+                .grad(grads)
+                .unwrap_or_else(|| t.inner().zeros_like())
+                .into_data(),
+        }
+    }
+}
+
+fn param_error(name: &str, problem: &str) -> RecurrentError {
+    RecurrentError::Parameter {
+        name: name.to_string(),
+        problem: problem.to_string(),
+    }
+}
+
+fn check_shape(
+    field: &'static str,
+    got: &[usize],
+    want: &[usize],
+    layout: &str,
+) -> Result<(), RecurrentError> {
+    if got == want {
+        return Ok(());
+    }
+    Err(RecurrentError::Shape {
+        field,
+        got: got.to_vec(),
+        expected: format!("{want:?} ({layout})"),
+    })
+}

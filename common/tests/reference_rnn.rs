@@ -1,0 +1,264 @@
+//! The recurrent modules against PyTorch/TorchRL reference outputs and gradients
+//! (`$RECUR_REFERENCE_DIR/rnn`, see its README for the exact semantics).
+
+mod support;
+
+use burn::tensor::{Bool, Tensor, TensorData};
+use common::backend::cpu_device;
+use common::recurrent::{
+    set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentMode,
+    RecurrentState,
+};
+use serde_json::Value;
+use support::*;
+
+const FILES: [&str; 4] = ["lstm_l1", "lstm_l2", "gru_l1", "gru_l2"];
+const ABS: f32 = 1e-5;
+const GRAD_REL: f32 = 1e-4;
+
+fn module(file: &Value, backend: RecurrentBackend) -> RecurrentCore<B> {
+    let cell: CellKind = file["cell"].as_str().unwrap().parse().unwrap();
+    let config = RecurrentConfig::new(
+        file["input_size"].as_u64().unwrap() as usize,
+        file["hidden_size"].as_u64().unwrap() as usize,
+    )
+    .with_num_layers(file["num_layers"].as_u64().unwrap() as usize)
+    .with_bias(file["bias"].as_bool().unwrap())
+    .with_backend(backend);
+    let device = cpu_device();
+    let core = match cell {
+        CellKind::Lstm => config.init_lstm::<B>(&device).unwrap().core,
+        CellKind::Gru => config.init_gru::<B>(&device).unwrap().core,
+    };
+    let expected: Vec<String> = file["param_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        core.param_names(),
+        expected,
+        "parameter names and order follow PyTorch"
+    );
+    core.load_parameters(params(file)).unwrap()
+}
+
+fn data<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    values(t.into_data())
+}
+
+fn reference(v: &Value) -> Vec<f32> {
+    floats(v).1
+}
+
+/// The recurrent-mode case over `[B, T]`, both backends: outputs, loss and every gradient.
+fn check_packed(name: &str, backend: RecurrentBackend, flat: bool) {
+    let file = load_json(&format!("rnn/{name}.json"));
+    let core = module(&file, backend);
+    let rp = &file["recurrent_packed"];
+    let what = |x: &str| {
+        format!(
+            "{name}/{}{}/{x}",
+            backend.name(),
+            if flat { "/flat" } else { "" }
+        )
+    };
+
+    let obs: Tensor<B, 3> = tensor(&rp["obs"]).require_grad();
+    let rs_h: Tensor<B, 4> = tensor(&rp["rs_h"]).require_grad();
+    let rs_c: Option<Tensor<B, 4>> = rp.get("rs_c").map(|v| tensor(v).require_grad());
+    let is_init: Tensor<B, 2, Bool> = flags(&rp["is_init"]);
+    let [b, t, l, h] = rs_h.dims();
+    let state = RecurrentState {
+        rs_h: rs_h.clone(),
+        rs_c: rs_c.clone(),
+    };
+
+    let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
+    let (features, next) = if flat {
+        // The flat packed layout of a slice sampler: both rows back to back on one time axis;
+        // row 1 starts with is_init, so it is a correct flat batch of the same trajectories.
+        let out = core
+            .forward(
+                obs.clone().reshape([b * t, 5]),
+                is_init.clone().reshape([b * t]),
+                state.map(|e| e.reshape([b * t, l, h])),
+            )
+            .unwrap();
+        (
+            out.features.reshape([b, t, h]),
+            out.next.map(|e| e.reshape([b, t, l, h])),
+        )
+    } else {
+        let out = core.forward_batch(obs.clone(), is_init, state).unwrap();
+        (out.features, out.next)
+    };
+
+    assert_close(
+        &what("features"),
+        &data(features.clone()),
+        &reference(&rp["features"]),
+        ABS,
+        0.0,
+    );
+    assert_close(
+        &what("next_rs_h"),
+        &data(next.rs_h),
+        &reference(&rp["next_rs_h"]),
+        ABS,
+        0.0,
+    );
+    if let Some(c) = next.rs_c {
+        assert_close(
+            &what("next_rs_c"),
+            &data(c),
+            &reference(&rp["next_rs_c"]),
+            ABS,
+            0.0,
+        );
+    }
+
+    let g: Tensor<B, 3> = tensor(&rp["G"]);
+    let loss = (features * g).sum();
+    let want_loss = rp["loss"].as_f64().unwrap() as f32;
+    assert_close(&what("loss"), &data(loss.clone()), &[want_loss], ABS, 0.0);
+
+    let grads = loss.backward();
+    let want = &rp["grad"];
+    for (param, got) in core.named_grads(&grads) {
+        assert_close(
+            &what(&format!("grad.{param}")),
+            &values(got),
+            &reference(&want[&param]),
+            ABS,
+            GRAD_REL,
+        );
+    }
+    let input_grad = |t: &Tensor<B, 4>| values(t.grad(&grads).expect("a gradient").into_data());
+    assert_close(
+        &what("grad.obs"),
+        &values(obs.grad(&grads).unwrap().into_data()),
+        &reference(&want["obs"]),
+        ABS,
+        GRAD_REL,
+    );
+    assert_close(
+        &what("grad.rs_h"),
+        &input_grad(&rs_h),
+        &reference(&want["rs_h"]),
+        ABS,
+        GRAD_REL,
+    );
+    if let Some(c) = &rs_c {
+        assert_close(
+            &what("grad.rs_c"),
+            &input_grad(c),
+            &reference(&want["rs_c"]),
+            ABS,
+            GRAD_REL,
+        );
+    }
+}
+
+/// The step-by-step case: our own `next` state is carried into the following step.
+fn check_sequential(name: &str) {
+    let file = load_json(&format!("rnn/{name}.json"));
+    let core = module(&file, RecurrentBackend::Auto);
+    assert_eq!(
+        core.recurrent_mode(),
+        RecurrentMode::Sequential,
+        "sequential is the default mode"
+    );
+    let seq = &file["sequential"];
+    let device = cpu_device();
+    let mut carried: Option<RecurrentState<B, 3>> = None;
+    for step in seq["step_data"].as_array().unwrap() {
+        let t = step["t"].as_u64().unwrap();
+        let what = |x: &str| format!("{name}/sequential/t={t}/{x}");
+        let (shape, init) = bools(&step["is_init"]);
+        let is_init = Tensor::<B, 1, Bool>::from_data(TensorData::new(init, [shape[0]]), &device);
+        let state = carried.take().unwrap_or_else(|| RecurrentState {
+            rs_h: tensor(&step["rs_h_in"]),
+            rs_c: step.get("rs_c_in").map(tensor),
+        });
+        // Our carried state must be the reference's incoming state.
+        assert_close(
+            &what("rs_h_in"),
+            &data(state.rs_h.clone()),
+            &reference(&step["rs_h_in"]),
+            ABS,
+            0.0,
+        );
+        let out = core.forward(tensor(&step["obs"]), is_init, state).unwrap();
+        assert_close(
+            &what("features"),
+            &data(out.features),
+            &reference(&step["features"]),
+            ABS,
+            0.0,
+        );
+        assert_close(
+            &what("next_rs_h"),
+            &data(out.next.rs_h.clone()),
+            &reference(&step["next_rs_h"]),
+            ABS,
+            0.0,
+        );
+        if let Some(c) = &out.next.rs_c {
+            assert_close(
+                &what("next_rs_c"),
+                &data(c.clone()),
+                &reference(&step["next_rs_c"]),
+                ABS,
+                0.0,
+            );
+        }
+        carried = Some(out.next);
+    }
+    assert_eq!(
+        seq["step_data"].as_array().unwrap().len(),
+        seq["steps"].as_u64().unwrap() as usize
+    );
+}
+
+#[test]
+fn recurrent_mode_pad_matches_reference() {
+    for name in FILES {
+        check_packed(name, RecurrentBackend::Pad, false);
+    }
+}
+
+#[test]
+fn recurrent_mode_scan_matches_reference() {
+    for name in FILES {
+        check_packed(name, RecurrentBackend::Scan, false);
+    }
+}
+
+#[test]
+fn flat_packed_layout_matches_reference() {
+    for name in FILES {
+        for backend in [RecurrentBackend::Pad, RecurrentBackend::Scan] {
+            check_packed(name, backend, true);
+        }
+    }
+}
+
+#[test]
+fn sequential_mode_matches_reference_step_by_step() {
+    for name in FILES {
+        check_sequential(name);
+    }
+}
+
+#[test]
+fn reference_files_are_present() {
+    for name in FILES {
+        let path = format!("rnn/{name}.json");
+        assert!(
+            reference_path_exists(&path),
+            "missing reference file {path}"
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! Helpers shared by the recurrent-module tests: reference loading and comparisons.
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use burn::tensor::{Bool, Tensor, TensorData};
+use common::backend::{cpu_device, CpuAutodiff};
+use serde_json::Value;
+
+pub type B = CpuAutodiff;
+
+/// Reads a reference JSON file; fails (never skips) when it is missing.
+pub fn load_json(relative: &str) -> Value {
+    let dir = common::reference::reference_dir();
+    let path = dir.join(relative);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "reference file {} cannot be read ({e}); set RECUR_REFERENCE_DIR to the directory \
+             holding rnn/ and envs/ (default ../shared/reference)",
+            path.display()
+        )
+    });
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: invalid JSON: {e}", path.display()))
+}
+
+/// `{"shape": [...], "data": [...]}` as floats (JSON decimals round-trip to f32).
+pub fn floats(v: &Value) -> (Vec<usize>, Vec<f32>) {
+    let shape = shape_of(v);
+    let data = v["data"]
+        .as_array()
+        .expect("tensor data")
+        .iter()
+        .map(|x| x.as_f64().expect("a number") as f32)
+        .collect();
+    (shape, data)
+}
+
+pub fn bools(v: &Value) -> (Vec<usize>, Vec<bool>) {
+    let shape = shape_of(v);
+    let data = v["data"]
+        .as_array()
+        .expect("tensor data")
+        .iter()
+        .map(|x| x.as_bool().expect("a bool"))
+        .collect();
+    (shape, data)
+}
+
+fn shape_of(v: &Value) -> Vec<usize> {
+    v["shape"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a tensor: {v}"))
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect()
+}
+
+pub fn tensor<const D: usize>(v: &Value) -> Tensor<B, D> {
+    let (shape, data) = floats(v);
+    Tensor::from_data(TensorData::new(data, shape), &cpu_device())
+}
+
+/// A boolean tensor with the trailing singleton axis of the reference files dropped.
+pub fn flags<const D: usize>(v: &Value) -> Tensor<B, D, Bool> {
+    let (mut shape, data) = bools(v);
+    assert_eq!(
+        shape.pop(),
+        Some(1),
+        "is_init has a trailing singleton axis"
+    );
+    Tensor::from_data(TensorData::new(data, shape), &cpu_device())
+}
+
+/// All the module's parameters from a reference file, by PyTorch name.
+pub fn params(file: &Value) -> Vec<(String, TensorData)> {
+    file["params"]
+        .as_object()
+        .expect("params")
+        .iter()
+        .map(|(name, v)| {
+            let (shape, data) = floats(v);
+            (name.clone(), TensorData::new(data, shape))
+        })
+        .collect()
+}
+
+pub fn values(data: TensorData) -> Vec<f32> {
+    data.convert::<f32>().to_vec::<f32>().unwrap()
+}
+
+/// Element-wise `|got - want| <= abs` or `|got - want| <= rel * |want|`.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: {} values, expected {}",
+        got.len(),
+        want.len()
+    );
+    let mut worst = (0.0f32, 0usize);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (g - w).abs();
+        if !(d <= abs || d <= rel * w.abs()) && d > worst.0 {
+            worst = (d, i);
+        }
+        assert!(g.is_finite(), "{what}[{i}] = {g} is not finite");
+    }
+    let (d, i) = worst;
+    assert!(
+        d == 0.0,
+        "{what}: element {i} is {} but the reference says {} (|diff| = {d:e}, tolerance {abs:e} abs / {rel:e} rel)",
+        got[i],
+        want[i]
+    );
+}
+
+pub fn reference_path_exists(relative: &str) -> bool {
+    Path::new(&common::reference::reference_dir())
+        .join(relative)
+        .exists()
+}

@@ -1,0 +1,38 @@
+//! Benchmarks behind `recur-bench`. Each prints one JSON object per line (a contract: field
+//! names stay stable), so results can be compared across runs and against peers.
+
+pub mod rnn;
+
+use std::time::Duration;
+
+/// Median, minimum and maximum of `samples` in milliseconds.
+pub fn summarize(samples: &[Duration]) -> (f64, f64, f64) {
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(|a, b| a.total_cmp(b));
+    let n = ms.len();
+    let median = if n % 2 == 1 {
+        ms[n / 2]
+    } else {
+        (ms[n / 2 - 1] + ms[n / 2]) / 2.0
+    };
+    (median, ms[0], ms[n - 1])
+}
+
+/// Caps the CPU threads of burn's CPU backend (rayon and matrixmultiply read these once, at
+/// first use): call before any tensor work.
+pub fn set_threads(threads: usize) {
+    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    std::env::set_var("MATMUL_NUM_THREADS", threads.to_string());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        let d = |ms: u64| Duration::from_millis(ms);
+        assert_eq!(summarize(&[d(5), d(1), d(3)]), (3.0, 1.0, 5.0));
+        assert_eq!(summarize(&[d(4), d(1), d(2), d(10)]), (3.0, 1.0, 10.0));
+    }
+}

@@ -1,0 +1,120 @@
+//! `recur-bench`: recur's benchmarks, one JSON object per result line on stdout.
+
+use clap::{Parser, Subcommand};
+use common::recurrent::{CellKind, RecurrentBackend};
+use learner::bench::rnn::{Pass, RnnBench};
+
+#[derive(Parser)]
+#[command(
+    name = "recur-bench",
+    version,
+    about = "recur's benchmarks (JSON lines on stdout)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Recurrent-mode LSTM/GRU throughput per backend on TorchRL's anchor workload.
+    Rnn(RnnArgs),
+}
+
+#[derive(clap::Args)]
+struct RnnArgs {
+    /// Cells to measure.
+    #[arg(long, value_delimiter = ',', default_value = "gru,lstm")]
+    cells: Vec<CellKind>,
+    /// Recurrent-mode backends to measure.
+    #[arg(long, value_delimiter = ',', default_value = "pad,scan")]
+    backends: Vec<RecurrentBackend>,
+    /// Passes: fwd (no autodiff) and/or fwdbwd (forward + backward of sum(features)).
+    #[arg(long, value_delimiter = ',', default_value = "fwd,fwdbwd")]
+    passes: Vec<Pass>,
+    /// Sequence lengths T.
+    #[arg(long, value_delimiter = ',', default_value = "64,128")]
+    steps: Vec<usize>,
+    /// Probabilities of is_init at each step after the first.
+    #[arg(long, value_delimiter = ',', default_value = "0,0.03,0.1")]
+    reset_probs: Vec<f64>,
+    /// Timed iterations per row (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    iters: usize,
+    /// Untimed warm-up iterations per row.
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// CPU threads for burn's CPU backend [default: all cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// A short run: T = 64, p in {0, 0.1}, 2 iterations, 1 warm-up; still a row for every
+    /// cell x backend x pass.
+    #[arg(long)]
+    quick: bool,
+    /// Batch size B.
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
+    /// Input features.
+    #[arg(long, default_value_t = 64)]
+    input: usize,
+    /// Hidden size H.
+    #[arg(long, default_value_t = 256)]
+    hidden: usize,
+    /// Stacked layers.
+    #[arg(long, default_value_t = 1)]
+    layers: usize,
+    /// Seed of the inputs and resets.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Rnn(a) => {
+            let threads = a
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            anyhow::ensure!(threads >= 1, "--threads must be at least 1, got {threads}");
+            learner::bench::set_threads(threads);
+            for p in &a.reset_probs {
+                anyhow::ensure!(
+                    (0.0..=1.0).contains(p),
+                    "--reset-probs: {p} is not a probability in [0, 1]"
+                );
+            }
+            anyhow::ensure!(
+                a.steps.iter().all(|&t| t >= 1),
+                "--steps: every T must be at least 1, got {:?}",
+                a.steps
+            );
+            let (steps, reset_probs, iters, warmup) = if a.quick {
+                (
+                    vec![64.min(*a.steps.iter().min().unwrap_or(&64))],
+                    vec![0.0, 0.1],
+                    2,
+                    1,
+                )
+            } else {
+                (a.steps, a.reset_probs, a.iters, a.warmup)
+            };
+            let bench = RnnBench {
+                cells: a.cells,
+                backends: a.backends,
+                passes: a.passes,
+                steps,
+                reset_probs,
+                batch: a.batch,
+                input: a.input,
+                hidden: a.hidden,
+                layers: a.layers,
+                iters,
+                warmup,
+                threads,
+                seed: a.seed,
+            };
+            bench.run(&mut std::io::stdout().lock())?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! `recur-bench rnn` as a user runs it: a real process, JSON lines on stdout.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use recur_tests::{binary, run_with_deadline};
+use serde_json::Value;
+
+const FIELDS: [&str; 10] = [
+    "bench",
+    "cell",
+    "backend",
+    "pass",
+    "batch",
+    "steps",
+    "reset_prob",
+    "median_ms",
+    "frames_per_s",
+    "threads",
+];
+
+#[test]
+fn quick_rnn_bench_prints_a_row_for_every_cell_backend_and_pass() {
+    let mut cmd = Command::new(binary("recur-bench"));
+    // The anchor workload's shape scaled down so that a debug build finishes in seconds.
+    cmd.args([
+        "rnn",
+        "--quick",
+        "--batch",
+        "4",
+        "--input",
+        "8",
+        "--hidden",
+        "16",
+        "--steps",
+        "12",
+        "--threads",
+        "1",
+    ]);
+    let out = run_with_deadline(cmd, Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "recur-bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let mut seen = BTreeSet::new();
+    for row in &rows {
+        for f in FIELDS {
+            assert!(row.get(f).is_some(), "row lacks `{f}`: {row}");
+        }
+        assert_eq!(row["bench"], "rnn");
+        assert_eq!(row["batch"], 4);
+        assert_eq!(row["steps"], 12);
+        let fps = row["frames_per_s"].as_f64().unwrap();
+        let ms = row["median_ms"].as_f64().unwrap();
+        assert!(fps > 0.0 && ms > 0.0, "{row}");
+        // frames/s is derived from the median: batch * steps / median.
+        assert!((fps * ms / 1e3 - 48.0).abs() < 1e-6 * 48.0, "{row}");
+        seen.insert((
+            row["cell"].as_str().unwrap().to_string(),
+            row["backend"].as_str().unwrap().to_string(),
+            row["pass"].as_str().unwrap().to_string(),
+        ));
+    }
+    let mut want = BTreeSet::new();
+    for cell in ["gru", "lstm"] {
+        for backend in ["pad", "scan"] {
+            for pass in ["fwd", "fwdbwd"] {
+                want.insert((cell.to_string(), backend.to_string(), pass.to_string()));
+            }
+        }
+    }
+    assert_eq!(seen, want);
+}
+
+#[test]
+fn bad_options_are_refused_with_the_value_named() {
+    let mut cmd = Command::new(binary("recur-bench"));
+    cmd.args(["rnn", "--backends", "fastest"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("fastest") && err.contains("backend"), "{err}");
+
+    let mut cmd = Command::new(binary("recur-bench"));
+    cmd.args(["rnn", "--reset-probs", "1.5"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1.5"));
+}
