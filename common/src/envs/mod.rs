@@ -1,0 +1,217 @@
+//! Built-in environments: the [`Env`] trait, the [`TimeLimit`] wrapper, the auto-resetting
+//! [`VecEnv`] the actor steps, and four tasks.
+//!
+//! ```
+//! use common::envs::{make, ActionRef};
+//!
+//! let mut env = make("CartPole-v1")?;
+//! let mut obs = vec![0.0f32; env.observation_space().dim()];
+//! env.reset(42, &mut obs);
+//! let mut steps = 0;
+//! loop {
+//!     // Push the cart toward the side the pole leans to.
+//!     let action = ActionRef::Discrete(i64::from(obs[2] > 0.0));
+//!     let r = env.step(action, &mut obs);
+//!     steps += 1;
+//!     if r.terminated || r.truncated {
+//!         break;
+//!     }
+//! }
+//! assert!(steps <= 500);
+//! # Ok::<(), common::envs::EnvError>(())
+//! ```
+//!
+//! | id | observation | action | episode end |
+//! | --- | --- | --- | --- |
+//! | `CartPole-v1` | `[x, x_dot, theta, theta_dot]` | `Discrete(2)` | out of bounds, or 500 steps |
+//! | `MaskedCartPole-v1` | `[x, theta]` (velocities hidden) | `Discrete(2)` | as CartPole |
+//! | `Pendulum-v1` | `[cos theta, sin theta, theta_dot]` | `Box([-2], [2])` torque | 200 steps |
+//! | `RepeatPrevious-v0` | one-hot suit `[4]` | `Discrete(4)` suit | 51 steps |
+//!
+//! Dynamics follow gymnasium 1.4 exactly (float64 state, float32 observations; checked against
+//! reference rollouts in `common/tests/reference_envs.rs`). Reset randomness comes from
+//! `rand`'s `StdRng` seeded with the reset seed: the same distributions as gymnasium, not the
+//! same random streams.
+
+mod cartpole;
+mod pendulum;
+mod repeat_previous;
+mod space;
+mod time_limit;
+mod vector;
+
+pub use cartpole::{CartPole, MaskedCartPole};
+pub use pendulum::Pendulum;
+pub use repeat_previous::RepeatPrevious;
+pub use space::{ActionRef, Space};
+pub use time_limit::TimeLimit;
+pub use vector::{episode_seed, VecActions, VecEnv, VecStep};
+
+/// The ids [`make`] knows, in the order they are documented.
+pub const ENV_IDS: &[&str] = &[
+    "CartPole-v1",
+    "MaskedCartPole-v1",
+    "Pendulum-v1",
+    "RepeatPrevious-v0",
+];
+
+/// What one [`Env::step`] reports besides the observation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepResult {
+    /// Reward for this transition.
+    pub reward: f64,
+    /// The episode reached a terminal state of the task (bootstrapping must stop).
+    pub terminated: bool,
+    /// The episode was cut short (time limit); the state is not terminal.
+    pub truncated: bool,
+}
+
+/// A single environment stepped one transition at a time.
+///
+/// Observations are written into caller-owned buffers of length
+/// `observation_space().dim()`; a buffer of another length panics. After an episode ends
+/// (`terminated || truncated`) call [`Env::reset`] before stepping again.
+pub trait Env: Send {
+    /// The environment id, e.g. `"CartPole-v1"`.
+    fn id(&self) -> &str;
+    /// The space every observation lies in.
+    fn observation_space(&self) -> Space;
+    /// The space of valid actions.
+    fn action_space(&self) -> Space;
+    /// Starts a new episode; writes the first observation into `obs` (len = observation dim).
+    /// The episode is a deterministic function of `seed`.
+    fn reset(&mut self, seed: u64, obs: &mut [f32]);
+    /// One step; writes the next observation into `obs`.
+    ///
+    /// # Panics
+    /// On an action outside [`Env::action_space`] (the caller validates actions beforehand) or
+    /// an `obs` buffer of the wrong length.
+    fn step(&mut self, action: ActionRef<'_>, obs: &mut [f32]) -> StepResult;
+}
+
+/// Errors of environment construction.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// [`make`] got an id it does not know.
+    #[error("unknown environment id {id:?}; expected one of {known:?}")]
+    UnknownId {
+        /// The id asked for.
+        id: String,
+        /// The ids that exist ([`ENV_IDS`]).
+        known: &'static [&'static str],
+    },
+    /// [`VecEnv::new`] was asked for no environments.
+    #[error("num_envs must be at least 1, got {num_envs}")]
+    NoEnvs {
+        /// The value given.
+        num_envs: usize,
+    },
+    /// [`TimeLimit::new`] was given a limit of zero steps.
+    #[error("max_episode_steps must be at least 1, got {max_episode_steps}")]
+    ZeroTimeLimit {
+        /// The value given.
+        max_episode_steps: u64,
+    },
+}
+
+/// The time limit [`make`] wraps `id` in: gymnasium's registered `max_episode_steps` (500 for
+/// both CartPoles, 200 for Pendulum) and 51 for RepeatPrevious (one step per card after the
+/// first).
+///
+/// # Errors
+/// [`EnvError::UnknownId`] for an id not in [`ENV_IDS`].
+pub fn max_episode_steps(id: &str) -> Result<u64, EnvError> {
+    match id {
+        "CartPole-v1" | "MaskedCartPole-v1" => Ok(500),
+        "Pendulum-v1" => Ok(200),
+        "RepeatPrevious-v0" => Ok(RepeatPrevious::EPISODE_STEPS),
+        _ => Err(unknown(id)),
+    }
+}
+
+/// Builds the environment `id` (one of [`ENV_IDS`]) wrapped in a [`TimeLimit`] of
+/// [`max_episode_steps`]`(id)`. Call [`Env::reset`] before the first step.
+///
+/// # Errors
+/// [`EnvError::UnknownId`] naming `id` and the known ids.
+pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
+    let limit = max_episode_steps(id)?;
+    Ok(match id {
+        "CartPole-v1" => Box::new(TimeLimit::new(CartPole::new(), limit)?),
+        "MaskedCartPole-v1" => Box::new(TimeLimit::new(MaskedCartPole::new(), limit)?),
+        "Pendulum-v1" => Box::new(TimeLimit::new(Pendulum::new(), limit)?),
+        "RepeatPrevious-v0" => Box::new(TimeLimit::new(RepeatPrevious::new(), limit)?),
+        _ => return Err(unknown(id)),
+    })
+}
+
+fn unknown(id: &str) -> EnvError {
+    EnvError::UnknownId {
+        id: id.to_owned(),
+        known: ENV_IDS,
+    }
+}
+
+/// Copies `src` into the caller's observation buffer, panicking with the env id on a length
+/// mismatch.
+fn write_obs(id: &str, dst: &mut [f32], src: &[f32]) {
+    assert_eq!(
+        dst.len(),
+        src.len(),
+        "{id}: observation buffer has length {}, expected {}",
+        dst.len(),
+        src.len()
+    );
+    dst.copy_from_slice(src);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn make_knows_every_id() {
+        for &id in ENV_IDS {
+            let mut env = make(id).unwrap();
+            assert_eq!(env.id(), id);
+            let space = env.observation_space();
+            let mut obs = vec![f32::NAN; space.dim()];
+            env.reset(3, &mut obs);
+            assert!(space.contains_obs(&obs), "{id}: {obs:?} not in {space:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_id_names_it_and_the_known_ones() {
+        let err = make("CartPole-v0").err().expect("an error");
+        let msg = err.to_string();
+        assert!(msg.contains("\"CartPole-v0\""), "{msg}");
+        for id in ENV_IDS {
+            assert!(msg.contains(id), "{msg}");
+        }
+        assert!(matches!(
+            max_episode_steps("nope"),
+            Err(EnvError::UnknownId { .. })
+        ));
+    }
+
+    #[test]
+    fn time_limits_are_gymnasiums() {
+        assert_eq!(max_episode_steps("CartPole-v1").unwrap(), 500);
+        assert_eq!(max_episode_steps("MaskedCartPole-v1").unwrap(), 500);
+        assert_eq!(max_episode_steps("Pendulum-v1").unwrap(), 200);
+        assert_eq!(max_episode_steps("RepeatPrevious-v0").unwrap(), 51);
+    }
+
+    #[test]
+    fn pendulum_truncates_at_200_through_make() {
+        let mut env = make("Pendulum-v1").unwrap();
+        let mut obs = [0.0f32; 3];
+        env.reset(0, &mut obs);
+        for t in 1..=200 {
+            let r = env.step(ActionRef::Continuous(&[0.0]), &mut obs);
+            assert!(!r.terminated);
+            assert_eq!(r.truncated, t == 200, "step {t}");
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Observation and action spaces, after gymnasium's `Box` and `Discrete`.
+
+use std::fmt::Write as _;
+
+/// The set of valid observations or actions of an environment.
+///
+/// Only the two kinds recur's environments need: a 1-D box of `f32` and a discrete range.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Space {
+    /// `dim` real values, value `i` in `[low[i], high[i]]` (`low.len() == high.len() == dim`).
+    Box {
+        /// Lower bounds, one per component.
+        low: Vec<f32>,
+        /// Upper bounds, one per component.
+        high: Vec<f32>,
+    },
+    /// One integer in `0..n`.
+    Discrete {
+        /// Number of choices.
+        n: usize,
+    },
+}
+
+/// One action handed to [`super::Env::step`], borrowed from the caller's buffer.
+#[derive(Clone, Copy, Debug)]
+pub enum ActionRef<'a> {
+    /// An index into a [`Space::Discrete`] (`0..n`; `i64` as the policy's samples are).
+    Discrete(i64),
+    /// A point of a [`Space::Box`]: `dim` values.
+    Continuous(&'a [f32]),
+}
+
+impl Space {
+    /// Number of `f32` values one element occupies in a flat buffer: the box's length, or 1 for
+    /// a discrete space (one index).
+    pub fn dim(&self) -> usize {
+        match self {
+            Space::Box { low, .. } => low.len(),
+            Space::Discrete { .. } => 1,
+        }
+    }
+
+    /// Whether `x` is an element of this space: for a box, `dim` values each within its bounds
+    /// (NaN never is); for a discrete space, one value that is an integer in `0..n`.
+    pub fn contains_obs(&self, x: &[f32]) -> bool {
+        match self {
+            Space::Box { low, high } => {
+                x.len() == low.len()
+                    && x.iter()
+                        .zip(low.iter().zip(high))
+                        .all(|(v, (lo, hi))| *lo <= *v && *v <= *hi)
+            }
+            Space::Discrete { n } => {
+                x.len() == 1 && x[0].fract() == 0.0 && x[0] >= 0.0 && (x[0] as f64) < *n as f64
+            }
+        }
+    }
+
+    /// Whether `a` is a valid action of this space: a discrete index in `0..n`, or a continuous
+    /// vector of length `dim` with every component within its bounds. A mismatch of kinds (a
+    /// discrete action for a box, or the reverse) is not contained.
+    pub fn contains_action(&self, a: ActionRef<'_>) -> bool {
+        match (self, a) {
+            (Space::Discrete { n }, ActionRef::Discrete(i)) => {
+                i >= 0 && usize::try_from(i).is_ok_and(|i| i < *n)
+            }
+            (Space::Box { .. }, ActionRef::Continuous(x)) => self.contains_obs(x),
+            _ => false,
+        }
+    }
+
+    /// A one-line description for logs and error messages, e.g. `Discrete(2)` or
+    /// `Box(low=[-2], high=[2], shape=(1,))`.
+    pub fn describe(&self) -> String {
+        match self {
+            Space::Discrete { n } => format!("Discrete({n})"),
+            Space::Box { low, high } => {
+                let mut s = String::from("Box(low=");
+                write_bounds(&mut s, low);
+                s.push_str(", high=");
+                write_bounds(&mut s, high);
+                // Writing into a String cannot fail.
+                let _ = write!(s, ", shape=({},))", low.len());
+                s
+            }
+        }
+    }
+}
+
+/// Writes `[a, b, ...]`, huge bounds (like `f32::MAX`) in exponent notation.
+fn write_bounds(s: &mut String, values: &[f32]) {
+    s.push('[');
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        // Writing into a String cannot fail.
+        let _ = if v.abs() >= 1e6 {
+            write!(s, "{v:e}")
+        } else {
+            write!(s, "{v}")
+        };
+    }
+    s.push(']');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit_box() -> Space {
+        Space::Box {
+            low: vec![-1.0, 0.0],
+            high: vec![1.0, f32::MAX],
+        }
+    }
+
+    #[test]
+    fn dims() {
+        assert_eq!(unit_box().dim(), 2);
+        assert_eq!(Space::Discrete { n: 7 }.dim(), 1);
+    }
+
+    #[test]
+    fn box_membership() {
+        let s = unit_box();
+        assert!(s.contains_obs(&[0.5, 3.0]));
+        assert!(s.contains_obs(&[-1.0, 0.0]));
+        assert!(!s.contains_obs(&[1.5, 3.0]));
+        assert!(!s.contains_obs(&[0.0, -1.0]));
+        assert!(!s.contains_obs(&[f32::NAN, 0.0]));
+        assert!(!s.contains_obs(&[0.0]));
+        assert!(s.contains_action(ActionRef::Continuous(&[0.0, 1.0])));
+        assert!(!s.contains_action(ActionRef::Discrete(0)));
+    }
+
+    #[test]
+    fn discrete_membership() {
+        let s = Space::Discrete { n: 2 };
+        assert!(s.contains_action(ActionRef::Discrete(0)));
+        assert!(s.contains_action(ActionRef::Discrete(1)));
+        assert!(!s.contains_action(ActionRef::Discrete(2)));
+        assert!(!s.contains_action(ActionRef::Discrete(-1)));
+        assert!(!s.contains_action(ActionRef::Continuous(&[0.0])));
+        assert!(s.contains_obs(&[1.0]));
+        assert!(!s.contains_obs(&[0.5]));
+        assert!(!s.contains_obs(&[2.0]));
+    }
+
+    #[test]
+    fn descriptions() {
+        assert_eq!(Space::Discrete { n: 2 }.describe(), "Discrete(2)");
+        assert_eq!(
+            unit_box().describe(),
+            "Box(low=[-1, 0], high=[1, 3.4028235e38], shape=(2,))"
+        );
+    }
+}

@@ -1,0 +1,456 @@
+//! A batch of environments stepped together, with per-environment auto-reset.
+
+use super::{make, ActionRef, Env, EnvError, Space};
+
+/// The reset seed of environment `env_index`'s episode `episode` (counting from 0) in a
+/// [`VecEnv`] seeded with `seed`: three rounds of SplitMix64,
+/// `mix(mix(mix(seed) ^ env_index) ^ episode)`, so nearby seeds, indices and episodes give
+/// unrelated reset streams.
+pub fn episode_seed(seed: u64, env_index: u64, episode: u64) -> u64 {
+    splitmix64(splitmix64(splitmix64(seed) ^ env_index) ^ episode)
+}
+
+/// SplitMix64's output function (Steele, Lea & Flood 2014) applied once to `x`.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// One action per environment, borrowed from the policy's output.
+#[derive(Clone, Copy, Debug)]
+pub enum VecActions<'a> {
+    /// For a [`Space::Discrete`] action space: `[E]` indices.
+    Discrete(&'a [i64]),
+    /// For a [`Space::Box`] action space: `[E * action_dim]`, environment-major.
+    Continuous(&'a [f32]),
+}
+
+/// What one [`VecEnv::step`] produced, `E` environments at once. Flat buffers are
+/// environment-major (`[E * D]`: environment `j`'s observation is `[j * D..(j + 1) * D]`).
+/// The buffers are reused from step to step.
+#[derive(Clone, Debug, Default)]
+pub struct VecStep {
+    /// `[E * D]` observation after the step: the terminal one where the episode ended.
+    pub next_obs: Vec<f32>,
+    /// `[E]` reward of the step.
+    pub reward: Vec<f32>,
+    /// `[E]` the episode reached a terminal state.
+    pub terminated: Vec<bool>,
+    /// `[E]` the episode was cut by its time limit.
+    pub truncated: Vec<bool>,
+    /// `[E]` `terminated | truncated`: the environment was reset after this step.
+    pub done: Vec<bool>,
+    /// `[E * D]` what the policy sees at the following step: the reset observation where
+    /// `done`, else `next_obs`.
+    pub obs: Vec<f32>,
+    /// `[E]` true where the environment was reset, so `obs` starts an episode and recurrent
+    /// state must be zeroed before the following step (the `is_init` contract); equals `done`.
+    pub is_init: Vec<bool>,
+    /// `[E]` undiscounted return of the episode that ended on this step, `None` elsewhere.
+    pub episode_return: Vec<Option<f64>>,
+    /// `[E]` length in steps of the episode that ended on this step, `None` elsewhere.
+    pub episode_length: Vec<Option<u64>>,
+}
+
+impl VecStep {
+    fn new(num_envs: usize, obs_dim: usize) -> Self {
+        Self {
+            next_obs: vec![0.0; num_envs * obs_dim],
+            reward: vec![0.0; num_envs],
+            terminated: vec![false; num_envs],
+            truncated: vec![false; num_envs],
+            done: vec![false; num_envs],
+            obs: vec![0.0; num_envs * obs_dim],
+            is_init: vec![false; num_envs],
+            episode_return: vec![None; num_envs],
+            episode_length: vec![None; num_envs],
+        }
+    }
+}
+
+/// `E` copies of one environment ([`make`]`(id)`, time limit included), stepped in lockstep;
+/// an environment whose episode ends is reset at once, so every step yields an observation
+/// for every environment.
+///
+/// Deterministic for `(id, num_envs, seed)`: environment `j`'s `n`-th episode (counting resets
+/// by [`VecEnv::reset`] and automatic ones alike, from 0) is reset with
+/// [`episode_seed`]`(seed, j, n)`.
+///
+/// ```
+/// use common::envs::{VecActions, VecEnv};
+///
+/// let mut envs = VecEnv::new("CartPole-v1", 4, 7)?;
+/// let obs = envs.reset(); // [4 * 4]
+/// assert_eq!(obs.len(), 16);
+/// assert!(envs.is_init().iter().all(|&b| b));
+/// let step = envs.step(VecActions::Discrete(&[0, 1, 0, 1]));
+/// assert_eq!(step.reward, [1.0; 4]);
+/// # Ok::<(), common::envs::EnvError>(())
+/// ```
+pub struct VecEnv {
+    id: String,
+    envs: Vec<Box<dyn Env>>,
+    seed: u64,
+    observation_space: Space,
+    action_space: Space,
+    obs_dim: usize,
+    action_dim: usize,
+    /// Episodes started per environment (the next episode's index).
+    episodes: Vec<u64>,
+    /// Return and length of each environment's running episode.
+    running_return: Vec<f64>,
+    running_length: Vec<u64>,
+    started: bool,
+    last: VecStep,
+}
+
+impl VecEnv {
+    /// `num_envs` environments `id` (see [`super::ENV_IDS`]); call [`VecEnv::reset`] before
+    /// the first step.
+    ///
+    /// # Errors
+    /// [`EnvError::NoEnvs`] when `num_envs == 0`; [`EnvError::UnknownId`] for an unknown id.
+    pub fn new(id: &str, num_envs: usize, seed: u64) -> Result<Self, EnvError> {
+        if num_envs == 0 {
+            return Err(EnvError::NoEnvs { num_envs });
+        }
+        let envs = (0..num_envs)
+            .map(|_| make(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let observation_space = envs[0].observation_space();
+        let action_space = envs[0].action_space();
+        let obs_dim = observation_space.dim();
+        let action_dim = action_space.dim();
+        Ok(Self {
+            id: id.to_owned(),
+            envs,
+            seed,
+            observation_space,
+            action_space,
+            obs_dim,
+            action_dim,
+            episodes: vec![0; num_envs],
+            running_return: vec![0.0; num_envs],
+            running_length: vec![0; num_envs],
+            started: false,
+            last: VecStep::new(num_envs, obs_dim),
+        })
+    }
+
+    /// The environment id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// `E`, the number of environments.
+    pub fn num_envs(&self) -> usize {
+        self.envs.len()
+    }
+
+    /// `D`, the length of one observation.
+    pub fn obs_dim(&self) -> usize {
+        self.obs_dim
+    }
+
+    /// Values per action: 1 for a discrete space, the box's length otherwise.
+    pub fn action_dim(&self) -> usize {
+        self.action_dim
+    }
+
+    /// The space of one environment's observation.
+    pub fn observation_space(&self) -> Space {
+        self.observation_space.clone()
+    }
+
+    /// The space of one environment's action.
+    pub fn action_space(&self) -> Space {
+        self.action_space.clone()
+    }
+
+    /// Resets every env; the observations the policy sees first (`[E * obs_dim]`); all envs are at
+    /// an episode start ([`VecEnv::is_init`] is all true). Each call starts a new episode in
+    /// every environment (seeded by [`episode_seed`]).
+    pub fn reset(&mut self) -> &[f32] {
+        let d = self.obs_dim;
+        let last = &mut self.last;
+        for (j, env) in self.envs.iter_mut().enumerate() {
+            env.reset(
+                episode_seed(self.seed, j as u64, self.episodes[j]),
+                &mut last.obs[j * d..(j + 1) * d],
+            );
+            self.episodes[j] += 1;
+            self.running_return[j] = 0.0;
+            self.running_length[j] = 0;
+        }
+        last.next_obs.fill(0.0);
+        last.reward.fill(0.0);
+        last.terminated.fill(false);
+        last.truncated.fill(false);
+        last.done.fill(false);
+        last.is_init.fill(true);
+        last.episode_return.fill(None);
+        last.episode_length.fill(None);
+        self.started = true;
+        &self.last.obs
+    }
+
+    /// `[E * D]` the observations the policy sees now (after [`VecEnv::reset`] or the last
+    /// step's [`VecStep::obs`]).
+    pub fn obs(&self) -> &[f32] {
+        &self.last.obs
+    }
+
+    /// `[E]` whether each environment's current observation starts an episode: all true after
+    /// [`VecEnv::reset`], [`VecStep::is_init`] after a step.
+    pub fn is_init(&self) -> &[bool] {
+        &self.last.is_init
+    }
+
+    /// Steps env j with action j. `actions` is Discrete: `&[i64]` of len E, or Continuous:
+    /// `&[f32]` of len `E * action_dim`. Environments whose episode ends are reset at once
+    /// (see [`VecStep`]). Allocates nothing.
+    ///
+    /// # Panics
+    /// Before the first [`VecEnv::reset`], when `actions` has the wrong kind or length for
+    /// the action space, or when an environment rejects its action.
+    pub fn step(&mut self, actions: VecActions<'_>) -> &VecStep {
+        assert!(
+            self.started,
+            "VecEnv({}): step called before reset",
+            self.id
+        );
+        let e = self.envs.len();
+        let (d, ad) = (self.obs_dim, self.action_dim);
+        match (actions, &self.action_space) {
+            (VecActions::Discrete(a), Space::Discrete { .. }) => assert_eq!(
+                a.len(),
+                e,
+                "VecEnv({}): {} discrete actions for {e} environments",
+                self.id,
+                a.len()
+            ),
+            (VecActions::Continuous(a), Space::Box { .. }) => assert_eq!(
+                a.len(),
+                e * ad,
+                "VecEnv({}): {} continuous action values, expected {e} environments x {ad}",
+                self.id,
+                a.len()
+            ),
+            (actions, space) => panic!(
+                "VecEnv({}): actions {actions:?} do not match the action space {}",
+                self.id,
+                space.describe()
+            ),
+        }
+        let last = &mut self.last;
+        for (j, env) in self.envs.iter_mut().enumerate() {
+            let action = match actions {
+                VecActions::Discrete(a) => ActionRef::Discrete(a[j]),
+                VecActions::Continuous(a) => ActionRef::Continuous(&a[j * ad..(j + 1) * ad]),
+            };
+            let obs_range = j * d..(j + 1) * d;
+            let r = env.step(action, &mut last.next_obs[obs_range.clone()]);
+            let done = r.terminated || r.truncated;
+            self.running_return[j] += r.reward;
+            self.running_length[j] += 1;
+            last.reward[j] = r.reward as f32;
+            last.terminated[j] = r.terminated;
+            last.truncated[j] = r.truncated;
+            last.done[j] = done;
+            last.is_init[j] = done;
+            if done {
+                last.episode_return[j] = Some(self.running_return[j]);
+                last.episode_length[j] = Some(self.running_length[j]);
+                self.running_return[j] = 0.0;
+                self.running_length[j] = 0;
+                env.reset(
+                    episode_seed(self.seed, j as u64, self.episodes[j]),
+                    &mut last.obs[obs_range],
+                );
+                self.episodes[j] += 1;
+            } else {
+                last.episode_return[j] = None;
+                last.episode_length[j] = None;
+                let (next, obs) = (&last.next_obs[obs_range.clone()], &mut last.obs[obs_range]);
+                obs.copy_from_slice(next);
+            }
+        }
+        &self.last
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Replays a VecEnv against independently driven envs and checks every field.
+    fn check_against_shadow(id: &str, e: usize, seed: u64, steps: usize) {
+        let mut venv = VecEnv::new(id, e, seed).unwrap();
+        let d = venv.obs_dim();
+        let ad = venv.action_dim();
+        let mut shadow: Vec<Box<dyn Env>> = (0..e).map(|_| make(id).unwrap()).collect();
+        let mut episode = vec![0u64; e];
+        let mut obs = vec![0.0f32; e * d];
+        for (j, env) in shadow.iter_mut().enumerate() {
+            env.reset(
+                episode_seed(seed, j as u64, 0),
+                &mut obs[j * d..(j + 1) * d],
+            );
+            episode[j] = 1;
+        }
+        assert_eq!(venv.reset(), &obs[..]);
+        assert_eq!(venv.is_init(), vec![true; e]);
+        let (mut ret, mut len) = (vec![0.0f64; e], vec![0u64; e]);
+        let mut ends = 0;
+        for t in 0..steps {
+            // Constant pushes end CartPole episodes within a few dozen steps.
+            let discrete: Vec<i64> = (0..e).map(|j| (j % 2) as i64).collect();
+            let continuous: Vec<f32> = (0..e * ad)
+                .map(|k| ((t * 7 + k * 3) % 9) as f32 / 2.0 - 2.0)
+                .collect();
+            let actions = match venv.action_space() {
+                Space::Discrete { .. } => VecActions::Discrete(&discrete),
+                Space::Box { .. } => VecActions::Continuous(&continuous),
+            };
+            let step = venv.step(actions).clone();
+            for (j, env) in shadow.iter_mut().enumerate() {
+                let range = j * d..(j + 1) * d;
+                let a = match actions {
+                    VecActions::Discrete(a) => ActionRef::Discrete(a[j]),
+                    VecActions::Continuous(a) => ActionRef::Continuous(&a[j * ad..(j + 1) * ad]),
+                };
+                let r = env.step(a, &mut obs[range.clone()]);
+                ret[j] += r.reward;
+                len[j] += 1;
+                let done = r.terminated || r.truncated;
+                assert_eq!(
+                    step.next_obs[range.clone()],
+                    obs[range.clone()],
+                    "t={t} j={j}"
+                );
+                assert_eq!(step.reward[j], r.reward as f32);
+                assert_eq!(step.terminated[j], r.terminated);
+                assert_eq!(step.truncated[j], r.truncated);
+                assert_eq!(step.done[j], done);
+                assert_eq!(step.is_init[j], done);
+                if done {
+                    ends += 1;
+                    assert_eq!(step.episode_return[j], Some(ret[j]));
+                    assert_eq!(step.episode_length[j], Some(len[j]));
+                    (ret[j], len[j]) = (0.0, 0);
+                    env.reset(
+                        episode_seed(seed, j as u64, episode[j]),
+                        &mut obs[range.clone()],
+                    );
+                    episode[j] += 1;
+                } else {
+                    assert_eq!(step.episode_return[j], None);
+                    assert_eq!(step.episode_length[j], None);
+                }
+                assert_eq!(step.obs[range.clone()], obs[range]);
+            }
+            assert_eq!(venv.obs(), &step.obs[..]);
+            assert_eq!(venv.is_init(), &step.is_init[..]);
+        }
+        assert!(
+            ends > e,
+            "{id}: only {ends} episodes ended in {steps} steps"
+        );
+    }
+
+    #[test]
+    fn cartpole_auto_resets_exactly_at_done() {
+        check_against_shadow("CartPole-v1", 3, 11, 200);
+        check_against_shadow("MaskedCartPole-v1", 2, 12, 200);
+    }
+
+    #[test]
+    fn pendulum_auto_resets_at_truncation() {
+        check_against_shadow("Pendulum-v1", 2, 13, 450);
+    }
+
+    #[test]
+    fn repeat_previous_auto_resets_at_truncation() {
+        check_against_shadow("RepeatPrevious-v0", 3, 14, 120);
+    }
+
+    /// The first `steps` step records of a VecEnv under a fixed action pattern.
+    fn rollout(seed: u64, steps: usize) -> Vec<(Vec<f32>, Vec<f32>, Vec<bool>)> {
+        let mut venv = VecEnv::new("CartPole-v1", 4, seed).unwrap();
+        let first = venv.reset().to_vec();
+        let mut out = vec![(first, vec![], vec![])];
+        for t in 0..steps {
+            let a: Vec<i64> = (0..4).map(|j| ((t / 3 + j) % 2) as i64).collect();
+            let s = venv.step(VecActions::Discrete(&a));
+            out.push((s.obs.clone(), s.reward.clone(), s.done.clone()));
+        }
+        out
+    }
+
+    #[test]
+    fn same_seed_same_stream_different_seed_differs() {
+        assert_eq!(rollout(5, 100), rollout(5, 100));
+        assert_ne!(rollout(5, 100)[0], rollout(6, 100)[0]);
+    }
+
+    #[test]
+    fn repeated_resets_start_new_episodes() {
+        let mut venv = VecEnv::new("Pendulum-v1", 2, 0).unwrap();
+        let a = venv.reset().to_vec();
+        let b = venv.reset().to_vec();
+        assert_ne!(a, b);
+        assert_ne!(a[..3], a[3..], "environments share a seed");
+    }
+
+    #[test]
+    fn errors_name_the_bad_value() {
+        let err = VecEnv::new("CartPole-v1", 0, 0).err().expect("an error");
+        assert_eq!(err.to_string(), "num_envs must be at least 1, got 0");
+        let err = VecEnv::new("Acrobot-v1", 2, 0).err().expect("an error");
+        assert!(err.to_string().contains("\"Acrobot-v1\""), "{err}");
+    }
+
+    #[test]
+    #[should_panic(expected = "step called before reset")]
+    fn step_before_reset_panics() {
+        let mut venv = VecEnv::new("CartPole-v1", 1, 0).unwrap();
+        venv.step(VecActions::Discrete(&[0]));
+    }
+
+    #[test]
+    #[should_panic(expected = "3 discrete actions for 2 environments")]
+    fn wrong_action_count_panics() {
+        let mut venv = VecEnv::new("CartPole-v1", 2, 0).unwrap();
+        venv.reset();
+        venv.step(VecActions::Discrete(&[0, 1, 0]));
+    }
+
+    #[test]
+    #[should_panic(expected = "do not match the action space Discrete(2)")]
+    fn wrong_action_kind_panics() {
+        let mut venv = VecEnv::new("CartPole-v1", 1, 0).unwrap();
+        venv.reset();
+        venv.step(VecActions::Continuous(&[0.0]));
+    }
+
+    #[test]
+    fn vec_env_can_move_to_a_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<VecEnv>();
+    }
+
+    #[test]
+    fn spaces_and_dims() {
+        let venv = VecEnv::new("Pendulum-v1", 3, 0).unwrap();
+        assert_eq!(venv.num_envs(), 3);
+        assert_eq!(venv.obs_dim(), 3);
+        assert_eq!(venv.action_dim(), 1);
+        assert_eq!(
+            venv.action_space(),
+            make("Pendulum-v1").unwrap().action_space()
+        );
+        assert_eq!(venv.id(), "Pendulum-v1");
+    }
+}
