@@ -1,9 +1,10 @@
 //! recur's actor process: a vector of environments, the policy in sequential mode (inference
 //! only) with one recurrent state per environment, and the writer of trajectory chunks.
 //!
-//! The recurrent half of that contract is in place: [`common::recurrent`] gives the
-//! sequential-mode modules and the [`Primer`](common::recurrent::Primer) from which an actor
-//! creates zeroed state at every reset. The environment loop, the `recur-actor` binary and the
-//! chunk writer are built on top of it.
+//! - [`rollout`]: the actor loop ([`Actor`]): init tracking, priming, chunk filling.
+//! - [`check`]: the spec check run at start and by `recur-actor --check-env`.
 
-pub use common::recurrent::{Primer, PrimerEntry};
+pub mod check;
+pub mod rollout;
+
+pub use rollout::{Actor, ActorConfig, ActorError, Episode};

@@ -482,3 +482,212 @@ fn check_shape(
         expected: format!("{want:?} ({layout})"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{cpu_device, Cpu};
+    use crate::recurrent::{set_recurrent_mode, Recompute};
+
+    fn gru(config: RecurrentConfig) -> Result<RecurrentCore<Cpu>, RecurrentError> {
+        RecurrentCore::new(&config, CellKind::Gru, &cpu_device())
+    }
+
+    #[test]
+    fn invalid_configs_name_the_key_and_value() {
+        let err = gru(RecurrentConfig::new(0, 4)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RecurrentError::Config {
+                    key: "input_size",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = gru(RecurrentConfig::new(3, 4)
+            .with_dropout(1.5)
+            .with_num_layers(2))
+        .unwrap_err();
+        assert!(err.to_string().contains("`dropout` = 1.5"), "{err}");
+        let err = gru(RecurrentConfig::new(3, 4).with_dropout(0.2)).unwrap_err();
+        assert!(err.to_string().contains("num_layers >= 2"), "{err}");
+        let err = gru(RecurrentConfig::new(3, 4).with_num_layers(0)).unwrap_err();
+        assert!(err.to_string().contains("num_layers"), "{err}");
+        let err = gru(RecurrentConfig::new(3, 4)
+            .with_backend(RecurrentBackend::Pad)
+            .with_recompute(Recompute::Full))
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("GruModule") && msg.contains("\"pad\"") && msg.contains("\"full\""),
+            "{msg}"
+        );
+        let err = "fused2".parse::<RecurrentBackend>().unwrap_err();
+        assert!(err.to_string().contains("\"fused2\""), "{err}");
+    }
+
+    #[test]
+    fn wrong_shapes_name_the_field() {
+        let core = gru(RecurrentConfig::new(3, 4)).unwrap();
+        let device = cpu_device();
+        let state = core.primer().zeros::<Cpu>(2, &device);
+        let is_init = Tensor::<Cpu, 1, Bool>::from_data([true, false], &device);
+        let err = core
+            .forward(
+                Tensor::zeros([2, 5], &device),
+                is_init.clone(),
+                state.clone(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, RecurrentError::Shape { field: "input", got, .. } if got == &vec![2, 5]),
+            "{err}"
+        );
+        let err = core
+            .forward(
+                Tensor::zeros([2, 3], &device),
+                Tensor::<Cpu, 1, Bool>::from_data([true], &device),
+                state.clone(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RecurrentError::Shape {
+                    field: "is_init",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let lstm_state = RecurrentState::lstm(state.rs_h.clone(), state.rs_h.clone());
+        let err = core
+            .forward(Tensor::zeros([2, 3], &device), is_init, lstm_state)
+            .unwrap_err();
+        assert!(err.to_string().contains("rs_c"), "{err}");
+    }
+
+    #[test]
+    fn load_parameters_checks_names_and_shapes() {
+        let core = gru(RecurrentConfig::new(3, 4)).unwrap();
+        let mut params = core.named_parameters();
+        assert_eq!(
+            core.param_names(),
+            ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"]
+        );
+        // Round trip.
+        let again = gru(RecurrentConfig::new(3, 4))
+            .unwrap()
+            .load_parameters(params.clone())
+            .unwrap();
+        assert_eq!(again.named_parameters(), params);
+        // Wrong shape, unknown name, missing parameter.
+        let wrong = TensorData::new(vec![0.0f32; 12], [12, 1]);
+        let mut bad = params.clone();
+        bad[0].1 = wrong;
+        let err = gru(RecurrentConfig::new(3, 4))
+            .unwrap()
+            .load_parameters(bad)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("weight_ih_l0") && err.to_string().contains("[12, 3]"),
+            "{err}"
+        );
+        let mut bad = params.clone();
+        bad.push(("weight_ih_l1".into(), TensorData::new(vec![0.0f32; 1], [1])));
+        let err = gru(RecurrentConfig::new(3, 4))
+            .unwrap()
+            .load_parameters(bad)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("`weight_ih_l1`: not a parameter"),
+            "{err}"
+        );
+        params.pop();
+        let err = gru(RecurrentConfig::new(3, 4))
+            .unwrap()
+            .load_parameters(params)
+            .unwrap_err();
+        assert!(err.to_string().contains("`bias_hh_l0`: missing"), "{err}");
+    }
+
+    #[test]
+    fn no_bias_means_no_bias_parameters() {
+        let core = gru(RecurrentConfig::new(3, 4)
+            .with_bias(false)
+            .with_num_layers(2))
+        .unwrap();
+        assert_eq!(
+            core.param_names(),
+            [
+                "weight_ih_l0",
+                "weight_hh_l0",
+                "weight_ih_l1",
+                "weight_hh_l1"
+            ]
+        );
+    }
+
+    #[test]
+    fn primer_describes_the_state_entries() {
+        let device = cpu_device();
+        let config = RecurrentConfig::new(3, 4).with_num_layers(2);
+        let lstm = RecurrentCore::<Cpu>::new(&config, CellKind::Lstm, &device).unwrap();
+        let primer = lstm.primer();
+        let keys: Vec<_> = primer.entries.iter().map(|e| e.key).collect();
+        assert_eq!(keys, ["rs_h", "rs_c"]);
+        assert!(primer
+            .entries
+            .iter()
+            .all(|e| e.shape == [2, 4] && e.dtype == DType::F32));
+        let state = primer.zeros::<Cpu>(5, &device);
+        assert_eq!(state.rs_h.dims(), [5, 2, 4]);
+        assert_eq!(state.rs_c.as_ref().unwrap().dims(), [5, 2, 4]);
+        let sum: f32 = state.rs_h.abs().sum().into_scalar();
+        assert_eq!(sum, 0.0);
+        let gru = RecurrentCore::<Cpu>::new(&config, CellKind::Gru, &device).unwrap();
+        assert!(gru.primer().entry("rs_c").is_none());
+        assert!(gru.primer().zeros::<Cpu>(5, &device).rs_c.is_none());
+    }
+
+    /// The module's default mode applies until a guard overrides it; the same flat call then
+    /// means "N environments" or "one sequence of N steps".
+    #[test]
+    fn default_mode_and_guard_change_the_meaning_of_a_flat_call() {
+        let device = cpu_device();
+        let core = gru(RecurrentConfig::new(1, 2)).unwrap();
+        assert_eq!(core.recurrent_mode(), RecurrentMode::Sequential);
+        let recurrent_default =
+            gru(RecurrentConfig::new(1, 2).with_default_recurrent_mode(RecurrentMode::Recurrent))
+                .unwrap();
+        assert_eq!(recurrent_default.recurrent_mode(), RecurrentMode::Recurrent);
+        {
+            let _g = set_recurrent_mode(false);
+            assert_eq!(
+                recurrent_default.recurrent_mode(),
+                RecurrentMode::Sequential
+            );
+        }
+        // Three identical rows, only the first an is_init, zero state: sequentially all three
+        // rows are the same first step; recurrently rows 2 and 3 continue the sequence.
+        let x = Tensor::<Cpu, 2>::ones([3, 1], &device);
+        let flags = Tensor::<Cpu, 1, Bool>::from_data([true, false, false], &device);
+        let state = core.primer().zeros::<Cpu>(3, &device);
+        let seq = core
+            .forward(x.clone(), flags.clone(), state.clone())
+            .unwrap();
+        let v = seq.features.into_data().to_vec::<f32>().unwrap();
+        assert_eq!(v[0..2], v[2..4]);
+        let _g = set_recurrent_mode(RecurrentMode::Recurrent);
+        let rec = core.forward(x, flags, state).unwrap();
+        let w = rec.features.into_data().to_vec::<f32>().unwrap();
+        assert_eq!(w[0..2], v[0..2]);
+        assert_ne!(w[2..4], v[2..4]);
+        // next state only at the segment end (the last row).
+        let next = rec.next.rs_h.into_data().to_vec::<f32>().unwrap();
+        assert!(next[0..4].iter().all(|&x| x == 0.0));
+        assert_eq!(next[4..6], w[4..6]);
+    }
+}

@@ -1,6 +1,7 @@
 //! Benchmarks behind `recur-bench`. Each prints one JSON object per line (a contract: field
 //! names stay stable), so results can be compared across runs and against peers.
 
+pub mod actor;
 pub mod rnn;
 
 use std::time::Duration;

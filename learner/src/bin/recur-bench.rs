@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use common::recurrent::{CellKind, RecurrentBackend};
+use learner::bench::actor::ActorBench;
 use learner::bench::rnn::{Pass, RnnBench};
 
 #[derive(Parser)]
@@ -19,6 +20,49 @@ struct Cli {
 enum Command {
     /// Recurrent-mode LSTM/GRU throughput per backend on TorchRL's anchor workload.
     Rnn(RnnArgs),
+    /// Env-steps/s of one actor on one thread, per env, number of envs and policy cell.
+    Actor(ActorArgs),
+}
+
+#[derive(clap::Args)]
+struct ActorArgs {
+    /// Environments.
+    #[arg(
+        long = "env",
+        value_delimiter = ',',
+        default_value = "CartPole-v1,MaskedCartPole-v1"
+    )]
+    envs: Vec<String>,
+    /// Numbers of environments stepped together (E).
+    #[arg(
+        long = "num-envs",
+        value_delimiter = ',',
+        default_value = "1,16,64,256"
+    )]
+    num_envs: Vec<usize>,
+    /// Policy cells; "none" = random actions without a policy (the env-only ceiling).
+    #[arg(long, value_delimiter = ',', default_value = "lstm,gru,none")]
+    cells: Vec<String>,
+    /// Hidden size of the policy's recurrent core.
+    #[arg(long, default_value_t = 64)]
+    hidden: usize,
+    /// Steps per chunk.
+    #[arg(long, default_value_t = 32)]
+    steps: usize,
+    /// Timed iterations per row (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    iters: usize,
+    /// Minimum seconds per timed iteration.
+    #[arg(long, default_value_t = 0.5)]
+    min_seconds: f64,
+    /// CPU threads [default: 1, one actor thread].
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// A short run: E in {1, 256}, 2 iterations of at least 0.2 s.
+    #[arg(long)]
+    quick: bool,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 #[derive(clap::Args)]
@@ -71,6 +115,44 @@ struct RnnArgs {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Actor(a) => {
+            anyhow::ensure!(
+                a.threads >= 1,
+                "--threads must be at least 1, got {}",
+                a.threads
+            );
+            learner::bench::set_threads(a.threads);
+            let cells = a
+                .cells
+                .iter()
+                .map(|c| match c.as_str() {
+                    "none" => Ok(None),
+                    other => other.parse::<CellKind>().map(Some),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            anyhow::ensure!(
+                a.num_envs.iter().all(|&e| e >= 1),
+                "--num-envs: every E must be at least 1, got {:?}",
+                a.num_envs
+            );
+            let (num_envs, iters, min_seconds) = if a.quick {
+                (vec![1, 256], 2, 0.2)
+            } else {
+                (a.num_envs, a.iters, a.min_seconds)
+            };
+            let bench = ActorBench {
+                envs: a.envs,
+                num_envs,
+                cells,
+                hidden: a.hidden,
+                steps: a.steps,
+                min_time: std::time::Duration::from_secs_f64(min_seconds),
+                iters,
+                threads: a.threads,
+                seed: a.seed,
+            };
+            bench.run(&mut std::io::stdout().lock())?;
+        }
         Command::Rnn(a) => {
             let threads = a
                 .threads

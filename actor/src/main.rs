@@ -1,0 +1,145 @@
+//! `recur-actor`: runs an actor standalone (optionally recording a dataset), or checks an
+//! environment's specs. Attaching to a learner comes with the shared-memory transport.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use actor::check::check_env_specs;
+use actor::rollout::{init_policy, policy_config_for};
+use actor::{Actor, ActorConfig};
+use anyhow::{bail, Context};
+use clap::Parser;
+use common::dataset::DatasetWriter;
+use common::recurrent::CellKind;
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(Parser)]
+#[command(
+    name = "recur-actor",
+    version,
+    about = "recur's actor: environments + sequential-mode recurrent policy -> trajectory chunks"
+)]
+struct Cli {
+    /// Check an environment's specs with a short rollout and exit.
+    #[arg(long, value_name = "ENV", conflicts_with_all = ["env", "record"])]
+    check_env: Option<String>,
+    /// Environment id: CartPole-v1, MaskedCartPole-v1, Pendulum-v1, RepeatPrevious-v0.
+    #[arg(long, default_value = "MaskedCartPole-v1")]
+    env: String,
+    /// Environments stepped together.
+    #[arg(long, default_value_t = 64)]
+    envs: usize,
+    /// Steps per chunk.
+    #[arg(long, default_value_t = 32)]
+    steps: usize,
+    /// Stop after this many environment steps (rounded up to whole chunks).
+    #[arg(long, default_value_t = 100_000)]
+    frames: u64,
+    /// Record the chunks into this (new) dataset directory.
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
+    /// Recurrent cell of the policy.
+    #[arg(long, default_value = "lstm")]
+    cell: CellKind,
+    /// Hidden size of the policy's recurrent core.
+    #[arg(long, default_value_t = 64)]
+    hidden: usize,
+    /// Seeds the environments, the sampling and the initial weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, default_value_t = 0)]
+    actor_id: u32,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if cli.envs == 0 {
+        bail!("--envs must be at least 1, got 0");
+    }
+    let env = cli.check_env.clone().unwrap_or_else(|| cli.env.clone());
+    let policy_config = policy_config_for(&env)?
+        .with_cell(cli.cell)
+        .with_hidden_size(cli.hidden);
+    let policy = init_policy(&policy_config, cli.seed).context("building the policy")?;
+
+    // The spec check runs before every actor start, and alone with --check-env.
+    let report = check_env_specs(
+        &env,
+        policy.clone(),
+        cli.envs.min(8),
+        cli.steps.min(64),
+        4,
+        cli.seed,
+    )?;
+    if cli.check_env.is_some() {
+        println!(
+            "{}: spec check passed ({} envs x {} steps x {} chunks, {} episodes ended; fields: {})",
+            report.env,
+            report.envs,
+            report.steps,
+            report.chunks,
+            report.episodes_finished,
+            report.fields.join(", ")
+        );
+        return Ok(());
+    }
+
+    let config = ActorConfig {
+        env: env.clone(),
+        num_envs: cli.envs,
+        steps: cli.steps,
+        seed: cli.seed,
+        actor_id: cli.actor_id,
+        incarnation: 0,
+    };
+    let mut actor = Actor::new(config, policy)?;
+    let mut writer = match &cli.record {
+        Some(dir) => Some(DatasetWriter::create(dir, &env, actor.schema())?),
+        None => None,
+    };
+    let per_chunk = (cli.envs * cli.steps) as u64;
+    let chunks = cli.frames.div_ceil(per_chunk);
+    let bar = ProgressBar::new(chunks * per_chunk);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} frames {per_sec} {msg}")
+            .expect("valid template"),
+    );
+    let start = Instant::now();
+    let (mut episodes, mut return_sum, mut recent) = (0u64, 0.0f64, Vec::new());
+    for _ in 0..chunks {
+        let chunk = actor.collect()?;
+        if let Some(w) = &mut writer {
+            w.append(&chunk)?;
+        }
+        for ep in actor.take_finished() {
+            episodes += 1;
+            return_sum += ep.ret;
+            recent.push(ep.ret);
+        }
+        if recent.len() > 100 {
+            recent.drain(..recent.len() - 100);
+        }
+        let mean = if recent.is_empty() {
+            f64::NAN
+        } else {
+            recent.iter().sum::<f64>() / recent.len() as f64
+        };
+        bar.set_message(format!(
+            "episodes {episodes} mean return (last 100) {mean:.2}"
+        ));
+        bar.inc(per_chunk);
+    }
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    let frames = chunks * per_chunk;
+    println!(
+        "{env}: {frames} frames in {secs:.1} s ({:.0} frames/s), {episodes} episodes, mean return {:.3}{}",
+        frames as f64 / secs,
+        if episodes > 0 { return_sum / episodes as f64 } else { f64::NAN },
+        match (&cli.record, &writer) {
+            (Some(dir), Some(w)) => format!(", recorded {} chunks ({} bytes) to {}", w.chunks_written(), w.bytes_written(), dir.display()),
+            _ => String::new(),
+        }
+    );
+    Ok(())
+}

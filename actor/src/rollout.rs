@@ -1,0 +1,385 @@
+//! The actor loop: `E` environments, the policy in sequential mode (inference only, no
+//! autodiff), one recurrent state per environment, `T` steps per [`Chunk`].
+//!
+//! Init tracking and priming are not optional wiring: the actor writes `is_init` (true at the
+//! first step after every reset) and replaces an environment's recurrent state with the
+//! policy's [`Primer`](common::recurrent::Primer) zeros at every reset, because the policy
+//! contains a recurrent core. Between steps it copies `("next", state)` to `state`. It never
+//! touches the recurrent mode: its thread stays in the sequential default.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Tensor, TensorData};
+use common::backend::{cpu_device, Cpu};
+use common::chunk::{traj_id, ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSchema};
+use common::envs::{EnvError, Space, VecActions, VecEnv};
+use common::policy::dist::{sample_categorical, sample_squashed_gaussian};
+use common::policy::{ActionSpec, Policy, PolicyConfig};
+use common::recurrent::{current_recurrent_mode, RecurrentError, RecurrentMode};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// What an actor runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActorConfig {
+    /// Environment id (see [`common::envs::ENV_IDS`]).
+    pub env: String,
+    /// Environments stepped together (`E`).
+    pub num_envs: usize,
+    /// Steps per chunk (`T`).
+    pub steps: usize,
+    /// Seeds the environments and the action sampling.
+    pub seed: u64,
+    pub actor_id: u32,
+    pub incarnation: u32,
+}
+
+/// Why an actor cannot start or step.
+#[derive(Debug, thiserror::Error)]
+pub enum ActorError {
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error(transparent)]
+    Policy(#[from] RecurrentError),
+    #[error("actor config: `{key}` = {value} is invalid: {expected}")]
+    Config {
+        key: &'static str,
+        value: String,
+        expected: String,
+    },
+    #[error("the policy does not fit environment {env}: {what}")]
+    Mismatch { env: String, what: String },
+    #[error("an actor runs in sequential mode, but this thread was switched to recurrent mode")]
+    RecurrentMode,
+}
+
+/// The policy's action spec for an environment's action space.
+pub fn action_spec(space: &Space) -> ActionSpec {
+    match space {
+        Space::Discrete { n } => ActionSpec::Discrete { n: *n },
+        Space::Box { low, high } => ActionSpec::Continuous {
+            low: low.clone(),
+            high: high.clone(),
+        },
+    }
+}
+
+/// A policy config fitted to environment `env` (observation and action spaces).
+pub fn policy_config_for(env: &str) -> Result<PolicyConfig, EnvError> {
+    let probe = VecEnv::new(env, 1, 0)?;
+    Ok(PolicyConfig::new(
+        probe.obs_dim(),
+        action_spec(&probe.action_space()),
+    ))
+}
+
+/// A finished episode.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Episode {
+    pub env: usize,
+    pub ret: f64,
+    pub length: u64,
+}
+
+/// One actor: environments, policy, per-environment recurrent state.
+pub struct Actor {
+    config: ActorConfig,
+    env: VecEnv,
+    policy: Policy<Cpu>,
+    policy_version: u64,
+    schema: ChunkSchema,
+    /// What the policy sees at the current step, `[E, D]`.
+    obs: Vec<f32>,
+    /// `[E]`: the current step is an episode start.
+    is_init: Vec<bool>,
+    /// The recurrent state fed to the policy at the current step, `[E, L, H]`.
+    rs_h: Vec<f32>,
+    rs_c: Option<Vec<f32>>,
+    episode: Vec<u64>,
+    rng: StdRng,
+    seq: u64,
+    finished: Vec<Episode>,
+    // Per-step scratch.
+    discrete: Vec<i64>,
+    continuous: Vec<f32>,
+    eps: Vec<f32>,
+}
+
+impl Actor {
+    /// Starts `config.num_envs` environments (all at an episode start) with `policy`.
+    pub fn new(config: ActorConfig, policy: Policy<Cpu>) -> Result<Self, ActorError> {
+        let bad = |key, value: String, expected: &str| ActorError::Config {
+            key,
+            value,
+            expected: expected.into(),
+        };
+        if config.steps == 0 {
+            return Err(bad("steps", "0".into(), "at least 1 step per chunk"));
+        }
+        if config.num_envs > 65536 {
+            return Err(bad(
+                "num_envs",
+                config.num_envs.to_string(),
+                "at most 65536",
+            ));
+        }
+        if config.actor_id >= 2048 {
+            return Err(bad("actor_id", config.actor_id.to_string(), "below 2048"));
+        }
+        let mut env = VecEnv::new(&config.env, config.num_envs, config.seed)?;
+        let pc = policy.config();
+        if pc.obs_dim != env.obs_dim() {
+            return Err(ActorError::Mismatch {
+                env: config.env.clone(),
+                what: format!(
+                    "policy obs_dim = {}, observation space has {}",
+                    pc.obs_dim,
+                    env.obs_dim()
+                ),
+            });
+        }
+        let wanted = action_spec(&env.action_space());
+        if pc.action != wanted {
+            return Err(ActorError::Mismatch {
+                env: config.env.clone(),
+                what: format!(
+                    "policy action = {:?}, action space is {:?}",
+                    pc.action, wanted
+                ),
+            });
+        }
+        let schema = ChunkSchema {
+            envs: config.num_envs,
+            steps: config.steps,
+            obs_dim: env.obs_dim(),
+            action: match &wanted {
+                ActionSpec::Discrete { .. } => ActionKind::Discrete,
+                ActionSpec::Continuous { low, .. } => ActionKind::Continuous { dim: low.len() },
+            },
+            cell: policy.core.cell(),
+            num_layers: policy.core.num_layers(),
+            hidden_size: policy.core.hidden_size(),
+        };
+        let obs = env.reset().to_vec();
+        let e = config.num_envs;
+        let state_len = e * schema.num_layers * schema.hidden_size;
+        let primer = policy.core.primer();
+        let zeros = |key: &str| primer.entry(key).map(|_| vec![0.0f32; state_len]);
+        Ok(Actor {
+            rng: StdRng::seed_from_u64(config.seed ^ 0x5eed_ac70),
+            is_init: vec![true; e],
+            rs_h: zeros("rs_h").expect("every primer declares rs_h"),
+            rs_c: zeros("rs_c"),
+            episode: vec![0; e],
+            discrete: vec![0; e],
+            continuous: vec![0.0; e * schema.action_dim()],
+            eps: vec![0.0; schema.action_dim()],
+            finished: Vec::new(),
+            seq: 0,
+            policy_version: 0,
+            config,
+            env,
+            policy,
+            schema,
+            obs,
+        })
+    }
+
+    pub fn schema(&self) -> &ChunkSchema {
+        &self.schema
+    }
+
+    pub fn config(&self) -> &ActorConfig {
+        &self.config
+    }
+
+    pub fn policy(&self) -> &Policy<Cpu> {
+        &self.policy
+    }
+
+    pub fn policy_version(&self) -> u64 {
+        self.policy_version
+    }
+
+    /// Adopts new weights; call between chunks, so every chunk is produced by one version.
+    pub fn set_policy(&mut self, policy: Policy<Cpu>, version: u64) {
+        self.policy = policy;
+        self.policy_version = version;
+    }
+
+    /// Episodes finished since the last call.
+    pub fn take_finished(&mut self) -> Vec<Episode> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Collects the next chunk: `T` steps of every environment.
+    pub fn collect(&mut self) -> Result<Chunk, ActorError> {
+        if current_recurrent_mode() == Some(RecurrentMode::Recurrent) {
+            return Err(ActorError::RecurrentMode);
+        }
+        let s = self.schema.clone();
+        let (e, t_len, d, lh) = (s.envs, s.steps, s.obs_dim, s.num_layers * s.hidden_size);
+        let meta = ChunkMeta {
+            actor_id: self.config.actor_id,
+            incarnation: self.config.incarnation,
+            seq: self.seq,
+            policy_version: self.policy_version,
+            schema_hash: s.hash(),
+            envs: e as u32,
+            steps: t_len as u32,
+            payload_len: s.payload_len() as u64,
+            payload_crc32: 0,
+        };
+        let mut chunk = Chunk::zeros(&s, meta);
+        for t in 0..t_len {
+            let step = self.policy_step()?;
+            // Record what the policy saw and did at (env, t).
+            for env in 0..e {
+                let p = env * t_len + t;
+                chunk.observation[p * d..(p + 1) * d]
+                    .copy_from_slice(&self.obs[env * d..(env + 1) * d]);
+                chunk.is_init[p] = self.is_init[env] as u8;
+                chunk.rs_h[p * lh..(p + 1) * lh]
+                    .copy_from_slice(&self.rs_h[env * lh..(env + 1) * lh]);
+                if let (Some(dst), Some(src)) = (&mut chunk.rs_c, &self.rs_c) {
+                    dst[p * lh..(p + 1) * lh].copy_from_slice(&src[env * lh..(env + 1) * lh]);
+                }
+                chunk.sample_log_prob[p] = step.log_prob[env];
+                chunk.state_value[p] = step.value[env];
+                chunk.traj_ids[p] = traj_id(
+                    self.config.actor_id,
+                    self.config.incarnation,
+                    env,
+                    self.episode[env],
+                );
+                match &mut chunk.action {
+                    ActionColumn::Discrete(a) => a[p] = self.discrete[env],
+                    ActionColumn::Continuous(a) => {
+                        let k = s.action_dim();
+                        a[p * k..(p + 1) * k]
+                            .copy_from_slice(&self.continuous[env * k..(env + 1) * k]);
+                    }
+                }
+            }
+            let actions = match s.action {
+                ActionKind::Discrete => VecActions::Discrete(&self.discrete),
+                ActionKind::Continuous { .. } => VecActions::Continuous(&self.continuous),
+            };
+            let out = self.env.step(actions);
+            for env in 0..e {
+                let p = env * t_len + t;
+                chunk.next_observation[p * d..(p + 1) * d]
+                    .copy_from_slice(&out.next_obs[env * d..(env + 1) * d]);
+                chunk.next_reward[p] = out.reward[env];
+                chunk.next_terminated[p] = out.terminated[env] as u8;
+                chunk.next_truncated[p] = out.truncated[env] as u8;
+                chunk.next_done[p] = out.done[env] as u8;
+                if out.done[env] {
+                    self.finished.push(Episode {
+                        env,
+                        ret: out.episode_return[env].unwrap_or(f64::NAN),
+                        length: out.episode_length[env].unwrap_or(0),
+                    });
+                    self.episode[env] += 1;
+                }
+            }
+            // ("next", state) -> state; the primer's zeros where an episode restarts.
+            self.rs_h.copy_from_slice(&step.next_h);
+            if let (Some(c), Some(next_c)) = (&mut self.rs_c, &step.next_c) {
+                c.copy_from_slice(next_c);
+            }
+            for env in (0..e).filter(|&env| out.is_init[env]) {
+                self.rs_h[env * lh..(env + 1) * lh].fill(0.0);
+                if let Some(c) = &mut self.rs_c {
+                    c[env * lh..(env + 1) * lh].fill(0.0);
+                }
+            }
+            self.obs.copy_from_slice(&out.obs);
+            self.is_init.copy_from_slice(&out.is_init);
+        }
+        self.seq += 1;
+        Ok(chunk)
+    }
+
+    /// One sequential-mode policy call on every environment; samples the actions into the
+    /// scratch buffers.
+    fn policy_step(&mut self) -> Result<StepOut, ActorError> {
+        let s = &self.schema;
+        let (e, l, h) = (s.envs, s.num_layers, s.hidden_size);
+        let device = cpu_device();
+        let obs =
+            Tensor::<Cpu, 2>::from_data(TensorData::new(self.obs.clone(), [e, s.obs_dim]), &device);
+        let is_init =
+            Tensor::<Cpu, 1, Bool>::from_data(TensorData::new(self.is_init.clone(), [e]), &device);
+        let state_tensor = |v: &Vec<f32>| {
+            Tensor::<Cpu, 3>::from_data(TensorData::new(v.clone(), [e, l, h]), &device)
+        };
+        let state = common::recurrent::RecurrentState {
+            rs_h: state_tensor(&self.rs_h),
+            rs_c: self.rs_c.as_ref().map(state_tensor),
+        };
+        let out = self.policy.forward(obs, is_init, state)?;
+        let head = host(out.head);
+        let value = host(out.value);
+        let next_h = host(out.next.rs_h);
+        let next_c = out.next.rs_c.map(host);
+        let k = head.len() / e;
+        let mut log_prob = vec![0.0f32; e];
+        match self.policy.action() {
+            ActionSpec::Discrete { .. } => {
+                for env in 0..e {
+                    let (a, lp) =
+                        sample_categorical(&head[env * k..(env + 1) * k], self.rng.random::<f32>());
+                    self.discrete[env] = a as i64;
+                    log_prob[env] = lp;
+                }
+            }
+            ActionSpec::Continuous { low, high } => {
+                let a = low.len();
+                for env in 0..e {
+                    for x in self.eps.iter_mut() {
+                        *x = standard_normal(&mut self.rng);
+                    }
+                    log_prob[env] = sample_squashed_gaussian(
+                        &head[env * k..(env + 1) * k],
+                        &self.eps,
+                        low,
+                        high,
+                        &mut self.continuous[env * a..(env + 1) * a],
+                    );
+                }
+            }
+        }
+        Ok(StepOut {
+            log_prob,
+            value,
+            next_h,
+            next_c,
+        })
+    }
+}
+
+struct StepOut {
+    log_prob: Vec<f32>,
+    value: Vec<f32>,
+    next_h: Vec<f32>,
+    next_c: Option<Vec<f32>>,
+}
+
+fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .expect("f32 data")
+}
+
+/// A standard normal draw (Box-Muller).
+fn standard_normal(rng: &mut StdRng) -> f32 {
+    let u1: f64 = 1.0 - rng.random::<f64>(); // (0, 1]
+    let u2: f64 = rng.random::<f64>();
+    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+}
+
+/// A policy for `env` with `config`'s architecture, initialised deterministically from `seed`.
+pub fn init_policy(config: &PolicyConfig, seed: u64) -> Result<Policy<Cpu>, RecurrentError> {
+    config.init_seeded::<Cpu>(seed, &cpu_device())
+}

@@ -1,0 +1,281 @@
+//! The actor's contract: init tracking and priming are automatic, the state is carried
+//! exactly, and replaying its chunks in recurrent mode reproduces what it computed.
+
+use actor::check::{next_states, Checker};
+use actor::rollout::{init_policy, policy_config_for};
+use actor::{Actor, ActorConfig};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+use common::backend::{cpu_device, Cpu};
+use common::chunk::{ActionColumn, Chunk};
+use common::policy::dist::{categorical_log_prob, squashed_gaussian_log_prob_tensor};
+use common::policy::ActionSpec;
+use common::recurrent::{set_recurrent_mode, CellKind, RecurrentMode, RecurrentState};
+
+fn actor(env: &str, cell: CellKind, envs: usize, steps: usize, seed: u64) -> Actor {
+    let config = policy_config_for(env)
+        .unwrap()
+        .with_cell(cell)
+        .with_hidden_size(16);
+    let policy = init_policy(&config, seed).unwrap();
+    let config = ActorConfig {
+        env: env.into(),
+        num_envs: envs,
+        steps,
+        seed,
+        actor_id: 3,
+        incarnation: 1,
+    };
+    Actor::new(config, policy).unwrap()
+}
+
+const CASES: [(&str, CellKind); 4] = [
+    ("CartPole-v1", CellKind::Lstm),
+    ("MaskedCartPole-v1", CellKind::Gru),
+    ("Pendulum-v1", CellKind::Lstm),
+    ("RepeatPrevious-v0", CellKind::Gru),
+];
+
+#[test]
+fn every_field_passes_the_spec_check_across_chunks() {
+    for (env, cell) in CASES {
+        let mut a = actor(env, cell, 5, 40, 11);
+        let mut checker = Checker::new(&a);
+        let mut dones = 0;
+        for _ in 0..8 {
+            let chunk = a.collect().unwrap();
+            dones += chunk.next_done.iter().filter(|&&d| d == 1).count();
+            checker.check(&a, &chunk).unwrap_or_else(|e| panic!("{e}"));
+        }
+        if env != "Pendulum-v1" {
+            // Resets inside chunks were exercised (Pendulum's 200-step limit ends at 320).
+            assert!(dones > 5, "{env}: only {dones} episodes ended");
+        }
+    }
+}
+
+/// Each kind of corruption is caught and named.
+#[test]
+fn the_checker_names_the_field_that_breaks_its_spec() {
+    let mut a = actor("CartPole-v1", CellKind::Lstm, 3, 30, 5);
+    let good = a.collect().unwrap();
+    let check = |mutate: &dyn Fn(&mut Chunk)| {
+        let mut c = good.clone();
+        mutate(&mut c);
+        Checker::new(&a).check(&a, &c).unwrap_err()
+    };
+    let lh = 16;
+    let err = check(&|c| c.is_init[0] = 0);
+    assert_eq!(err.field, "is_init");
+    let err = check(&|c| c.rs_h[3] = 0.5); // step 0 of env 0 is an episode start
+    assert_eq!(err.field, "rs_h");
+    assert!(err.expected.contains("zeros"), "{err}");
+    let err = check(&|c| c.rs_h[lh + 2] += 0.25); // step 1 must carry step 0's next state
+    assert_eq!((err.field.as_str(), err.step), ("rs_h", 1));
+    let err = check(&|c| {
+        if let ActionColumn::Discrete(a) = &mut c.action {
+            a[4] = 2
+        }
+    });
+    assert_eq!((err.field.as_str(), err.observed.as_str()), ("action", "2"));
+    let err = check(&|c| c.observation[0] = 9.0); // |x| > 4.8
+    assert_eq!(err.field, "observation");
+    let err = check(&|c| c.next_done[7] = 1 - c.next_done[7]);
+    assert_eq!(err.field, "next.done");
+    let err = check(&|c| c.traj_ids[5] += 1);
+    assert_eq!(err.field, "collector.traj_ids");
+    let err = check(&|c| c.state_value[2] = f32::INFINITY);
+    assert!(err.observed.contains("state_value"), "{err}");
+}
+
+/// Replaying chunks through the same network in recurrent mode ([E, T] from the stored
+/// states; later chunks start mid-episode) reproduces the actor's log-probs, values and
+/// features: the sequential/recurrent equivalence end to end.
+#[test]
+fn recurrent_replay_reproduces_what_the_actor_computed() {
+    for (env, cell) in CASES {
+        let mut a = actor(env, cell, 4, 25, 21);
+        let s = a.schema().clone();
+        let (e, t, d, l, h) = (s.envs, s.steps, s.obs_dim, s.num_layers, s.hidden_size);
+        let device = cpu_device();
+        for _ in 0..3 {
+            let chunk = a.collect().unwrap();
+            let policy = a.policy();
+            // Sequential reference: every (env, t) as one step from its stored state; the
+            // chunk's carry is checked by the spec check, so these are the actor's features.
+            let sequential_features = {
+                let n = e * t;
+                let out = policy
+                    .forward(
+                        Tensor::from_data(
+                            TensorData::new(chunk.observation.clone(), [n, d]),
+                            &device,
+                        ),
+                        Tensor::<Cpu, 1, Bool>::from_data(
+                            TensorData::new(
+                                chunk.is_init.iter().map(|&x| x == 1).collect::<Vec<_>>(),
+                                [n],
+                            ),
+                            &device,
+                        ),
+                        RecurrentState {
+                            rs_h: Tensor::from_data(
+                                TensorData::new(chunk.rs_h.clone(), [n, l, h]),
+                                &device,
+                            ),
+                            rs_c: chunk
+                                .rs_c
+                                .clone()
+                                .map(|c| Tensor::from_data(TensorData::new(c, [n, l, h]), &device)),
+                        },
+                    )
+                    .unwrap();
+                out.features.into_data().to_vec::<f32>().unwrap()
+            };
+            let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
+            let state = |v: &Vec<f32>| {
+                Tensor::<Cpu, 4>::from_data(TensorData::new(v.clone(), [e, t, l, h]), &device)
+            };
+            let out = policy
+                .forward_batch(
+                    Tensor::from_data(
+                        TensorData::new(chunk.observation.clone(), [e, t, d]),
+                        &device,
+                    ),
+                    Tensor::<Cpu, 2, Bool>::from_data(
+                        TensorData::new(
+                            chunk.is_init.iter().map(|&x| x == 1).collect::<Vec<_>>(),
+                            [e, t],
+                        ),
+                        &device,
+                    ),
+                    RecurrentState {
+                        rs_h: state(&chunk.rs_h),
+                        rs_c: chunk.rs_c.as_ref().map(state),
+                    },
+                )
+                .unwrap();
+            let close = |what: &str, got: &[f32], want: &[f32]| {
+                assert_eq!(got.len(), want.len());
+                let (i, worst) = got
+                    .iter()
+                    .zip(want)
+                    .map(|(g, w)| (g - w).abs())
+                    .enumerate()
+                    .fold((0, 0.0f32), |m, (i, d)| if d > m.1 { (i, d) } else { m });
+                assert!(
+                    worst <= 1e-5,
+                    "{env}/{cell:?}: {what}[{i}] = {} vs the actor's {}: differs by {worst}",
+                    got[i],
+                    want[i]
+                );
+            };
+            close(
+                "features",
+                &out.features.into_data().to_vec::<f32>().unwrap(),
+                &sequential_features,
+            );
+            close(
+                "state_value",
+                &out.value.clone().into_data().to_vec::<f32>().unwrap(),
+                &chunk.state_value,
+            );
+            let log_prob = match (&chunk.action, policy.action()) {
+                (ActionColumn::Discrete(acts), ActionSpec::Discrete { .. }) => {
+                    let idx = Tensor::<Cpu, 3, Int>::from_data(
+                        TensorData::new(acts.clone(), [e, t, 1]),
+                        &device,
+                    );
+                    categorical_log_prob(out.head, idx)
+                }
+                (ActionColumn::Continuous(acts), ActionSpec::Continuous { low, high }) => {
+                    let at = Tensor::<Cpu, 3>::from_data(
+                        TensorData::new(acts.clone(), [e, t, low.len()]),
+                        &device,
+                    );
+                    squashed_gaussian_log_prob_tensor(out.head, at, low, high)
+                }
+                _ => unreachable!(),
+            };
+            close(
+                "sample_log_prob",
+                &log_prob.into_data().to_vec::<f32>().unwrap(),
+                &chunk.sample_log_prob,
+            );
+        }
+    }
+}
+
+/// Within an episode the stored state at step t is ("next", state) of step t - 1, across
+/// chunk boundaries too; at every is_init the policy saw exactly zeros.
+#[test]
+fn the_state_is_carried_and_zeroed_exactly_at_resets() {
+    let mut a = actor("MaskedCartPole-v1", CellKind::Lstm, 6, 20, 9);
+    let (e, t, lh) = (6, 20, 16);
+    let mut last: Vec<Option<actor::check::HostState>> = vec![None; e];
+    let mut resets_seen = 0;
+    for _ in 0..6 {
+        let chunk = a.collect().unwrap();
+        let nexts = next_states(a.policy(), &chunk, e, t);
+        for (env, carried) in last.iter_mut().enumerate() {
+            for step in 0..t {
+                let p = env * t + step;
+                let h = &chunk.rs_h[p * lh..(p + 1) * lh];
+                let c = &chunk.rs_c.as_ref().unwrap()[p * lh..(p + 1) * lh];
+                if chunk.is_init[p] == 1 {
+                    resets_seen += 1;
+                    assert!(
+                        h.iter().chain(c).all(|&x| x == 0.0),
+                        "non-zero state at an is_init step"
+                    );
+                } else {
+                    let (ph, pc) = carried.clone().expect("a previous step");
+                    assert_eq!(
+                        h,
+                        &ph[..],
+                        "rs_h at env {env} step {step} is not the carried state"
+                    );
+                    assert_eq!(c, &pc.unwrap()[..]);
+                }
+                *carried = Some(nexts[p].clone());
+            }
+        }
+    }
+    assert!(
+        resets_seen > e,
+        "episodes restarted inside the rollout ({resets_seen} is_init steps)"
+    );
+}
+
+#[test]
+fn collection_is_deterministic_for_a_seed() {
+    let run = |seed| {
+        let mut a = actor("CartPole-v1", CellKind::Gru, 3, 16, seed);
+        (0..3).map(|_| a.collect().unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(run(4), run(4));
+    assert_ne!(run(4), run(5));
+}
+
+#[test]
+fn a_policy_that_does_not_fit_the_env_is_refused() {
+    let config = policy_config_for("CartPole-v1").unwrap();
+    let policy = init_policy(&config, 0).unwrap();
+    let err = Actor::new(
+        ActorConfig {
+            env: "Pendulum-v1".into(),
+            num_envs: 2,
+            steps: 4,
+            seed: 0,
+            actor_id: 0,
+            incarnation: 0,
+        },
+        policy,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        err.contains("Pendulum-v1") && err.contains("obs_dim = 4"),
+        "{err}"
+    );
+}

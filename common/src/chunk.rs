@@ -1,0 +1,769 @@
+//! The trajectory chunk: `T` steps of `E` environments, the unit that crosses processes (shared
+//! memory, TCP, dataset files) with one encoding.
+//!
+//! # Fields (columnar, row-major `[E, T, ...]`, little-endian)
+//!
+//! | key | dtype | per step |
+//! | --- | --- | --- |
+//! | `observation` | f32 | `[obs_dim]` |
+//! | `action` | i64 (discrete) / f32 (box) | `[]` / `[action_dim]` |
+//! | `sample_log_prob` | f32 | `[]` |
+//! | `state_value` | f32 | `[]` |
+//! | `is_init` | u8 | `[]` |
+//! | `rs_h` | f32 | `[L, H]` (the state fed to the policy at that step) |
+//! | `rs_c` | f32 | `[L, H]` (LSTM only) |
+//! | `next.observation` | f32 | `[obs_dim]` |
+//! | `next.reward` | f32 | `[]` |
+//! | `next.terminated`, `next.truncated`, `next.done` | u8 | `[]` |
+//! | `collector.traj_ids` | i64 | `[]` (see [`traj_id`]) |
+//!
+//! # Encoding
+//!
+//! ```text
+//! offset  size  what
+//! 0       8     magic b"RECURCK1"
+//! 8       4     layout version (u32 LE) = 1
+//! 12      4     header length HL (u32 LE)
+//! 16      HL    header: ChunkMeta, bincode with fixed-width little-endian integers
+//! 16+HL   P     payload: the columns above in that order, P = meta.payload_len
+//! ```
+//!
+//! `meta.payload_crc32` is the CRC-32 (IEEE) of the payload. Decoding checks the magic, the
+//! version, every length against the buffer, the schema hash and the checksum, and rejects
+//! NaN/Inf in float columns naming the field.
+
+use serde::{Deserialize, Serialize};
+
+use crate::recurrent::CellKind;
+
+pub const CHUNK_MAGIC: [u8; 8] = *b"RECURCK1";
+pub const LAYOUT_VERSION: u32 = 1;
+/// Bytes before the header: magic, version, header length.
+pub const PREFIX_LEN: usize = 16;
+
+/// How actions are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    /// One `i64` index per step.
+    Discrete,
+    /// `dim` floats per step.
+    Continuous { dim: usize },
+}
+
+/// The fixed layout of a run's chunks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChunkSchema {
+    /// Environments per chunk (`E`).
+    pub envs: usize,
+    /// Steps per chunk (`T`).
+    pub steps: usize,
+    pub obs_dim: usize,
+    pub action: ActionKind,
+    pub cell: CellKind,
+    pub num_layers: usize,
+    pub hidden_size: usize,
+}
+
+/// Element type of a column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColumnType {
+    F32,
+    I64,
+    U8,
+}
+
+impl ColumnType {
+    pub fn size(self) -> usize {
+        match self {
+            ColumnType::F32 => 4,
+            ColumnType::I64 => 8,
+            ColumnType::U8 => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnType::F32 => "f32",
+            ColumnType::I64 => "i64",
+            ColumnType::U8 => "u8",
+        }
+    }
+}
+
+/// One column of the schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldSpec {
+    pub key: &'static str,
+    pub dtype: ColumnType,
+    /// Shape of one step's entry.
+    pub per_step: Vec<usize>,
+}
+
+impl FieldSpec {
+    /// Elements per step.
+    pub fn step_len(&self) -> usize {
+        self.per_step.iter().product()
+    }
+}
+
+impl ChunkSchema {
+    pub fn action_dim(&self) -> usize {
+        match self.action {
+            ActionKind::Discrete => 1,
+            ActionKind::Continuous { dim } => dim,
+        }
+    }
+
+    /// The columns, in encoding order.
+    pub fn fields(&self) -> Vec<FieldSpec> {
+        let f = |key, dtype, per_step: &[usize]| FieldSpec {
+            key,
+            dtype,
+            per_step: per_step.to_vec(),
+        };
+        let state = [self.num_layers, self.hidden_size];
+        let mut out = vec![f("observation", ColumnType::F32, &[self.obs_dim])];
+        out.push(match self.action {
+            ActionKind::Discrete => f("action", ColumnType::I64, &[]),
+            ActionKind::Continuous { dim } => f("action", ColumnType::F32, &[dim]),
+        });
+        out.extend([
+            f("sample_log_prob", ColumnType::F32, &[]),
+            f("state_value", ColumnType::F32, &[]),
+            f("is_init", ColumnType::U8, &[]),
+            f("rs_h", ColumnType::F32, &state),
+        ]);
+        if self.cell.has_cell_state() {
+            out.push(f("rs_c", ColumnType::F32, &state));
+        }
+        out.extend([
+            f("next.observation", ColumnType::F32, &[self.obs_dim]),
+            f("next.reward", ColumnType::F32, &[]),
+            f("next.terminated", ColumnType::U8, &[]),
+            f("next.truncated", ColumnType::U8, &[]),
+            f("next.done", ColumnType::U8, &[]),
+            f("collector.traj_ids", ColumnType::I64, &[]),
+        ]);
+        out
+    }
+
+    /// Steps in a chunk, `E * T`.
+    pub fn frames(&self) -> usize {
+        self.envs * self.steps
+    }
+
+    /// Bytes of an encoded payload.
+    pub fn payload_len(&self) -> usize {
+        self.fields()
+            .iter()
+            .map(|f| f.step_len() * f.dtype.size() * self.frames())
+            .sum()
+    }
+
+    /// A stable 64-bit hash of the layout (FNV-1a over its canonical description), stamped
+    /// into every chunk so that a reader never decodes a chunk of another layout.
+    pub fn hash(&self) -> u64 {
+        let mut text = format!("v{LAYOUT_VERSION};E={};T={};", self.envs, self.steps);
+        for f in self.fields() {
+            text.push_str(&format!("{}:{}:{:?};", f.key, f.dtype.name(), f.per_step));
+        }
+        text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
+}
+
+/// Per-chunk metadata (the encoded header).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkMeta {
+    pub actor_id: u32,
+    /// Incremented each time the supervisor restarts the actor.
+    pub incarnation: u32,
+    /// Per actor incarnation, from 0, without gaps.
+    pub seq: u64,
+    /// The policy version that produced every step of the chunk.
+    pub policy_version: u64,
+    pub schema_hash: u64,
+    pub envs: u32,
+    pub steps: u32,
+    pub payload_len: u64,
+    pub payload_crc32: u32,
+}
+
+/// Actions of a chunk.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ActionColumn {
+    /// `[E, T]`
+    Discrete(Vec<i64>),
+    /// `[E, T, action_dim]`
+    Continuous(Vec<f32>),
+}
+
+/// One trajectory chunk, columns row-major `[E, T, ...]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chunk {
+    pub meta: ChunkMeta,
+    pub observation: Vec<f32>,
+    pub action: ActionColumn,
+    pub sample_log_prob: Vec<f32>,
+    pub state_value: Vec<f32>,
+    pub is_init: Vec<u8>,
+    pub rs_h: Vec<f32>,
+    pub rs_c: Option<Vec<f32>>,
+    pub next_observation: Vec<f32>,
+    pub next_reward: Vec<f32>,
+    pub next_terminated: Vec<u8>,
+    pub next_truncated: Vec<u8>,
+    pub next_done: Vec<u8>,
+    pub traj_ids: Vec<i64>,
+}
+
+/// What is wrong with an encoded chunk or a chunk's contents.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ChunkError {
+    #[error("chunk: bad magic {0:02x?} (expected \"RECURCK1\")")]
+    Magic([u8; 8]),
+    #[error("chunk: layout version {got}, this build reads {LAYOUT_VERSION}")]
+    Version { got: u32 },
+    #[error("chunk: {what} needs {need} bytes at offset {offset}, but the buffer holds {len}")]
+    Bounds {
+        what: &'static str,
+        offset: usize,
+        need: usize,
+        len: usize,
+    },
+    #[error("chunk: header does not decode: {0}")]
+    Header(String),
+    #[error("chunk: schema hash {got:#018x} differs from this run's {expected:#018x}")]
+    Schema { got: u64, expected: u64 },
+    #[error("chunk: header says {field} = {got}, the schema says {expected}")]
+    Layout {
+        field: &'static str,
+        got: u64,
+        expected: u64,
+    },
+    #[error("chunk: payload checksum {got:#010x} differs from the header's {expected:#010x}")]
+    Checksum { got: u32, expected: u32 },
+    #[error("chunk: `{field}` holds {value} at element {index} (finite values only)")]
+    NonFinite {
+        field: &'static str,
+        index: usize,
+        value: f32,
+    },
+    #[error("chunk: `{field}` has {got} elements, the schema needs {expected}")]
+    Length {
+        field: &'static str,
+        got: usize,
+        expected: usize,
+    },
+}
+
+impl Chunk {
+    /// A zero-filled chunk of `schema`'s layout.
+    pub fn zeros(schema: &ChunkSchema, meta: ChunkMeta) -> Self {
+        let n = schema.frames();
+        let state = n * schema.num_layers * schema.hidden_size;
+        Chunk {
+            meta,
+            observation: vec![0.0; n * schema.obs_dim],
+            action: match schema.action {
+                ActionKind::Discrete => ActionColumn::Discrete(vec![0; n]),
+                ActionKind::Continuous { dim } => ActionColumn::Continuous(vec![0.0; n * dim]),
+            },
+            sample_log_prob: vec![0.0; n],
+            state_value: vec![0.0; n],
+            is_init: vec![0; n],
+            rs_h: vec![0.0; state],
+            rs_c: schema.cell.has_cell_state().then(|| vec![0.0; state]),
+            next_observation: vec![0.0; n * schema.obs_dim],
+            next_reward: vec![0.0; n],
+            next_terminated: vec![0; n],
+            next_truncated: vec![0; n],
+            next_done: vec![0; n],
+            traj_ids: vec![0; n],
+        }
+    }
+
+    /// The columns in encoding order.
+    fn columns(&self) -> Vec<Column<'_>> {
+        let mut out = vec![Column::F32("observation", &self.observation)];
+        out.push(match &self.action {
+            ActionColumn::Discrete(v) => Column::I64(v),
+            ActionColumn::Continuous(v) => Column::F32("action", v),
+        });
+        out.extend([
+            Column::F32("sample_log_prob", &self.sample_log_prob),
+            Column::F32("state_value", &self.state_value),
+            Column::U8(&self.is_init),
+            Column::F32("rs_h", &self.rs_h),
+        ]);
+        if let Some(c) = &self.rs_c {
+            out.push(Column::F32("rs_c", c));
+        }
+        out.extend([
+            Column::F32("next.observation", &self.next_observation),
+            Column::F32("next.reward", &self.next_reward),
+            Column::U8(&self.next_terminated),
+            Column::U8(&self.next_truncated),
+            Column::U8(&self.next_done),
+            Column::I64(&self.traj_ids),
+        ]);
+        out
+    }
+
+    /// Checks every column's length against `schema` and that float columns are finite.
+    pub fn validate(&self, schema: &ChunkSchema) -> Result<(), ChunkError> {
+        let fields = schema.fields();
+        let columns = self.columns();
+        if fields.len() != columns.len() {
+            return Err(ChunkError::Length {
+                field: "rs_c",
+                got: columns.len(),
+                expected: fields.len(),
+            });
+        }
+        for (spec, col) in fields.iter().zip(&columns) {
+            let expected = spec.step_len() * schema.frames();
+            if col.len() != expected || col.dtype() != spec.dtype {
+                return Err(ChunkError::Length {
+                    field: spec.key,
+                    got: col.len(),
+                    expected,
+                });
+            }
+            if let Column::F32(field, v) = col {
+                if let Some((index, &value)) = v.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+                    return Err(ChunkError::NonFinite {
+                        field,
+                        index,
+                        value,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Encodes the chunk, filling in `schema_hash`, sizes and checksum.
+    pub fn encode(&self, schema: &ChunkSchema) -> Result<Vec<u8>, ChunkError> {
+        self.validate(schema)?;
+        let mut payload = Vec::with_capacity(schema.payload_len());
+        for col in self.columns() {
+            col.write_le(&mut payload);
+        }
+        let mut meta = self.meta.clone();
+        meta.schema_hash = schema.hash();
+        meta.envs = schema.envs as u32;
+        meta.steps = schema.steps as u32;
+        meta.payload_len = payload.len() as u64;
+        meta.payload_crc32 = crc32fast::hash(&payload);
+        let header = bincode::serde::encode_to_vec(&meta, header_config())
+            .map_err(|e| ChunkError::Header(e.to_string()))?;
+        let mut out = Vec::with_capacity(PREFIX_LEN + header.len() + payload.len());
+        out.extend_from_slice(&CHUNK_MAGIC);
+        out.extend_from_slice(&LAYOUT_VERSION.to_le_bytes());
+        out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&payload);
+        Ok(out)
+    }
+
+    /// The total encoded length of the chunk that starts `bytes`, from its prefix and header
+    /// alone (without checking the payload).
+    pub fn encoded_len(bytes: &[u8]) -> Result<usize, ChunkError> {
+        let (meta, header_end) = decode_meta(bytes)?;
+        Ok(header_end + meta.payload_len as usize)
+    }
+
+    /// Decodes and validates a chunk of `schema`'s layout; every length and offset is checked
+    /// against the buffer before it is read.
+    pub fn decode(bytes: &[u8], schema: &ChunkSchema) -> Result<Chunk, ChunkError> {
+        let (meta, header_end) = decode_meta(bytes)?;
+        if meta.schema_hash != schema.hash() {
+            return Err(ChunkError::Schema {
+                got: meta.schema_hash,
+                expected: schema.hash(),
+            });
+        }
+        let layout = [
+            ("envs", meta.envs as u64, schema.envs as u64),
+            ("steps", meta.steps as u64, schema.steps as u64),
+            ("payload_len", meta.payload_len, schema.payload_len() as u64),
+        ];
+        for (field, got, expected) in layout {
+            if got != expected {
+                return Err(ChunkError::Layout {
+                    field,
+                    got,
+                    expected,
+                });
+            }
+        }
+        let payload = take(bytes, header_end, meta.payload_len as usize, "payload")?;
+        let crc = crc32fast::hash(payload);
+        if crc != meta.payload_crc32 {
+            return Err(ChunkError::Checksum {
+                got: crc,
+                expected: meta.payload_crc32,
+            });
+        }
+        let mut reader = ColumnReader {
+            bytes: payload,
+            pos: 0,
+            frames: schema.frames(),
+        };
+        let mut chunk = Chunk::zeros(schema, meta);
+        for spec in schema.fields() {
+            let n = spec.step_len();
+            match spec.key {
+                "observation" => chunk.observation = reader.f32(n)?,
+                "action" => {
+                    chunk.action = match schema.action {
+                        ActionKind::Discrete => ActionColumn::Discrete(reader.i64(n)?),
+                        ActionKind::Continuous { .. } => ActionColumn::Continuous(reader.f32(n)?),
+                    }
+                }
+                "sample_log_prob" => chunk.sample_log_prob = reader.f32(n)?,
+                "state_value" => chunk.state_value = reader.f32(n)?,
+                "is_init" => chunk.is_init = reader.u8(n)?,
+                "rs_h" => chunk.rs_h = reader.f32(n)?,
+                "rs_c" => chunk.rs_c = Some(reader.f32(n)?),
+                "next.observation" => chunk.next_observation = reader.f32(n)?,
+                "next.reward" => chunk.next_reward = reader.f32(n)?,
+                "next.terminated" => chunk.next_terminated = reader.u8(n)?,
+                "next.truncated" => chunk.next_truncated = reader.u8(n)?,
+                "next.done" => chunk.next_done = reader.u8(n)?,
+                "collector.traj_ids" => chunk.traj_ids = reader.i64(n)?,
+                other => unreachable!("schema field {other} has no column"),
+            }
+        }
+        chunk.validate(schema)?;
+        Ok(chunk)
+    }
+}
+
+fn header_config() -> impl bincode::config::Config {
+    bincode::config::standard()
+        .with_fixed_int_encoding()
+        .with_little_endian()
+}
+
+fn take<'a>(
+    bytes: &'a [u8],
+    offset: usize,
+    need: usize,
+    what: &'static str,
+) -> Result<&'a [u8], ChunkError> {
+    offset
+        .checked_add(need)
+        .and_then(|end| bytes.get(offset..end))
+        .ok_or(ChunkError::Bounds {
+            what,
+            offset,
+            need,
+            len: bytes.len(),
+        })
+}
+
+fn decode_meta(bytes: &[u8]) -> Result<(ChunkMeta, usize), ChunkError> {
+    let prefix = take(bytes, 0, PREFIX_LEN, "prefix")?;
+    let magic: [u8; 8] = prefix[0..8].try_into().expect("8 bytes");
+    if magic != CHUNK_MAGIC {
+        return Err(ChunkError::Magic(magic));
+    }
+    let version = u32::from_le_bytes(prefix[8..12].try_into().expect("4 bytes"));
+    if version != LAYOUT_VERSION {
+        return Err(ChunkError::Version { got: version });
+    }
+    let header_len = u32::from_le_bytes(prefix[12..16].try_into().expect("4 bytes")) as usize;
+    let header = take(bytes, PREFIX_LEN, header_len, "header")?;
+    let (meta, used): (ChunkMeta, usize) =
+        bincode::serde::decode_from_slice(header, header_config())
+            .map_err(|e| ChunkError::Header(e.to_string()))?;
+    if used != header_len {
+        return Err(ChunkError::Header(format!(
+            "header length {header_len} but {used} bytes decode"
+        )));
+    }
+    Ok((meta, PREFIX_LEN + header_len))
+}
+
+enum Column<'a> {
+    F32(&'static str, &'a [f32]),
+    I64(&'a [i64]),
+    U8(&'a [u8]),
+}
+
+impl Column<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Column::F32(_, v) => v.len(),
+            Column::I64(v) => v.len(),
+            Column::U8(v) => v.len(),
+        }
+    }
+
+    fn dtype(&self) -> ColumnType {
+        match self {
+            Column::F32(..) => ColumnType::F32,
+            Column::I64(..) => ColumnType::I64,
+            Column::U8(..) => ColumnType::U8,
+        }
+    }
+
+    fn write_le(&self, out: &mut Vec<u8>) {
+        match self {
+            Column::F32(_, v) => v
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            Column::I64(v) => v
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            Column::U8(v) => out.extend_from_slice(v),
+        }
+    }
+}
+
+struct ColumnReader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    frames: usize,
+}
+
+impl ColumnReader<'_> {
+    fn next(&mut self, elems: usize, size: usize) -> Result<&[u8], ChunkError> {
+        let need = elems * self.frames * size;
+        let out = take(self.bytes, self.pos, need, "column")?;
+        self.pos += need;
+        Ok(out)
+    }
+
+    fn f32(&mut self, per_step: usize) -> Result<Vec<f32>, ChunkError> {
+        Ok(self
+            .next(per_step, 4)?
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect())
+    }
+
+    fn i64(&mut self, per_step: usize) -> Result<Vec<i64>, ChunkError> {
+        Ok(self
+            .next(per_step, 8)?
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect())
+    }
+
+    fn u8(&mut self, per_step: usize) -> Result<Vec<u8>, ChunkError> {
+        Ok(self.next(per_step, 1)?.to_vec())
+    }
+}
+
+/// A run-unique trajectory id: actor id (bits 62..52, < 2048), incarnation (51..44, mod 256),
+/// env index (43..28, < 65536) and that env's episode counter (27..0, mod 2^28). Trajectories
+/// of different actors, restarted actors, envs or episodes never share an id.
+pub fn traj_id(actor_id: u32, incarnation: u32, env: usize, episode: u64) -> i64 {
+    debug_assert!(actor_id < 2048 && env < 65536);
+    (((actor_id as u64 & 0x7ff) << 52)
+        | ((incarnation as u64 & 0xff) << 44)
+        | ((env as u64 & 0xffff) << 28)
+        | (episode & 0x0fff_ffff)) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema(cell: CellKind, action: ActionKind) -> ChunkSchema {
+        ChunkSchema {
+            envs: 3,
+            steps: 4,
+            obs_dim: 2,
+            action,
+            cell,
+            num_layers: 2,
+            hidden_size: 5,
+        }
+    }
+
+    fn filled(schema: &ChunkSchema) -> Chunk {
+        let mut c = Chunk::zeros(
+            schema,
+            ChunkMeta {
+                actor_id: 7,
+                incarnation: 1,
+                seq: 42,
+                policy_version: 9,
+                schema_hash: 0,
+                envs: 0,
+                steps: 0,
+                payload_len: 0,
+                payload_crc32: 0,
+            },
+        );
+        for (i, x) in c.observation.iter_mut().enumerate() {
+            *x = i as f32 * 0.5;
+        }
+        for (i, x) in c.rs_h.iter_mut().enumerate() {
+            *x = -(i as f32);
+        }
+        if let Some(rc) = &mut c.rs_c {
+            rc.iter_mut().for_each(|x| *x = 3.25);
+        }
+        c.is_init[0] = 1;
+        c.next_done[5] = 1;
+        c.traj_ids = (0..12).map(|e| traj_id(7, 1, e / 4, 3)).collect();
+        if let ActionColumn::Discrete(a) = &mut c.action {
+            a[2] = 1;
+        }
+        c
+    }
+
+    #[test]
+    fn round_trip_every_layout() {
+        for cell in [CellKind::Lstm, CellKind::Gru] {
+            for action in [ActionKind::Discrete, ActionKind::Continuous { dim: 3 }] {
+                let s = schema(cell, action);
+                let c = filled(&s);
+                let bytes = c.encode(&s).unwrap();
+                assert_eq!(Chunk::encoded_len(&bytes).unwrap(), bytes.len());
+                let back = Chunk::decode(&bytes, &s).unwrap();
+                assert_eq!(back.observation, c.observation);
+                assert_eq!(back.rs_h, c.rs_h);
+                assert_eq!(back.rs_c, c.rs_c);
+                assert_eq!(back.action, c.action);
+                assert_eq!(back.traj_ids, c.traj_ids);
+                assert_eq!(
+                    (back.meta.seq, back.meta.actor_id, back.meta.policy_version),
+                    (42, 7, 9)
+                );
+                assert_eq!(back.meta.schema_hash, s.hash());
+            }
+        }
+    }
+
+    #[test]
+    fn corruption_is_detected_and_named() {
+        let s = schema(CellKind::Lstm, ActionKind::Discrete);
+        let bytes = filled(&s).encode(&s).unwrap();
+        let mut bad = bytes.clone();
+        bad[0] = b'X';
+        assert!(matches!(Chunk::decode(&bad, &s), Err(ChunkError::Magic(_))));
+        let mut bad = bytes.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        assert!(matches!(
+            Chunk::decode(&bad, &s),
+            Err(ChunkError::Checksum { .. })
+        ));
+        assert!(matches!(
+            Chunk::decode(&bytes[..bytes.len() - 1], &s),
+            Err(ChunkError::Bounds {
+                what: "payload",
+                ..
+            })
+        ));
+        assert!(matches!(
+            Chunk::decode(&bytes[..10], &s),
+            Err(ChunkError::Bounds { what: "prefix", .. })
+        ));
+        let mut bad = bytes.clone();
+        bad[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            Chunk::decode(&bad, &s),
+            Err(ChunkError::Bounds { what: "header", .. })
+        ));
+        let other = ChunkSchema {
+            hidden_size: 6,
+            ..s.clone()
+        };
+        assert!(matches!(
+            Chunk::decode(&bytes, &other),
+            Err(ChunkError::Schema { .. })
+        ));
+    }
+
+    #[test]
+    fn non_finite_values_are_rejected_with_the_field() {
+        let s = schema(CellKind::Gru, ActionKind::Discrete);
+        let mut c = filled(&s);
+        c.next_reward[3] = f32::NAN;
+        let err = c.encode(&s).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ChunkError::NonFinite {
+                    field: "next.reward",
+                    index: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let mut c = filled(&s);
+        c.observation.pop();
+        let err = c.encode(&s).unwrap_err();
+        assert!(
+            err.to_string().contains("`observation` has 23 elements"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn schema_hash_depends_on_every_field() {
+        let s = schema(CellKind::Lstm, ActionKind::Discrete);
+        let variants = [
+            ChunkSchema {
+                envs: 4,
+                ..s.clone()
+            },
+            ChunkSchema {
+                steps: 5,
+                ..s.clone()
+            },
+            ChunkSchema {
+                obs_dim: 3,
+                ..s.clone()
+            },
+            ChunkSchema {
+                action: ActionKind::Continuous { dim: 1 },
+                ..s.clone()
+            },
+            ChunkSchema {
+                cell: CellKind::Gru,
+                ..s.clone()
+            },
+            ChunkSchema {
+                num_layers: 1,
+                ..s.clone()
+            },
+            ChunkSchema {
+                hidden_size: 6,
+                ..s.clone()
+            },
+        ];
+        for v in variants {
+            assert_ne!(v.hash(), s.hash(), "{v:?}");
+        }
+        assert_eq!(
+            s.hash(),
+            schema(CellKind::Lstm, ActionKind::Discrete).hash()
+        );
+    }
+
+    #[test]
+    fn traj_ids_separate_actors_incarnations_envs_and_episodes() {
+        let base = traj_id(3, 0, 5, 10);
+        assert!(base >= 0);
+        for other in [
+            traj_id(4, 0, 5, 10),
+            traj_id(3, 1, 5, 10),
+            traj_id(3, 0, 6, 10),
+            traj_id(3, 0, 5, 11),
+        ] {
+            assert_ne!(base, other);
+        }
+        assert!(traj_id(2047, 255, 65535, (1 << 28) - 1) >= 0);
+    }
+}

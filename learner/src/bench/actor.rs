@@ -1,0 +1,191 @@
+//! `recur-bench actor`: env-steps/s of one actor on one thread, with an LSTM or GRU policy
+//! (sequential mode, inference backend) or with no policy at all (`cell = "none"`: uniformly
+//! random actions, the environments' own ceiling).
+//!
+//! Every row: `{"bench":"actor","env":..,"envs":..,"cell":"lstm"|"gru"|"none","hidden":..,
+//! "steps_per_s":..,"us_per_step":..,"median_ms":..,"iters":..,"threads":..}` where
+//! `us_per_step` is the time of one batched step of all `envs` environments (policy call,
+//! sampling, env steps and chunk filling) and `steps_per_s` counts environment steps.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use actor::rollout::{init_policy, policy_config_for};
+use actor::{Actor, ActorConfig};
+use common::envs::{Space, VecActions, VecEnv};
+use common::recurrent::CellKind;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use super::summarize;
+
+/// The grid and the measurement settings.
+#[derive(Clone, Debug)]
+pub struct ActorBench {
+    pub envs: Vec<String>,
+    pub num_envs: Vec<usize>,
+    /// `None` = no policy (random actions).
+    pub cells: Vec<Option<CellKind>>,
+    pub hidden: usize,
+    /// Steps per chunk.
+    pub steps: usize,
+    /// Minimum wall time of one timed iteration.
+    pub min_time: Duration,
+    pub iters: usize,
+    pub threads: usize,
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ActorRow {
+    pub bench: &'static str,
+    pub env: String,
+    pub envs: usize,
+    pub cell: &'static str,
+    pub hidden: usize,
+    pub steps_per_s: f64,
+    pub us_per_step: f64,
+    pub median_ms: f64,
+    pub iters: usize,
+    pub threads: usize,
+}
+
+impl ActorBench {
+    pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<ActorRow>> {
+        let mut rows = Vec::new();
+        for env in &self.envs {
+            for &e in &self.num_envs {
+                for &cell in &self.cells {
+                    // Each iteration: whole batched steps until min_time has passed.
+                    let mut rates = Vec::new();
+                    let mut step_times = Vec::new();
+                    let mut runner = Runner::new(env, e, cell, self)?;
+                    runner.steps(self.steps)?; // warm-up
+                    for _ in 0..self.iters.max(1) {
+                        let start = Instant::now();
+                        let mut batched = 0usize;
+                        while start.elapsed() < self.min_time {
+                            batched += runner.steps(self.steps)?;
+                        }
+                        let elapsed = start.elapsed();
+                        rates.push(Duration::from_secs_f64(
+                            elapsed.as_secs_f64() / (batched * e) as f64,
+                        ));
+                        step_times.push(elapsed / batched as u32);
+                    }
+                    // Median time per env step -> steps/s; median time per batched step.
+                    let (per_env_step_ms, _, _) = summarize(&rates);
+                    let (per_batch_ms, _, _) = summarize(&step_times);
+                    let row = ActorRow {
+                        bench: "actor",
+                        env: env.clone(),
+                        envs: e,
+                        cell: cell.map_or("none", CellKind::name),
+                        hidden: if cell.is_some() { self.hidden } else { 0 },
+                        steps_per_s: 1e3 / per_env_step_ms,
+                        us_per_step: per_batch_ms * 1e3,
+                        median_ms: per_batch_ms * self.steps as f64,
+                        iters: self.iters,
+                        threads: self.threads,
+                    };
+                    writeln!(out, "{}", serde_json::to_string(&row)?)?;
+                    out.flush()?;
+                    rows.push(row);
+                }
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// What one row steps: a full actor, or the bare environments with random actions.
+enum Runner {
+    Actor(Box<Actor>),
+    Envs(Box<RandomEnvs>),
+}
+
+/// Environments stepped with uniformly random actions.
+struct RandomEnvs {
+    env: VecEnv,
+    rng: StdRng,
+    discrete: Vec<i64>,
+    continuous: Vec<f32>,
+}
+
+impl Runner {
+    fn new(
+        env: &str,
+        e: usize,
+        cell: Option<CellKind>,
+        bench: &ActorBench,
+    ) -> anyhow::Result<Self> {
+        Ok(match cell {
+            Some(cell) => {
+                let config = policy_config_for(env)?
+                    .with_cell(cell)
+                    .with_hidden_size(bench.hidden);
+                let policy = init_policy(&config, bench.seed)?;
+                let config = ActorConfig {
+                    env: env.into(),
+                    num_envs: e,
+                    steps: bench.steps,
+                    seed: bench.seed,
+                    actor_id: 0,
+                    incarnation: 0,
+                };
+                Runner::Actor(Box::new(Actor::new(config, policy)?))
+            }
+            None => {
+                let mut venv = VecEnv::new(env, e, bench.seed)?;
+                venv.reset();
+                let dim = match venv.action_space() {
+                    Space::Box { low, .. } => low.len(),
+                    Space::Discrete { .. } => 1,
+                };
+                Runner::Envs(Box::new(RandomEnvs {
+                    env: venv,
+                    rng: StdRng::seed_from_u64(bench.seed),
+                    discrete: vec![0; e],
+                    continuous: vec![0.0; e * dim],
+                }))
+            }
+        })
+    }
+
+    /// Runs `steps` batched steps; returns how many.
+    fn steps(&mut self, steps: usize) -> anyhow::Result<usize> {
+        match self {
+            Runner::Actor(a) => {
+                std::hint::black_box(a.collect()?);
+            }
+            Runner::Envs(r) => {
+                let RandomEnvs {
+                    env,
+                    rng,
+                    discrete,
+                    continuous,
+                } = &mut **r;
+                for _ in 0..steps {
+                    let actions = match env.action_space() {
+                        Space::Discrete { n } => {
+                            discrete
+                                .iter_mut()
+                                .for_each(|a| *a = rng.random_range(0..n as i64));
+                            VecActions::Discrete(discrete)
+                        }
+                        Space::Box { low, high } => {
+                            for (i, a) in continuous.iter_mut().enumerate() {
+                                let k = i % low.len();
+                                *a = rng.random_range(low[k]..=high[k]);
+                            }
+                            VecActions::Continuous(continuous)
+                        }
+                    };
+                    std::hint::black_box(env.step(actions));
+                }
+            }
+        }
+        Ok(steps)
+    }
+}
