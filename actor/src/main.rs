@@ -52,6 +52,13 @@ struct Cli {
 }
 
 fn main() -> anyhow::Result<()> {
+    // One actor is one thread: several actor processes share the machine, so the GEMM and
+    // tensor thread pools stay at one thread unless the environment asks otherwise.
+    for var in ["MATMUL_NUM_THREADS", "RAYON_NUM_THREADS"] {
+        if std::env::var_os(var).is_none() {
+            std::env::set_var(var, "1");
+        }
+    }
     let cli = Cli::parse();
     if cli.envs == 0 {
         bail!("--envs must be at least 1, got 0");
@@ -133,9 +140,9 @@ fn main() -> anyhow::Result<()> {
     let secs = start.elapsed().as_secs_f64();
     let frames = chunks * per_chunk;
     println!(
-        "{env}: {frames} frames in {secs:.1} s ({:.0} frames/s), {episodes} episodes, mean return {:.3}{}",
+        "{env}: {frames} frames in {secs:.1} s ({:.0} frames/s), {episodes} episodes, mean return {}{}",
         frames as f64 / secs,
-        if episodes > 0 { return_sum / episodes as f64 } else { f64::NAN },
+        if episodes > 0 { format!("{:.3}", return_sum / episodes as f64) } else { "n/a (no episode ended)".into() },
         match (&cli.record, &writer) {
             (Some(dir), Some(w)) => format!(", recorded {} chunks ({} bytes) to {}", w.chunks_written(), w.bytes_written(), dir.display()),
             _ => String::new(),

@@ -7,12 +7,11 @@
 //! contains a recurrent core. Between steps it copies `("next", state)` to `state`. It never
 //! touches the recurrent mode: its thread stays in the sequential default.
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Tensor, TensorData};
 use common::backend::{cpu_device, Cpu};
 use common::chunk::{traj_id, ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSchema};
 use common::envs::{EnvError, Space, VecActions, VecEnv};
 use common::policy::dist::{sample_categorical, sample_squashed_gaussian};
+use common::policy::inference::{InferencePolicy, StepOutput};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use common::recurrent::{current_recurrent_mode, RecurrentError, RecurrentMode};
 use rand::rngs::StdRng;
@@ -85,6 +84,10 @@ pub struct Actor {
     config: ActorConfig,
     env: VecEnv,
     policy: Policy<Cpu>,
+    /// The same weights for the per-step calls.
+    fast: InferencePolicy,
+    out: StepOutput,
+    log_prob: Vec<f32>,
     policy_version: u64,
     schema: ChunkSchema,
     /// What the policy sees at the current step, `[E, D]`.
@@ -174,6 +177,9 @@ impl Actor {
             continuous: vec![0.0; e * schema.action_dim()],
             eps: vec![0.0; schema.action_dim()],
             finished: Vec::new(),
+            fast: InferencePolicy::from_policy(&policy),
+            out: StepOutput::default(),
+            log_prob: vec![0.0; e],
             seq: 0,
             policy_version: 0,
             config,
@@ -202,6 +208,7 @@ impl Actor {
 
     /// Adopts new weights; call between chunks, so every chunk is produced by one version.
     pub fn set_policy(&mut self, policy: Policy<Cpu>, version: u64) {
+        self.fast = InferencePolicy::from_policy(&policy);
         self.policy = policy;
         self.policy_version = version;
     }
@@ -231,7 +238,7 @@ impl Actor {
         };
         let mut chunk = Chunk::zeros(&s, meta);
         for t in 0..t_len {
-            let step = self.policy_step()?;
+            self.policy_step()?;
             // Record what the policy saw and did at (env, t).
             for env in 0..e {
                 let p = env * t_len + t;
@@ -243,8 +250,8 @@ impl Actor {
                 if let (Some(dst), Some(src)) = (&mut chunk.rs_c, &self.rs_c) {
                     dst[p * lh..(p + 1) * lh].copy_from_slice(&src[env * lh..(env + 1) * lh]);
                 }
-                chunk.sample_log_prob[p] = step.log_prob[env];
-                chunk.state_value[p] = step.value[env];
+                chunk.sample_log_prob[p] = self.log_prob[env];
+                chunk.state_value[p] = self.out.value[env];
                 chunk.traj_ids[p] = traj_id(
                     self.config.actor_id,
                     self.config.incarnation,
@@ -283,9 +290,9 @@ impl Actor {
                 }
             }
             // ("next", state) -> state; the primer's zeros where an episode restarts.
-            self.rs_h.copy_from_slice(&step.next_h);
-            if let (Some(c), Some(next_c)) = (&mut self.rs_c, &step.next_c) {
-                c.copy_from_slice(next_c);
+            self.rs_h.copy_from_slice(&self.out.next_h);
+            if let Some(c) = &mut self.rs_c {
+                c.copy_from_slice(&self.out.next_c);
             }
             for env in (0..e).filter(|&env| out.is_init[env]) {
                 self.rs_h[env * lh..(env + 1) * lh].fill(0.0);
@@ -300,37 +307,26 @@ impl Actor {
         Ok(chunk)
     }
 
-    /// One sequential-mode policy call on every environment; samples the actions into the
-    /// scratch buffers.
-    fn policy_step(&mut self) -> Result<StepOut, ActorError> {
-        let s = &self.schema;
-        let (e, l, h) = (s.envs, s.num_layers, s.hidden_size);
-        let device = cpu_device();
-        let obs =
-            Tensor::<Cpu, 2>::from_data(TensorData::new(self.obs.clone(), [e, s.obs_dim]), &device);
-        let is_init =
-            Tensor::<Cpu, 1, Bool>::from_data(TensorData::new(self.is_init.clone(), [e]), &device);
-        let state_tensor = |v: &Vec<f32>| {
-            Tensor::<Cpu, 3>::from_data(TensorData::new(v.clone(), [e, l, h]), &device)
-        };
-        let state = common::recurrent::RecurrentState {
-            rs_h: state_tensor(&self.rs_h),
-            rs_c: self.rs_c.as_ref().map(state_tensor),
-        };
-        let out = self.policy.forward(obs, is_init, state)?;
-        let head = host(out.head);
-        let value = host(out.value);
-        let next_h = host(out.next.rs_h);
-        let next_c = out.next.rs_c.map(host);
+    /// One sequential-mode policy call on every environment ([`InferencePolicy`], the burn
+    /// policy's weights on the host); samples the actions into the scratch buffers.
+    fn policy_step(&mut self) -> Result<(), ActorError> {
+        let e = self.schema.envs;
+        self.fast.step(
+            &self.obs,
+            &self.is_init,
+            &self.rs_h,
+            self.rs_c.as_deref(),
+            &mut self.out,
+        );
+        let head = &self.out.head;
         let k = head.len() / e;
-        let mut log_prob = vec![0.0f32; e];
-        match self.policy.action() {
+        match self.fast.action() {
             ActionSpec::Discrete { .. } => {
                 for env in 0..e {
                     let (a, lp) =
                         sample_categorical(&head[env * k..(env + 1) * k], self.rng.random::<f32>());
                     self.discrete[env] = a as i64;
-                    log_prob[env] = lp;
+                    self.log_prob[env] = lp;
                 }
             }
             ActionSpec::Continuous { low, high } => {
@@ -339,7 +335,7 @@ impl Actor {
                     for x in self.eps.iter_mut() {
                         *x = standard_normal(&mut self.rng);
                     }
-                    log_prob[env] = sample_squashed_gaussian(
+                    self.log_prob[env] = sample_squashed_gaussian(
                         &head[env * k..(env + 1) * k],
                         &self.eps,
                         low,
@@ -349,27 +345,8 @@ impl Actor {
                 }
             }
         }
-        Ok(StepOut {
-            log_prob,
-            value,
-            next_h,
-            next_c,
-        })
+        Ok(())
     }
-}
-
-struct StepOut {
-    log_prob: Vec<f32>,
-    value: Vec<f32>,
-    next_h: Vec<f32>,
-    next_c: Option<Vec<f32>>,
-}
-
-fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data()
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .expect("f32 data")
 }
 
 /// A standard normal draw (Box-Muller).

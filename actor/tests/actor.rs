@@ -1,13 +1,14 @@
 //! The actor's contract: init tracking and priming are automatic, the state is carried
 //! exactly, and replaying its chunks in recurrent mode reproduces what it computed.
 
-use actor::check::{next_states, Checker};
+use actor::check::Checker;
 use actor::rollout::{init_policy, policy_config_for};
 use actor::{Actor, ActorConfig};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::backend::{cpu_device, Cpu};
 use common::chunk::{ActionColumn, Chunk};
 use common::policy::dist::{categorical_log_prob, squashed_gaussian_log_prob_tensor};
+use common::policy::inference::{InferencePolicy, StepOutput};
 use common::policy::ActionSpec;
 use common::recurrent::{set_recurrent_mode, CellKind, RecurrentMode, RecurrentState};
 
@@ -205,39 +206,57 @@ fn recurrent_replay_reproduces_what_the_actor_computed() {
     }
 }
 
-/// Within an episode the stored state at step t is ("next", state) of step t - 1, across
-/// chunk boundaries too; at every is_init the policy saw exactly zeros.
+/// Within an episode the stored state at step t is exactly ("next", state) of step t - 1,
+/// across chunk boundaries too; at every is_init the policy saw exactly zeros. The actor's
+/// calls are replayed with the same code and batch (one call of E rows per step), so the
+/// comparison is bit for bit.
 #[test]
 fn the_state_is_carried_and_zeroed_exactly_at_resets() {
-    let mut a = actor("MaskedCartPole-v1", CellKind::Lstm, 6, 20, 9);
-    let (e, t, lh) = (6, 20, 16);
-    let mut last: Vec<Option<actor::check::HostState>> = vec![None; e];
+    let (e, t, lh, d) = (6, 20, 16, 2);
+    let mut a = actor("MaskedCartPole-v1", CellKind::Lstm, e, t, 9);
+    let mut replay = InferencePolicy::from_policy(a.policy());
+    let mut carried: Option<(Vec<f32>, Vec<f32>)> = None;
     let mut resets_seen = 0;
     for _ in 0..6 {
         let chunk = a.collect().unwrap();
-        let nexts = next_states(a.policy(), &chunk, e, t);
-        for (env, carried) in last.iter_mut().enumerate() {
-            for step in 0..t {
-                let p = env * t + step;
-                let h = &chunk.rs_h[p * lh..(p + 1) * lh];
-                let c = &chunk.rs_c.as_ref().unwrap()[p * lh..(p + 1) * lh];
-                if chunk.is_init[p] == 1 {
+        let rs_c = chunk.rs_c.as_ref().unwrap();
+        let rows = |v: &[f32], step: usize, w: usize| -> Vec<f32> {
+            (0..e)
+                .flat_map(|env| v[(env * t + step) * w..(env * t + step + 1) * w].to_vec())
+                .collect()
+        };
+        for step in 0..t {
+            let (h, c) = (rows(&chunk.rs_h, step, lh), rows(rs_c, step, lh));
+            let init: Vec<bool> = (0..e)
+                .map(|env| chunk.is_init[env * t + step] == 1)
+                .collect();
+            for env in 0..e {
+                let (he, ce) = (&h[env * lh..(env + 1) * lh], &c[env * lh..(env + 1) * lh]);
+                if init[env] {
                     resets_seen += 1;
                     assert!(
-                        h.iter().chain(c).all(|&x| x == 0.0),
+                        he.iter().chain(ce).all(|&x| x == 0.0),
                         "non-zero state at an is_init step"
                     );
                 } else {
-                    let (ph, pc) = carried.clone().expect("a previous step");
+                    let (ph, pc) = carried.as_ref().expect("a previous step");
                     assert_eq!(
-                        h,
-                        &ph[..],
-                        "rs_h at env {env} step {step} is not the carried state"
+                        he,
+                        &ph[env * lh..(env + 1) * lh],
+                        "rs_h of env {env} at step {step} is not the carried state"
                     );
-                    assert_eq!(c, &pc.unwrap()[..]);
+                    assert_eq!(ce, &pc[env * lh..(env + 1) * lh]);
                 }
-                *carried = Some(nexts[p].clone());
             }
+            let mut out = StepOutput::default();
+            replay.step(
+                &rows(&chunk.observation, step, d),
+                &init,
+                &h,
+                Some(&c),
+                &mut out,
+            );
+            carried = Some((out.next_h, out.next_c));
         }
     }
     assert!(

@@ -8,6 +8,7 @@
 //! `[N]` axis) under [`set_recurrent_mode`](crate::recurrent::set_recurrent_mode).
 
 pub mod dist;
+pub mod inference;
 
 use burn::config::Config;
 use burn::module::{Initializer, Module};

@@ -1,0 +1,460 @@
+//! The actor's sequential-mode step without a tensor framework: the policy's weights copied
+//! into plain `f32` buffers, each layer one or two GEMMs (ndarray's `general_mat_mul`, i.e.
+//! matrixmultiply's sgemm) followed by one fused pass over the gates.
+//!
+//! Same equations and the same `is_init` contract as [`Policy::forward`] in sequential mode
+//! (incoming state zeroed where `is_init`); the tests hold it to 1e-5 of that path. It exists
+//! because a burn call per op costs more than the arithmetic at actor batch sizes: one actor
+//! thread steps `E` environments at a time and the policy is small (hidden 64).
+
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+use ndarray::linalg::general_mat_mul;
+use ndarray::{ArrayView2, ArrayViewMut2};
+
+use super::{ActionSpec, Policy};
+use crate::recurrent::CellKind;
+
+/// A dense layer: `y = x W + b`, `W` row-major `[inputs, outputs]`.
+#[derive(Clone, Debug)]
+struct Dense {
+    w: Vec<f32>,
+    b: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
+}
+
+impl Dense {
+    /// `y[N, out] = x[N, in] W (+ b)`.
+    fn forward(&self, x: &[f32], rows: usize, y: &mut Vec<f32>) {
+        y.resize(rows * self.outputs, 0.0);
+        matmul(x, rows, self.inputs, &self.w, self.outputs, y, 0.0);
+        for row in y.chunks_exact_mut(self.outputs) {
+            for (v, b) in row.iter_mut().zip(&self.b) {
+                *v += b;
+            }
+        }
+    }
+}
+
+/// One recurrent layer: `W_ih^T` `[in, G*H]`, `W_hh^T` `[H, G*H]`, biases `[G*H]` (zeros
+/// without bias).
+#[derive(Clone, Debug)]
+struct CellWeights {
+    wih_t: Vec<f32>,
+    whh_t: Vec<f32>,
+    b_ih: Vec<f32>,
+    b_hh: Vec<f32>,
+    inputs: usize,
+}
+
+/// The outputs of one step of `N` rows.
+#[derive(Clone, Debug, Default)]
+pub struct StepOutput {
+    /// Policy head `[N, K]` (logits, or mean and log-std).
+    pub head: Vec<f32>,
+    /// State value `[N]`.
+    pub value: Vec<f32>,
+    /// `("next", rs_h)` `[N, L, H]`.
+    pub next_h: Vec<f32>,
+    /// `("next", rs_c)` `[N, L, H]` (LSTM).
+    pub next_c: Vec<f32>,
+}
+
+/// A [`Policy`]'s weights in a form for fast sequential-mode steps on the host.
+#[derive(Clone, Debug)]
+pub struct InferencePolicy {
+    cell: CellKind,
+    obs_dim: usize,
+    hidden: usize,
+    layers: usize,
+    action: ActionSpec,
+    encoder: Vec<Dense>,
+    core: Vec<CellWeights>,
+    policy_head: Dense,
+    value_head: Dense,
+    // Scratch, reused across calls.
+    x: Vec<f32>,
+    y: Vec<f32>,
+    h: Vec<f32>,
+    c: Vec<f32>,
+    gx: Vec<f32>,
+    gh: Vec<f32>,
+}
+
+fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .expect("f32 parameters")
+}
+
+fn dense<B: Backend>(l: &burn::nn::Linear<B>) -> Dense {
+    let [inputs, outputs] = l.weight.val().dims();
+    Dense {
+        w: host(l.weight.val()),
+        b: l.bias
+            .as_ref()
+            .map_or_else(|| vec![0.0; outputs], |b| host(b.val())),
+        inputs,
+        outputs,
+    }
+}
+
+impl InferencePolicy {
+    /// Copies `policy`'s weights.
+    pub fn from_policy<B: Backend>(policy: &Policy<B>) -> Self {
+        let core = &policy.core;
+        let gh = core.cell().gates() * core.hidden_size();
+        let cells = core
+            .layers
+            .iter()
+            .map(|layer| {
+                let [_, inputs] = layer.weight_ih.val().dims();
+                let bias = |b: &Option<burn::module::Param<Tensor<B, 1>>>| {
+                    b.as_ref().map_or_else(|| vec![0.0; gh], |b| host(b.val()))
+                };
+                CellWeights {
+                    wih_t: host(layer.weight_ih.val().transpose()),
+                    whh_t: host(layer.weight_hh.val().transpose()),
+                    b_ih: bias(&layer.bias_ih),
+                    b_hh: bias(&layer.bias_hh),
+                    inputs,
+                }
+            })
+            .collect();
+        InferencePolicy {
+            cell: core.cell(),
+            obs_dim: policy.config().obs_dim,
+            hidden: core.hidden_size(),
+            layers: core.num_layers(),
+            action: policy.action().clone(),
+            encoder: policy.encoder.iter().map(dense).collect(),
+            core: cells,
+            policy_head: dense(&policy.policy_head),
+            value_head: dense(&policy.value_head),
+            x: Vec::new(),
+            y: Vec::new(),
+            h: Vec::new(),
+            c: Vec::new(),
+            gx: Vec::new(),
+            gh: Vec::new(),
+        }
+    }
+
+    pub fn action(&self) -> &ActionSpec {
+        &self.action
+    }
+
+    pub fn head_size(&self) -> usize {
+        self.policy_head.outputs
+    }
+
+    /// One sequential-mode step of `N` rows: `obs` `[N, obs_dim]`, `is_init` `[N]`, incoming
+    /// state `rs_h` (and `rs_c` for an LSTM) `[N, L, H]`, zeroed where `is_init`.
+    ///
+    /// Panics when a buffer's length does not match `N` (a caller bug, not input data).
+    pub fn step(
+        &mut self,
+        obs: &[f32],
+        is_init: &[bool],
+        rs_h: &[f32],
+        rs_c: Option<&[f32]>,
+        out: &mut StepOutput,
+    ) {
+        let n = is_init.len();
+        let (hdim, lh) = (self.hidden, self.layers * self.hidden);
+        assert_eq!(
+            obs.len(),
+            n * self.obs_dim,
+            "observation: {} values for {n} rows of {}",
+            obs.len(),
+            self.obs_dim
+        );
+        assert_eq!(
+            rs_h.len(),
+            n * lh,
+            "rs_h: {} values for {n} rows of [L, H] = {lh}",
+            rs_h.len()
+        );
+        let lstm = self.cell == CellKind::Lstm;
+        if lstm {
+            assert_eq!(
+                rs_c.map(<[f32]>::len),
+                Some(n * lh),
+                "an LSTM step needs rs_c [N, L, H]"
+            );
+        }
+        // Encoder.
+        self.x.clear();
+        self.x.extend_from_slice(obs);
+        for layer in &self.encoder {
+            layer.forward(&self.x, n, &mut self.y);
+            for v in &mut self.y {
+                *v = tanh(*v);
+            }
+            std::mem::swap(&mut self.x, &mut self.y);
+        }
+        out.next_h.resize(n * lh, 0.0);
+        out.next_c.resize(if lstm { n * lh } else { 0 }, 0.0);
+        for (l, w) in self.core.iter().enumerate() {
+            // Incoming state of layer l, zeroed at is_init.
+            let take = |src: &[f32], dst: &mut Vec<f32>| {
+                dst.resize(n * hdim, 0.0);
+                for (row, init) in is_init.iter().enumerate() {
+                    let d = &mut dst[row * hdim..(row + 1) * hdim];
+                    if *init {
+                        d.fill(0.0);
+                    } else {
+                        d.copy_from_slice(&src[row * lh + l * hdim..row * lh + (l + 1) * hdim]);
+                    }
+                }
+            };
+            take(rs_h, &mut self.h);
+            if let Some(c) = rs_c.filter(|_| lstm) {
+                take(c, &mut self.c);
+            }
+            let g = self.cell.gates() * hdim;
+            self.gx.resize(n * g, 0.0);
+            matmul(&self.x, n, w.inputs, &w.wih_t, g, &mut self.gx, 0.0);
+            match self.cell {
+                CellKind::Lstm => {
+                    // One gate buffer: x W_ih^T + h W_hh^T, then the biases in the fused pass.
+                    matmul(&self.h, n, hdim, &w.whh_t, g, &mut self.gx, 1.0);
+                    for row in 0..n {
+                        let gates = &self.gx[row * g..(row + 1) * g];
+                        let h = &mut self.h[row * hdim..(row + 1) * hdim];
+                        let c = &mut self.c[row * hdim..(row + 1) * hdim];
+                        lstm_cell(gates, &w.b_ih, &w.b_hh, h, c);
+                        out.next_h[row * lh + l * hdim..row * lh + (l + 1) * hdim]
+                            .copy_from_slice(h);
+                        out.next_c[row * lh + l * hdim..row * lh + (l + 1) * hdim]
+                            .copy_from_slice(c);
+                    }
+                }
+                CellKind::Gru => {
+                    // The n gate needs h W_hn^T + b_hn on its own.
+                    self.gh.resize(n * g, 0.0);
+                    matmul(&self.h, n, hdim, &w.whh_t, g, &mut self.gh, 0.0);
+                    for row in 0..n {
+                        let gx = &self.gx[row * g..(row + 1) * g];
+                        let gh = &self.gh[row * g..(row + 1) * g];
+                        let h = &mut self.h[row * hdim..(row + 1) * hdim];
+                        gru_cell(gx, gh, &w.b_ih, &w.b_hh, h);
+                        out.next_h[row * lh + l * hdim..row * lh + (l + 1) * hdim]
+                            .copy_from_slice(h);
+                    }
+                }
+            }
+            // The layer's output is the next layer's input (no dropout at inference).
+            std::mem::swap(&mut self.x, &mut self.h);
+        }
+        self.policy_head.forward(&self.x, n, &mut out.head);
+        self.value_head.forward(&self.x, n, &mut out.value);
+    }
+}
+
+/// Below this many rows a plain row loop beats sgemm, which packs all of `b` on every call.
+const GEMM_MIN_ROWS: usize = 8;
+
+/// `c[M, N] = a[M, K] b[K, N] + beta * c`, row-major slices.
+fn matmul(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f32], beta: f32) {
+    if m < GEMM_MIN_ROWS {
+        for (a_row, c_row) in a.chunks_exact(k).zip(c.chunks_exact_mut(n)).take(m) {
+            if beta == 0.0 {
+                c_row.fill(0.0);
+            }
+            for (&x, b_row) in a_row.iter().zip(b.chunks_exact(n)) {
+                for (y, &w) in c_row.iter_mut().zip(b_row) {
+                    *y += x * w;
+                }
+            }
+        }
+        return;
+    }
+    let a = ArrayView2::from_shape((m, k), &a[..m * k]).expect("a is [m, k]");
+    let b = ArrayView2::from_shape((k, n), &b[..k * n]).expect("b is [k, n]");
+    let mut c = ArrayViewMut2::from_shape((m, n), &mut c[..m * n]).expect("c is [m, n]");
+    general_mat_mul(1.0, &a, &b, beta, &mut c);
+}
+
+/// One LSTM row: `gates` = x W_ih^T + h W_hh^T `[4H]` (i, f, g, o); updates `h`, `c` in place.
+fn lstm_cell(gates: &[f32], b_ih: &[f32], b_hh: &[f32], h: &mut [f32], c: &mut [f32]) {
+    let hd = h.len();
+    let (gi, rest) = gates.split_at(hd);
+    let (gf, rest) = rest.split_at(hd);
+    let (gg, go) = rest.split_at(hd);
+    for j in 0..hd {
+        let i = sigmoid(gi[j] + (b_ih[j] + b_hh[j]));
+        let f = sigmoid(gf[j] + (b_ih[hd + j] + b_hh[hd + j]));
+        let g = tanh(gg[j] + (b_ih[2 * hd + j] + b_hh[2 * hd + j]));
+        let o = sigmoid(go[j] + (b_ih[3 * hd + j] + b_hh[3 * hd + j]));
+        let c_next = f * c[j] + i * g;
+        c[j] = c_next;
+        h[j] = o * tanh(c_next);
+    }
+}
+
+/// One GRU row: `gx` = x W_ih^T, `gh` = h W_hh^T `[3H]` (r, z, n); updates `h` in place.
+fn gru_cell(gx: &[f32], gh: &[f32], b_ih: &[f32], b_hh: &[f32], h: &mut [f32]) {
+    let hd = h.len();
+    for j in 0..hd {
+        let r = sigmoid((gx[j] + b_ih[j]) + (gh[j] + b_hh[j]));
+        let z = sigmoid((gx[hd + j] + b_ih[hd + j]) + (gh[hd + j] + b_hh[hd + j]));
+        let n = tanh((gx[2 * hd + j] + b_ih[2 * hd + j]) + r * (gh[2 * hd + j] + b_hh[2 * hd + j]));
+        h[j] = n + z * (h[j] - n);
+    }
+}
+
+/// `exp(x)` to about 2 ulp, in plain arithmetic so that loops over it vectorise (Cephes'
+/// `expf`: `2^n * p(r)` with `x = n ln 2 + r`, `|r| <= ln 2 / 2`).
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // Adding 1.5 * 2^23 rounds to the nearest integer without a rounding instruction.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4_f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 0.5; // Cephes: 5.0000001e-1, which is 0.5 in f32
+    let y = p * r * r + r + 1.0;
+    // 2^n from the integer left in t's low mantissa bits.
+    let ni = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    y * f32::from_bits(((ni + 127) << 23) as u32)
+}
+
+#[inline(always)]
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+#[inline(always)]
+fn tanh(x: f32) -> f32 {
+    1.0 - 2.0 / (exp(2.0 * x) + 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{cpu_device, Cpu};
+    use crate::policy::PolicyConfig;
+    use crate::recurrent::RecurrentState;
+    use burn::tensor::{Bool, TensorData};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn fast_exp_sigmoid_tanh_are_accurate() {
+        let mut worst = (0.0f64, 0.0f64, 0.0f64);
+        let mut x = -30.0f32;
+        while x < 30.0 {
+            let e = (x as f64).exp();
+            worst.0 = worst.0.max(((exp(x) as f64 - e) / e).abs());
+            worst.1 = worst
+                .1
+                .max((sigmoid(x) as f64 - 1.0 / (1.0 + (-x as f64).exp())).abs());
+            worst.2 = worst.2.max((tanh(x) as f64 - (x as f64).tanh()).abs());
+            x += 0.001;
+        }
+        assert!(worst.0 < 5e-7, "exp relative error {}", worst.0);
+        assert!(worst.1 < 2e-7, "sigmoid error {}", worst.1);
+        assert!(worst.2 < 5e-7, "tanh error {}", worst.2);
+        assert_eq!(exp(-200.0), exp(-87.0));
+        assert!(exp(200.0).is_finite());
+        assert_eq!(tanh(100.0), 1.0);
+        assert_eq!(tanh(-100.0), -1.0);
+    }
+
+    /// The inference step equals the burn policy's sequential-mode forward.
+    #[test]
+    fn matches_the_burn_policy() {
+        let device = cpu_device();
+        let mut rng = StdRng::seed_from_u64(3);
+        let actions = [
+            ActionSpec::Discrete { n: 3 },
+            ActionSpec::Continuous {
+                low: vec![-2.0, 0.0],
+                high: vec![2.0, 1.0],
+            },
+        ];
+        for (k, cell) in [CellKind::Lstm, CellKind::Gru].into_iter().enumerate() {
+            for layers in [1, 2] {
+                for encoder in [vec![], vec![16], vec![8, 12]] {
+                    let config = PolicyConfig::new(5, actions[k].clone())
+                        .with_cell(cell)
+                        .with_num_layers(layers)
+                        .with_hidden_size(24)
+                        .with_encoder(encoder.clone());
+                    let policy = config
+                        .init_seeded::<Cpu>(k as u64 + 10 * layers as u64, &device)
+                        .unwrap();
+                    let mut fast = InferencePolicy::from_policy(&policy);
+                    let n = 7;
+                    let lh = layers * 24;
+                    for _ in 0..3 {
+                        let obs: Vec<f32> =
+                            (0..n * 5).map(|_| rng.random_range(-2.0..2.0)).collect();
+                        let is_init: Vec<bool> = (0..n).map(|_| rng.random_bool(0.4)).collect();
+                        let rs_h: Vec<f32> =
+                            (0..n * lh).map(|_| rng.random_range(-1.0..1.0)).collect();
+                        let rs_c: Vec<f32> =
+                            (0..n * lh).map(|_| rng.random_range(-1.0..1.0)).collect();
+                        let mut out = StepOutput::default();
+                        fast.step(
+                            &obs,
+                            &is_init,
+                            &rs_h,
+                            (cell == CellKind::Lstm).then_some(&rs_c[..]),
+                            &mut out,
+                        );
+                        let t3 = |v: &Vec<f32>| {
+                            Tensor::<Cpu, 3>::from_data(
+                                TensorData::new(v.clone(), [n, layers, 24]),
+                                &device,
+                            )
+                        };
+                        let want = policy
+                            .forward(
+                                Tensor::from_data(TensorData::new(obs.clone(), [n, 5]), &device),
+                                Tensor::<Cpu, 1, Bool>::from_data(
+                                    TensorData::new(is_init.clone(), [n]),
+                                    &device,
+                                ),
+                                RecurrentState {
+                                    rs_h: t3(&rs_h),
+                                    rs_c: (cell == CellKind::Lstm).then(|| t3(&rs_c)),
+                                },
+                            )
+                            .unwrap();
+                        let close = |what: &str, got: &[f32], want: Vec<f32>| {
+                            assert_eq!(got.len(), want.len(), "{what}");
+                            let worst = got
+                                .iter()
+                                .zip(&want)
+                                .map(|(a, b)| (a - b).abs())
+                                .fold(0.0f32, f32::max);
+                            assert!(
+                                worst < 1e-5,
+                                "{cell:?} L={layers} enc={encoder:?}: {what} differs by {worst}"
+                            );
+                        };
+                        close("head", &out.head, host(want.head));
+                        close("value", &out.value, host(want.value));
+                        close("next_h", &out.next_h, host(want.next.rs_h));
+                        if let Some(c) = want.next.rs_c {
+                            close("next_c", &out.next_c, host(c));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
