@@ -58,3 +58,135 @@ pub fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A process whose stderr lines are collected by a thread, so that a test can wait for a log
+/// line while the process runs.
+pub struct Watched {
+    pub child: std::process::Child,
+    lines: std::sync::Arc<Mutex<Vec<String>>>,
+    stdout: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Watched {
+    pub fn spawn(mut cmd: Command) -> Watched {
+        use std::io::{BufRead, Read};
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let lines = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let sink = std::sync::Arc::clone(&lines);
+        let stderr = child.stderr.take().expect("piped stderr");
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+            }
+        });
+        let mut out = child.stdout.take().expect("piped stdout");
+        let stdout = Some(std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        }));
+        Watched {
+            child,
+            lines,
+            stdout,
+        }
+    }
+
+    /// Stderr lines so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits until a stderr line satisfies `pred`, returning it; panics after `deadline`.
+    pub fn wait_for(&self, what: &str, deadline: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            if let Some(line) = self.lines().into_iter().find(|l| pred(l)) {
+                return line;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "no {what} within {deadline:?}; stderr:\n{}",
+                self.lines().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the process to exit; returns (success, stdout, stderr lines). Kills it after
+    /// `deadline`.
+    pub fn finish(mut self, deadline: Duration) -> (bool, String, Vec<String>) {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            if start.elapsed() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "process ran past {deadline:?}; stderr:\n{}",
+                    self.lines().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = self
+            .stdout
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        // Let the stderr thread take the last lines.
+        std::thread::sleep(Duration::from_millis(50));
+        (status.success(), stdout, self.lines())
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// True while `pid` exists and is not a zombie.
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// The shared-memory segments in /dev/shm whose names contain `needle`.
+pub fn segments_containing(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(needle))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A fresh, empty directory under the system temp dir.
+pub fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "recur-{tag}-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}

@@ -44,11 +44,35 @@ struct Cli {
     /// Hidden size of the policy's recurrent core.
     #[arg(long, default_value_t = 64)]
     hidden: usize,
+    /// Stacked recurrent layers.
+    #[arg(long, default_value_t = 1)]
+    layers: usize,
+    /// Widths of the encoder MLP's hidden layers, comma-separated ("" for none).
+    #[arg(long, default_value = "64", value_parser = parse_widths)]
+    encoder: Widths,
     /// Seeds the environments, the sampling and the initial weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     #[arg(long, default_value_t = 0)]
     actor_id: u32,
+    /// Restart count of this actor (set by the learner's supervisor).
+    #[arg(long, default_value_t = 0)]
+    incarnation: u32,
+    /// Attach to the learner serving this control socket (instead of running standalone).
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["record", "check_env"])]
+    connect: Option<PathBuf>,
+}
+
+/// Encoder widths from the command line.
+#[derive(Clone, Debug)]
+struct Widths(Vec<usize>);
+
+fn parse_widths(s: &str) -> Result<Widths, String> {
+    s.split(',')
+        .filter(|w| !w.trim().is_empty())
+        .map(|w| w.trim().parse::<usize>().map_err(|e| format!("encoder width {w:?}: {e}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Widths)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -66,7 +90,9 @@ fn main() -> anyhow::Result<()> {
     let env = cli.check_env.clone().unwrap_or_else(|| cli.env.clone());
     let policy_config = policy_config_for(&env)?
         .with_cell(cli.cell)
-        .with_hidden_size(cli.hidden);
+        .with_hidden_size(cli.hidden)
+        .with_num_layers(cli.layers)
+        .with_encoder(cli.encoder.0.clone());
     let policy = init_policy(&policy_config, cli.seed).context("building the policy")?;
 
     // The spec check runs before every actor start, and alone with --check-env.
@@ -95,10 +121,23 @@ fn main() -> anyhow::Result<()> {
         env: env.clone(),
         num_envs: cli.envs,
         steps: cli.steps,
-        seed: cli.seed,
+        // Every actor and every restart explores differently.
+        seed: cli.seed ^ ((cli.actor_id as u64) << 32) ^ ((cli.incarnation as u64) << 48),
         actor_id: cli.actor_id,
-        incarnation: 0,
+        incarnation: cli.incarnation,
     };
+    if let Some(socket) = &cli.connect {
+        let stop = actor::attach::run_attached(socket, config, policy)?;
+        let (chunks, why) = match stop {
+            actor::attach::Stop::Shutdown { chunks } => (chunks, "the run ended"),
+            actor::attach::Stop::LearnerGone { chunks } => (chunks, "the learner is gone"),
+        };
+        eprintln!(
+            "actor {}/{}: pushed {chunks} chunks; {why}; exiting",
+            cli.actor_id, cli.incarnation
+        );
+        return Ok(());
+    }
     let mut actor = Actor::new(config, policy)?;
     let mut writer = match &cli.record {
         Some(dir) => Some(DatasetWriter::create(dir, &env, actor.schema())?),

@@ -71,6 +71,23 @@ pub fn policy_config_for(env: &str) -> Result<PolicyConfig, EnvError> {
     ))
 }
 
+/// The chunk layout of an actor running `policy` with `envs` environments and `steps` steps
+/// per chunk (the learner derives the run's schema the same way).
+pub fn chunk_schema(policy: &PolicyConfig, envs: usize, steps: usize) -> ChunkSchema {
+    ChunkSchema {
+        envs,
+        steps,
+        obs_dim: policy.obs_dim,
+        action: match &policy.action {
+            ActionSpec::Discrete { .. } => ActionKind::Discrete,
+            ActionSpec::Continuous { low, .. } => ActionKind::Continuous { dim: low.len() },
+        },
+        cell: policy.cell,
+        num_layers: policy.num_layers,
+        hidden_size: policy.hidden_size,
+    }
+}
+
 /// A finished episode.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Episode {
@@ -150,18 +167,7 @@ impl Actor {
                 ),
             });
         }
-        let schema = ChunkSchema {
-            envs: config.num_envs,
-            steps: config.steps,
-            obs_dim: env.obs_dim(),
-            action: match &wanted {
-                ActionSpec::Discrete { .. } => ActionKind::Discrete,
-                ActionSpec::Continuous { low, .. } => ActionKind::Continuous { dim: low.len() },
-            },
-            cell: policy.core.cell(),
-            num_layers: policy.core.num_layers(),
-            hidden_size: policy.core.hidden_size(),
-        };
+        let schema = chunk_schema(pc, config.num_envs, config.steps);
         let obs = env.reset().to_vec();
         let e = config.num_envs;
         let state_len = e * schema.num_layers * schema.hidden_size;

@@ -7,14 +7,21 @@
 //! - [`envs`]: the built-in environments (CartPole, MaskedCartPole, Pendulum, RepeatPrevious),
 //!   the `TimeLimit` wrapper and the auto-resetting `VecEnv` the actor steps.
 //! - [`chunk`]: the trajectory chunk (schema, columns, encoding) that crosses processes.
+//! - [`control`]: the control-plane protocol (register, heartbeat, stats, shutdown) and its frames.
 //! - [`dataset`]: recorded datasets of chunks (append-only, crash-safe prefix).
+//! - [`shm`]: the shared-memory transport: per-actor trajectory rings and the weight double
+//!   buffer, in `/dev/shm/recur-*` segments the learner owns (the crate's only `unsafe`).
 //! - [`policy`]: the policy network (encoder -> recurrent core -> heads) and its distributions.
 //! - [`reference`]: where the reference data (`RECUR_REFERENCE_DIR`) lives.
+//! - [`weights`]: weight blobs (a policy's parameters, versioned) for broadcast and checkpoints.
 
 pub mod backend;
 pub mod chunk;
+pub mod control;
 pub mod dataset;
 pub mod envs;
 pub mod policy;
 pub mod recurrent;
 pub mod reference;
+pub mod shm;
+pub mod weights;

@@ -1,4 +1,14 @@
-//! recur's learner: replay storage, slice sampling, recurrent-mode losses and training, and
-//! the benchmarks of those paths ([`bench`], run by the `recur-bench` binary).
+//! recur's learner: the run loop over the transport ([`collect`]), the control-plane server,
+//! the actor supervisor, and the benchmarks ([`bench`], run by the `recur-bench` binary).
 
 pub mod bench;
+pub mod collect;
+pub mod config;
+pub mod control_server;
+pub mod gae;
+pub mod metrics;
+pub mod ppo;
+pub mod replay;
+pub mod slice_sampler;
+pub mod supervisor;
+pub mod train;

@@ -1,0 +1,115 @@
+//! An actor attached to a learner: register over the control socket, then stream chunks into
+//! the actor's shared-memory ring and adopt new weights at chunk boundaries, until the learner
+//! says the run is over or disappears (the actor then exits within a few seconds: no orphans).
+
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use common::backend::Cpu;
+use common::control::{call, Request, Response};
+use common::policy::Policy;
+use common::shm::{RingError, RingWriter, WeightSubscriber};
+use common::weights::from_blob;
+
+use crate::rollout::{Actor, ActorConfig};
+
+/// How often the actor reports to the learner (and learns whether to stop).
+const HEARTBEAT: Duration = Duration::from_millis(250);
+/// How long an actor waits for its first weights.
+const FIRST_WEIGHTS: Duration = Duration::from_secs(10);
+
+/// Why an attached actor stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The learner ended the run; the chunks pushed.
+    Shutdown { chunks: u64 },
+    /// The learner is gone (socket closed, or its process no longer exists).
+    LearnerGone { chunks: u64 },
+}
+
+/// Runs the actor attached to the learner serving `socket` until the run ends.
+pub fn run_attached(
+    socket: &Path,
+    config: ActorConfig,
+    policy: Policy<Cpu>,
+) -> anyhow::Result<Stop> {
+    let mut stream = UnixStream::connect(socket)
+        .with_context(|| format!("connecting to the learner at {}", socket.display()))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut actor = Actor::new(config.clone(), policy)?;
+    let register = Request::Register {
+        actor_id: config.actor_id,
+        incarnation: config.incarnation,
+        pid: std::process::id(),
+        env: config.env.clone(),
+        schema: actor.schema().clone(),
+    };
+    let (ring, weights) = match call(&mut stream, &register)? {
+        Response::Registered { ring, weights } => (ring, weights),
+        Response::Refused { reason } => bail!(
+            "the learner refused actor {}/{}: {reason}",
+            config.actor_id,
+            config.incarnation
+        ),
+        other => bail!("unexpected answer to register: {other:?}"),
+    };
+    let mut ring = RingWriter::open(&ring)?;
+    let mut subscriber = WeightSubscriber::open(&weights)?;
+    let mut blob = Vec::new();
+    // Start from the learner's weights, not our own initialisation.
+    let deadline = Instant::now() + FIRST_WEIGHTS;
+    while subscriber.latest_version() == 0 {
+        if Instant::now() > deadline || !subscriber.owner_alive() {
+            bail!("no weights published by the learner within {FIRST_WEIGHTS:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (mut chunks_sent, mut last_beat) = (0u64, Instant::now());
+    loop {
+        // Adopt the newest weights at the chunk boundary.
+        if subscriber.latest_version() > actor.policy_version() {
+            if let Some(version) = subscriber.fetch_newer(actor.policy_version(), &mut blob)? {
+                let (policy, _) = from_blob(actor.policy().clone(), &blob)?;
+                actor.set_policy(policy, version);
+            }
+        }
+        let chunk = actor.collect()?;
+        let bytes = chunk.encode(actor.schema())?;
+        // The learner owns the weight segment too: its liveness is the learner's.
+        let mut alive = || subscriber.owner_alive();
+        match ring.push(&bytes, Duration::from_secs(60), &mut alive) {
+            Ok(_) => chunks_sent += 1,
+            Err(RingError::PeerGone) => {
+                return Ok(Stop::LearnerGone {
+                    chunks: chunks_sent,
+                })
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if last_beat.elapsed() >= HEARTBEAT {
+            last_beat = Instant::now();
+            let beat = Request::Heartbeat {
+                actor_id: config.actor_id,
+                incarnation: config.incarnation,
+                chunks_sent,
+                full_waits: ring.full_waits(),
+                policy_version: actor.policy_version(),
+            };
+            match call(&mut stream, &beat) {
+                Ok(Response::Ack { shutdown: true }) => {
+                    return Ok(Stop::Shutdown {
+                        chunks: chunks_sent,
+                    })
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    return Ok(Stop::LearnerGone {
+                        chunks: chunks_sent,
+                    })
+                }
+            }
+        }
+    }
+}

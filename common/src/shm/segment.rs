@@ -1,0 +1,779 @@
+//! A named POSIX shared-memory segment (`/dev/shm/<name>`) with recur's header: the one place
+//! that maps memory. [`ring`](super::ring) and [`weights`](super::weights) lay their own data
+//! out in the segment's body.
+//!
+//! # Header (64 bytes at offset 0, native endianness, every field an atomic)
+//!
+//! ```text
+//! offset  size  field
+//! 0       8     magic  b"RECURSHM" (stored last, with Release: a reader that sees it sees
+//!               the whole header and the body's initial layout)
+//! 8       4     layout version (SEGMENT_VERSION)
+//! 12      4     kind (0 raw, 1 ring, 2 weights)
+//! 16      4     owner pid: the creating process
+//! 20      4     reserved
+//! 24      8     owner start time (clock ticks after boot, /proc/<pid>/stat field 22; 0 if
+//!               unknown): tells the owner from a later process that reuses its pid
+//! 32      8     total size of the mapping in bytes
+//! 40      8     body offset (= 64)
+//! ```
+//!
+//! Magic and the owner fields keep these offsets in every layout version, so that
+//! [`reclaim_stale`] can judge segments left by other builds.
+//!
+//! # Ownership
+//!
+//! The creator ([`Segment::create`]) owns the name: dropping its `Segment` (also while a panic
+//! unwinds) unmaps and unlinks it. Handles from [`Segment::open`] only unmap. Unlinking removes
+//! the name; processes that still have it mapped keep valid memory until they drop it. A run
+//! killed before it could drop its segments leaves them behind; the next run's
+//! [`reclaim_stale`] removes those whose owner is dead.
+//!
+//! Segments are created mode 0600: only processes of the same user can open them. Their pages
+//! are reserved on creation (`posix_fallocate`), so a full `/dev/shm` is an error from
+//! `create`, not a `SIGBUS` on first touch.
+
+use std::fs::File;
+use std::io::Read;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use shared_memory::{Shmem, ShmemConf, ShmemError};
+
+/// Every segment recur creates is named `recur-...`; [`reclaim_stale`] looks only at these.
+pub const SEGMENT_PREFIX: &str = "recur-";
+/// `b"RECURSHM"` read as a little-endian `u64`.
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"RECURSHM");
+/// Layout version of the header (and of the ring and weight bodies).
+pub const SEGMENT_VERSION: u32 = 1;
+/// Bytes of the header; the body starts here.
+pub const HEADER_LEN: usize = 64;
+/// Offset of the owner pid (`u32`) in the header (fault-injection tests write it).
+pub const OWNER_PID_OFFSET: usize = 16;
+/// Offset of the owner start time (`u64`) in the header.
+pub const OWNER_START_OFFSET: usize = 24;
+/// Where POSIX shared memory lives on Linux.
+pub const SHM_DIR: &str = "/dev/shm";
+/// A `recur-*` file in [`SHM_DIR`] without a valid header is someone's segment being created
+/// (microseconds) until it is this old; after that [`reclaim_stale`] treats it as debris.
+pub const UNINITIALIZED_GRACE: Duration = Duration::from_secs(60);
+/// Longest segment name accepted (NAME_MAX is 255; leave room).
+pub const MAX_NAME_LEN: usize = 200;
+
+const MAGIC_OFFSET: usize = 0;
+const VERSION_OFFSET: usize = 8;
+const KIND_OFFSET: usize = 12;
+const TOTAL_SIZE_OFFSET: usize = 32;
+const BODY_OFFSET_OFFSET: usize = 40;
+
+/// What a segment's body holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentKind {
+    /// Created by [`Segment::create`]: bytes with no further structure.
+    Raw,
+    /// A trajectory ring ([`RingReader`](super::RingReader)).
+    Ring,
+    /// A weight double buffer ([`WeightPublisher`](super::WeightPublisher)).
+    Weights,
+}
+
+impl SegmentKind {
+    fn code(self) -> u32 {
+        match self {
+            SegmentKind::Raw => 0,
+            SegmentKind::Ring => 1,
+            SegmentKind::Weights => 2,
+        }
+    }
+
+    fn from_code(code: u32) -> Option<Self> {
+        match code {
+            0 => Some(SegmentKind::Raw),
+            1 => Some(SegmentKind::Ring),
+            2 => Some(SegmentKind::Weights),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SegmentKind::Raw => "raw",
+            SegmentKind::Ring => "ring",
+            SegmentKind::Weights => "weights",
+        }
+    }
+}
+
+/// What went wrong creating, opening or using a segment. Every message names the segment.
+#[derive(Debug, thiserror::Error)]
+pub enum ShmError {
+    #[error("shared-memory segment name {name:?} is invalid: {reason}")]
+    Name { name: String, reason: &'static str },
+    #[error(
+        "shared-memory segment {name:?} already exists (another live run, or a stale one: \
+         reclaim_stale removes segments of dead owners)"
+    )]
+    Exists { name: String },
+    #[error("shared-memory segment {name:?} does not exist (in {SHM_DIR})")]
+    NotFound { name: String },
+    #[error(
+        "shared-memory segment {name:?}: permission denied (segments are mode 0600: only the \
+         user that created it can open it)"
+    )]
+    PermissionDenied { name: String },
+    #[error("shared-memory segment {name:?}: {SHM_DIR} has no room for {bytes} bytes")]
+    NoSpace { name: String, bytes: usize },
+    #[error("shared-memory segment {name:?}: {op} failed: {detail}")]
+    Os {
+        name: String,
+        op: &'static str,
+        detail: String,
+    },
+    #[error(
+        "shared-memory segment {name:?}: magic {got:#018x} is not recur's ({SEGMENT_MAGIC:#018x}): \
+         not a recur segment, or its creator has not finished initialising it"
+    )]
+    Magic { name: String, got: u64 },
+    #[error(
+        "shared-memory segment {name:?}: header field `{field}` = {value}, expected {expected}"
+    )]
+    Header {
+        name: String,
+        field: &'static str,
+        value: u64,
+        expected: String,
+    },
+    #[error("shared-memory segment {name:?}: layout field `{field}` = {value}: {reason}")]
+    Layout {
+        name: String,
+        field: &'static str,
+        value: u64,
+        reason: String,
+    },
+    #[error("{field} = {value} is invalid: {reason}")]
+    Config {
+        field: &'static str,
+        value: u64,
+        reason: &'static str,
+    },
+    #[error(
+        "ring {name:?} already has a writer (pid {pid}, {}); a ring serves one writer for its \
+         lifetime: a restarted actor gets a new ring",
+        if *alive { "alive" } else { "dead" }
+    )]
+    WriterAttached { name: String, pid: u32, alive: bool },
+    #[error("weights {name:?}: a blob of {len} bytes exceeds the segment's max_bytes {max}")]
+    TooLarge {
+        name: String,
+        len: usize,
+        max: usize,
+    },
+    #[error(
+        "weights {name:?}: version {version} must be greater than the last published {last} \
+         (and below 2^63)"
+    )]
+    VersionOrder {
+        name: String,
+        version: u64,
+        last: u64,
+    },
+    #[error("weights {name:?}: no consistent copy after {retries} tries")]
+    Contended { name: String, retries: u32 },
+}
+
+/// A process identity that survives pid reuse: the pid and its start time (0 = unknown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcessId {
+    pub pid: u32,
+    pub start: u64,
+}
+
+impl ProcessId {
+    pub fn current() -> Self {
+        let pid = std::process::id();
+        let start = match proc_stat(pid) {
+            Ok(Some((_, start))) => start,
+            _ => 0,
+        };
+        ProcessId { pid, start }
+    }
+
+    /// Whether the process still runs (a zombie does not; a pid now held by a process that
+    /// started at another time does not). When neither `/proc` nor `kill(pid, 0)` can tell,
+    /// the answer is "alive": callers then wait for their timeout instead of deleting a live
+    /// run's memory.
+    pub fn alive(&self) -> bool {
+        if self.pid == 0 || self.pid > i32::MAX as u32 {
+            return false;
+        }
+        match proc_stat(self.pid) {
+            Ok(Some((state, start))) => {
+                !matches!(state, 'Z' | 'X' | 'x')
+                    && (self.start == 0 || start == 0 || start == self.start)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            _ => {
+                use nix::errno::Errno;
+                match nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), None) {
+                    Err(Errno::ESRCH) => false,
+                    Ok(()) | Err(_) => true,
+                }
+            }
+        }
+    }
+}
+
+/// State and start time of `pid` from `/proc/<pid>/stat`; `Ok(None)` if it does not parse.
+fn proc_stat(pid: u32) -> std::io::Result<Option<(char, u64)>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    Ok(parse_stat(&text))
+}
+
+/// "pid (comm) state ppid ...": comm may hold spaces and parentheses, so the fields are split
+/// after the last ')'. Field 3 is the state, field 22 the start time.
+fn parse_stat(text: &str) -> Option<(char, u64)> {
+    let close = text.rfind(')')?;
+    let mut fields = text[close + 1..].split_whitespace();
+    let state = fields.next().and_then(|s| s.chars().next());
+    let start = fields.nth(18).and_then(|s| s.parse::<u64>().ok());
+    state.zip(start)
+}
+
+/// A run-unique id, `"<pid>-<nanoseconds since the epoch, hex>"`, safe in segment names.
+pub fn unique_run_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{nanos:x}", std::process::id())
+}
+
+fn validate_name(name: &str, creating: bool) -> Result<(), ShmError> {
+    let bad = |reason| {
+        Err(ShmError::Name {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_NAME_LEN {
+        return bad("longer than 200 bytes");
+    }
+    if name.starts_with('.') {
+        return bad("starts with '.'");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return bad("only ASCII letters, digits, '-', '_' and '.' are allowed");
+    }
+    if creating && !name.starts_with(SEGMENT_PREFIX) {
+        return bad("segments recur creates start with \"recur-\" (so reclaim_stale finds them)");
+    }
+    Ok(())
+}
+
+fn os_error(name: &str, op: &'static str, errno: u32) -> ShmError {
+    ShmError::Os {
+        name: name.to_string(),
+        op,
+        detail: std::io::Error::from_raw_os_error(errno as i32).to_string(),
+    }
+}
+
+/// A mapped segment. Send (the mapping is process-wide), not Sync: the ring and weight types
+/// built on it are single-owner handles.
+pub struct Segment {
+    shmem: Shmem,
+    name: String,
+    kind: SegmentKind,
+}
+
+// SAFETY: `Shmem` is !Send only because it holds the mapping's raw pointer. The mapping belongs
+// to the process, not to a thread: it stays valid until `Shmem` is dropped (munmap, and
+// shm_unlink for the owner), which may happen on any thread. All shared access goes through
+// atomics or the copy protocols of `ring` and `weights`.
+unsafe impl Send for Segment {}
+
+impl Segment {
+    /// Creates segment `name` with `size` usable body bytes after the 64-byte header; fails
+    /// with [`ShmError::Exists`] if the name is taken. `name` must start with
+    /// [`SEGMENT_PREFIX`]. The file is mode 0600; its pages are reserved up front. This
+    /// process owns the segment and unlinks it when the `Segment` is dropped.
+    pub fn create(name: &str, size: usize) -> Result<Segment, ShmError> {
+        Self::create_with(name, SegmentKind::Raw, size, |_| {})
+    }
+
+    /// [`create`](Self::create) for a `kind`, running `init` on the zeroed body before the
+    /// header's magic is published (so an opener never sees a half-initialised body).
+    pub(crate) fn create_with(
+        name: &str,
+        kind: SegmentKind,
+        body_len: usize,
+        init: impl FnOnce(&Segment),
+    ) -> Result<Segment, ShmError> {
+        validate_name(name, true)?;
+        let total = HEADER_LEN.checked_add(body_len).ok_or(ShmError::Config {
+            field: "segment size",
+            value: body_len as u64,
+            reason: "overflows usize",
+        })?;
+        let shmem = ShmemConf::new()
+            .os_id(format!("/{name}"))
+            .size(total)
+            .create()
+            .map_err(|e| match e {
+                ShmemError::MappingIdExists => ShmError::Exists {
+                    name: name.to_string(),
+                },
+                ShmemError::MapCreateFailed(errno) | ShmemError::UnknownOsError(errno) => {
+                    match errno as i32 {
+                        nix::libc::EACCES | nix::libc::EPERM => ShmError::PermissionDenied {
+                            name: name.to_string(),
+                        },
+                        nix::libc::ENOSPC | nix::libc::ENOMEM => ShmError::NoSpace {
+                            name: name.to_string(),
+                            bytes: total,
+                        },
+                        _ => os_error(name, "shm_open/ftruncate/mmap", errno),
+                    }
+                }
+                other => ShmError::Os {
+                    name: name.to_string(),
+                    op: "create",
+                    detail: other.to_string(),
+                },
+            })?;
+        // From here on, dropping `shmem` unlinks the name again (it is the owner).
+        reserve_pages(name, total)?;
+        let segment = Segment {
+            shmem,
+            name: name.to_string(),
+            kind,
+        };
+        let me = ProcessId::current();
+        // Relaxed: none of these is visible to an opener before the Release store of the magic
+        // below, which orders them (and everything `init` wrote) before it.
+        segment
+            .header_u32(VERSION_OFFSET)
+            .store(SEGMENT_VERSION, Ordering::Relaxed);
+        segment
+            .header_u32(KIND_OFFSET)
+            .store(kind.code(), Ordering::Relaxed);
+        segment
+            .header_u32(OWNER_PID_OFFSET)
+            .store(me.pid, Ordering::Relaxed);
+        segment
+            .header_u64(OWNER_START_OFFSET)
+            .store(me.start, Ordering::Relaxed);
+        segment
+            .header_u64(TOTAL_SIZE_OFFSET)
+            .store(total as u64, Ordering::Relaxed);
+        segment
+            .header_u64(BODY_OFFSET_OFFSET)
+            .store(HEADER_LEN as u64, Ordering::Relaxed);
+        init(&segment);
+        // Release: publishes the header and the initialised body to openers, whose Acquire
+        // load of the magic synchronises with this store.
+        segment
+            .header_u64(MAGIC_OFFSET)
+            .store(SEGMENT_MAGIC, Ordering::Release);
+        Ok(segment)
+    }
+
+    /// Opens an existing segment of any kind, checking its header (magic, version, size)
+    /// against the mapping. Errors name the segment.
+    pub fn open(name: &str) -> Result<Segment, ShmError> {
+        Self::open_kind(name, None)
+    }
+
+    /// [`open`](Self::open), also requiring the body to be of `kind`.
+    pub(crate) fn open_kind(name: &str, kind: Option<SegmentKind>) -> Result<Segment, ShmError> {
+        validate_name(name, false)?;
+        let shmem = ShmemConf::new()
+            .os_id(format!("/{name}"))
+            .open()
+            .map_err(|e| match e {
+                ShmemError::MapOpenFailed(errno) => match errno as i32 {
+                    nix::libc::ENOENT => ShmError::NotFound {
+                        name: name.to_string(),
+                    },
+                    nix::libc::EACCES | nix::libc::EPERM => ShmError::PermissionDenied {
+                        name: name.to_string(),
+                    },
+                    // mmap of an empty file: the creator crashed between shm_open and
+                    // ftruncate, or is still there.
+                    nix::libc::EINVAL => ShmError::Header {
+                        name: name.to_string(),
+                        field: "total size",
+                        value: 0,
+                        expected: format!("at least {HEADER_LEN} bytes"),
+                    },
+                    _ => os_error(name, "shm_open/mmap", errno),
+                },
+                other => ShmError::Os {
+                    name: name.to_string(),
+                    op: "open",
+                    detail: other.to_string(),
+                },
+            })?;
+        let mapped = shmem.len();
+        let header_err = |field, value: u64, expected: String| ShmError::Header {
+            name: name.to_string(),
+            field,
+            value,
+            expected,
+        };
+        if mapped < HEADER_LEN {
+            return Err(header_err(
+                "total size",
+                mapped as u64,
+                format!("at least {HEADER_LEN} bytes"),
+            ));
+        }
+        let mut segment = Segment {
+            shmem,
+            name: name.to_string(),
+            kind: SegmentKind::Raw,
+        };
+        // Acquire: synchronises with the creator's Release store of the magic, so the header
+        // and the body's initial layout read below are complete.
+        let magic = segment.header_u64(MAGIC_OFFSET).load(Ordering::Acquire);
+        if magic != SEGMENT_MAGIC {
+            return Err(ShmError::Magic {
+                name: name.to_string(),
+                got: magic,
+            });
+        }
+        // Relaxed (here and below): ordered after the Acquire load of the magic.
+        let version = segment.header_u32(VERSION_OFFSET).load(Ordering::Relaxed);
+        if version != SEGMENT_VERSION {
+            return Err(header_err(
+                "layout version",
+                version as u64,
+                format!("{SEGMENT_VERSION} (this build's)"),
+            ));
+        }
+        let code = segment.header_u32(KIND_OFFSET).load(Ordering::Relaxed);
+        let found = SegmentKind::from_code(code).ok_or_else(|| {
+            header_err(
+                "kind",
+                code as u64,
+                "0 (raw), 1 (ring) or 2 (weights)".into(),
+            )
+        })?;
+        if let Some(want) = kind {
+            if found != want {
+                return Err(header_err(
+                    "kind",
+                    code as u64,
+                    format!(
+                        "{} ({}); this is a {} segment",
+                        want.code(),
+                        want.name(),
+                        found.name()
+                    ),
+                ));
+            }
+        }
+        segment.kind = found;
+        let total = segment
+            .header_u64(TOTAL_SIZE_OFFSET)
+            .load(Ordering::Relaxed);
+        if total != mapped as u64 {
+            return Err(header_err(
+                "total size",
+                total,
+                format!("{mapped} (the size of the mapping)"),
+            ));
+        }
+        let body = segment
+            .header_u64(BODY_OFFSET_OFFSET)
+            .load(Ordering::Relaxed);
+        if body != HEADER_LEN as u64 {
+            return Err(header_err("body offset", body, HEADER_LEN.to_string()));
+        }
+        Ok(segment)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn kind(&self) -> SegmentKind {
+        self.kind
+    }
+
+    /// Whether this handle created the segment (and unlinks it on drop).
+    pub fn is_owner(&self) -> bool {
+        self.shmem.is_owner()
+    }
+
+    /// The pid of the process that created the segment, as its header says.
+    pub fn owner_pid(&self) -> u32 {
+        self.owner().pid
+    }
+
+    /// Whether the creating process still runs (not a zombie, not a later process that reuses
+    /// its pid).
+    pub fn owner_alive(&self) -> bool {
+        self.owner().alive()
+    }
+
+    pub(crate) fn owner(&self) -> ProcessId {
+        // Relaxed: read-only after creation; a concurrent rewrite (fault injection) is just
+        // another value.
+        ProcessId {
+            pid: self.header_u32(OWNER_PID_OFFSET).load(Ordering::Relaxed),
+            start: self.header_u64(OWNER_START_OFFSET).load(Ordering::Relaxed),
+        }
+    }
+
+    /// Bytes mapped, header included.
+    pub fn len(&self) -> usize {
+        self.shmem.len()
+    }
+
+    /// Always false: a segment holds at least its header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Usable bytes after the header.
+    pub fn body_len(&self) -> usize {
+        self.shmem.len() - HEADER_LEN
+    }
+
+    /// The first body byte. Valid for [`body_len`](Self::body_len) bytes while `self` lives.
+    pub(crate) fn body_ptr(&self) -> *mut u8 {
+        // SAFETY: the mapping holds at least HEADER_LEN bytes (checked by create/open), so
+        // the offset stays inside it.
+        unsafe { self.shmem.as_ptr().add(HEADER_LEN) }
+    }
+
+    /// The `AtomicU64` at body offset `offset`. `offset` comes from this crate's own layout
+    /// computations (never from shared memory): out-of-range or misaligned is a bug here.
+    pub(crate) fn body_u64(&self, offset: usize) -> &AtomicU64 {
+        self.atomic_u64(HEADER_LEN + offset)
+    }
+
+    /// The `AtomicU32` at body offset `offset` (see [`body_u64`](Self::body_u64)).
+    pub(crate) fn body_u32(&self, offset: usize) -> &AtomicU32 {
+        self.atomic_u32(HEADER_LEN + offset)
+    }
+
+    fn header_u64(&self, offset: usize) -> &AtomicU64 {
+        self.atomic_u64(offset)
+    }
+
+    fn header_u32(&self, offset: usize) -> &AtomicU32 {
+        self.atomic_u32(offset)
+    }
+
+    fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
+        assert!(
+            offset % 8 == 0 && offset + 8 <= self.shmem.len(),
+            "internal: u64 at offset {offset} of a {}-byte mapping",
+            self.shmem.len()
+        );
+        // SAFETY: in bounds and 8-aligned (the mapping is page-aligned; checked above).
+        // AtomicU64 has the layout of u64 and every bit pattern is valid; shared references to
+        // atomics may alias concurrent atomic accesses from this or other processes.
+        unsafe { &*(self.shmem.as_ptr().add(offset) as *const AtomicU64) }
+    }
+
+    fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        assert!(
+            offset % 4 == 0 && offset + 4 <= self.shmem.len(),
+            "internal: u32 at offset {offset} of a {}-byte mapping",
+            self.shmem.len()
+        );
+        // SAFETY: as in `atomic_u64`, for 4 bytes with 4-byte alignment.
+        unsafe { &*(self.shmem.as_ptr().add(offset) as *const AtomicU32) }
+    }
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("len", &self.len())
+            .field("owner", &self.is_owner())
+            .finish()
+    }
+}
+
+/// Reserves the pages of the new segment so that touching them later cannot raise SIGBUS when
+/// /dev/shm fills up.
+fn reserve_pages(name: &str, total: usize) -> Result<(), ShmError> {
+    #[cfg(target_os = "linux")]
+    {
+        let path = format!("{SHM_DIR}/{name}");
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+        {
+            Ok(f) => f,
+            // Not where glibc puts POSIX shared memory: nothing to reserve through.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => {
+                return Err(ShmError::Os {
+                    name: name.to_string(),
+                    op: "open for fallocate",
+                    detail: e.to_string(),
+                })
+            }
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: `file` is open for the whole call, so its descriptor is valid; offset and
+        // length describe the file's own size (it was sized to `total` by ftruncate).
+        let errno =
+            unsafe { nix::libc::posix_fallocate(file.as_raw_fd(), 0, total as nix::libc::off_t) };
+        match errno {
+            0 => Ok(()),
+            nix::libc::ENOSPC => Err(ShmError::NoSpace {
+                name: name.to_string(),
+                bytes: total,
+            }),
+            // Filesystems without fallocate support: keep the sparse file.
+            nix::libc::EOPNOTSUPP => Ok(()),
+            e => Err(os_error(name, "posix_fallocate", e as u32)),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (name, total);
+        Ok(())
+    }
+}
+
+/// Removes the segments named [`SEGMENT_PREFIX`]`*` in `/dev/shm` that a crashed run left
+/// behind: those whose owner process is dead (or whose pid now belongs to a process that
+/// started later), and files that never got a valid header and are older than
+/// [`UNINITIALIZED_GRACE`]. Segments of live owners, and files this user cannot open, are left
+/// alone. Returns the names removed, for the caller to log. Never fails: a segment that
+/// cannot be judged or removed is skipped.
+pub fn reclaim_stale() -> Vec<String> {
+    let mut removed = Vec::new();
+    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
+        return removed;
+    };
+    for entry in dir.flatten() {
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else {
+            continue;
+        };
+        if !name.starts_with(SEGMENT_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        if is_stale(&path) && std::fs::remove_file(&path).is_ok() {
+            removed.push(name.to_string());
+        }
+    }
+    removed.sort();
+    removed
+}
+
+/// Reads the header through the file (no mapping needed) and judges it.
+fn is_stale(path: &std::path::Path) -> bool {
+    // Opening fails for other users' segments (mode 0600): never ours to judge.
+    let Ok(mut file) = File::open(path) else {
+        return false;
+    };
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    if !meta.is_file() {
+        return false;
+    }
+    let mut header = [0u8; HEADER_LEN];
+    let owner = match file.read_exact(&mut header) {
+        Ok(()) => parse_owner(&header),
+        Err(_) => None,
+    };
+    match owner {
+        Some(owner) => !owner.alive(),
+        None => meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age > UNINITIALIZED_GRACE),
+    }
+}
+
+/// The owner recorded in a header read as bytes, if the magic is recur's.
+fn parse_owner(header: &[u8; HEADER_LEN]) -> Option<ProcessId> {
+    let u64_at = |o: usize| u64::from_ne_bytes(header[o..o + 8].try_into().expect("8 bytes"));
+    let u32_at = |o: usize| u32::from_ne_bytes(header[o..o + 4].try_into().expect("4 bytes"));
+    (u64_at(MAGIC_OFFSET) == SEGMENT_MAGIC).then(|| ProcessId {
+        pid: u32_at(OWNER_PID_OFFSET),
+        start: u64_at(OWNER_START_OFFSET),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_name("recur-abc_1.x", true).is_ok());
+        assert!(validate_name("other", false).is_ok());
+        for (name, creating) in [
+            ("", false),
+            ("a/b", false),
+            (".hidden", false),
+            ("sp ace", false),
+            ("other", true),
+        ] {
+            let err = validate_name(name, creating).unwrap_err();
+            assert!(err.to_string().contains(&format!("{name:?}")), "{err}");
+        }
+        let long = format!("recur-{}", "x".repeat(MAX_NAME_LEN));
+        assert!(validate_name(&long, true).is_err());
+    }
+
+    #[test]
+    fn run_ids_are_valid_names_and_distinct() {
+        let a = unique_run_id();
+        std::thread::sleep(Duration::from_micros(10));
+        let b = unique_run_id();
+        assert_ne!(a, b);
+        assert!(a.starts_with(&format!("{}-", std::process::id())));
+        validate_name(&format!("{SEGMENT_PREFIX}{a}"), true).unwrap();
+    }
+
+    #[test]
+    fn this_process_is_alive_and_pid_zero_is_not() {
+        let me = ProcessId::current();
+        assert!(me.alive());
+        assert!(me.start > 0, "/proc/self/stat gives a start time");
+        assert!(!ProcessId { pid: 0, start: 0 }.alive());
+        // Our pid with another start time: a later process that reused a dead owner's pid.
+        assert!(!ProcessId {
+            pid: me.pid,
+            start: me.start + 1
+        }
+        .alive());
+    }
+
+    #[test]
+    fn proc_stat_handles_odd_command_names() {
+        let (state, start) = proc_stat(std::process::id()).unwrap().unwrap();
+        assert!(state == 'R' || state == 'S', "{state}");
+        assert!(start > 0);
+        // A comm with spaces and parentheses must not shift the fields.
+        let rest = "S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 424242 20 21";
+        assert_eq!(
+            parse_stat(&format!("77 (a) b (c) {rest}")),
+            Some(('S', 424242))
+        );
+        assert_eq!(parse_stat("77 (truncated"), None);
+        assert_eq!(parse_stat("77 (x) Z 1"), None);
+    }
+}

@@ -1,0 +1,229 @@
+//! `recur-learner`: the learner process.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use common::recurrent::CellKind;
+use learner::collect::{run_collect, CollectConfig};
+use learner::config::TrainConfig;
+use learner::train::{train, TrainOptions};
+
+/// The recur-actor executable: given, or next to this binary.
+fn actor_program(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let path = match given {
+        Some(p) => p,
+        None => std::env::current_exe()?.with_file_name("recur-actor"),
+    };
+    anyhow::ensure!(path.exists(), "actor executable {} not found (build it, or pass --actor-bin)", path.display());
+    Ok(path)
+}
+
+#[derive(Parser)]
+#[command(name = "recur-learner", version, about = "recur's learner process")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a recurrent PPO policy with actor processes (the main job): writes the run
+    /// directory (config.toml, metrics.csv, learning_curve.png, checkpoint/, summary.json).
+    Train(TrainArgs),
+    /// Start actor processes and receive their chunks through shared memory, verifying each
+    /// (counts, checksums, sequence numbers), without training; writes RUN_DIR/summary.json.
+    Collect(CollectArgs),
+}
+
+#[derive(clap::Args)]
+struct TrainArgs {
+    /// Training config (TOML).
+    #[arg(long, default_value = "configs/masked_cartpole.toml")]
+    config: PathBuf,
+    /// Actor processes [default: run.actors, else the machine's cores].
+    #[arg(long)]
+    actors: Option<u32>,
+    /// Seed [default: run.seed].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Frames to train on [default: run.frames].
+    #[arg(long)]
+    frames: Option<u64>,
+    /// End the run after this many seconds (with a final checkpoint).
+    #[arg(long)]
+    max_seconds: Option<f64>,
+    /// Run directory [default: runs/<env>-<unix time>].
+    #[arg(long, conflicts_with = "resume")]
+    run_dir: Option<PathBuf>,
+    /// Continue the run in RUN_DIR from its checkpoint (its config.toml is used).
+    #[arg(long, value_name = "RUN_DIR")]
+    resume: Option<PathBuf>,
+    /// No progress bar (log lines only).
+    #[arg(long)]
+    quiet: bool,
+    /// The recur-actor executable [default: next to this binary].
+    #[arg(long)]
+    actor_bin: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct CollectArgs {
+    #[arg(long, default_value = "MaskedCartPole-v1")]
+    env: String,
+    /// Actor processes [default: the machine's cores].
+    #[arg(long)]
+    actors: Option<u32>,
+    /// Environments per actor.
+    #[arg(long, default_value_t = 16)]
+    envs: usize,
+    /// Steps per chunk.
+    #[arg(long, default_value_t = 32)]
+    steps: usize,
+    /// Total frames to receive (whole chunks).
+    #[arg(long, default_value_t = 1_000_000)]
+    frames: u64,
+    #[arg(long, default_value = "lstm")]
+    cell: CellKind,
+    #[arg(long, default_value_t = 64)]
+    hidden: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Run directory (created; mode 0700) [default: runs/collect-<unix time>].
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Ring slots per actor.
+    #[arg(long, default_value_t = 8)]
+    slots: usize,
+    /// Publish a new weight version every this many chunks (0 = only at start).
+    #[arg(long, default_value_t = 64)]
+    publish_every: u64,
+    /// Restarts per actor before giving up on it.
+    #[arg(long, default_value_t = 5)]
+    max_restarts: u32,
+    /// Also write every received chunk to this new dataset directory.
+    #[arg(long)]
+    save_replay: Option<PathBuf>,
+    /// The recur-actor executable [default: next to this binary].
+    #[arg(long)]
+    actor_bin: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Train(a) => {
+            let (config_path, run_dir, resume) = match &a.resume {
+                Some(dir) => (dir.join("config.toml"), dir.clone(), true),
+                None => (a.config.clone(), a.run_dir.clone().unwrap_or_default(), false),
+            };
+            let mut config = TrainConfig::load(&config_path)?;
+            if let Some(n) = a.actors {
+                config.run.actors = Some(n);
+            }
+            if let Some(s) = a.seed {
+                config.run.seed = s;
+            }
+            if let Some(f) = a.frames {
+                config.run.frames = f;
+            }
+            config.validate(&config_path.display().to_string())?;
+            let run_dir = if resume || !run_dir.as_os_str().is_empty() {
+                run_dir
+            } else {
+                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                PathBuf::from(format!("runs/{}-{t}", config.run.env))
+            };
+            let opts = TrainOptions {
+                config,
+                run_dir: run_dir.clone(),
+                resume,
+                actor_program: actor_program(a.actor_bin)?,
+                progress: !a.quiet,
+                max_seconds: a.max_seconds,
+            };
+            let summary = train(&opts).context("training run")?;
+            println!("{}", serde_json::to_string(&summary)?);
+            tracing::info!(
+                "{} frames, {} updates in {:.1} s; mean return (last 20 episodes) {:.2}{}; results in {}",
+                summary.frames,
+                summary.updates,
+                summary.seconds,
+                summary.final_mean_return,
+                match (summary.target_return, summary.frames_to_target, summary.seconds_to_target) {
+                    (Some(t), Some(f), Some(s)) => format!("; reached {t} after {f} frames, {s:.1} s"),
+                    (Some(t), _, _) => format!("; did not reach {t}"),
+                    _ => String::new(),
+                },
+                run_dir.display()
+            );
+        }
+        Command::Collect(a) => {
+            anyhow::ensure!(
+                a.envs >= 1 && a.steps >= 1,
+                "--envs and --steps must be at least 1 (got {} and {})",
+                a.envs,
+                a.steps
+            );
+            anyhow::ensure!(a.slots >= 2, "--slots must be at least 2, got {}", a.slots);
+            let actors = a.actors.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+            });
+            anyhow::ensure!(
+                (1..2048).contains(&actors),
+                "--actors must be in 1..2048, got {actors}"
+            );
+            let actor_program = match a.actor_bin {
+                Some(p) => p,
+                None => std::env::current_exe()?.with_file_name("recur-actor"),
+            };
+            anyhow::ensure!(
+                actor_program.exists(),
+                "actor executable {} not found (build it, or pass --actor-bin)",
+                actor_program.display()
+            );
+            let run_dir = a.run_dir.unwrap_or_else(|| {
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                PathBuf::from(format!("runs/collect-{t}"))
+            });
+            let config = CollectConfig {
+                env: a.env,
+                actors,
+                envs: a.envs,
+                steps: a.steps,
+                cell: a.cell,
+                hidden: a.hidden,
+                layers: 1,
+                encoder: vec![64],
+                seed: a.seed,
+                frames: a.frames,
+                run_dir: run_dir.clone(),
+                actor_program,
+                slots: a.slots,
+                publish_every: a.publish_every,
+                max_restarts: a.max_restarts,
+                save_replay: a.save_replay,
+            };
+            let summary = run_collect(&config, |_| {}).context("collect run")?;
+            println!("{}", serde_json::to_string(&summary)?);
+            tracing::info!(
+                "{} frames in {} chunks from {} actor incarnations in {:.1} s; {} corrupted, {} rejected; summary in {}",
+                summary.frames,
+                summary.chunks,
+                summary.incarnations.len(),
+                summary.seconds,
+                summary.corrupted,
+                summary.rejected,
+                run_dir.join("summary.json").display()
+            );
+        }
+    }
+    Ok(())
+}

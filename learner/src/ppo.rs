@@ -1,0 +1,338 @@
+//! Recurrent PPO: advantages from the recurrent critic over whole chunks, then several epochs of
+//! minibatches made of sequence slices that start from the stored recurrent state (`is_init` at
+//! every slice start), clipped surrogate + value loss + entropy bonus, Adam, global gradient-norm
+//! clipping.
+//!
+//! The data path of one update, top to bottom:
+//! 1. [`Ppo::add_chunk`]: recurrent mode over the chunk `[E, T]` from its stored states gives
+//!    `V_t` and the post-step state at every segment end; a sequential step on
+//!    `next.observation` from that state gives the bootstrap value where a trajectory is cut
+//!    (truncation, chunk end); GAE; the chunk and its advantages go to storage.
+//! 2. [`Ppo::update`]: for each epoch, the SliceSampler tiles the stored trajectories into
+//!    slices (no replacement, padded to `slice_len` with a mask); each minibatch runs in
+//!    recurrent mode and takes one optimizer step.
+
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+use common::backend::{cpu_device, Cpu, CpuAutodiff};
+use common::chunk::{Chunk, ChunkSchema};
+use common::policy::dist::{categorical_entropy, categorical_log_prob, gaussian_entropy, squashed_gaussian_log_prob_tensor};
+use common::policy::{ActionSpec, Policy, PolicyConfig};
+use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
+
+use crate::config::PpoSection;
+use crate::gae::{gae, needs_bootstrap, GaeInput};
+use crate::replay::ReplayStorage;
+use crate::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
+
+type Model = Policy<CpuAutodiff>;
+type Optim = OptimizerAdaptor<Adam, Model, CpuAutodiff>;
+
+/// Losses and diagnostics of one update (means over its minibatches).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct UpdateStats {
+    pub loss: f32,
+    pub policy_loss: f32,
+    pub value_loss: f32,
+    pub entropy: f32,
+    pub approx_kl: f32,
+    pub clip_frac: f32,
+    pub grad_norm: f32,
+    pub minibatches: usize,
+}
+
+/// The learner's model, optimizer and on-policy storage.
+pub struct Ppo {
+    pub model: Model,
+    optim: Optim,
+    config: PpoSection,
+    schema: ChunkSchema,
+    storage: ReplayStorage,
+    advantage: Vec<f32>,
+    value_target: Vec<f32>,
+    sampler: SliceSampler,
+    /// The inference copy of the model, refreshed after each update.
+    critic: Policy<Cpu>,
+}
+
+impl Ppo {
+    pub fn new(policy: &PolicyConfig, ppo: &PpoSection, schema: &ChunkSchema, seed: u64) -> anyhow::Result<Self> {
+        let model: Model = policy.init_seeded(seed, &cpu_device())?;
+        let sampler = SliceSampler::new(SliceSamplerConfig {
+            slice_len: Some(ppo.slice_len),
+            num_slices: None,
+            batch_size: ppo.slice_len * ppo.num_slices,
+            strict_length: false,
+            pad_output: true,
+            end_key: crate::slice_sampler::EndKey::Done,
+            replacement: false,
+            seed: seed ^ 0x5a1ce,
+        })?;
+        Ok(Ppo {
+            critic: model.valid(),
+            optim: AdamConfig::new().with_epsilon(1e-5).init(),
+            storage: ReplayStorage::new(schema, ppo.frames_per_update),
+            advantage: Vec::new(),
+            value_target: Vec::new(),
+            config: ppo.clone(),
+            schema: schema.clone(),
+            sampler,
+            model,
+        })
+    }
+
+    /// Frames stored for the next update.
+    pub fn stored(&self) -> usize {
+        self.storage.len()
+    }
+
+    /// Computes the chunk's advantages with the current critic and stores both.
+    pub fn add_chunk(&mut self, chunk: &Chunk) {
+        let s = &self.schema;
+        let (e, t, d, l, h) = (s.envs, s.steps, s.obs_dim, s.num_layers, s.hidden_size);
+        let n = e * t;
+        let device = cpu_device();
+        let value;
+        let mut next_value = vec![0.0f32; n];
+        {
+            let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
+            let state = |v: &Vec<f32>| Tensor::<Cpu, 4>::from_data(TensorData::new(v.clone(), [e, t, l, h]), &device);
+            let out = self
+                .critic
+                .forward_batch(
+                    Tensor::from_data(TensorData::new(chunk.observation.clone(), [e, t, d]), &device),
+                    Tensor::<Cpu, 2, Bool>::from_data(TensorData::new(chunk.is_init.iter().map(|&x| x == 1).collect::<Vec<_>>(), [e, t]), &device),
+                    RecurrentState { rs_h: state(&chunk.rs_h), rs_c: chunk.rs_c.as_ref().map(state) },
+                )
+                .expect("chunks match the policy");
+            value = host(out.value);
+            let next_h = host(out.next.rs_h);
+            let next_c = out.next.rs_c.map(host);
+            // Bootstrap rows: where the trajectory is cut but did not terminate.
+            let rows: Vec<usize> = (0..n)
+                .filter(|&p| {
+                    let tt = p % t;
+                    let same_next = tt + 1 < t && chunk.traj_ids[p + 1] == chunk.traj_ids[p];
+                    needs_bootstrap(tt, t, chunk.next_done[p] == 1, same_next) && chunk.next_terminated[p] == 0
+                })
+                .collect();
+            drop(_mode);
+            if !rows.is_empty() {
+                let m = rows.len();
+                let gather = |v: &[f32], w: usize| -> Vec<f32> { rows.iter().flat_map(|&p| v[p * w..(p + 1) * w].to_vec()).collect() };
+                let st = |v: Vec<f32>| Tensor::<Cpu, 3>::from_data(TensorData::new(v, [m, l, h]), &device);
+                let _seq = set_recurrent_mode(RecurrentMode::Sequential);
+                let boot = self
+                    .critic
+                    .forward(
+                        Tensor::from_data(TensorData::new(gather(&chunk.next_observation, d), [m, d]), &device),
+                        Tensor::<Cpu, 1, Bool>::from_data(TensorData::new(vec![false; m], [m]), &device),
+                        RecurrentState { rs_h: st(gather(&next_h, l * h)), rs_c: next_c.as_ref().map(|c| st(gather(c, l * h))) },
+                    )
+                    .expect("chunks match the policy");
+                for (k, v) in host(boot.value).into_iter().enumerate() {
+                    next_value[rows[k]] = v;
+                }
+            }
+        }
+        let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
+        let done: Vec<bool> = chunk.next_done.iter().map(|&x| x == 1).collect();
+        let adv = gae(&GaeInput {
+            steps: t,
+            reward: &chunk.next_reward,
+            value: &value,
+            next_value: &next_value,
+            terminated: &terminated,
+            done: &done,
+            traj_ids: &chunk.traj_ids,
+            gamma: self.config.gamma,
+            lambda: self.config.gae_lambda,
+        });
+        // Storage positions follow insertion order (the storage is emptied after each update).
+        debug_assert_eq!(self.storage.len(), self.advantage.len());
+        self.storage.extend(chunk);
+        self.advantage.extend(adv.advantage);
+        self.value_target.extend(adv.value_target);
+    }
+
+    /// Trains on everything stored, then empties the storage.
+    pub fn update(&mut self) -> anyhow::Result<UpdateStats> {
+        let mut stats = UpdateStats::default();
+        for _ in 0..self.config.epochs {
+            for batch in self.sampler.epoch(&self.storage)? {
+                let mb = self.minibatch_step(&batch)?;
+                stats.loss += mb.loss;
+                stats.policy_loss += mb.policy_loss;
+                stats.value_loss += mb.value_loss;
+                stats.entropy += mb.entropy;
+                stats.approx_kl += mb.approx_kl;
+                stats.clip_frac += mb.clip_frac;
+                stats.grad_norm += mb.grad_norm;
+                stats.minibatches += 1;
+            }
+        }
+        let k = stats.minibatches.max(1) as f32;
+        for v in [&mut stats.loss, &mut stats.policy_loss, &mut stats.value_loss, &mut stats.entropy, &mut stats.approx_kl, &mut stats.clip_frac, &mut stats.grad_norm] {
+            *v /= k;
+        }
+        self.storage.clear();
+        self.advantage.clear();
+        self.value_target.clear();
+        self.critic = self.model.valid();
+        Ok(stats)
+    }
+
+    fn minibatch_step(&mut self, b: &SampledBatch) -> anyhow::Result<UpdateStats> {
+        let s = &self.schema;
+        let (num, len) = (self.sampler.num_slices().min(b.slices.len()), self.config.slice_len);
+        let rows = b.slices.len();
+        debug_assert!(rows <= num);
+        let (d, l, h, a) = (s.obs_dim, s.num_layers, s.hidden_size, s.action_dim());
+        let device = cpu_device();
+        let st = &self.storage;
+        let gather = |v: &[f32], w: usize| -> Vec<f32> { b.positions.iter().flat_map(|&p| v[p * w..(p + 1) * w].to_vec()).collect() };
+        let mask: Vec<f32> = b.mask.as_ref().expect("padded output").iter().map(|&m| if m { 1.0 } else { 0.0 }).collect();
+        let count: f32 = mask.iter().sum();
+        // Advantages normalised over the minibatch's real steps.
+        let adv_raw: Vec<f32> = b.positions.iter().map(|&p| self.advantage[p]).collect();
+        let mean = adv_raw.iter().zip(&mask).map(|(x, m)| x * m).sum::<f32>() / count;
+        let var = adv_raw.iter().zip(&mask).map(|(x, m)| (x - mean).powi(2) * m).sum::<f32>() / count;
+        let adv: Vec<f32> = adv_raw.iter().map(|x| (x - mean) / (var.sqrt() + 1e-8)).collect();
+        let t3 = |v: Vec<f32>, w: usize| Tensor::<CpuAutodiff, 3>::from_data(TensorData::new(v, [rows, len, w]), &device);
+        let t4 = |v: Vec<f32>| Tensor::<CpuAutodiff, 4>::from_data(TensorData::new(v, [rows, len, l, h]), &device);
+        let obs = t3(gather(&st.observation, d), d);
+        let is_init = Tensor::<CpuAutodiff, 2, Bool>::from_data(TensorData::new(b.is_init.clone(), [rows, len]), &device);
+        let state = RecurrentState {
+            rs_h: t4(gather(&st.rs_h, l * h)),
+            rs_c: s.cell.has_cell_state().then(|| t4(gather(&st.rs_c, l * h))),
+        };
+        let old_logp = t3(gather(&st.sample_log_prob, 1), 1);
+        let target = t3(b.positions.iter().map(|&p| self.value_target[p]).collect(), 1);
+        let adv_t = t3(adv, 1);
+        let mask_t = t3(mask, 1);
+
+        let out = {
+            let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
+            self.model.forward_batch(obs, is_init, state)?
+        };
+        let (logp, entropy) = match self.model.action() {
+            ActionSpec::Discrete { .. } => {
+                let idx: Vec<i64> = b.positions.iter().map(|&p| st.action[p] as i64).collect();
+                let idx = Tensor::<CpuAutodiff, 3, Int>::from_data(TensorData::new(idx, [rows, len, 1]), &device);
+                (categorical_log_prob(out.head.clone(), idx), categorical_entropy(out.head))
+            }
+            ActionSpec::Continuous { low, high } => {
+                let acts = t3(gather(&st.action, a), a);
+                (squashed_gaussian_log_prob_tensor(out.head.clone(), acts, low, high), gaussian_entropy(out.head, a))
+            }
+        };
+        let masked_mean = |x: Tensor<CpuAutodiff, 3>| (x * mask_t.clone()).sum() / count;
+        let log_ratio = logp - old_logp;
+        let ratio = log_ratio.clone().exp();
+        let eps = self.config.clip_eps;
+        let surrogate = (ratio.clone() * adv_t.clone()).min_pair(ratio.clone().clamp(1.0 - eps, 1.0 + eps) * adv_t);
+        let policy_loss = masked_mean(surrogate).neg();
+        let value_loss = masked_mean((out.value - target).powi_scalar(2)) * 0.5;
+        let entropy_mean = masked_mean(entropy);
+        let loss = policy_loss.clone() + value_loss.clone() * self.config.value_coef - entropy_mean.clone() * self.config.entropy_coef;
+
+        // Diagnostics, without autodiff.
+        let lr_host = host(log_ratio.inner());
+        let mask_host = b.mask.as_ref().expect("padded output");
+        let (mut kl, mut clipped) = (0.0f32, 0.0f32);
+        for (x, &m) in lr_host.iter().zip(mask_host) {
+            if m {
+                kl += x.exp() - 1.0 - x;
+                clipped += ((x.exp() - 1.0).abs() > eps) as u8 as f32;
+            }
+        }
+        let scalar = |t: Tensor<CpuAutodiff, 1>| host(t.inner())[0];
+        let stats = UpdateStats {
+            loss: scalar(loss.clone()),
+            policy_loss: scalar(policy_loss),
+            value_loss: scalar(value_loss),
+            entropy: scalar(entropy_mean),
+            approx_kl: kl / count,
+            clip_frac: clipped / count,
+            grad_norm: 0.0,
+            minibatches: 1,
+        };
+        let grads = loss.backward();
+        let mut grads = GradientsParams::from_grads(grads, &self.model);
+        let grad_norm = clip_global_norm(&self.model, &mut grads, self.config.max_grad_norm);
+        let model = self.model.clone();
+        self.model = self.optim.step(self.config.lr, model, grads);
+        Ok(UpdateStats { grad_norm, ..stats })
+    }
+
+    /// The optimizer state and the model record, as bytes (checkpoints).
+    pub fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+        let model = Recorder::<CpuAutodiff>::record(&recorder, self.model.clone().into_record(), ())?;
+        let optim = Recorder::<CpuAutodiff>::record(&recorder, self.optim.to_record(), ())?;
+        Ok((model, optim))
+    }
+
+    /// Restores what [`save_state`](Self::save_state) wrote.
+    pub fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
+        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+        let device = cpu_device();
+        let record = Recorder::<CpuAutodiff>::load(&recorder, model, &device)?;
+        self.model = self.model.clone().load_record(record);
+        let record = Recorder::<CpuAutodiff>::load(&recorder, optim, &device)?;
+        self.optim = self.optim.clone().load_record(record);
+        self.critic = self.model.valid();
+        Ok(())
+    }
+}
+
+/// Scales every gradient so that their global L2 norm is at most `max_norm` (PyTorch's
+/// `clip_grad_norm_`); returns the norm before clipping.
+fn clip_global_norm(model: &Model, grads: &mut GradientsParams, max_norm: f32) -> f32 {
+    struct Ids(Vec<(ParamId, usize)>);
+    impl<B: Backend> ModuleVisitor<B> for Ids {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.push((param.id, D));
+        }
+    }
+    let mut ids = Ids(Vec::new());
+    model.visit(&mut ids);
+    type Inner = Cpu;
+    let mut sq = 0.0f64;
+    for &(id, rank) in &ids.0 {
+        sq += match rank {
+            1 => grads.get::<Inner, 1>(id).map_or(0.0, |g| host(g.powi_scalar(2).sum()) [0] as f64),
+            2 => grads.get::<Inner, 2>(id).map_or(0.0, |g| host(g.powi_scalar(2).sum())[0] as f64),
+            _ => 0.0,
+        };
+    }
+    let norm = sq.sqrt() as f32;
+    if norm > max_norm && norm.is_finite() {
+        let scale = max_norm / (norm + 1e-6);
+        for &(id, rank) in &ids.0 {
+            match rank {
+                1 => {
+                    if let Some(g) = grads.remove::<Inner, 1>(id) {
+                        grads.register(id, g * scale);
+                    }
+                }
+                2 => {
+                    if let Some(g) = grads.remove::<Inner, 2>(id) {
+                        grads.register(id, g * scale);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    norm
+}
+
+fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().to_vec::<f32>().expect("f32 data")
+}
+

@@ -1,0 +1,327 @@
+//! The actor supervisor: spawns the actor processes of a run, notices when one dies, restarts
+//! it under a new incarnation id (with backoff, up to a restart limit), and kills them all when
+//! the run ends — also when the learner unwinds from a panic (drop guard).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// How actors are started and restarted.
+#[derive(Clone, Debug)]
+pub struct SupervisorConfig {
+    /// The `recur-actor` executable.
+    pub program: PathBuf,
+    /// Arguments shared by every actor (`--connect`, env, policy options).
+    pub args: Vec<String>,
+    pub actors: u32,
+    /// Restarts allowed per actor before the supervisor gives up on it.
+    pub max_restarts: u32,
+    /// First restart delay; doubled after each restart of the same actor, capped at 8 s.
+    pub backoff: Duration,
+}
+
+/// Something that happened to an actor process.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ActorEvent {
+    Started {
+        actor_id: u32,
+        incarnation: u32,
+        pid: u32,
+    },
+    Exited {
+        actor_id: u32,
+        incarnation: u32,
+        status: String,
+    },
+    /// The actor died more than `max_restarts` times; it is not started again.
+    GaveUp { actor_id: u32, restarts: u32 },
+}
+
+struct Slot {
+    actor_id: u32,
+    incarnation: u32,
+    child: Option<Child>,
+    restarts: u32,
+    /// When set, the actor is to be (re)started at that instant.
+    start_at: Option<Instant>,
+    given_up: bool,
+}
+
+/// Owns the actor processes of one run.
+pub struct Supervisor {
+    config: SupervisorConfig,
+    slots: Vec<Slot>,
+    stopping: bool,
+}
+
+impl Supervisor {
+    /// Starts every actor (incarnation 0).
+    pub fn start(config: SupervisorConfig) -> std::io::Result<(Self, Vec<ActorEvent>)> {
+        let mut s = Supervisor {
+            slots: (0..config.actors)
+                .map(|actor_id| Slot {
+                    actor_id,
+                    incarnation: 0,
+                    child: None,
+                    restarts: 0,
+                    start_at: Some(Instant::now()),
+                    given_up: false,
+                })
+                .collect(),
+            config,
+            stopping: false,
+        };
+        let events = s.poll()?;
+        Ok((s, events))
+    }
+
+    fn spawn(&self, actor_id: u32, incarnation: u32) -> std::io::Result<Child> {
+        Command::new(&self.config.program)
+            .args(&self.config.args)
+            .args([
+                "--actor-id",
+                &actor_id.to_string(),
+                "--incarnation",
+                &incarnation.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .spawn()
+    }
+
+    /// Reaps exited actors, schedules and performs restarts; returns what happened.
+    pub fn poll(&mut self) -> std::io::Result<Vec<ActorEvent>> {
+        let mut events = Vec::new();
+        let now = Instant::now();
+        for i in 0..self.slots.len() {
+            let exited: Option<ExitStatus> = match &mut self.slots[i].child {
+                Some(child) => child.try_wait()?,
+                None => None,
+            };
+            if let Some(status) = exited {
+                let slot = &mut self.slots[i];
+                slot.child = None;
+                events.push(ActorEvent::Exited {
+                    actor_id: slot.actor_id,
+                    incarnation: slot.incarnation,
+                    status: describe(status),
+                });
+                if !self.stopping {
+                    if slot.restarts >= self.config.max_restarts {
+                        slot.given_up = true;
+                        events.push(ActorEvent::GaveUp {
+                            actor_id: slot.actor_id,
+                            restarts: slot.restarts,
+                        });
+                    } else {
+                        let delay = self.config.backoff * 2u32.pow(slot.restarts.min(4));
+                        slot.restarts += 1;
+                        slot.incarnation += 1;
+                        slot.start_at = Some(now + delay.min(Duration::from_secs(8)));
+                    }
+                }
+            }
+            if self.stopping {
+                continue;
+            }
+            let slot = &self.slots[i];
+            if slot.child.is_none() && !slot.given_up && slot.start_at.is_some_and(|t| t <= now) {
+                let (actor_id, incarnation) = (slot.actor_id, slot.incarnation);
+                let child = self.spawn(actor_id, incarnation)?;
+                events.push(ActorEvent::Started {
+                    actor_id,
+                    incarnation,
+                    pid: child.id(),
+                });
+                let slot = &mut self.slots[i];
+                slot.child = Some(child);
+                slot.start_at = None;
+            }
+        }
+        Ok(events)
+    }
+
+    /// Actors that exit from now on are not restarted (the run is ending).
+    pub fn stop_restarting(&mut self) {
+        self.stopping = true;
+    }
+
+    /// Pids of the running actors, by actor id.
+    pub fn running(&self) -> Vec<(u32, u32, u32)> {
+        self.slots
+            .iter()
+            .filter_map(|s| {
+                s.child
+                    .as_ref()
+                    .map(|c| (s.actor_id, s.incarnation, c.id()))
+            })
+            .collect()
+    }
+
+    /// True when no actor runs and none is waiting for a restart.
+    pub fn all_done(&self) -> bool {
+        self.slots
+            .iter()
+            .all(|s| s.child.is_none() && (s.given_up || self.stopping || s.start_at.is_none()))
+    }
+
+    /// Stops restarting; asks the running actors to exit (SIGTERM), waits up to `grace`, then
+    /// kills the rest (SIGKILL) and reaps them.
+    pub fn shutdown(&mut self, grace: Duration) -> Vec<ActorEvent> {
+        self.stopping = true;
+        for slot in &self.slots {
+            if let Some(child) = &slot.child {
+                let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + grace;
+        let mut events = Vec::new();
+        loop {
+            events.extend(self.poll().unwrap_or_default());
+            if self.slots.iter().all(|s| s.child.is_none()) || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill_all(&mut events);
+        events
+    }
+
+    /// Waits up to `grace` for actors to exit by themselves (after a shutdown request over the
+    /// control plane), then shuts the rest down.
+    pub fn wait_then_shutdown(&mut self, grace: Duration) -> Vec<ActorEvent> {
+        self.stopping = true;
+        let deadline = Instant::now() + grace;
+        let mut events = Vec::new();
+        while Instant::now() < deadline && self.slots.iter().any(|s| s.child.is_some()) {
+            events.extend(self.poll().unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        events.extend(self.shutdown(Duration::from_secs(2)));
+        events
+    }
+
+    fn kill_all(&mut self, events: &mut Vec<ActorEvent>) {
+        for slot in &mut self.slots {
+            if let Some(mut child) = slot.child.take() {
+                let _ = child.kill();
+                let status = child.wait().map(describe).unwrap_or_else(|e| e.to_string());
+                events.push(ActorEvent::Exited {
+                    actor_id: slot.actor_id,
+                    incarnation: slot.incarnation,
+                    status,
+                });
+            }
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    /// No orphans: whatever ends the learner's run (return, error, panic), its actors go too.
+    fn drop(&mut self) {
+        self.stopping = true;
+        let mut events = Vec::new();
+        self.kill_all(&mut events);
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => status.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(program: &str, args: &[&str], max_restarts: u32) -> SupervisorConfig {
+        SupervisorConfig {
+            program: program.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            actors: 2,
+            max_restarts,
+            backoff: Duration::from_millis(10),
+        }
+    }
+
+    #[test]
+    fn dead_actors_restart_with_new_incarnations_until_the_limit() {
+        // `false --actor-id N --incarnation K` exits at once with code 1.
+        let (mut s, events) = Supervisor::start(config("false", &[], 2)).unwrap();
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, ActorEvent::Started { .. }))
+                .count(),
+            2
+        );
+        let mut all = events;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline
+            && all
+                .iter()
+                .filter(|e| matches!(e, ActorEvent::GaveUp { .. }))
+                .count()
+                < 2
+        {
+            all.extend(s.poll().unwrap());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for actor_id in 0..2 {
+            let incarnations: Vec<u32> = all
+                .iter()
+                .filter_map(|e| match e {
+                    ActorEvent::Started {
+                        actor_id: a,
+                        incarnation,
+                        ..
+                    } if *a == actor_id => Some(*incarnation),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(incarnations, [0, 1, 2], "actor {actor_id}: {all:?}");
+            assert!(all.contains(&ActorEvent::GaveUp {
+                actor_id,
+                restarts: 2
+            }));
+        }
+        assert!(all
+            .iter()
+            .any(|e| matches!(e, ActorEvent::Exited { status, .. } if status == "exit code 1")));
+        assert!(s.all_done());
+    }
+
+    #[test]
+    fn shutdown_kills_what_does_not_exit_and_drop_leaves_no_orphans() {
+        // `sh -c '...' sh --actor-id N ...`: the supervisor's arguments land in $1.. ; `exec`
+        // makes the supervised pid the sleeper itself.
+        let stubborn = config("sh", &["-c", "trap '' TERM; exec sleep 30", "sh"], 0);
+        let (mut s, _) = Supervisor::start(stubborn).unwrap();
+        let pids: Vec<u32> = s.running().iter().map(|r| r.2).collect();
+        assert_eq!(pids.len(), 2);
+        // Let the shells install their trap; then they ignore SIGTERM, and shutdown must kill
+        // them once the grace period is over.
+        std::thread::sleep(Duration::from_millis(300));
+        let asked = Instant::now();
+        let events = s.shutdown(Duration::from_millis(200));
+        assert!(asked.elapsed() >= Duration::from_millis(200), "they exited on SIGTERM: the test lost its point");
+        let exited = events.iter().filter(|e| matches!(e, ActorEvent::Exited { .. })).count();
+        assert_eq!(exited, 2, "{events:?}");
+        for pid in pids {
+            assert!(kill(Pid::from_raw(pid as i32), None).is_err(), "actor {pid} survived shutdown");
+        }
+        let (s, _) = Supervisor::start(config("sh", &["-c", "exec sleep 30", "sh"], 0)).unwrap();
+        let pids: Vec<u32> = s.running().iter().map(|r| r.2).collect();
+        assert_eq!(pids.len(), 2);
+        drop(s);
+        for pid in pids {
+            assert!(kill(Pid::from_raw(pid as i32), None).is_err(), "actor {pid} outlived its supervisor");
+        }
+    }
+}
