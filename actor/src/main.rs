@@ -70,7 +70,11 @@ struct Widths(Vec<usize>);
 fn parse_widths(s: &str) -> Result<Widths, String> {
     s.split(',')
         .filter(|w| !w.trim().is_empty())
-        .map(|w| w.trim().parse::<usize>().map_err(|e| format!("encoder width {w:?}: {e}")))
+        .map(|w| {
+            w.trim()
+                .parse::<usize>()
+                .map_err(|e| format!("encoder width {w:?}: {e}"))
+        })
         .collect::<Result<Vec<_>, _>>()
         .map(Widths)
 }

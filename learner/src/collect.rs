@@ -110,18 +110,27 @@ pub struct Transport {
 impl Transport {
     /// Reclaims stale segments, publishes `initial_blob` as version 1, starts the control
     /// socket and the actors.
-    pub fn start(config: &CollectConfig, schema: ChunkSchema, initial_blob: &[u8]) -> anyhow::Result<Self> {
+    pub fn start(
+        config: &CollectConfig,
+        schema: ChunkSchema,
+        initial_blob: &[u8],
+    ) -> anyhow::Result<Self> {
         use std::os::unix::fs::PermissionsExt;
         let start = Instant::now();
-        std::fs::create_dir_all(&config.run_dir).with_context(|| format!("creating run directory {}", config.run_dir.display()))?;
+        std::fs::create_dir_all(&config.run_dir)
+            .with_context(|| format!("creating run directory {}", config.run_dir.display()))?;
         std::fs::set_permissions(&config.run_dir, std::fs::Permissions::from_mode(0o700))?;
-        let mut summary = CollectSummary { env: config.env.clone(), ..Default::default() };
+        let mut summary = CollectSummary {
+            env: config.env.clone(),
+            ..Default::default()
+        };
         summary.reclaimed_segments = reclaim_stale();
         for name in &summary.reclaimed_segments {
             tracing::warn!("removed shared-memory segment {name} left by a crashed run");
         }
         let run_id = unique_run_id();
-        let mut weights = WeightPublisher::create(&format!("recur-{run_id}-weights"), initial_blob.len())?;
+        let mut weights =
+            WeightPublisher::create(&format!("recur-{run_id}-weights"), initial_blob.len())?;
         weights.publish(1, initial_blob)?;
         summary.policy_version = 1;
         let slot_bytes = encoded_chunk_len(&schema)?;
@@ -169,10 +178,27 @@ impl Transport {
     /// call (verified, in arrival order per ring).
     pub fn poll(&mut self) -> anyhow::Result<Vec<Chunk>> {
         for reg in self.server.registrations.try_iter().collect::<Vec<_>>() {
-            register(reg, &self.schema, &self.run_id, self.slot_bytes, &self.config, &mut self.rings, &mut self.summary, self.weights.name());
+            register(
+                reg,
+                &self.schema,
+                &self.run_id,
+                self.slot_bytes,
+                &self.config,
+                &mut self.rings,
+                &mut self.summary,
+                self.weights.name(),
+            );
         }
         let mut chunks = Vec::new();
-        receive_all(&mut self.rings, &mut self.buf, &self.schema, &mut self.incarnations, &mut self.summary, &mut self.replay, &mut chunks)?;
+        receive_all(
+            &mut self.rings,
+            &mut self.buf,
+            &self.schema,
+            &mut self.incarnations,
+            &mut self.summary,
+            &mut self.replay,
+            &mut chunks,
+        )?;
         // Rings of dead actors were drained by the pass above; drop them.
         let incarnations = &mut self.incarnations;
         self.rings.retain(|ring| {
@@ -180,7 +206,11 @@ impl Transport {
                 return true;
             }
             if ring.reader.abandoned_slot() {
-                tracing::warn!("actor {}/{} died mid-write: its half-written slot is discarded", ring.actor_id, ring.incarnation);
+                tracing::warn!(
+                    "actor {}/{} died mid-write: its half-written slot is discarded",
+                    ring.actor_id,
+                    ring.incarnation
+                );
                 incarnation(incarnations, ring.actor_id, ring.incarnation).abandoned_slot = true;
             }
             false
@@ -189,14 +219,22 @@ impl Transport {
         mark_dead(&events, &mut self.rings);
         log_events(&events, &mut self.summary);
         {
-            let mut stats = self.server.shared.stats.lock().unwrap_or_else(|e| e.into_inner());
+            let mut stats = self
+                .server
+                .shared
+                .stats
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             stats.chunks = self.summary.chunks;
             stats.frames = self.summary.frames;
             stats.corrupted = self.summary.corrupted;
             stats.policy_version = self.summary.policy_version;
         }
         if self.supervisor.all_done() && self.rings.is_empty() {
-            anyhow::bail!("every actor stopped for good ({} frames had arrived)", self.summary.frames);
+            anyhow::bail!(
+                "every actor stopped for good ({} frames had arrived)",
+                self.summary.frames
+            );
         }
         Ok(chunks)
     }
@@ -211,23 +249,44 @@ impl Transport {
     /// Ends the run: actors stop at their next heartbeat, their rings are drained (the chunks
     /// are returned), segments and socket are removed; the summary is written to the run
     /// directory and returned.
-    pub fn finish(mut self, stopped_by_request: bool) -> anyhow::Result<(CollectSummary, Vec<Chunk>)> {
+    pub fn finish(
+        mut self,
+        stopped_by_request: bool,
+    ) -> anyhow::Result<(CollectSummary, Vec<Chunk>)> {
         self.summary.stopped_by_request = stopped_by_request;
         self.server.shared.shutdown.store(true, Ordering::SeqCst);
         self.supervisor.stop_restarting();
         let ending = Instant::now();
         let mut tail = Vec::new();
         loop {
-            receive_all(&mut self.rings, &mut self.buf, &self.schema, &mut self.incarnations, &mut self.summary, &mut self.replay, &mut tail)?;
+            receive_all(
+                &mut self.rings,
+                &mut self.buf,
+                &self.schema,
+                &mut self.incarnations,
+                &mut self.summary,
+                &mut self.replay,
+                &mut tail,
+            )?;
             let events = self.supervisor.poll()?;
             mark_dead(&events, &mut self.rings);
             log_events(&events, &mut self.summary);
             if self.supervisor.running().is_empty() && self.rings.iter().all(|r| r.dead) {
-                drain_final(&mut self.rings, &mut self.buf, &self.schema, &mut self.incarnations, &mut self.summary, &mut self.replay, &mut tail)?;
+                drain_final(
+                    &mut self.rings,
+                    &mut self.buf,
+                    &self.schema,
+                    &mut self.incarnations,
+                    &mut self.summary,
+                    &mut self.replay,
+                    &mut tail,
+                )?;
                 break;
             }
             if ending.elapsed() > Duration::from_secs(10) {
-                tracing::warn!("actors did not stop within 10 s of the end of the run; killing them");
+                tracing::warn!(
+                    "actors did not stop within 10 s of the end of the run; killing them"
+                );
                 let events = self.supervisor.shutdown(Duration::from_secs(1));
                 mark_dead(&events, &mut self.rings);
                 log_events(&events, &mut self.summary);
@@ -235,7 +294,9 @@ impl Transport {
             std::thread::sleep(Duration::from_micros(200));
         }
         let mut summary = std::mem::take(&mut self.summary);
-        summary.incarnations = std::mem::take(&mut self.incarnations).into_values().collect();
+        summary.incarnations = std::mem::take(&mut self.incarnations)
+            .into_values()
+            .collect();
         summary.seconds = self.start.elapsed().as_secs_f64();
         let text = serde_json::to_string_pretty(&summary)?;
         std::fs::write(self.config.run_dir.join("summary.json"), text + "\n")?;
@@ -245,7 +306,10 @@ impl Transport {
 
 /// Runs actors until `config.frames` frames arrived (or a stop request); every received
 /// chunk goes to `on_chunk`; returns the summary.
-pub fn run_collect(config: &CollectConfig, mut on_chunk: impl FnMut(&Chunk)) -> anyhow::Result<CollectSummary> {
+pub fn run_collect(
+    config: &CollectConfig,
+    mut on_chunk: impl FnMut(&Chunk),
+) -> anyhow::Result<CollectSummary> {
     let policy_config = policy_config_for(&config.env)?
         .with_cell(config.cell)
         .with_hidden_size(config.hidden)
@@ -522,7 +586,15 @@ fn actor_args(config: &CollectConfig, socket: &Path) -> Vec<String> {
         ("--cell", config.cell.name().to_string()),
         ("--hidden", config.hidden.to_string()),
         ("--layers", config.layers.to_string()),
-        ("--encoder", config.encoder.iter().map(|w| w.to_string()).collect::<Vec<_>>().join(",")),
+        (
+            "--encoder",
+            config
+                .encoder
+                .iter()
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
         ("--seed", config.seed.to_string()),
     ] {
         args.push(flag.into());

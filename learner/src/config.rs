@@ -51,6 +51,10 @@ pub struct CollectorSection {
     /// Chunks older than this many policy versions are dropped (async mode).
     #[serde(default = "default_lag")]
     pub max_policy_lag: u64,
+    /// Chunks an actor may have in flight (its ring's slots). Small when the learner is the
+    /// bottleneck: a deep ring only fills with chunks of old weights.
+    #[serde(default = "default_slots")]
+    pub ring_slots: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -86,6 +90,10 @@ pub struct PpoSection {
     /// Clip the value loss like the policy ratio (PPO2's value clipping).
     #[serde(default)]
     pub clip_value: bool,
+    /// Rewards are multiplied by this before advantages and value targets, keeping values
+    /// near 1 so the value loss does not swamp the shared recurrent core's gradient.
+    #[serde(default = "unit")]
+    pub reward_scale: f32,
 }
 
 /// A whole training config.
@@ -106,6 +114,12 @@ fn default_mode() -> CollectorMode {
 }
 fn default_lag() -> u64 {
     4
+}
+fn unit() -> f32 {
+    1.0
+}
+fn default_slots() -> usize {
+    2
 }
 fn one() -> usize {
     1
@@ -190,6 +204,13 @@ impl TrainConfig {
         }
         if c.steps == 0 {
             return bad("collector.steps", "0".into(), "at least 1");
+        }
+        if c.ring_slots < 2 {
+            return bad(
+                "collector.ring_slots",
+                c.ring_slots.to_string(),
+                "at least 2",
+            );
         }
         let p = &self.policy;
         if p.hidden_size == 0 {

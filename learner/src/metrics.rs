@@ -8,8 +8,21 @@ use plotters::prelude::*;
 /// The columns of `metrics.csv`, in order (a contract: `frames`, `wall_s`, `updates`,
 /// `mean_return`, `policy_lag` stay first).
 pub const COLUMNS: [&str; 15] = [
-    "frames", "wall_s", "updates", "mean_return", "policy_lag", "episodes", "loss", "policy_loss", "value_loss", "entropy",
-    "approx_kl", "clip_frac", "grad_norm", "frames_per_s", "dropped_chunks",
+    "frames",
+    "wall_s",
+    "updates",
+    "mean_return",
+    "policy_lag",
+    "episodes",
+    "loss",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_frac",
+    "grad_norm",
+    "frames_per_s",
+    "dropped_chunks",
 ];
 
 /// One row.
@@ -37,8 +50,21 @@ impl MetricsRow {
     fn csv(&self) -> String {
         format!(
             "{},{:.3},{},{:.4},{:.3},{},{:.5},{:.5},{:.5},{:.5},{:.6},{:.4},{:.4},{:.1},{}",
-            self.frames, self.wall_s, self.updates, self.mean_return, self.policy_lag, self.episodes, self.loss, self.policy_loss,
-            self.value_loss, self.entropy, self.approx_kl, self.clip_frac, self.grad_norm, self.frames_per_s, self.dropped_chunks
+            self.frames,
+            self.wall_s,
+            self.updates,
+            self.mean_return,
+            self.policy_lag,
+            self.episodes,
+            self.loss,
+            self.policy_loss,
+            self.value_loss,
+            self.entropy,
+            self.approx_kl,
+            self.clip_frac,
+            self.grad_norm,
+            self.frames_per_s,
+            self.dropped_chunks
         )
     }
 }
@@ -51,7 +77,10 @@ pub struct MetricsWriter {
 impl MetricsWriter {
     pub fn open(path: &Path) -> std::io::Result<Self> {
         let new = !path.exists();
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
         if new {
             writeln!(file, "{}", COLUMNS.join(","))?;
         }
@@ -88,7 +117,12 @@ const FONT_FILES: [&str; 3] = [
 /// Draws the learning curve (mean return over frames) into `out` (PNG). Axis labels need a
 /// TrueType font (DejaVu Sans from the system); without one the curve is drawn unlabelled and
 /// the returned note says so.
-pub fn plot_learning_curve(curve: &[(f64, f64)], title: &str, target: Option<f64>, out: &Path) -> anyhow::Result<Option<String>> {
+pub fn plot_learning_curve(
+    curve: &[(f64, f64)],
+    title: &str,
+    target: Option<f64>,
+    out: &Path,
+) -> anyhow::Result<Option<String>> {
     let font = FONT_FILES.iter().find_map(|p| std::fs::read(p).ok());
     let mut note = None;
     if let Some(bytes) = font {
@@ -96,12 +130,20 @@ pub fn plot_learning_curve(curve: &[(f64, f64)], title: &str, target: Option<f64
         let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
         let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, bytes);
     } else {
-        note = Some(format!("no TrueType font found ({}): {} has no labels", FONT_FILES.join(", "), out.display()));
+        note = Some(format!(
+            "no TrueType font found ({}): {} has no labels",
+            FONT_FILES.join(", "),
+            out.display()
+        ));
     }
     let root = BitMapBackend::new(out, (900, 540)).into_drawing_area();
     root.fill(&WHITE)?;
     let max_x = curve.iter().map(|p| p.0).fold(1.0, f64::max);
-    let (mut lo, mut hi) = curve.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
+    let (mut lo, mut hi) = curve
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+            (lo.min(p.1), hi.max(p.1))
+        });
     if let Some(t) = target {
         lo = lo.min(t);
         hi = hi.max(t);
@@ -113,11 +155,18 @@ pub fn plot_learning_curve(curve: &[(f64, f64)], title: &str, target: Option<f64
     let mut builder = ChartBuilder::on(&root);
     builder.margin(20);
     if note.is_none() {
-        builder.caption(title, ("sans-serif", 24)).x_label_area_size(45).y_label_area_size(60);
+        builder
+            .caption(title, ("sans-serif", 24))
+            .x_label_area_size(45)
+            .y_label_area_size(60);
     }
     let mut chart = builder.build_cartesian_2d(0.0..max_x, (lo - pad)..(hi + pad))?;
     if note.is_none() {
-        chart.configure_mesh().x_desc("environment frames").y_desc("mean return (last 20 episodes)").draw()?;
+        chart
+            .configure_mesh()
+            .x_desc("environment frames")
+            .y_desc("mean return (last 20 episodes)")
+            .draw()?;
     }
     if let Some(t) = target {
         chart.draw_series(LineSeries::new(vec![(0.0, t), (max_x, t)], RED.mix(0.5)))?;

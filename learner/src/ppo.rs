@@ -20,7 +20,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::backend::{cpu_device, Cpu, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
-use common::policy::dist::{categorical_entropy, categorical_log_prob, gaussian_entropy, squashed_gaussian_log_prob_tensor};
+use common::policy::dist::{
+    categorical_entropy, categorical_log_prob, gaussian_entropy, squashed_gaussian_log_prob_tensor,
+};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
 
@@ -60,7 +62,12 @@ pub struct Ppo {
 }
 
 impl Ppo {
-    pub fn new(policy: &PolicyConfig, ppo: &PpoSection, schema: &ChunkSchema, seed: u64) -> anyhow::Result<Self> {
+    pub fn new(
+        policy: &PolicyConfig,
+        ppo: &PpoSection,
+        schema: &ChunkSchema,
+        seed: u64,
+    ) -> anyhow::Result<Self> {
         let model: Model = policy.init_seeded(seed, &cpu_device())?;
         let sampler = SliceSampler::new(SliceSamplerConfig {
             slice_len: Some(ppo.slice_len),
@@ -100,13 +107,27 @@ impl Ppo {
         let mut next_value = vec![0.0f32; n];
         {
             let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
-            let state = |v: &Vec<f32>| Tensor::<Cpu, 4>::from_data(TensorData::new(v.clone(), [e, t, l, h]), &device);
+            let state = |v: &Vec<f32>| {
+                Tensor::<Cpu, 4>::from_data(TensorData::new(v.clone(), [e, t, l, h]), &device)
+            };
             let out = self
                 .critic
                 .forward_batch(
-                    Tensor::from_data(TensorData::new(chunk.observation.clone(), [e, t, d]), &device),
-                    Tensor::<Cpu, 2, Bool>::from_data(TensorData::new(chunk.is_init.iter().map(|&x| x == 1).collect::<Vec<_>>(), [e, t]), &device),
-                    RecurrentState { rs_h: state(&chunk.rs_h), rs_c: chunk.rs_c.as_ref().map(state) },
+                    Tensor::from_data(
+                        TensorData::new(chunk.observation.clone(), [e, t, d]),
+                        &device,
+                    ),
+                    Tensor::<Cpu, 2, Bool>::from_data(
+                        TensorData::new(
+                            chunk.is_init.iter().map(|&x| x == 1).collect::<Vec<_>>(),
+                            [e, t],
+                        ),
+                        &device,
+                    ),
+                    RecurrentState {
+                        rs_h: state(&chunk.rs_h),
+                        rs_c: chunk.rs_c.as_ref().map(state),
+                    },
                 )
                 .expect("chunks match the policy");
             value = host(out.value);
@@ -117,21 +138,37 @@ impl Ppo {
                 .filter(|&p| {
                     let tt = p % t;
                     let same_next = tt + 1 < t && chunk.traj_ids[p + 1] == chunk.traj_ids[p];
-                    needs_bootstrap(tt, t, chunk.next_done[p] == 1, same_next) && chunk.next_terminated[p] == 0
+                    needs_bootstrap(tt, t, chunk.next_done[p] == 1, same_next)
+                        && chunk.next_terminated[p] == 0
                 })
                 .collect();
             drop(_mode);
             if !rows.is_empty() {
                 let m = rows.len();
-                let gather = |v: &[f32], w: usize| -> Vec<f32> { rows.iter().flat_map(|&p| v[p * w..(p + 1) * w].to_vec()).collect() };
-                let st = |v: Vec<f32>| Tensor::<Cpu, 3>::from_data(TensorData::new(v, [m, l, h]), &device);
+                let gather = |v: &[f32], w: usize| -> Vec<f32> {
+                    rows.iter()
+                        .flat_map(|&p| v[p * w..(p + 1) * w].to_vec())
+                        .collect()
+                };
+                let st = |v: Vec<f32>| {
+                    Tensor::<Cpu, 3>::from_data(TensorData::new(v, [m, l, h]), &device)
+                };
                 let _seq = set_recurrent_mode(RecurrentMode::Sequential);
                 let boot = self
                     .critic
                     .forward(
-                        Tensor::from_data(TensorData::new(gather(&chunk.next_observation, d), [m, d]), &device),
-                        Tensor::<Cpu, 1, Bool>::from_data(TensorData::new(vec![false; m], [m]), &device),
-                        RecurrentState { rs_h: st(gather(&next_h, l * h)), rs_c: next_c.as_ref().map(|c| st(gather(c, l * h))) },
+                        Tensor::from_data(
+                            TensorData::new(gather(&chunk.next_observation, d), [m, d]),
+                            &device,
+                        ),
+                        Tensor::<Cpu, 1, Bool>::from_data(
+                            TensorData::new(vec![false; m], [m]),
+                            &device,
+                        ),
+                        RecurrentState {
+                            rs_h: st(gather(&next_h, l * h)),
+                            rs_c: next_c.as_ref().map(|c| st(gather(c, l * h))),
+                        },
                     )
                     .expect("chunks match the policy");
                 for (k, v) in host(boot.value).into_iter().enumerate() {
@@ -141,9 +178,14 @@ impl Ppo {
         }
         let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
         let done: Vec<bool> = chunk.next_done.iter().map(|&x| x == 1).collect();
+        let reward: Vec<f32> = chunk
+            .next_reward
+            .iter()
+            .map(|r| r * self.config.reward_scale)
+            .collect();
         let adv = gae(&GaeInput {
             steps: t,
-            reward: &chunk.next_reward,
+            reward: &reward,
             value: &value,
             next_value: &next_value,
             terminated: &terminated,
@@ -176,7 +218,15 @@ impl Ppo {
             }
         }
         let k = stats.minibatches.max(1) as f32;
-        for v in [&mut stats.loss, &mut stats.policy_loss, &mut stats.value_loss, &mut stats.entropy, &mut stats.approx_kl, &mut stats.clip_frac, &mut stats.grad_norm] {
+        for v in [
+            &mut stats.loss,
+            &mut stats.policy_loss,
+            &mut stats.value_loss,
+            &mut stats.entropy,
+            &mut stats.approx_kl,
+            &mut stats.clip_frac,
+            &mut stats.grad_norm,
+        ] {
             *v /= k;
         }
         self.storage.clear();
@@ -188,30 +238,62 @@ impl Ppo {
 
     fn minibatch_step(&mut self, b: &SampledBatch) -> anyhow::Result<UpdateStats> {
         let s = &self.schema;
-        let (num, len) = (self.sampler.num_slices().min(b.slices.len()), self.config.slice_len);
+        let (num, len) = (
+            self.sampler.num_slices().min(b.slices.len()),
+            self.config.slice_len,
+        );
         let rows = b.slices.len();
         debug_assert!(rows <= num);
         let (d, l, h, a) = (s.obs_dim, s.num_layers, s.hidden_size, s.action_dim());
         let device = cpu_device();
         let st = &self.storage;
-        let gather = |v: &[f32], w: usize| -> Vec<f32> { b.positions.iter().flat_map(|&p| v[p * w..(p + 1) * w].to_vec()).collect() };
-        let mask: Vec<f32> = b.mask.as_ref().expect("padded output").iter().map(|&m| if m { 1.0 } else { 0.0 }).collect();
+        let gather = |v: &[f32], w: usize| -> Vec<f32> {
+            b.positions
+                .iter()
+                .flat_map(|&p| v[p * w..(p + 1) * w].to_vec())
+                .collect()
+        };
+        let mask: Vec<f32> = b
+            .mask
+            .as_ref()
+            .expect("padded output")
+            .iter()
+            .map(|&m| if m { 1.0 } else { 0.0 })
+            .collect();
         let count: f32 = mask.iter().sum();
         // Advantages normalised over the minibatch's real steps.
         let adv_raw: Vec<f32> = b.positions.iter().map(|&p| self.advantage[p]).collect();
         let mean = adv_raw.iter().zip(&mask).map(|(x, m)| x * m).sum::<f32>() / count;
-        let var = adv_raw.iter().zip(&mask).map(|(x, m)| (x - mean).powi(2) * m).sum::<f32>() / count;
-        let adv: Vec<f32> = adv_raw.iter().map(|x| (x - mean) / (var.sqrt() + 1e-8)).collect();
-        let t3 = |v: Vec<f32>, w: usize| Tensor::<CpuAutodiff, 3>::from_data(TensorData::new(v, [rows, len, w]), &device);
-        let t4 = |v: Vec<f32>| Tensor::<CpuAutodiff, 4>::from_data(TensorData::new(v, [rows, len, l, h]), &device);
+        let var = adv_raw
+            .iter()
+            .zip(&mask)
+            .map(|(x, m)| (x - mean).powi(2) * m)
+            .sum::<f32>()
+            / count;
+        let adv: Vec<f32> = adv_raw
+            .iter()
+            .map(|x| (x - mean) / (var.sqrt() + 1e-8))
+            .collect();
+        let t3 = |v: Vec<f32>, w: usize| {
+            Tensor::<CpuAutodiff, 3>::from_data(TensorData::new(v, [rows, len, w]), &device)
+        };
+        let t4 = |v: Vec<f32>| {
+            Tensor::<CpuAutodiff, 4>::from_data(TensorData::new(v, [rows, len, l, h]), &device)
+        };
         let obs = t3(gather(&st.observation, d), d);
-        let is_init = Tensor::<CpuAutodiff, 2, Bool>::from_data(TensorData::new(b.is_init.clone(), [rows, len]), &device);
+        let is_init = Tensor::<CpuAutodiff, 2, Bool>::from_data(
+            TensorData::new(b.is_init.clone(), [rows, len]),
+            &device,
+        );
         let state = RecurrentState {
             rs_h: t4(gather(&st.rs_h, l * h)),
             rs_c: s.cell.has_cell_state().then(|| t4(gather(&st.rs_c, l * h))),
         };
         let old_logp = t3(gather(&st.sample_log_prob, 1), 1);
-        let target = t3(b.positions.iter().map(|&p| self.value_target[p]).collect(), 1);
+        let target = t3(
+            b.positions.iter().map(|&p| self.value_target[p]).collect(),
+            1,
+        );
         let adv_t = t3(adv, 1);
         let mask_t = t3(mask, 1);
 
@@ -222,23 +304,34 @@ impl Ppo {
         let (logp, entropy) = match self.model.action() {
             ActionSpec::Discrete { .. } => {
                 let idx: Vec<i64> = b.positions.iter().map(|&p| st.action[p] as i64).collect();
-                let idx = Tensor::<CpuAutodiff, 3, Int>::from_data(TensorData::new(idx, [rows, len, 1]), &device);
-                (categorical_log_prob(out.head.clone(), idx), categorical_entropy(out.head))
+                let idx = Tensor::<CpuAutodiff, 3, Int>::from_data(
+                    TensorData::new(idx, [rows, len, 1]),
+                    &device,
+                );
+                (
+                    categorical_log_prob(out.head.clone(), idx),
+                    categorical_entropy(out.head),
+                )
             }
             ActionSpec::Continuous { low, high } => {
                 let acts = t3(gather(&st.action, a), a);
-                (squashed_gaussian_log_prob_tensor(out.head.clone(), acts, low, high), gaussian_entropy(out.head, a))
+                (
+                    squashed_gaussian_log_prob_tensor(out.head.clone(), acts, low, high),
+                    gaussian_entropy(out.head, a),
+                )
             }
         };
         let masked_mean = |x: Tensor<CpuAutodiff, 3>| (x * mask_t.clone()).sum() / count;
         let log_ratio = logp - old_logp;
         let ratio = log_ratio.clone().exp();
         let eps = self.config.clip_eps;
-        let surrogate = (ratio.clone() * adv_t.clone()).min_pair(ratio.clone().clamp(1.0 - eps, 1.0 + eps) * adv_t);
+        let surrogate = (ratio.clone() * adv_t.clone())
+            .min_pair(ratio.clone().clamp(1.0 - eps, 1.0 + eps) * adv_t);
         let policy_loss = masked_mean(surrogate).neg();
         let value_loss = masked_mean((out.value - target).powi_scalar(2)) * 0.5;
         let entropy_mean = masked_mean(entropy);
-        let loss = policy_loss.clone() + value_loss.clone() * self.config.value_coef - entropy_mean.clone() * self.config.entropy_coef;
+        let loss = policy_loss.clone() + value_loss.clone() * self.config.value_coef
+            - entropy_mean.clone() * self.config.entropy_coef;
 
         // Diagnostics, without autodiff.
         let lr_host = host(log_ratio.inner());
@@ -272,7 +365,8 @@ impl Ppo {
     /// The optimizer state and the model record, as bytes (checkpoints).
     pub fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
         let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-        let model = Recorder::<CpuAutodiff>::record(&recorder, self.model.clone().into_record(), ())?;
+        let model =
+            Recorder::<CpuAutodiff>::record(&recorder, self.model.clone().into_record(), ())?;
         let optim = Recorder::<CpuAutodiff>::record(&recorder, self.optim.to_record(), ())?;
         Ok((model, optim))
     }
@@ -305,8 +399,12 @@ fn clip_global_norm(model: &Model, grads: &mut GradientsParams, max_norm: f32) -
     let mut sq = 0.0f64;
     for &(id, rank) in &ids.0 {
         sq += match rank {
-            1 => grads.get::<Inner, 1>(id).map_or(0.0, |g| host(g.powi_scalar(2).sum()) [0] as f64),
-            2 => grads.get::<Inner, 2>(id).map_or(0.0, |g| host(g.powi_scalar(2).sum())[0] as f64),
+            1 => grads
+                .get::<Inner, 1>(id)
+                .map_or(0.0, |g| host(g.powi_scalar(2).sum())[0] as f64),
+            2 => grads
+                .get::<Inner, 2>(id)
+                .map_or(0.0, |g| host(g.powi_scalar(2).sum())[0] as f64),
             _ => 0.0,
         };
     }
@@ -333,6 +431,8 @@ fn clip_global_norm(model: &Model, grads: &mut GradientsParams, max_norm: f32) -
 }
 
 fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().to_vec::<f32>().expect("f32 data")
+    t.into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .expect("f32 data")
 }
-

@@ -310,18 +310,30 @@ mod tests {
         std::thread::sleep(Duration::from_millis(300));
         let asked = Instant::now();
         let events = s.shutdown(Duration::from_millis(200));
-        assert!(asked.elapsed() >= Duration::from_millis(200), "they exited on SIGTERM: the test lost its point");
-        let exited = events.iter().filter(|e| matches!(e, ActorEvent::Exited { .. })).count();
+        assert!(
+            asked.elapsed() >= Duration::from_millis(200),
+            "they exited on SIGTERM: the test lost its point"
+        );
+        let exited = events
+            .iter()
+            .filter(|e| matches!(e, ActorEvent::Exited { .. }))
+            .count();
         assert_eq!(exited, 2, "{events:?}");
         for pid in pids {
-            assert!(kill(Pid::from_raw(pid as i32), None).is_err(), "actor {pid} survived shutdown");
+            assert!(
+                kill(Pid::from_raw(pid as i32), None).is_err(),
+                "actor {pid} survived shutdown"
+            );
         }
         let (s, _) = Supervisor::start(config("sh", &["-c", "exec sleep 30", "sh"], 0)).unwrap();
         let pids: Vec<u32> = s.running().iter().map(|r| r.2).collect();
         assert_eq!(pids.len(), 2);
         drop(s);
         for pid in pids {
-            assert!(kill(Pid::from_raw(pid as i32), None).is_err(), "actor {pid} outlived its supervisor");
+            assert!(
+                kill(Pid::from_raw(pid as i32), None).is_err(),
+                "actor {pid} outlived its supervisor"
+            );
         }
     }
 }

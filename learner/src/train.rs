@@ -84,9 +84,13 @@ pub fn policy_config(config: &TrainConfig) -> anyhow::Result<PolicyConfig> {
 /// Runs (or resumes) a training run.
 pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     let config = &opts.config;
-    std::fs::create_dir_all(&opts.run_dir).with_context(|| format!("creating {}", opts.run_dir.display()))?;
+    std::fs::create_dir_all(&opts.run_dir)
+        .with_context(|| format!("creating {}", opts.run_dir.display()))?;
     std::fs::write(opts.run_dir.join("config.toml"), config.to_toml())?;
-    let actors = config.run.actors.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    let actors = config
+        .run
+        .actors
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
     let c = &config.collector;
     let chunk_frames = (c.envs_per_actor * c.steps) as u64;
     let per_update = match c.mode {
@@ -101,8 +105,13 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     let mut state = TrainState::default();
     let checkpoint = opts.run_dir.join("checkpoint");
     if opts.resume {
-        state = load_checkpoint(&checkpoint, &mut ppo).with_context(|| format!("resuming from {}", checkpoint.display()))?;
-        tracing::info!("resumed at update {} ({} frames)", state.updates, state.frames);
+        state = load_checkpoint(&checkpoint, &mut ppo)
+            .with_context(|| format!("resuming from {}", checkpoint.display()))?;
+        tracing::info!(
+            "resumed at update {} ({} frames)",
+            state.updates,
+            state.frames
+        );
     }
     let collect = CollectConfig {
         env: config.run.env.clone(),
@@ -117,7 +126,7 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
         frames: u64::MAX,
         run_dir: opts.run_dir.clone(),
         actor_program: opts.actor_program.clone(),
-        slots: 8,
+        slots: c.ring_slots,
         publish_every: 0,
         max_restarts: 5,
         save_replay: None,
@@ -144,7 +153,10 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
             stopped_by_request = true;
             break;
         }
-        if opts.max_seconds.is_some_and(|m| started.elapsed().as_secs_f64() >= m) {
+        if opts
+            .max_seconds
+            .is_some_and(|m| started.elapsed().as_secs_f64() >= m)
+        {
             tracing::info!("time limit reached");
             break;
         }
@@ -155,7 +167,8 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
         }
         while let Some(chunk) = pending.pop_front() {
             track_returns(&chunk, &mut returns, &mut recent);
-            state.episodes = state.episodes.max(0) + chunk.next_done.iter().filter(|&&d| d == 1).count() as u64;
+            state.episodes =
+                state.episodes.max(0) + chunk.next_done.iter().filter(|&&d| d == 1).count() as u64;
             let lag = version.saturating_sub(chunk.meta.policy_version);
             let accept = match c.mode {
                 CollectorMode::Async => lag <= c.max_policy_lag,
@@ -183,15 +196,23 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
             sync_taken.clear();
             let mean_return = mean(&recent);
             state.recent_returns = recent.iter().copied().collect();
-            if mean_return.is_finite() && mean_return > state.best_mean_return || state.updates == 1 {
-                state.best_mean_return = if mean_return.is_finite() { mean_return } else { f64::NEG_INFINITY };
+            if mean_return.is_finite() && mean_return > state.best_mean_return || state.updates == 1
+            {
+                state.best_mean_return = if mean_return.is_finite() {
+                    mean_return
+                } else {
+                    f64::NEG_INFINITY
+                };
             }
             let now = wall(&state);
             if let (Some(target), None) = (config.run.target_return, state.frames_to_target) {
                 if recent.len() >= RECENT && mean_return >= target {
                     state.frames_to_target = Some(state.frames);
                     state.seconds_to_target = Some(now);
-                    tracing::info!("mean return {mean_return:.2} >= {target} after {} frames, {now:.1} s", state.frames);
+                    tracing::info!(
+                        "mean return {mean_return:.2} >= {target} after {} frames, {now:.1} s",
+                        state.frames
+                    );
                 }
             }
             let fps = (state.frames - last_frames.0) as f64 / (now - last_frames.1).max(1e-9);
@@ -245,8 +266,19 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     save_checkpoint(&checkpoint, &ppo, &state, version)?;
     let (transport_summary, _tail) = transport.finish(stopped_by_request)?;
     let curve = read_curve(&opts.run_dir.join("metrics.csv"))?;
-    let title = format!("{} ({} {}-{})", config.run.env, "PPO", pc.cell.name(), pc.hidden_size);
-    if let Some(note) = plot_learning_curve(&curve, &title, config.run.target_return, &opts.run_dir.join("learning_curve.png"))? {
+    let title = format!(
+        "{} ({} {}-{})",
+        config.run.env,
+        "PPO",
+        pc.cell.name(),
+        pc.hidden_size
+    );
+    if let Some(note) = plot_learning_curve(
+        &curve,
+        &title,
+        config.run.target_return,
+        &opts.run_dir.join("learning_curve.png"),
+    )? {
         tracing::warn!("{note}");
     }
     let summary = TrainSummary {
@@ -264,7 +296,10 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
         stopped_by_request,
         transport: transport_summary,
     };
-    std::fs::write(opts.run_dir.join("summary.json"), serde_json::to_string_pretty(&summary)? + "\n")?;
+    std::fs::write(
+        opts.run_dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary)? + "\n",
+    )?;
     Ok(summary)
 }
 
@@ -296,13 +331,21 @@ fn progress_bar(show: bool, total: u64, at: u64) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(total);
-    bar.set_style(ProgressStyle::with_template("{elapsed_precise} {bar:30} {pos:>8}/{len} frames  {msg}").expect("a valid template"));
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} {bar:30} {pos:>8}/{len} frames  {msg}")
+            .expect("a valid template"),
+    );
     bar.set_position(at);
     bar
 }
 
 /// Writes the checkpoint directory atomically (a new directory renamed over the old one).
-pub fn save_checkpoint(dir: &Path, ppo: &Ppo, state: &TrainState, version: u64) -> anyhow::Result<()> {
+pub fn save_checkpoint(
+    dir: &Path,
+    ppo: &Ppo,
+    state: &TrainState,
+    version: u64,
+) -> anyhow::Result<()> {
     let tmp = dir.with_extension("tmp");
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
@@ -310,7 +353,10 @@ pub fn save_checkpoint(dir: &Path, ppo: &Ppo, state: &TrainState, version: u64) 
     std::fs::write(tmp.join("model.bin"), model)?;
     std::fs::write(tmp.join("optim.bin"), optim)?;
     std::fs::write(tmp.join("weights.bin"), to_blob(&ppo.model, version))?;
-    std::fs::write(tmp.join("state.json"), serde_json::to_string_pretty(state)? + "\n")?;
+    std::fs::write(
+        tmp.join("state.json"),
+        serde_json::to_string_pretty(state)? + "\n",
+    )?;
     let old = dir.with_extension("old");
     let _ = std::fs::remove_dir_all(&old);
     if dir.exists() {
@@ -323,7 +369,10 @@ pub fn save_checkpoint(dir: &Path, ppo: &Ppo, state: &TrainState, version: u64) 
 
 /// Loads a checkpoint into `ppo`; returns the counters.
 pub fn load_checkpoint(dir: &Path, ppo: &mut Ppo) -> anyhow::Result<TrainState> {
-    let read = |name: &str| std::fs::read(dir.join(name)).with_context(|| format!("reading {}", dir.join(name).display()));
+    let read = |name: &str| {
+        std::fs::read(dir.join(name))
+            .with_context(|| format!("reading {}", dir.join(name).display()))
+    };
     let state: TrainState = serde_json::from_slice(&read("state.json")?)?;
     ppo.load_state(read("model.bin")?, read("optim.bin")?)?;
     Ok(state)

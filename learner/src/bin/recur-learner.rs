@@ -15,7 +15,11 @@ fn actor_program(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         Some(p) => p,
         None => std::env::current_exe()?.with_file_name("recur-actor"),
     };
-    anyhow::ensure!(path.exists(), "actor executable {} not found (build it, or pass --actor-bin)", path.display());
+    anyhow::ensure!(
+        path.exists(),
+        "actor executable {} not found (build it, or pass --actor-bin)",
+        path.display()
+    );
     Ok(path)
 }
 
@@ -120,7 +124,11 @@ fn main() -> anyhow::Result<()> {
         Command::Train(a) => {
             let (config_path, run_dir, resume) = match &a.resume {
                 Some(dir) => (dir.join("config.toml"), dir.clone(), true),
-                None => (a.config.clone(), a.run_dir.clone().unwrap_or_default(), false),
+                None => (
+                    a.config.clone(),
+                    a.run_dir.clone().unwrap_or_default(),
+                    false,
+                ),
             };
             let mut config = TrainConfig::load(&config_path)?;
             if let Some(n) = a.actors {
@@ -136,7 +144,9 @@ fn main() -> anyhow::Result<()> {
             let run_dir = if resume || !run_dir.as_os_str().is_empty() {
                 run_dir
             } else {
-                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
                 PathBuf::from(format!("runs/{}-{t}", config.run.env))
             };
             let opts = TrainOptions {

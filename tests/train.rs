@@ -1,0 +1,221 @@
+//! The main job across real processes: `recur-learner train` with 2 `recur-actor`s on
+//! CartPole-v1. The mean return must rise above 150; resuming from the checkpoint restores
+//! bit-identical weights and continues the run; no orphan processes and no segments remain.
+
+use std::process::Command;
+use std::time::Duration;
+
+use recur_tests::{binary, process_alive, segments_containing, temp_dir, Watched};
+use serde_json::Value;
+
+fn train(args: &[&str]) -> Command {
+    binary("recur-actor");
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.arg("train").args(args).arg("--quiet");
+    cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    cmd.env("RUST_LOG", "info");
+    cmd
+}
+
+fn last_json(stdout: &str) -> Value {
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no summary ({e}): {stdout:?}"))
+}
+
+fn actor_pids(lines: &[String]) -> Vec<u32> {
+    lines
+        .iter()
+        .filter(|l| l.contains(" started (pid "))
+        .filter_map(|l| l.split("(pid ").nth(1)?.trim_end_matches(')').parse().ok())
+        .collect()
+}
+
+#[test]
+fn cartpole_trains_resumes_bit_identically_and_leaves_nothing_behind() {
+    let dir = temp_dir("train-cartpole");
+    let dir_s = dir.to_string_lossy().into_owned();
+    let run = Watched::spawn(train(&[
+        "--config",
+        "configs/cartpole.toml",
+        "--actors",
+        "2",
+        "--run-dir",
+        &dir_s,
+        "--frames",
+        "250000",
+        "--max-seconds",
+        "60",
+    ]));
+    let (ok, stdout, lines) = run.finish(Duration::from_secs(400));
+    assert!(ok, "training failed:\n{}", lines.join("\n"));
+    let s = last_json(&stdout);
+    let best = s["best_mean_return"].as_f64().unwrap();
+    assert!(best > 150.0, "mean return only reached {best}: {s}");
+    assert_eq!(s["transport"]["corrupted"], 0);
+    assert_eq!(s["transport"]["rejected"], 0);
+
+    // The run directory.
+    let header = std::fs::read_to_string(dir.join("metrics.csv")).unwrap();
+    let header = header.lines().next().unwrap();
+    assert!(
+        header.starts_with("frames,wall_s,updates,mean_return,policy_lag"),
+        "{header}"
+    );
+    assert!(
+        std::fs::metadata(dir.join("learning_curve.png"))
+            .unwrap()
+            .len()
+            > 1000
+    );
+    assert!(dir.join("config.toml").exists());
+    let weights = std::fs::read(dir.join("checkpoint/weights.bin")).unwrap();
+
+    // No orphans, no segments.
+    for pid in actor_pids(&lines) {
+        assert!(!process_alive(pid), "actor {pid} outlived the run");
+    }
+    let run_id = lines
+        .iter()
+        .find_map(|l| {
+            l.split("ring recur-")
+                .nth(1)?
+                .split("-ring-")
+                .next()
+                .map(str::to_string)
+        })
+        .unwrap();
+    assert!(
+        segments_containing(&run_id).is_empty(),
+        "segments left: {:?}",
+        segments_containing(&run_id)
+    );
+
+    // Resume at the same frame count: nothing more to train, the weights come back bit for bit.
+    let frames = s["frames"].as_u64().unwrap().to_string();
+    let (ok, stdout, lines) = Watched::spawn(train(&["--resume", &dir_s, "--frames", &frames]))
+        .finish(Duration::from_secs(120));
+    assert!(ok, "{}", lines.join("\n"));
+    assert_eq!(
+        std::fs::read(dir.join("checkpoint/weights.bin")).unwrap(),
+        weights,
+        "resumed weights differ"
+    );
+    assert_eq!(last_json(&stdout)["updates"], s["updates"]);
+
+    // Resume with more frames: the run continues where it stopped.
+    let more = (s["frames"].as_u64().unwrap() + 20_000).to_string();
+    let (ok, stdout, lines) = Watched::spawn(train(&["--resume", &dir_s, "--frames", &more]))
+        .finish(Duration::from_secs(200));
+    assert!(ok, "{}", lines.join("\n"));
+    let r = last_json(&stdout);
+    assert!(
+        r["updates"].as_u64().unwrap() > s["updates"].as_u64().unwrap(),
+        "{r}"
+    );
+    assert!(r["frames"].as_u64().unwrap() >= s["frames"].as_u64().unwrap() + 20_000);
+    let rows = std::fs::read_to_string(dir.join("metrics.csv"))
+        .unwrap()
+        .lines()
+        .count()
+        - 1;
+    assert_eq!(
+        rows as u64,
+        r["updates"].as_u64().unwrap(),
+        "metrics.csv continues across the resume"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_bad_config_is_refused_naming_the_key() {
+    let dir = temp_dir("train-badconfig");
+    let cfg = dir.join("bad.toml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/cartpole.toml"
+    ))
+    .unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("gamma = 0.99", "gamma = 0.99\ngama = 0.9"),
+    )
+    .unwrap();
+    let out = recur_tests::run_with_deadline(
+        train(&[
+            "--config",
+            &cfg.to_string_lossy(),
+            "--run-dir",
+            &dir.join("run").to_string_lossy(),
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml") && err.contains("unknown field `gama`"),
+        "{err}"
+    );
+}
+
+/// Sync collection: every update consumes one chunk per actor made with the current weights
+/// (policy lag exactly 0 in every metrics row). SIGINT (Ctrl-C) ends the run cleanly with a
+/// final checkpoint and a summary.
+#[test]
+fn sync_mode_has_zero_lag_and_ctrl_c_ends_the_run_with_a_checkpoint() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let dir = temp_dir("train-sync");
+    let cfg = dir.join("sync.toml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/cartpole.toml"
+    ))
+    .unwrap();
+    std::fs::write(&cfg, text.replace("mode = \"async\"", "mode = \"sync\"")).unwrap();
+    let run_dir = dir.join("run");
+    let run = Watched::spawn(train(&[
+        "--config",
+        &cfg.to_string_lossy(),
+        "--actors",
+        "2",
+        "--run-dir",
+        &run_dir.to_string_lossy(),
+    ]));
+    // Wait for a few updates, then press Ctrl-C.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let rows = std::fs::read_to_string(run_dir.join("metrics.csv"))
+            .map_or(0, |t| t.lines().count().saturating_sub(1));
+        if rows >= 5 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no 5 updates within 120 s:\n{}",
+            run.lines().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    kill(Pid::from_raw(run.child.id() as i32), Signal::SIGINT).unwrap();
+    let (ok, stdout, lines) = run.finish(Duration::from_secs(60));
+    assert!(ok, "{}", lines.join("\n"));
+    let s = last_json(&stdout);
+    assert_eq!(s["stopped_by_request"], true, "{s}");
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(run_dir.join("checkpoint/state.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        state["updates"], s["updates"],
+        "the final checkpoint holds the last update"
+    );
+    let metrics = std::fs::read_to_string(run_dir.join("metrics.csv")).unwrap();
+    for row in metrics.lines().skip(1) {
+        let lag: f64 = row.split(',').nth(4).unwrap().parse().unwrap();
+        assert_eq!(lag, 0.0, "sync mode row with policy lag: {row}");
+    }
+    for pid in actor_pids(&lines) {
+        assert!(!process_alive(pid), "actor {pid} outlived the run");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
