@@ -94,3 +94,33 @@ fn bad_options_are_refused_with_the_value_named() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("1.5"));
 }
+
+#[test]
+fn quick_transport_bench_prints_bandwidth_and_weight_rows() {
+    let mut cmd = Command::new(binary("recur-bench"));
+    cmd.args(["transport", "--quick"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "recur-bench transport failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let bandwidth: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "bandwidth").collect();
+    let weights: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "weights").collect();
+    assert!(!bandwidth.is_empty() && !weights.is_empty(), "{rows:?}");
+    for r in bandwidth {
+        for f in ["chunk_bytes", "producers", "gb_per_s", "memcpy_gb_per_s"] {
+            assert!(r[f].as_f64().is_some_and(|v| v > 0.0), "`{f}` in {r}");
+        }
+    }
+    for r in weights {
+        for f in ["weight_bytes", "median_us"] {
+            assert!(r[f].as_f64().is_some_and(|v| v > 0.0), "`{f}` in {r}");
+        }
+    }
+}

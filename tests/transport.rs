@@ -100,7 +100,10 @@ fn four_actors_deliver_every_chunk_exactly_once() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|x| x["actor_id"].to_string() == a && x["incarnation"].to_string() == i)
+            .find(|x| {
+                x["actor_id"] == a.parse::<u64>().unwrap()
+                    && x["incarnation"] == i.parse::<u64>().unwrap()
+            })
             .unwrap();
         assert_eq!(inc["chunks"].as_u64().unwrap(), n, "actor {id}");
     }

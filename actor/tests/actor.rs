@@ -10,7 +10,7 @@ use common::chunk::{ActionColumn, Chunk};
 use common::policy::dist::{categorical_log_prob, squashed_gaussian_log_prob_tensor};
 use common::policy::inference::{InferencePolicy, StepOutput};
 use common::policy::ActionSpec;
-use common::recurrent::{set_recurrent_mode, CellKind, RecurrentMode, RecurrentState};
+use common::recurrent::{CellKind, RecurrentState};
 
 fn actor(env: &str, cell: CellKind, envs: usize, steps: usize, seed: u64) -> Actor {
     let config = policy_config_for(env)
@@ -132,29 +132,7 @@ fn recurrent_replay_reproduces_what_the_actor_computed() {
                     .unwrap();
                 out.features.into_data().to_vec::<f32>().unwrap()
             };
-            let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
-            let state = |v: &Vec<f32>| {
-                Tensor::<Cpu, 4>::from_data(TensorData::new(v.clone(), [e, t, l, h]), &device)
-            };
-            let out = policy
-                .forward_batch(
-                    Tensor::from_data(
-                        TensorData::new(chunk.observation.clone(), [e, t, d]),
-                        &device,
-                    ),
-                    Tensor::<Cpu, 2, Bool>::from_data(
-                        TensorData::new(
-                            chunk.is_init.iter().map(|&x| x == 1).collect::<Vec<_>>(),
-                            [e, t],
-                        ),
-                        &device,
-                    ),
-                    RecurrentState {
-                        rs_h: state(&chunk.rs_h),
-                        rs_c: chunk.rs_c.as_ref().map(state),
-                    },
-                )
-                .unwrap();
+            let out = policy.forward_chunk(&chunk, &s).unwrap();
             let close = |what: &str, got: &[f32], want: &[f32]| {
                 assert_eq!(got.len(), want.len());
                 let (i, worst) = got

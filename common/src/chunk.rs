@@ -191,6 +191,24 @@ pub struct ChunkMeta {
     pub payload_crc32: u32,
 }
 
+impl ChunkMeta {
+    /// The metadata a producer sets; the layout fields, sizes and checksum are filled in by
+    /// [`Chunk::encode`].
+    pub fn new(actor_id: u32, incarnation: u32, seq: u64, policy_version: u64) -> Self {
+        ChunkMeta {
+            actor_id,
+            incarnation,
+            seq,
+            policy_version,
+            schema_hash: 0,
+            envs: 0,
+            steps: 0,
+            payload_len: 0,
+            payload_crc32: 0,
+        }
+    }
+}
+
 /// Actions of a chunk.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ActionColumn {
@@ -624,20 +642,7 @@ mod tests {
     }
 
     fn filled(schema: &ChunkSchema) -> Chunk {
-        let mut c = Chunk::zeros(
-            schema,
-            ChunkMeta {
-                actor_id: 7,
-                incarnation: 1,
-                seq: 42,
-                policy_version: 9,
-                schema_hash: 0,
-                envs: 0,
-                steps: 0,
-                payload_len: 0,
-                payload_crc32: 0,
-            },
-        );
+        let mut c = Chunk::zeros(schema, ChunkMeta::new(7, 1, 42, 9));
         for (i, x) in c.observation.iter_mut().enumerate() {
             *x = i as f32 * 0.5;
         }

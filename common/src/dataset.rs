@@ -238,20 +238,7 @@ mod tests {
     }
 
     fn chunk(seq: u64) -> Chunk {
-        let mut c = Chunk::zeros(
-            &schema(),
-            ChunkMeta {
-                actor_id: 0,
-                incarnation: 0,
-                seq,
-                policy_version: 0,
-                schema_hash: 0,
-                envs: 0,
-                steps: 0,
-                payload_len: 0,
-                payload_crc32: 0,
-            },
-        );
+        let mut c = Chunk::zeros(&schema(), ChunkMeta::new(0, 0, seq, 0));
         c.observation
             .iter_mut()
             .enumerate()

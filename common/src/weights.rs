@@ -210,7 +210,7 @@ mod tests {
             .unwrap();
         let err = from_blob(other, &blob).unwrap_err().to_string();
         assert!(
-            err.contains("does not fit") && err.contains("[8, 24]"),
+            err.contains("does not fit") && err.contains("[24, 8]"),
             "{err}"
         );
 

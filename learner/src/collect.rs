@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use actor::rollout::{chunk_schema, init_policy, policy_config_for};
 use anyhow::Context;
-use common::chunk::{Chunk, ChunkSchema};
+use common::chunk::{Chunk, ChunkMeta, ChunkSchema};
 use common::control::{schema_mismatch, Response};
 use common::dataset::DatasetWriter;
 use common::recurrent::CellKind;
@@ -190,30 +190,14 @@ impl Transport {
             );
         }
         let mut chunks = Vec::new();
-        receive_all(
-            &mut self.rings,
-            &mut self.buf,
-            &self.schema,
-            &mut self.incarnations,
-            &mut self.summary,
-            &mut self.replay,
-            &mut chunks,
-        )?;
+        self.receive(&mut chunks)?;
         // Rings of dead actors were drained by the pass above; drop them.
         let incarnations = &mut self.incarnations;
         self.rings.retain(|ring| {
-            if !ring.dead {
-                return true;
+            if ring.dead {
+                report_abandoned(incarnations, ring);
             }
-            if ring.reader.abandoned_slot() {
-                tracing::warn!(
-                    "actor {}/{} died mid-write: its half-written slot is discarded",
-                    ring.actor_id,
-                    ring.incarnation
-                );
-                incarnation(incarnations, ring.actor_id, ring.incarnation).abandoned_slot = true;
-            }
-            false
+            !ring.dead
         });
         let events = self.supervisor.poll()?;
         mark_dead(&events, &mut self.rings);
@@ -239,6 +223,82 @@ impl Transport {
         Ok(chunks)
     }
 
+    /// Receives every published chunk of every ring into `out`; returns whether anything
+    /// arrived.
+    fn receive(&mut self, out: &mut Vec<Chunk>) -> anyhow::Result<bool> {
+        let mut received = false;
+        for ring in self.rings.iter_mut() {
+            loop {
+                match ring.reader.try_recv(&mut self.buf) {
+                    Ok(Some(len)) => {
+                        received = true;
+                        let inc =
+                            incarnation(&mut self.incarnations, ring.actor_id, ring.incarnation);
+                        let chunk = match Chunk::decode_verified(&self.buf[..len], &self.schema) {
+                            Ok(chunk) => chunk,
+                            Err(e) => {
+                                self.summary.rejected += 1;
+                                tracing::error!(
+                                    "actor {}/{}: chunk rejected: {e}",
+                                    ring.actor_id,
+                                    ring.incarnation
+                                );
+                                continue;
+                            }
+                        };
+                        if chunk.meta.actor_id != ring.actor_id
+                            || chunk.meta.incarnation != ring.incarnation
+                        {
+                            inc.foreign += 1;
+                            self.summary.rejected += 1;
+                            tracing::error!(
+                                "ring of actor {}/{} delivered a chunk stamped {}/{}: dropped",
+                                ring.actor_id,
+                                ring.incarnation,
+                                chunk.meta.actor_id,
+                                chunk.meta.incarnation
+                            );
+                            continue;
+                        }
+                        let expected = inc.last_seq.map_or(0, |s| s + 1);
+                        if chunk.meta.seq != expected {
+                            inc.seq_errors += 1;
+                            tracing::error!(
+                                "actor {}/{}: chunk seq {} where {expected} was expected",
+                                ring.actor_id,
+                                ring.incarnation,
+                                chunk.meta.seq
+                            );
+                        }
+                        inc.last_seq = Some(chunk.meta.seq);
+                        inc.chunks += 1;
+                        self.summary.chunks += 1;
+                        self.summary.frames += self.schema.frames() as u64;
+                        if let Some(w) = &mut self.replay {
+                            w.append(&chunk)?;
+                        }
+                        out.push(chunk);
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.summary.corrupted += 1;
+                        tracing::error!("actor {}/{}: {e}", ring.actor_id, ring.incarnation);
+                    }
+                }
+            }
+        }
+        Ok(received)
+    }
+
+    /// The last pass of a run: drain every ring, report half-written slots, drop the rings.
+    fn drain_final(&mut self, out: &mut Vec<Chunk>) -> anyhow::Result<()> {
+        self.receive(out)?;
+        for ring in self.rings.drain(..) {
+            report_abandoned(&mut self.incarnations, &ring);
+        }
+        Ok(())
+    }
+
     /// Broadcasts a new weight version (actors adopt it at their next chunk boundary).
     pub fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()> {
         self.weights.publish(version, blob)?;
@@ -259,28 +319,12 @@ impl Transport {
         let ending = Instant::now();
         let mut tail = Vec::new();
         loop {
-            receive_all(
-                &mut self.rings,
-                &mut self.buf,
-                &self.schema,
-                &mut self.incarnations,
-                &mut self.summary,
-                &mut self.replay,
-                &mut tail,
-            )?;
+            self.receive(&mut tail)?;
             let events = self.supervisor.poll()?;
             mark_dead(&events, &mut self.rings);
             log_events(&events, &mut self.summary);
             if self.supervisor.running().is_empty() && self.rings.iter().all(|r| r.dead) {
-                drain_final(
-                    &mut self.rings,
-                    &mut self.buf,
-                    &self.schema,
-                    &mut self.incarnations,
-                    &mut self.summary,
-                    &mut self.replay,
-                    &mut tail,
-                )?;
+                self.drain_final(&mut tail)?;
                 break;
             }
             if ending.elapsed() > Duration::from_secs(10) {
@@ -455,6 +499,18 @@ fn mark_dead(events: &[ActorEvent], rings: &mut [RingSlot]) {
 
 type Incarnations = BTreeMap<(u32, u32), IncarnationSummary>;
 
+/// Logs and records a ring whose writer died with a slot half written (never consumed).
+fn report_abandoned(incarnations: &mut Incarnations, ring: &RingSlot) {
+    if ring.reader.abandoned_slot() {
+        tracing::warn!(
+            "actor {}/{} died mid-write: its half-written slot is discarded",
+            ring.actor_id,
+            ring.incarnation
+        );
+        incarnation(incarnations, ring.actor_id, ring.incarnation).abandoned_slot = true;
+    }
+}
+
 fn incarnation(all: &mut Incarnations, actor_id: u32, incarnation: u32) -> &mut IncarnationSummary {
     all.entry((actor_id, incarnation))
         .or_insert_with(|| IncarnationSummary {
@@ -464,116 +520,9 @@ fn incarnation(all: &mut Incarnations, actor_id: u32, incarnation: u32) -> &mut 
         })
 }
 
-/// Receives every published chunk of every ring; returns whether anything arrived.
-fn receive_all(
-    rings: &mut [RingSlot],
-    buf: &mut Vec<u8>,
-    schema: &ChunkSchema,
-    incarnations: &mut Incarnations,
-    summary: &mut CollectSummary,
-    replay: &mut Option<DatasetWriter>,
-    out: &mut Vec<Chunk>,
-) -> anyhow::Result<bool> {
-    let mut received = false;
-    for ring in rings.iter_mut() {
-        loop {
-            match ring.reader.try_recv(buf) {
-                Ok(Some(len)) => {
-                    received = true;
-                    let inc = incarnation(incarnations, ring.actor_id, ring.incarnation);
-                    let chunk = match Chunk::decode_verified(&buf[..len], schema) {
-                        Ok(chunk) => chunk,
-                        Err(e) => {
-                            summary.rejected += 1;
-                            tracing::error!(
-                                "actor {}/{}: chunk rejected: {e}",
-                                ring.actor_id,
-                                ring.incarnation
-                            );
-                            continue;
-                        }
-                    };
-                    if chunk.meta.actor_id != ring.actor_id
-                        || chunk.meta.incarnation != ring.incarnation
-                    {
-                        inc.foreign += 1;
-                        summary.rejected += 1;
-                        tracing::error!(
-                            "ring of actor {}/{} delivered a chunk stamped {}/{}: dropped",
-                            ring.actor_id,
-                            ring.incarnation,
-                            chunk.meta.actor_id,
-                            chunk.meta.incarnation
-                        );
-                        continue;
-                    }
-                    let expected = inc.last_seq.map_or(0, |s| s + 1);
-                    if chunk.meta.seq != expected {
-                        inc.seq_errors += 1;
-                        tracing::error!(
-                            "actor {}/{}: chunk seq {} where {expected} was expected",
-                            ring.actor_id,
-                            ring.incarnation,
-                            chunk.meta.seq
-                        );
-                    }
-                    inc.last_seq = Some(chunk.meta.seq);
-                    inc.chunks += 1;
-                    summary.chunks += 1;
-                    summary.frames += schema.frames() as u64;
-                    if let Some(w) = replay {
-                        w.append(&chunk)?;
-                    }
-                    out.push(chunk);
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    summary.corrupted += 1;
-                    tracing::error!("actor {}/{}: {e}", ring.actor_id, ring.incarnation);
-                }
-            }
-        }
-    }
-    Ok(received)
-}
-
-/// The last pass of a run: drain every ring, report half-written slots.
-fn drain_final(
-    rings: &mut Vec<RingSlot>,
-    buf: &mut Vec<u8>,
-    schema: &ChunkSchema,
-    incarnations: &mut Incarnations,
-    summary: &mut CollectSummary,
-    replay: &mut Option<DatasetWriter>,
-    out: &mut Vec<Chunk>,
-) -> anyhow::Result<()> {
-    receive_all(rings, buf, schema, incarnations, summary, replay, out)?;
-    for ring in rings.drain(..) {
-        if ring.reader.abandoned_slot() {
-            tracing::warn!(
-                "actor {}/{} died mid-write: its half-written slot is discarded",
-                ring.actor_id,
-                ring.incarnation
-            );
-            incarnation(incarnations, ring.actor_id, ring.incarnation).abandoned_slot = true;
-        }
-    }
-    Ok(())
-}
-
 /// Bytes of one encoded chunk of `schema` (the ring's slot size).
 fn encoded_chunk_len(schema: &ChunkSchema) -> anyhow::Result<usize> {
-    let meta = common::chunk::ChunkMeta {
-        actor_id: 0,
-        incarnation: 0,
-        seq: 0,
-        policy_version: 0,
-        schema_hash: 0,
-        envs: 0,
-        steps: 0,
-        payload_len: 0,
-        payload_crc32: 0,
-    };
+    let meta = ChunkMeta::new(0, 0, 0, 0);
     Ok(Chunk::zeros(schema, meta).encode(schema)?.len())
 }
 

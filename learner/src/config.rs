@@ -238,7 +238,7 @@ impl TrainConfig {
             }
         }
         let chunk = c.envs_per_actor * c.steps;
-        if o.frames_per_update % chunk != 0 {
+        if !o.frames_per_update.is_multiple_of(chunk) {
             return bad(
                 "ppo.frames_per_update",
                 o.frames_per_update.to_string(),

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
+use crate::ppo::UpdateStats;
+
 /// The columns of `metrics.csv`, in order (a contract: `frames`, `wall_s`, `updates`,
 /// `mean_return`, `policy_lag` stay first).
 pub const COLUMNS: [&str; 15] = [
@@ -35,13 +37,8 @@ pub struct MetricsRow {
     pub mean_return: f64,
     pub policy_lag: f64,
     pub episodes: u64,
-    pub loss: f32,
-    pub policy_loss: f32,
-    pub value_loss: f32,
-    pub entropy: f32,
-    pub approx_kl: f32,
-    pub clip_frac: f32,
-    pub grad_norm: f32,
+    /// The update's losses and diagnostics.
+    pub update: UpdateStats,
     pub frames_per_s: f64,
     pub dropped_chunks: u64,
 }
@@ -56,13 +53,13 @@ impl MetricsRow {
             self.mean_return,
             self.policy_lag,
             self.episodes,
-            self.loss,
-            self.policy_loss,
-            self.value_loss,
-            self.entropy,
-            self.approx_kl,
-            self.clip_frac,
-            self.grad_norm,
+            self.update.loss,
+            self.update.policy_loss,
+            self.update.value_loss,
+            self.update.entropy,
+            self.update.approx_kl,
+            self.update.clip_frac,
+            self.update.grad_norm,
             self.frames_per_s,
             self.dropped_chunks
         )

@@ -106,29 +106,9 @@ impl Ppo {
         let value;
         let mut next_value = vec![0.0f32; n];
         {
-            let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
-            let state = |v: &Vec<f32>| {
-                Tensor::<Cpu, 4>::from_data(TensorData::new(v.clone(), [e, t, l, h]), &device)
-            };
             let out = self
                 .critic
-                .forward_batch(
-                    Tensor::from_data(
-                        TensorData::new(chunk.observation.clone(), [e, t, d]),
-                        &device,
-                    ),
-                    Tensor::<Cpu, 2, Bool>::from_data(
-                        TensorData::new(
-                            chunk.is_init.iter().map(|&x| x == 1).collect::<Vec<_>>(),
-                            [e, t],
-                        ),
-                        &device,
-                    ),
-                    RecurrentState {
-                        rs_h: state(&chunk.rs_h),
-                        rs_c: chunk.rs_c.as_ref().map(state),
-                    },
-                )
+                .forward_chunk(chunk, &self.schema)
                 .expect("chunks match the policy");
             value = host(out.value);
             let next_h = host(out.next.rs_h);
@@ -142,7 +122,6 @@ impl Ppo {
                         && chunk.next_terminated[p] == 0
                 })
                 .collect();
-            drop(_mode);
             if !rows.is_empty() {
                 let m = rows.len();
                 let gather = |v: &[f32], w: usize| -> Vec<f32> {

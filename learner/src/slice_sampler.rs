@@ -325,17 +325,7 @@ mod tests {
         let mut episode = vec![0u64; envs];
         let mut starting = vec![true; envs];
         for c in 0..chunks {
-            let meta = ChunkMeta {
-                actor_id: 1,
-                incarnation: 0,
-                seq: c as u64,
-                policy_version: 0,
-                schema_hash: 0,
-                envs: 0,
-                steps: 0,
-                payload_len: 0,
-                payload_crc32: 0,
-            };
+            let meta = ChunkMeta::new(1, 0, c as u64, 0);
             let mut chunk = Chunk::zeros(&s, meta);
             for e in 0..envs {
                 for t in 0..steps {

@@ -167,8 +167,7 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
         }
         while let Some(chunk) = pending.pop_front() {
             track_returns(&chunk, &mut returns, &mut recent);
-            state.episodes =
-                state.episodes.max(0) + chunk.next_done.iter().filter(|&&d| d == 1).count() as u64;
+            state.episodes += chunk.next_done.iter().filter(|&&d| d == 1).count() as u64;
             let lag = version.saturating_sub(chunk.meta.policy_version);
             let accept = match c.mode {
                 CollectorMode::Async => lag <= c.max_policy_lag,
@@ -224,13 +223,7 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
                 mean_return,
                 policy_lag: lag_sum as f64 / lag_n.max(1) as f64,
                 episodes: state.episodes,
-                loss: stats.loss,
-                policy_loss: stats.policy_loss,
-                value_loss: stats.value_loss,
-                entropy: stats.entropy,
-                approx_kl: stats.approx_kl,
-                clip_frac: stats.clip_frac,
-                grad_norm: stats.grad_norm,
+                update: stats.clone(),
                 frames_per_s: fps,
                 dropped_chunks: dropped,
             };

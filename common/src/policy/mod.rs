@@ -14,11 +14,13 @@ use burn::config::Config;
 use burn::module::{Initializer, Module};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Tensor};
+use burn::tensor::{Bool, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
+use crate::chunk::{Chunk, ChunkSchema};
 use crate::recurrent::{
-    CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentError, RecurrentState,
+    set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentError,
+    RecurrentMode, RecurrentState,
 };
 
 /// The action space a policy acts in.
@@ -244,6 +246,37 @@ impl<B: Backend> Policy<B> {
             features: out.features,
             next: out.next,
         })
+    }
+}
+
+impl<B: Backend> Policy<B> {
+    /// Recurrent mode over a whole chunk `[E, T]` of `schema`, each env row starting from
+    /// its stored state (`rs_h`, `rs_c`) and resetting at `is_init`: what the learner's
+    /// critic runs, and what reproduces the actor's step-by-step outputs.
+    pub fn forward_chunk(
+        &self,
+        chunk: &Chunk,
+        schema: &ChunkSchema,
+    ) -> Result<PolicyOutput<B, 3, 4>, RecurrentError> {
+        let (e, t, d) = (schema.envs, schema.steps, schema.obs_dim);
+        let (l, h) = (schema.num_layers, schema.hidden_size);
+        let device = self.policy_head.weight.val().device();
+        let state = |v: &Vec<f32>| {
+            Tensor::<B, 4>::from_data(TensorData::new(v.clone(), [e, t, l, h]), &device)
+        };
+        let is_init: Vec<bool> = chunk.is_init.iter().map(|&x| x == 1).collect();
+        let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
+        self.forward_batch(
+            Tensor::from_data(
+                TensorData::new(chunk.observation.clone(), [e, t, d]),
+                &device,
+            ),
+            Tensor::from_data(TensorData::new(is_init, [e, t]), &device),
+            RecurrentState {
+                rs_h: state(&chunk.rs_h),
+                rs_c: chunk.rs_c.as_ref().map(state),
+            },
+        )
     }
 }
 

@@ -157,6 +157,10 @@ const LEN_AT: usize = 8;
 const COPY_BLOCK: usize = 32 * 1024;
 /// How often a waiting writer calls `alive()` and checks the learner.
 const ALIVE_EVERY: Duration = Duration::from_millis(100);
+/// A writer waiting for a free slot spins this long, then yields until `YIELD_FOR`, then
+/// sleeps 100 us doubling to 1 ms.
+const SPIN_FOR: Duration = Duration::from_micros(20);
+const YIELD_FOR: Duration = Duration::from_micros(300);
 
 /// Byte offsets (from the start of the segment, i.e. of the `/dev/shm` file) of one slot's
 /// words, for diagnostics and fault-injection tests.
@@ -449,10 +453,13 @@ impl RingReader {
         out.clear();
         out.reserve(len);
         // The prefix, then the header as far as the slot holds it.
-        copy_from_shm(out, src, 0, PREFIX_LEN);
+        // SAFETY: `src` is the slot's data start, readable for slot_bytes >= len >= PREFIX_LEN
+        // bytes (a mapping of this process), disjoint from `out`'s heap buffer.
+        unsafe { copy_from_shm(out, src, 0, PREFIX_LEN) };
         let header_len = u32::from_le_bytes(out[12..16].try_into().expect("4 bytes")) as usize;
         let header_end = PREFIX_LEN.saturating_add(header_len).min(len);
-        copy_from_shm(out, src, PREFIX_LEN, header_end);
+        // SAFETY: as above, header_end <= len.
+        unsafe { copy_from_shm(out, src, PREFIX_LEN, header_end) };
         let (meta, payload_at) = Chunk::peek_meta(out).map_err(|e| (None, e.to_string()))?;
         let seq = Some(meta.seq);
         let end = (payload_at as u64).checked_add(meta.payload_len);
@@ -466,7 +473,8 @@ impl RingReader {
             ));
         }
         // Copy and checksum the payload in one pass.
-        let got = copy_crc::append(self.kernel, out, src, payload_at, len);
+        // SAFETY: as above, for `len` bytes.
+        let got = unsafe { copy_crc::append(self.kernel, out, src, payload_at, len) };
         if got != meta.payload_crc32 {
             return Err((
                 seq,
@@ -550,15 +558,17 @@ impl std::fmt::Debug for RingReader {
 }
 
 /// Appends bytes `[from, to)` of a slot to `out`, which holds exactly `from` bytes and has
-/// capacity for `to`.
-fn copy_from_shm(out: &mut Vec<u8>, src: *const u8, from: usize, to: usize) {
+/// capacity for `to` (both checked).
+///
+/// # Safety
+/// `src` is valid for reads of `to` bytes and does not overlap `out`'s buffer.
+unsafe fn copy_from_shm(out: &mut Vec<u8>, src: *const u8, from: usize, to: usize) {
     assert!(out.len() == from && from <= to && to <= out.capacity());
-    // SAFETY: `src` is a slot's data start, valid for slot_bytes bytes, and every caller has
-    // `to <= len <= slot_bytes`. The destination is `out`'s spare capacity (checked above),
-    // which cannot overlap the mapping. The bytes are plain u8 (any value valid); no Rust
-    // reference to the shared bytes is formed. The slot is READY, so by protocol no writer
-    // touches it; a misbehaving process that does can only tear the copy, which the checksum
-    // then rejects.
+    // SAFETY: `src` is readable for `to` bytes (the caller's contract); the destination is
+    // `out`'s spare capacity (checked above), disjoint from `src`. The bytes are plain u8
+    // (any value valid); no Rust reference to the shared bytes is formed. A slot being read is
+    // READY, so by protocol no writer touches it; a misbehaving process that does can only
+    // tear the copy, which the checksum then rejects.
     unsafe {
         std::ptr::copy_nonoverlapping(src.add(from), out.as_mut_ptr().add(from), to - from);
         out.set_len(to);
@@ -628,10 +638,12 @@ mod copy_crc {
     /// Below this many bytes the fused kernels' setup is not worth it.
     const MIN_FUSED: usize = 4096;
 
-    /// Appends slot bytes `[from, to)` (read from `src`, a slot's data start valid for at
-    /// least `to` bytes) to `out`, which holds exactly `from` bytes and has capacity for `to`;
-    /// returns the CRC-32 of the appended bytes.
-    pub(super) fn append(
+    /// Appends slot bytes `[from, to)` to `out`, which holds exactly `from` bytes and has
+    /// capacity for `to` (both checked); returns the CRC-32 of the appended bytes.
+    ///
+    /// # Safety
+    /// `src` is valid for reads of `to` bytes and does not overlap `out`'s buffer.
+    pub(super) unsafe fn append(
         kernel: Kernel,
         out: &mut Vec<u8>,
         src: *const u8,
@@ -652,12 +664,12 @@ mod copy_crc {
             };
             if stride > 0 && to - from >= MIN_FUSED {
                 let n = (to - from) / stride * stride;
-                // SAFETY: the kernels need only their CPU features, which `Kernel::detect`
-                // (or `available`) confirmed before this variant could exist. Both pointer
-                // ranges hold `n` bytes: the source lies within the slot's first `to` bytes
-                // (valid per this function's contract), the destination is `out`'s spare
-                // capacity (checked above) and cannot overlap the mapping. The kernels read the
-                // source with raw vector loads (no reference to shared bytes is formed).
+                // SAFETY: the kernels need their CPU features, which `Kernel::detect` (or
+                // `available`) confirmed before this variant could exist. Both ranges hold `n`
+                // bytes: the source lies within the first `to` bytes of `src` (readable per
+                // this function's contract), the destination is `out`'s spare capacity
+                // (checked above), disjoint from it. The kernels read the source with raw
+                // vector loads (no reference to shared bytes is formed).
                 unsafe {
                     let dst = out.as_mut_ptr().add(at);
                     crc = match kernel {
@@ -673,7 +685,8 @@ mod copy_crc {
         let mut hasher = crc32fast::Hasher::new_with_initial(crc);
         while at < to {
             let end = to.min(at + COPY_BLOCK);
-            copy_from_shm(out, src, at, end);
+            // SAFETY: end <= to: readable per this function's contract.
+            unsafe { copy_from_shm(out, src, at, end) };
             hasher.update(&out[at..end]);
             at = end;
         }
@@ -724,7 +737,7 @@ mod copy_crc {
             len: usize,
             crc: u32,
         ) -> u32 {
-            debug_assert!(len >= 256 && len % 256 == 0);
+            debug_assert!(len >= 256 && len.is_multiple_of(256));
             // SAFETY (loads and stores below): every offset is below `len`, and the caller
             // guarantees `len` readable/writable bytes; the unaligned forms need no alignment.
             let ld = |o: usize| unsafe { _mm512_loadu_si512(src.add(o) as *const _) };
@@ -791,7 +804,7 @@ mod copy_crc {
             len: usize,
             crc: u32,
         ) -> u32 {
-            debug_assert!(len >= 128 && len % 128 == 0);
+            debug_assert!(len >= 128 && len.is_multiple_of(128));
             // SAFETY (loads and stores below): as in `copy_crc_avx512`.
             let ld = |o: usize| unsafe { _mm256_loadu_si256(src.add(o) as *const __m256i) };
             let st = |o: usize, v| unsafe { _mm256_storeu_si256(dst.add(o) as *mut __m256i, v) };
@@ -853,7 +866,9 @@ mod copy_crc {
                         let slot = &data[3..3 + pre + len];
                         let mut out = Vec::with_capacity(pre + len);
                         out.extend_from_slice(&slot[..pre]);
-                        let got = append(kernel, &mut out, slot.as_ptr(), pre, pre + len);
+                        // SAFETY: `slot` holds pre + len readable bytes, apart from `out`.
+                        let got =
+                            unsafe { append(kernel, &mut out, slot.as_ptr(), pre, pre + len) };
                         let what = format!("{kernel:?} len {len} after {pre}");
                         assert_eq!(got, crc32fast::hash(&slot[pre..]), "{what}");
                         assert_eq!(out, slot, "{what}");
@@ -926,8 +941,8 @@ impl RingWriter {
 
     /// Copies `encoded` (one encoded chunk) into the next slot and publishes it.
     ///
-    /// While the ring is full it waits: it spins briefly, then yields, then sleeps 100 us
-    /// doubling to 1 ms. About every 100 ms of waiting it calls `alive()` and checks that the
+    /// While the ring is full it waits: it spins for 20 us, yields until 300 us, then sleeps
+    /// 100 us doubling to 1 ms. About every 100 ms of waiting it calls `alive()` and checks that the
     /// learner (the segment owner) still runs and still has the ring, giving up with
     /// [`RingError::PeerGone`] if not (also, without waiting, when the ring was dropped); after `timeout` it gives up with [`RingError::Timeout`]. A chunk is
     /// never dropped to make room: on error nothing was published. A chunk larger than a slot
@@ -1003,22 +1018,24 @@ impl RingWriter {
         let start = Instant::now();
         let mut next_check = ALIVE_EVERY;
         let mut sleep = Duration::from_micros(100);
-        let mut round = 0u32;
+        let mut waited = Duration::ZERO;
         loop {
-            if round < 64 {
+            // A slot of a draining ring frees within microseconds (a 1 MiB chunk is copied out
+            // in ~25 us): spin, then yield, and only then sleep, so that a ring that is full
+            // because the reader is momentarily slower does not cost a whole sleep per slot.
+            if waited < SPIN_FOR {
                 std::hint::spin_loop();
-            } else if round < 80 {
+            } else if waited < YIELD_FOR {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(sleep);
                 sleep = (sleep * 2).min(Duration::from_millis(1));
             }
-            round = round.saturating_add(1);
             // Acquire: as in `push`.
             if self.ring.stamp(slot).load(Ordering::Acquire) == free {
                 return Ok(start.elapsed());
             }
-            let waited = start.elapsed();
+            waited = start.elapsed();
             if waited >= next_check {
                 next_check += ALIVE_EVERY;
                 if !alive() || !self.owner_alive() || self.ring.closed() {

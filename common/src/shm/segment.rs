@@ -574,7 +574,7 @@ impl Segment {
 
     fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
         assert!(
-            offset % 8 == 0 && offset + 8 <= self.shmem.len(),
+            offset.is_multiple_of(8) && offset + 8 <= self.shmem.len(),
             "internal: u64 at offset {offset} of a {}-byte mapping",
             self.shmem.len()
         );
@@ -586,7 +586,7 @@ impl Segment {
 
     fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
         assert!(
-            offset % 4 == 0 && offset + 4 <= self.shmem.len(),
+            offset.is_multiple_of(4) && offset + 4 <= self.shmem.len(),
             "internal: u32 at offset {offset} of a {}-byte mapping",
             self.shmem.len()
         );

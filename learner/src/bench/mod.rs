@@ -3,6 +3,7 @@
 
 pub mod actor;
 pub mod rnn;
+pub mod transport;
 
 use std::time::Duration;
 

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use common::recurrent::{CellKind, RecurrentBackend};
 use learner::bench::actor::ActorBench;
 use learner::bench::rnn::{Pass, RnnBench};
+use learner::bench::transport::{parse_size, run_producer, TransportBench};
 
 #[derive(Parser)]
 #[command(
@@ -22,6 +23,53 @@ enum Command {
     Rnn(RnnArgs),
     /// Env-steps/s of one actor on one thread, per env, number of envs and policy cell.
     Actor(ActorArgs),
+    /// Shared-memory transport: ring bandwidth from producer processes vs memcpy, and weight
+    /// publish -> visible latency.
+    Transport(TransportArgs),
+    /// (internal) One producer process of `transport`: pushes chunks into a ring.
+    #[command(hide = true)]
+    TransportProducer(ProducerArgs),
+}
+
+#[derive(clap::Args)]
+struct TransportArgs {
+    /// Nominal encoded chunk sizes (bytes; K/M/G suffixes).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "64K,256K,1M,4M,8M")]
+    chunk_sizes: Vec<usize>,
+    /// Numbers of producer processes (one ring each).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    producers: Vec<usize>,
+    /// Timed windows per bandwidth row (the median is reported), after one warm-up window.
+    #[arg(long, default_value_t = 5)]
+    iters: usize,
+    /// Bytes received per timed window (at least 8 chunks per producer).
+    #[arg(long, value_parser = parse_size, default_value = "256M")]
+    window_bytes: usize,
+    /// Bytes of slots per ring (slots = ring bytes / chunk size, clamped to 2..=64).
+    #[arg(long, value_parser = parse_size, default_value = "4M")]
+    ring_bytes: usize,
+    /// Weight blob sizes for the latency rows.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "1M,16M")]
+    weight_sizes: Vec<usize>,
+    /// Timed weight updates per size.
+    #[arg(long, default_value_t = 200)]
+    weight_samples: usize,
+    /// A short run: 1M chunks, 1 producer, 3 windows of 64M; 1M weights, 50 samples.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(clap::Args)]
+struct ProducerArgs {
+    /// Ring segment to open.
+    #[arg(long)]
+    ring: String,
+    /// Nominal chunk size.
+    #[arg(long, value_parser = parse_size)]
+    chunk_bytes: usize,
+    /// Chunks to push.
+    #[arg(long)]
+    count: u64,
 }
 
 #[derive(clap::Args)]
@@ -115,6 +163,36 @@ struct RnnArgs {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Transport(a) => {
+            anyhow::ensure!(
+                a.producers.iter().all(|&p| p >= 1),
+                "--producers: every count must be at least 1, got {:?}",
+                a.producers
+            );
+            let bench = if a.quick {
+                TransportBench {
+                    chunk_sizes: vec![1 << 20],
+                    producers: vec![1],
+                    iters: 3,
+                    window_bytes: 64 << 20,
+                    ring_bytes: a.ring_bytes,
+                    weight_sizes: vec![1 << 20],
+                    weight_samples: 50,
+                }
+            } else {
+                TransportBench {
+                    chunk_sizes: a.chunk_sizes,
+                    producers: a.producers,
+                    iters: a.iters,
+                    window_bytes: a.window_bytes,
+                    ring_bytes: a.ring_bytes,
+                    weight_sizes: a.weight_sizes,
+                    weight_samples: a.weight_samples,
+                }
+            };
+            bench.run(&mut std::io::stdout().lock())?;
+        }
+        Command::TransportProducer(a) => run_producer(&a.ring, a.chunk_bytes, a.count)?,
         Command::Actor(a) => {
             anyhow::ensure!(
                 a.threads >= 1,
