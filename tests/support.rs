@@ -64,6 +64,7 @@ pub fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Output {
 pub struct Watched {
     pub child: std::process::Child,
     lines: std::sync::Arc<Mutex<Vec<String>>>,
+    stderr: Option<std::thread::JoinHandle<()>>,
     stdout: Option<std::thread::JoinHandle<String>>,
 }
 
@@ -79,14 +80,14 @@ impl Watched {
         let lines = std::sync::Arc::new(Mutex::new(Vec::new()));
         let sink = std::sync::Arc::clone(&lines);
         let stderr = child.stderr.take().expect("piped stderr");
-        std::thread::spawn(move || {
+        let stderr = Some(std::thread::spawn(move || {
             for line in std::io::BufReader::new(stderr)
                 .lines()
                 .map_while(Result::ok)
             {
                 sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
             }
-        });
+        }));
         let mut out = child.stdout.take().expect("piped stdout");
         let stdout = Some(std::thread::spawn(move || {
             let mut s = String::new();
@@ -96,6 +97,7 @@ impl Watched {
         Watched {
             child,
             lines,
+            stderr,
             stdout,
         }
     }
@@ -143,8 +145,14 @@ impl Watched {
             .take()
             .map(|h| h.join().unwrap_or_default())
             .unwrap_or_default();
-        // Let the stderr thread take the last lines.
-        std::thread::sleep(Duration::from_millis(50));
+        // Take every line: the reader ends at EOF, once the process and the children that
+        // share its stderr (actors) have closed the pipe; bounded in case one outlives it.
+        if let Some(reader) = self.stderr.take() {
+            let start = Instant::now();
+            while !reader.is_finished() && start.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         (status.success(), stdout, self.lines())
     }
 }
