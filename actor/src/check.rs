@@ -4,7 +4,7 @@
 //! value.
 
 use burn::tensor::{Bool, Tensor, TensorData};
-use common::backend::{cpu_device, Cpu};
+use common::backend::{cpu_device, to_vec, Cpu};
 use common::chunk::{ActionColumn, Chunk};
 use common::envs::{ActionRef, Space};
 use common::policy::Policy;
@@ -329,9 +329,8 @@ pub fn next_states(
             },
         )
         .expect("the chunk matches the policy");
-    let flat = |t: Tensor<Cpu, 3>| t.into_data().to_vec::<f32>().expect("f32");
-    let hs = flat(out.next.rs_h);
-    let cs = out.next.rs_c.map(flat);
+    let hs = to_vec(out.next.rs_h);
+    let cs = out.next.rs_c.map(to_vec);
     (0..n)
         .map(|p| {
             let r = p * l * h..(p + 1) * l * h;

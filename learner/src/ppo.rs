@@ -18,7 +18,7 @@ use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use common::backend::{cpu_device, Cpu, CpuAutodiff};
+use common::backend::{cpu_device, to_vec as host, Cpu, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::dist::{
     categorical_entropy, categorical_log_prob, gaussian_entropy, squashed_gaussian_log_prob_tensor,
@@ -217,12 +217,8 @@ impl Ppo {
 
     fn minibatch_step(&mut self, b: &SampledBatch) -> anyhow::Result<UpdateStats> {
         let s = &self.schema;
-        let (num, len) = (
-            self.sampler.num_slices().min(b.slices.len()),
-            self.config.slice_len,
-        );
-        let rows = b.slices.len();
-        debug_assert!(rows <= num);
+        // One row per slice, each padded to slice_len (the last batch of an epoch may be short).
+        let (rows, len) = (b.slices.len(), self.config.slice_len);
         let (d, l, h, a) = (s.obs_dim, s.num_layers, s.hidden_size, s.action_dim());
         let device = cpu_device();
         let st = &self.storage;
@@ -407,11 +403,4 @@ fn clip_global_norm(model: &Model, grads: &mut GradientsParams, max_norm: f32) -
         }
     }
     norm
-}
-
-fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data()
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .expect("f32 data")
 }

@@ -45,7 +45,8 @@ pub struct TrainSummary {
     pub episodes: u64,
     /// Mean return of the last 20 episodes at the end.
     pub final_mean_return: f64,
-    pub best_mean_return: f64,
+    /// Best mean return after any update (`None` before the first finished episodes).
+    pub best_mean_return: Option<f64>,
     pub target_return: Option<f64>,
     pub frames_to_target: Option<u64>,
     pub seconds_to_target: Option<f64>,
@@ -63,7 +64,7 @@ pub struct TrainState {
     pub wall_s: f64,
     pub episodes: u64,
     pub recent_returns: Vec<f64>,
-    pub best_mean_return: f64,
+    pub best_mean_return: Option<f64>,
     pub frames_to_target: Option<u64>,
     pub seconds_to_target: Option<f64>,
 }
@@ -195,13 +196,12 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
             sync_taken.clear();
             let mean_return = mean(&recent);
             state.recent_returns = recent.iter().copied().collect();
-            if mean_return.is_finite() && mean_return > state.best_mean_return || state.updates == 1
-            {
-                state.best_mean_return = if mean_return.is_finite() {
-                    mean_return
-                } else {
-                    f64::NEG_INFINITY
-                };
+            if mean_return.is_finite() {
+                state.best_mean_return = Some(
+                    state
+                        .best_mean_return
+                        .map_or(mean_return, |b| b.max(mean_return)),
+                );
             }
             let now = wall(&state);
             if let (Some(target), None) = (config.run.target_return, state.frames_to_target) {
@@ -241,9 +241,11 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
                 );
             }
             if config.run.checkpoint_every > 0 && state.updates % config.run.checkpoint_every == 0 {
-                state.wall_s = now;
-                save_checkpoint(&checkpoint, &ppo, &state, version)?;
-                state.wall_s -= started.elapsed().as_secs_f64();
+                let snapshot = TrainState {
+                    wall_s: now,
+                    ..state.clone()
+                };
+                save_checkpoint(&checkpoint, &ppo, &snapshot, version)?;
             }
             if config.run.stop_at_target && state.frames_to_target.is_some() {
                 break 'run;

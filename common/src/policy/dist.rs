@@ -177,10 +177,7 @@ mod tests {
         let logits = [0.3f32, -1.2, 2.0];
         let t = Tensor::<Cpu, 2>::from_data(TensorData::new(logits.to_vec(), [1, 3]), &device);
         for a in 0..3 {
-            let (_, lp_host) = (
-                a,
-                logits[a] - logits.iter().map(|l| l.exp()).sum::<f32>().ln(),
-            );
+            let lp_host = logits[a] - logits.iter().map(|l| l.exp()).sum::<f32>().ln();
             let idx =
                 Tensor::<Cpu, 2, Int>::from_data(TensorData::new(vec![a as i64], [1, 1]), &device);
             let lp: f32 = categorical_log_prob(t.clone(), idx).into_scalar();

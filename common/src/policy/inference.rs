@@ -13,6 +13,7 @@ use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::{ActionSpec, Policy};
+use crate::backend::to_vec as host;
 use crate::recurrent::CellKind;
 
 /// A dense layer: `y = x W + b`, `W` row-major `[inputs, outputs]`.
@@ -80,13 +81,6 @@ pub struct InferencePolicy {
     c: Vec<f32>,
     gx: Vec<f32>,
     gh: Vec<f32>,
-}
-
-fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data()
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .expect("f32 parameters")
 }
 
 fn dense<B: Backend>(l: &burn::nn::Linear<B>) -> Dense {

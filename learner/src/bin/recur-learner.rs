@@ -122,13 +122,10 @@ fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Train(a) => {
-            let (config_path, run_dir, resume) = match &a.resume {
-                Some(dir) => (dir.join("config.toml"), dir.clone(), true),
-                None => (
-                    a.config.clone(),
-                    a.run_dir.clone().unwrap_or_default(),
-                    false,
-                ),
+            // A resumed run reads its own config; a new one the given file.
+            let (config_path, run_dir) = match &a.resume {
+                Some(dir) => (dir.join("config.toml"), Some(dir.clone())),
+                None => (a.config.clone(), a.run_dir.clone()),
             };
             let mut config = TrainConfig::load(&config_path)?;
             if let Some(n) = a.actors {
@@ -141,18 +138,16 @@ fn main() -> anyhow::Result<()> {
                 config.run.frames = f;
             }
             config.validate(&config_path.display().to_string())?;
-            let run_dir = if resume || !run_dir.as_os_str().is_empty() {
-                run_dir
-            } else {
+            let run_dir = run_dir.unwrap_or_else(|| {
                 let t = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
                 PathBuf::from(format!("runs/{}-{t}", config.run.env))
-            };
+            });
             let opts = TrainOptions {
                 config,
                 run_dir: run_dir.clone(),
-                resume,
+                resume: a.resume.is_some(),
                 actor_program: actor_program(a.actor_bin)?,
                 progress: !a.quiet,
                 max_seconds: a.max_seconds,
