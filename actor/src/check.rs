@@ -64,6 +64,7 @@ pub fn check_env_specs(
         seed,
         actor_id: 0,
         incarnation: 0,
+        exploration: Default::default(),
     };
     let mut actor = Actor::new(config, policy)?;
     let mut checker = Checker::new(&actor);

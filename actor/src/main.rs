@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use actor::check::check_env_specs;
-use actor::rollout::{init_policy, policy_config_for};
+use actor::rollout::{
+    init_policy, load_checkpoint_policy, policy_config_for, EpsilonSchedule, Exploration,
+};
 use actor::{Actor, ActorConfig};
 use anyhow::{bail, Context};
 use clap::Parser;
@@ -58,6 +60,18 @@ struct Cli {
     /// Restart count of this actor (set by the learner's supervisor).
     #[arg(long, default_value_t = 0)]
     incarnation: u32,
+    /// Run the policy of this checkpoint (a checkpoint directory or a run directory holding
+    /// `checkpoint/`); its architecture replaces --cell, --hidden, --layers and --encoder.
+    #[arg(long, value_name = "DIR")]
+    checkpoint: Option<PathBuf>,
+    /// How actions are chosen: `sample` from the policy's distribution, or `greedy` (argmax
+    /// of the head: a Q-network's action, or a policy's mode).
+    #[arg(long, default_value = "sample", value_parser = ["sample", "greedy"])]
+    exploration: String,
+    /// Probability of a uniformly random action instead: EPS, or START:END:DECAY_VERSIONS
+    /// (linear in the policy version, for epsilon-greedy actors attached to a DQN learner).
+    #[arg(long, default_value = "0")]
+    epsilon: EpsilonSchedule,
     /// Attach to the learner serving this control socket (instead of running standalone).
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["record", "check_env"])]
     connect: Option<PathBuf>,
@@ -97,7 +111,17 @@ fn main() -> anyhow::Result<()> {
         .with_hidden_size(cli.hidden)
         .with_num_layers(cli.layers)
         .with_encoder(cli.encoder.0.clone());
-    let policy = init_policy(&policy_config, cli.seed).context("building the policy")?;
+    let (policy, version) = match &cli.checkpoint {
+        Some(dir) => load_checkpoint_policy(dir)?,
+        None => (
+            init_policy(&policy_config, cli.seed).context("building the policy")?,
+            0,
+        ),
+    };
+    let exploration = match cli.exploration.as_str() {
+        "greedy" => Exploration::Greedy(cli.epsilon),
+        _ => Exploration::Sample(cli.epsilon),
+    };
 
     // The spec check runs before every actor start, and alone with --check-env.
     let report = check_env_specs(
@@ -129,6 +153,7 @@ fn main() -> anyhow::Result<()> {
         seed: cli.seed ^ ((cli.actor_id as u64) << 32) ^ ((cli.incarnation as u64) << 48),
         actor_id: cli.actor_id,
         incarnation: cli.incarnation,
+        exploration,
     };
     if let Some(socket) = &cli.connect {
         let stop = actor::attach::run_attached(socket, config, policy)?;
@@ -142,7 +167,16 @@ fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let mut actor = Actor::new(config, policy)?;
+    let mut actor = Actor::new(config, policy.clone())?;
+    // The chunks carry the checkpoint's version (an epsilon schedule reads it too).
+    actor.set_policy(policy, version);
+    if version > 0 {
+        eprintln!(
+            "{env}: running checkpoint weights version {version}, exploration {} epsilon {}",
+            exploration.name(),
+            exploration.schedule()
+        );
+    }
     let mut writer = match &cli.record {
         Some(dir) => Some(DatasetWriter::create(dir, &env, actor.schema())?),
         None => None,

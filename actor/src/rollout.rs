@@ -10,7 +10,10 @@
 use common::backend::{cpu_device, Cpu};
 use common::chunk::{traj_id, ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSchema};
 use common::envs::{EnvError, Space, VecActions, VecEnv};
-use common::policy::dist::{sample_categorical, sample_squashed_gaussian};
+use common::policy::dist::{
+    argmax, sample_categorical, sample_squashed_gaussian, squashed_gaussian_log_prob,
+    squashed_gaussian_mode,
+};
 use common::policy::inference::{InferencePolicy, StepOutput};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use common::recurrent::{current_recurrent_mode, RecurrentError, RecurrentMode};
@@ -30,6 +33,113 @@ pub struct ActorConfig {
     pub seed: u64,
     pub actor_id: u32,
     pub incarnation: u32,
+    /// How actions are chosen from the policy's head.
+    pub exploration: Exploration,
+}
+
+/// How an actor chooses actions from the policy head.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Exploration {
+    /// Sample from the policy's distribution (PPO); with probability `epsilon(version)` take a
+    /// uniformly random action instead (a mixed-quality behaviour policy).
+    Sample(EpsilonSchedule),
+    /// The head's argmax (a Q-network's greedy action, or a policy's mode); with probability
+    /// `epsilon(version)` a uniformly random action (epsilon-greedy DQN actors; 0 = greedy
+    /// evaluation).
+    Greedy(EpsilonSchedule),
+}
+
+impl Default for Exploration {
+    fn default() -> Self {
+        Exploration::Sample(EpsilonSchedule::constant(0.0))
+    }
+}
+
+impl Exploration {
+    /// The `--exploration` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Exploration::Sample(_) => "sample",
+            Exploration::Greedy(_) => "greedy",
+        }
+    }
+
+    pub fn schedule(&self) -> EpsilonSchedule {
+        match *self {
+            Exploration::Sample(s) | Exploration::Greedy(s) => s,
+        }
+    }
+}
+
+/// Probability of a uniformly random action, linear in the policy version from `start` (version
+/// 0) to `end` (version `decay_versions` and later).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpsilonSchedule {
+    pub start: f32,
+    pub end: f32,
+    pub decay_versions: u64,
+}
+
+impl EpsilonSchedule {
+    pub fn constant(epsilon: f32) -> Self {
+        EpsilonSchedule {
+            start: epsilon,
+            end: epsilon,
+            decay_versions: 0,
+        }
+    }
+
+    /// Epsilon at policy version `version`.
+    pub fn at(&self, version: u64) -> f32 {
+        if version >= self.decay_versions {
+            return self.end;
+        }
+        let frac = version as f32 / self.decay_versions as f32;
+        self.start + (self.end - self.start) * frac
+    }
+}
+
+impl std::fmt::Display for EpsilonSchedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.decay_versions == 0 || self.start == self.end {
+            write!(f, "{}", self.end)
+        } else {
+            write!(f, "{}:{}:{}", self.start, self.end, self.decay_versions)
+        }
+    }
+}
+
+impl std::str::FromStr for EpsilonSchedule {
+    type Err = String;
+    /// `EPS` (constant) or `START:END:DECAY_VERSIONS`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let prob = |v: &str| -> Result<f32, String> {
+            let x: f32 = v
+                .trim()
+                .parse()
+                .map_err(|e| format!("epsilon {v:?}: {e}"))?;
+            if (0.0..=1.0).contains(&x) {
+                Ok(x)
+            } else {
+                Err(format!("epsilon {x} is not a probability in [0, 1]"))
+            }
+        };
+        let parts: Vec<&str> = s.split(':').collect();
+        match parts.as_slice() {
+            [eps] => Ok(EpsilonSchedule::constant(prob(eps)?)),
+            [start, end, decay] => Ok(EpsilonSchedule {
+                start: prob(start)?,
+                end: prob(end)?,
+                decay_versions: decay
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("epsilon decay versions {decay:?}: {e}"))?,
+            }),
+            _ => Err(format!(
+                "epsilon {s:?}: expected EPS or START:END:DECAY_VERSIONS (e.g. 0.3 or 1:0.05:200)"
+            )),
+        }
+    }
 }
 
 /// Why an actor cannot start or step.
@@ -326,33 +436,70 @@ impl Actor {
         );
         let head = &self.out.head;
         let k = head.len() / e;
+        let greedy = matches!(self.config.exploration, Exploration::Greedy(_));
+        let epsilon = self.config.exploration.schedule().at(self.policy_version);
         match self.fast.action() {
-            ActionSpec::Discrete { .. } => {
+            ActionSpec::Discrete { n } => {
+                let n = *n;
                 for env in 0..e {
-                    let (a, lp) =
-                        sample_categorical(&head[env * k..(env + 1) * k], self.rng.random::<f32>());
+                    let logits = &head[env * k..(env + 1) * k];
+                    let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
+                    // The behaviour policy is a mixture: record the mixture's log-probability.
+                    let (a, policy_logp) = if greedy {
+                        let best = argmax(logits);
+                        let a = if random {
+                            self.rng.random_range(0..n)
+                        } else {
+                            best
+                        };
+                        (a, if a == best { 0.0 } else { f32::NEG_INFINITY })
+                    } else if random {
+                        let a = self.rng.random_range(0..n);
+                        (a, categorical_log_prob_host(logits, a))
+                    } else {
+                        sample_categorical(logits, self.rng.random::<f32>())
+                    };
                     self.discrete[env] = a as i64;
-                    self.log_prob[env] = lp;
+                    self.log_prob[env] = if epsilon > 0.0 {
+                        ((1.0 - epsilon) * policy_logp.exp() + epsilon / n as f32).ln()
+                    } else {
+                        policy_logp
+                    };
                 }
             }
             ActionSpec::Continuous { low, high } => {
                 let a = low.len();
                 for env in 0..e {
-                    for x in self.eps.iter_mut() {
-                        *x = standard_normal(&mut self.rng);
+                    let head = &head[env * k..(env + 1) * k];
+                    let action = &mut self.continuous[env * a..(env + 1) * a];
+                    let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
+                    if random {
+                        for (j, x) in action.iter_mut().enumerate() {
+                            *x = low[j] + (high[j] - low[j]) * self.rng.random::<f32>();
+                        }
+                        self.log_prob[env] = squashed_gaussian_log_prob(head, action, low, high);
+                    } else if greedy {
+                        squashed_gaussian_mode(head, low, high, action);
+                        self.log_prob[env] = squashed_gaussian_log_prob(head, action, low, high);
+                    } else {
+                        for x in self.eps.iter_mut() {
+                            *x = standard_normal(&mut self.rng);
+                        }
+                        self.log_prob[env] =
+                            sample_squashed_gaussian(head, &self.eps, low, high, action);
                     }
-                    self.log_prob[env] = sample_squashed_gaussian(
-                        &head[env * k..(env + 1) * k],
-                        &self.eps,
-                        low,
-                        high,
-                        &mut self.continuous[env * a..(env + 1) * a],
-                    );
                 }
             }
         }
         Ok(())
     }
+}
+
+/// The log-probability of `a` under the categorical distribution with `logits`.
+fn categorical_log_prob_host(logits: &[f32], a: usize) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+    logits[a] - max - sum.ln()
 }
 
 /// A standard normal draw (Box-Muller).
@@ -365,4 +512,36 @@ fn standard_normal(rng: &mut StdRng) -> f32 {
 /// A policy for `env` with `config`'s architecture, initialised deterministically from `seed`.
 pub fn init_policy(config: &PolicyConfig, seed: u64) -> Result<Policy<Cpu>, RecurrentError> {
     config.init_seeded::<Cpu>(seed, &cpu_device())
+}
+
+/// The files of a checkpoint directory an actor can run from.
+pub const CHECKPOINT_POLICY: &str = "policy.json";
+pub const CHECKPOINT_WEIGHTS: &str = "weights.bin";
+
+/// Loads the policy of a checkpoint: `dir` is a checkpoint directory (`policy.json` and
+/// `weights.bin`, as written by `recur-learner train` and `replay`) or a run directory holding
+/// `checkpoint/`. Returns the policy and the weights' version.
+pub fn load_checkpoint_policy(dir: &std::path::Path) -> anyhow::Result<(Policy<Cpu>, u64)> {
+    use anyhow::Context;
+    let dir = if dir.join("checkpoint").join(CHECKPOINT_WEIGHTS).exists() {
+        dir.join("checkpoint")
+    } else {
+        dir.to_path_buf()
+    };
+    let config_path = dir.join(CHECKPOINT_POLICY);
+    let text = std::fs::read_to_string(&config_path).with_context(|| {
+        format!(
+            "reading {} (a checkpoint directory holds {CHECKPOINT_POLICY} and {CHECKPOINT_WEIGHTS})",
+            config_path.display()
+        )
+    })?;
+    let config: PolicyConfig = serde_json::from_str(&text)
+        .with_context(|| format!("parsing {}", config_path.display()))?;
+    let policy = init_policy(&config, 0)?;
+    let weights_path = dir.join(CHECKPOINT_WEIGHTS);
+    let blob = std::fs::read(&weights_path)
+        .with_context(|| format!("reading {}", weights_path.display()))?;
+    let (policy, version) = common::weights::from_blob(policy, &blob)
+        .with_context(|| format!("loading {}", weights_path.display()))?;
+    Ok((policy, version))
 }

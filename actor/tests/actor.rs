@@ -25,6 +25,7 @@ fn actor(env: &str, cell: CellKind, envs: usize, steps: usize, seed: u64) -> Act
         seed,
         actor_id: 3,
         incarnation: 1,
+        exploration: Default::default(),
     };
     Actor::new(config, policy).unwrap()
 }
@@ -265,6 +266,7 @@ fn a_policy_that_does_not_fit_the_env_is_refused() {
             seed: 0,
             actor_id: 0,
             incarnation: 0,
+            exploration: Default::default(),
         },
         policy,
     )

@@ -46,6 +46,8 @@ pub struct CollectConfig {
     pub max_restarts: u32,
     /// Also write every received chunk to this new dataset directory.
     pub save_replay: Option<PathBuf>,
+    /// Extra actor arguments (exploration).
+    pub actor_args: Vec<String>,
 }
 
 /// What one actor incarnation delivered.
@@ -528,6 +530,7 @@ fn encoded_chunk_len(schema: &ChunkSchema) -> anyhow::Result<usize> {
 
 fn actor_args(config: &CollectConfig, socket: &Path) -> Vec<String> {
     let mut args = vec!["--connect".to_string(), socket.display().to_string()];
+    args.extend(config.actor_args.iter().cloned());
     for (flag, value) in [
         ("--env", config.env.clone()),
         ("--envs", config.envs.to_string()),

@@ -17,10 +17,62 @@ pub enum CollectorMode {
     Sync,
 }
 
+/// The learning algorithm of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algo {
+    /// Recurrent PPO (on-policy, `[ppo]`).
+    #[default]
+    Ppo,
+    /// Recurrent DQN, R2D2-style (off-policy, `[dqn]`).
+    Dqn,
+    /// Behaviour cloning of recorded actions (`[bc]`; learner-only replay).
+    Bc,
+}
+
+impl Algo {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Ppo => "ppo",
+            Algo::Dqn => "dqn",
+            Algo::Bc => "bc",
+        }
+    }
+}
+
+impl std::str::FromStr for Algo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ppo" => Ok(Algo::Ppo),
+            "dqn" => Ok(Algo::Dqn),
+            "bc" => Ok(Algo::Bc),
+            other => Err(format!(
+                "algo {other:?}: expected \"ppo\", \"dqn\" or \"bc\""
+            )),
+        }
+    }
+}
+
+/// Where a training slice's recurrent state starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InitialState {
+    /// The state the actor stored at the slice start (R2D2's stored state; the learner's
+    /// architecture must match the data's).
+    #[default]
+    Stored,
+    /// Zeros at every slice start (for data recorded by another network; pair with burn-in).
+    Zeros,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunSection {
     pub env: String,
+    /// `ppo` (default) or `dqn`; the matching section configures it.
+    #[serde(default)]
+    pub algo: Algo,
     /// Environment frames to train on.
     pub frames: u64,
     #[serde(default)]
@@ -96,6 +148,78 @@ pub struct PpoSection {
     pub reward_scale: f32,
 }
 
+/// Recurrent DQN (R2D2-style): slices from the stored state with optional burn-in, double-Q
+/// target network (periodic or Polyak), n-step returns that stop at `terminated` and
+/// bootstrap at `truncated` and at slice ends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DqnSection {
+    /// Steps per training slice, burn-in included.
+    pub slice_len: usize,
+    /// Leading steps of every slice that only refresh the recurrent state: no loss on them and
+    /// no gradient through them (0 = TorchRL's behaviour: the stored state, loss everywhere).
+    #[serde(default)]
+    pub burn_in: usize,
+    /// Slices per gradient step.
+    pub num_slices: usize,
+    pub lr: f64,
+    pub gamma: f32,
+    /// Steps of the n-step return.
+    #[serde(default = "one")]
+    pub n_step: usize,
+    /// Double Q-learning: the online network picks the bootstrap action, the target network
+    /// values it.
+    #[serde(default = "yes")]
+    pub double_q: bool,
+    /// Copy the online network into the target network every this many gradient steps
+    /// (ignored when `tau` is set).
+    #[serde(default = "default_target_every")]
+    pub target_update_every: u64,
+    /// Polyak averaging after every gradient step: `target = tau * online + (1 - tau) * target`.
+    #[serde(default)]
+    pub tau: Option<f32>,
+    /// Replay capacity in frames (online runs; learner-only replay holds the whole dataset).
+    #[serde(default = "default_buffer")]
+    pub buffer_size: usize,
+    /// Frames stored before the first gradient step (online runs).
+    #[serde(default)]
+    pub learning_starts: usize,
+    /// Gradient steps per received chunk (online runs).
+    #[serde(default = "one")]
+    pub updates_per_chunk: usize,
+    pub max_grad_norm: f32,
+    /// Rewards are multiplied by this before the targets.
+    #[serde(default = "unit")]
+    pub reward_scale: f32,
+    /// Huber loss threshold on the TD error (0 = squared error).
+    #[serde(default = "unit")]
+    pub huber_delta: f32,
+    #[serde(default)]
+    pub initial_state: InitialState,
+    /// Online actors: epsilon-greedy, linear from `epsilon_start` to `epsilon_end` over the
+    /// first `epsilon_decay_frames` frames (counted in policy versions, one per update).
+    #[serde(default = "unit")]
+    pub epsilon_start: f32,
+    #[serde(default = "default_eps_end")]
+    pub epsilon_end: f32,
+    #[serde(default)]
+    pub epsilon_decay_frames: u64,
+}
+
+/// Behaviour cloning: maximise the log-probability of the recorded actions over slices.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BcSection {
+    pub slice_len: usize,
+    #[serde(default)]
+    pub burn_in: usize,
+    pub num_slices: usize,
+    pub lr: f64,
+    pub max_grad_norm: f32,
+    #[serde(default)]
+    pub initial_state: InitialState,
+}
+
 /// A whole training config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,11 +227,68 @@ pub struct TrainConfig {
     pub run: RunSection,
     pub collector: CollectorSection,
     pub policy: PolicySection,
-    pub ppo: PpoSection,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppo: Option<PpoSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dqn: Option<DqnSection>,
+}
+
+/// `[replay]`: a learner-only run on a recorded dataset.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaySection {
+    /// `dqn`, `bc` or `ppo` (`--algo` overrides it).
+    pub algo: Algo,
+    /// Gradient steps (dqn, bc) or PPO updates.
+    pub updates: u64,
+    #[serde(default)]
+    pub seed: u64,
+    /// Greedy evaluation episodes run in-process every this many updates (0 = only at the end).
+    #[serde(default = "default_eval_every")]
+    pub eval_every: u64,
+    #[serde(default = "default_eval_episodes")]
+    pub eval_episodes: usize,
+    #[serde(default = "default_checkpoint_every")]
+    pub checkpoint_every: u64,
+    /// Stop as soon as an evaluation reaches this mean return.
+    #[serde(default)]
+    pub target_return: Option<f64>,
+}
+
+/// A learner-only replay config (`recur-learner replay --config`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayConfig {
+    pub replay: ReplaySection,
+    pub policy: PolicySection,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dqn: Option<DqnSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bc: Option<BcSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppo: Option<PpoSection>,
 }
 
 fn default_checkpoint_every() -> u64 {
     50
+}
+fn yes() -> bool {
+    true
+}
+fn default_target_every() -> u64 {
+    250
+}
+fn default_buffer() -> usize {
+    100_000
+}
+fn default_eps_end() -> f32 {
+    0.05
+}
+fn default_eval_every() -> u64 {
+    500
+}
+fn default_eval_episodes() -> usize {
+    16
 }
 fn default_mode() -> CollectorMode {
     CollectorMode::Async
@@ -212,64 +393,272 @@ impl TrainConfig {
                 "at least 2",
             );
         }
-        let p = &self.policy;
-        if p.hidden_size == 0 {
-            return bad("policy.hidden_size", "0".into(), "at least 1");
-        }
-        if p.num_layers == 0 {
-            return bad("policy.num_layers", "0".into(), "at least 1");
-        }
-        if p.encoder.contains(&0) {
-            return bad(
-                "policy.encoder",
-                format!("{:?}", p.encoder),
-                "widths of at least 1",
-            );
-        }
-        let o = &self.ppo;
-        for (key, v) in [
-            ("ppo.frames_per_update", o.frames_per_update),
-            ("ppo.epochs", o.epochs),
-            ("ppo.slice_len", o.slice_len),
-            ("ppo.num_slices", o.num_slices),
-        ] {
-            if v == 0 {
-                return bad(key, "0".into(), "at least 1");
+        validate_policy(&self.policy, &bad)?;
+        match self.run.algo {
+            Algo::Ppo => {
+                let Some(o) = &self.ppo else {
+                    return bad("ppo", "missing".into(), "a [ppo] section (run.algo = \"ppo\")");
+                };
+                validate_ppo(o, Some(c.envs_per_actor * c.steps), &bad)?;
             }
-        }
-        let chunk = c.envs_per_actor * c.steps;
-        if !o.frames_per_update.is_multiple_of(chunk) {
-            return bad(
-                "ppo.frames_per_update",
-                o.frames_per_update.to_string(),
-                &format!("a multiple of one chunk (collector.envs_per_actor x collector.steps = {chunk})"),
-            );
-        }
-        if !(o.lr > 0.0 && o.lr.is_finite()) {
-            return bad("ppo.lr", o.lr.to_string(), "a positive number");
-        }
-        for (key, v) in [("ppo.gamma", o.gamma), ("ppo.gae_lambda", o.gae_lambda)] {
-            if !(0.0..=1.0).contains(&v) {
-                return bad(key, v.to_string(), "in [0, 1]");
+            Algo::Dqn => {
+                let Some(d) = &self.dqn else {
+                    return bad("dqn", "missing".into(), "a [dqn] section (run.algo = \"dqn\")");
+                };
+                validate_dqn(d, &bad)?;
             }
-        }
-        for (key, v) in [
-            ("ppo.clip_eps", o.clip_eps),
-            ("ppo.max_grad_norm", o.max_grad_norm),
-        ] {
-            if !(v > 0.0 && v.is_finite()) {
-                return bad(key, v.to_string(), "a positive number");
-            }
-        }
-        for (key, v) in [
-            ("ppo.value_coef", o.value_coef),
-            ("ppo.entropy_coef", o.entropy_coef),
-        ] {
-            if !(v >= 0.0 && v.is_finite()) {
-                return bad(key, v.to_string(), "a number >= 0");
+            Algo::Bc => {
+                return bad(
+                    "run.algo",
+                    "\"bc\"".into(),
+                    "\"ppo\" or \"dqn\" (behaviour cloning trains from a dataset: recur-learner replay)",
+                )
             }
         }
         Ok(())
+    }
+}
+
+type Bad<'a> = dyn Fn(&'static str, String, &str) -> Result<(), ConfigError> + 'a;
+
+fn validate_policy(p: &PolicySection, bad: &Bad) -> Result<(), ConfigError> {
+    if p.hidden_size == 0 {
+        return bad("policy.hidden_size", "0".into(), "at least 1");
+    }
+    if p.num_layers == 0 {
+        return bad("policy.num_layers", "0".into(), "at least 1");
+    }
+    if p.encoder.contains(&0) {
+        return bad(
+            "policy.encoder",
+            format!("{:?}", p.encoder),
+            "widths of at least 1",
+        );
+    }
+    Ok(())
+}
+
+/// `chunk`: frames of one chunk, when updates are paced by received chunks.
+fn validate_ppo(o: &PpoSection, chunk: Option<usize>, bad: &Bad) -> Result<(), ConfigError> {
+    for (key, v) in [
+        ("ppo.frames_per_update", o.frames_per_update),
+        ("ppo.epochs", o.epochs),
+        ("ppo.slice_len", o.slice_len),
+        ("ppo.num_slices", o.num_slices),
+    ] {
+        if v == 0 {
+            return bad(key, "0".into(), "at least 1");
+        }
+    }
+    if let Some(chunk) = chunk.filter(|&c| !o.frames_per_update.is_multiple_of(c)) {
+        return bad(
+            "ppo.frames_per_update",
+            o.frames_per_update.to_string(),
+            &format!(
+                "a multiple of one chunk (collector.envs_per_actor x collector.steps = {chunk})"
+            ),
+        );
+    }
+    validate_rate("ppo.lr", o.lr, bad)?;
+    for (key, v) in [("ppo.gamma", o.gamma), ("ppo.gae_lambda", o.gae_lambda)] {
+        if !(0.0..=1.0).contains(&v) {
+            return bad(key, v.to_string(), "in [0, 1]");
+        }
+    }
+    for (key, v) in [
+        ("ppo.clip_eps", o.clip_eps),
+        ("ppo.max_grad_norm", o.max_grad_norm),
+    ] {
+        if !(v > 0.0 && v.is_finite()) {
+            return bad(key, v.to_string(), "a positive number");
+        }
+    }
+    for (key, v) in [
+        ("ppo.value_coef", o.value_coef),
+        ("ppo.entropy_coef", o.entropy_coef),
+    ] {
+        if !(v >= 0.0 && v.is_finite()) {
+            return bad(key, v.to_string(), "a number >= 0");
+        }
+    }
+    Ok(())
+}
+
+fn validate_rate(key: &'static str, lr: f64, bad: &Bad) -> Result<(), ConfigError> {
+    if !(lr > 0.0 && lr.is_finite()) {
+        return bad(key, lr.to_string(), "a positive number");
+    }
+    Ok(())
+}
+
+/// `keys`: the section's `slice_len`, `burn_in` and `num_slices` keys.
+fn validate_slices(
+    keys: [&'static str; 3],
+    slice_len: usize,
+    burn_in: usize,
+    num_slices: usize,
+    bad: &Bad,
+) -> Result<(), ConfigError> {
+    let [slice_key, burn_key, slices_key] = keys;
+    if slice_len == 0 {
+        return bad(slice_key, "0".into(), "at least 1");
+    }
+    if num_slices == 0 {
+        return bad(slices_key, "0".into(), "at least 1");
+    }
+    if burn_in >= slice_len {
+        return bad(
+            burn_key,
+            burn_in.to_string(),
+            &format!("less than slice_len = {slice_len} (steps left to learn on)"),
+        );
+    }
+    Ok(())
+}
+
+fn validate_dqn(d: &DqnSection, bad: &Bad) -> Result<(), ConfigError> {
+    validate_slices(
+        ["dqn.slice_len", "dqn.burn_in", "dqn.num_slices"],
+        d.slice_len,
+        d.burn_in,
+        d.num_slices,
+        bad,
+    )?;
+    validate_rate("dqn.lr", d.lr, bad)?;
+    if !(0.0..=1.0).contains(&d.gamma) {
+        return bad("dqn.gamma", d.gamma.to_string(), "in [0, 1]");
+    }
+    if d.n_step == 0 {
+        return bad("dqn.n_step", "0".into(), "at least 1");
+    }
+    if let Some(tau) = d.tau {
+        if !(tau > 0.0 && tau <= 1.0) {
+            return bad("dqn.tau", tau.to_string(), "in (0, 1]");
+        }
+    } else if d.target_update_every == 0 {
+        return bad(
+            "dqn.target_update_every",
+            "0".into(),
+            "at least 1 (or set dqn.tau for Polyak updates)",
+        );
+    }
+    if d.buffer_size == 0 {
+        return bad("dqn.buffer_size", "0".into(), "at least 1");
+    }
+    if d.updates_per_chunk == 0 {
+        return bad("dqn.updates_per_chunk", "0".into(), "at least 1");
+    }
+    if !(d.max_grad_norm > 0.0 && d.max_grad_norm.is_finite()) {
+        return bad(
+            "dqn.max_grad_norm",
+            d.max_grad_norm.to_string(),
+            "a positive number",
+        );
+    }
+    if !(d.huber_delta >= 0.0 && d.huber_delta.is_finite()) {
+        return bad(
+            "dqn.huber_delta",
+            d.huber_delta.to_string(),
+            "a number >= 0",
+        );
+    }
+    for (key, v) in [
+        ("dqn.epsilon_start", d.epsilon_start),
+        ("dqn.epsilon_end", d.epsilon_end),
+    ] {
+        if !(0.0..=1.0).contains(&v) {
+            return bad(key, v.to_string(), "a probability in [0, 1]");
+        }
+    }
+    Ok(())
+}
+
+fn validate_bc(b: &BcSection, bad: &Bad) -> Result<(), ConfigError> {
+    validate_slices(
+        ["bc.slice_len", "bc.burn_in", "bc.num_slices"],
+        b.slice_len,
+        b.burn_in,
+        b.num_slices,
+        bad,
+    )?;
+    validate_rate("bc.lr", b.lr, bad)?;
+    if !(b.max_grad_norm > 0.0 && b.max_grad_norm.is_finite()) {
+        return bad(
+            "bc.max_grad_norm",
+            b.max_grad_norm.to_string(),
+            "a positive number",
+        );
+    }
+    Ok(())
+}
+
+impl ReplayConfig {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let config: ReplayConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        config.validate(origin)?;
+        Ok(config)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("a config serialises")
+    }
+
+    /// Checks the replay section, the policy and the section of `replay.algo`.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let bad = |key: &'static str, value: String, expected: &str| {
+            Err(ConfigError::Invalid {
+                path: origin.to_string(),
+                key,
+                value,
+                expected: expected.to_string(),
+            })
+        };
+        let r = &self.replay;
+        if r.updates == 0 {
+            return bad("replay.updates", "0".into(), "at least 1");
+        }
+        if r.eval_episodes == 0 {
+            return bad("replay.eval_episodes", "0".into(), "at least 1");
+        }
+        validate_policy(&self.policy, &bad)?;
+        match r.algo {
+            Algo::Dqn => match &self.dqn {
+                Some(d) => validate_dqn(d, &bad),
+                None => bad(
+                    "dqn",
+                    "missing".into(),
+                    "a [dqn] section (replay.algo = \"dqn\")",
+                ),
+            },
+            Algo::Bc => match &self.bc {
+                Some(b) => validate_bc(b, &bad),
+                None => bad(
+                    "bc",
+                    "missing".into(),
+                    "a [bc] section (replay.algo = \"bc\")",
+                ),
+            },
+            Algo::Ppo => match &self.ppo {
+                Some(o) => validate_ppo(o, None, &bad),
+                None => bad(
+                    "ppo",
+                    "missing".into(),
+                    "a [ppo] section (replay.algo = \"ppo\")",
+                ),
+            },
+        }
     }
 }
 
@@ -371,8 +760,72 @@ max_grad_norm = 0.5
                 "cartpole.toml",
                 "masked_cartpole.toml",
                 "pendulum.toml",
-                "repeat_previous.toml"
+                "repeat_previous.toml",
+                "repeat_previous_dqn.toml"
             ]
         );
+    }
+
+    #[test]
+    fn every_shipped_replay_config_is_valid() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/replay");
+        let mut algos = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let config = ReplayConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                path.file_stem().unwrap().to_string_lossy(),
+                config.replay.algo.name(),
+                "configs/replay/<algo>.toml is the default config of --algo <algo>"
+            );
+            algos.push(config.replay.algo.name());
+        }
+        algos.sort();
+        assert_eq!(algos, ["bc", "dqn", "ppo"]);
+    }
+
+    #[test]
+    fn dqn_and_replay_errors_name_the_key() {
+        let dqn = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/repeat_previous_dqn.toml"
+        ))
+        .unwrap();
+        let err = TrainConfig::parse(&dqn.replace("burn_in = 0 ", "burn_in = 16 "), "d.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`dqn.burn_in` = 16") && err.contains("slice_len = 16"),
+            "{err}"
+        );
+        let err = TrainConfig::parse(&dqn.replace("n_step = 1", "n_step = 0"), "d.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`dqn.n_step` = 0"), "{err}");
+        let err = TrainConfig::parse(&dqn.replace("algo = \"dqn\"", "algo = \"bc\""), "d.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`run.algo` = \"bc\"") && err.contains("replay"),
+            "{err}"
+        );
+        let no_dqn = &dqn[..dqn.find("[dqn]").unwrap()];
+        let err = TrainConfig::parse(no_dqn, "d.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`dqn` = missing"), "{err}");
+        let bc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/replay/bc.toml"
+        ))
+        .unwrap();
+        let err = ReplayConfig::parse(&bc.replace("updates = 5_000", "updates = 0"), "b.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`replay.updates` = 0"), "{err}");
+        let err = ReplayConfig::parse(&bc.replace("algo = \"bc\"", "algo = \"dqn\""), "b.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`dqn` = missing"), "{err}");
     }
 }

@@ -9,7 +9,7 @@ use crate::ppo::UpdateStats;
 
 /// The columns of `metrics.csv`, in order (a contract: `frames`, `wall_s`, `updates`,
 /// `mean_return`, `policy_lag` stay first).
-pub const COLUMNS: [&str; 15] = [
+pub const COLUMNS: [&str; 16] = [
     "frames",
     "wall_s",
     "updates",
@@ -25,6 +25,7 @@ pub const COLUMNS: [&str; 15] = [
     "grad_norm",
     "frames_per_s",
     "dropped_chunks",
+    "q_mean",
 ];
 
 /// One row.
@@ -46,7 +47,7 @@ pub struct MetricsRow {
 impl MetricsRow {
     fn csv(&self) -> String {
         format!(
-            "{},{:.3},{},{:.4},{:.3},{},{:.5},{:.5},{:.5},{:.5},{:.6},{:.4},{:.4},{:.1},{}",
+            "{},{:.3},{},{:.4},{:.3},{},{:.5},{:.5},{:.5},{:.5},{:.6},{:.4},{:.4},{:.1},{},{:.4}",
             self.frames,
             self.wall_s,
             self.updates,
@@ -61,7 +62,8 @@ impl MetricsRow {
             self.update.clip_frac,
             self.update.grad_norm,
             self.frames_per_s,
-            self.dropped_chunks
+            self.dropped_chunks,
+            self.update.q_mean
         )
     }
 }

@@ -12,11 +12,6 @@
 //!    slices (no replacement, padded to `slice_len` with a mask); each minibatch runs in
 //!    recurrent mode and takes one optimizer step.
 
-use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
-use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
-use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::backend::{cpu_device, to_vec as host, Cpu, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
@@ -28,11 +23,9 @@ use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
 
 use crate::config::PpoSection;
 use crate::gae::{gae, needs_bootstrap, GaeInput};
+use crate::optim::{Model, Trainee};
 use crate::replay::ReplayStorage;
 use crate::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
-
-type Model = Policy<CpuAutodiff>;
-type Optim = OptimizerAdaptor<Adam, Model, CpuAutodiff>;
 
 /// Losses and diagnostics of one update (means over its minibatches).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -44,13 +37,14 @@ pub struct UpdateStats {
     pub approx_kl: f32,
     pub clip_frac: f32,
     pub grad_norm: f32,
+    /// Mean Q-value of the taken actions (DQN; 0 otherwise).
+    pub q_mean: f32,
     pub minibatches: usize,
 }
 
 /// The learner's model, optimizer and on-policy storage.
 pub struct Ppo {
-    pub model: Model,
-    optim: Optim,
+    trainee: Trainee,
     config: PpoSection,
     schema: ChunkSchema,
     storage: ReplayStorage,
@@ -68,7 +62,7 @@ impl Ppo {
         schema: &ChunkSchema,
         seed: u64,
     ) -> anyhow::Result<Self> {
-        let model: Model = policy.init_seeded(seed, &cpu_device())?;
+        let trainee = Trainee::new(policy, seed)?;
         let sampler = SliceSampler::new(SliceSamplerConfig {
             slice_len: Some(ppo.slice_len),
             num_slices: None,
@@ -80,16 +74,20 @@ impl Ppo {
             seed: seed ^ 0x5a1ce,
         })?;
         Ok(Ppo {
-            critic: model.valid(),
-            optim: AdamConfig::new().with_epsilon(1e-5).init(),
+            critic: trainee.inference(),
             storage: ReplayStorage::new(schema, ppo.frames_per_update),
             advantage: Vec::new(),
             value_target: Vec::new(),
             config: ppo.clone(),
             schema: schema.clone(),
             sampler,
-            model,
+            trainee,
         })
+    }
+
+    /// The model being trained.
+    pub fn model(&self) -> &Model {
+        &self.trainee.model
     }
 
     /// Frames stored for the next update.
@@ -211,7 +209,7 @@ impl Ppo {
         self.storage.clear();
         self.advantage.clear();
         self.value_target.clear();
-        self.critic = self.model.valid();
+        self.critic = self.trainee.inference();
         Ok(stats)
     }
 
@@ -274,9 +272,9 @@ impl Ppo {
 
         let out = {
             let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
-            self.model.forward_batch(obs, is_init, state)?
+            self.trainee.model.forward_batch(obs, is_init, state)?
         };
-        let (logp, entropy) = match self.model.action() {
+        let (logp, entropy) = match self.trainee.model.action() {
             ActionSpec::Discrete { .. } => {
                 let idx: Vec<i64> = b.positions.iter().map(|&p| st.action[p] as i64).collect();
                 let idx = Tensor::<CpuAutodiff, 3, Int>::from_data(
@@ -328,79 +326,23 @@ impl Ppo {
             clip_frac: clipped / count,
             grad_norm: 0.0,
             minibatches: 1,
+            ..UpdateStats::default()
         };
-        let grads = loss.backward();
-        let mut grads = GradientsParams::from_grads(grads, &self.model);
-        let grad_norm = clip_global_norm(&self.model, &mut grads, self.config.max_grad_norm);
-        let model = self.model.clone();
-        self.model = self.optim.step(self.config.lr, model, grads);
+        let grad_norm = self
+            .trainee
+            .step(loss, self.config.lr, self.config.max_grad_norm);
         Ok(UpdateStats { grad_norm, ..stats })
     }
 
-    /// The optimizer state and the model record, as bytes (checkpoints).
+    /// The model record and the optimizer state, as bytes (checkpoints).
     pub fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-        let model =
-            Recorder::<CpuAutodiff>::record(&recorder, self.model.clone().into_record(), ())?;
-        let optim = Recorder::<CpuAutodiff>::record(&recorder, self.optim.to_record(), ())?;
-        Ok((model, optim))
+        self.trainee.save_state()
     }
 
     /// Restores what [`save_state`](Self::save_state) wrote.
     pub fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
-        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-        let device = cpu_device();
-        let record = Recorder::<CpuAutodiff>::load(&recorder, model, &device)?;
-        self.model = self.model.clone().load_record(record);
-        let record = Recorder::<CpuAutodiff>::load(&recorder, optim, &device)?;
-        self.optim = self.optim.clone().load_record(record);
-        self.critic = self.model.valid();
+        self.trainee.load_state(model, optim)?;
+        self.critic = self.trainee.inference();
         Ok(())
     }
-}
-
-/// Scales every gradient so that their global L2 norm is at most `max_norm` (PyTorch's
-/// `clip_grad_norm_`); returns the norm before clipping.
-fn clip_global_norm(model: &Model, grads: &mut GradientsParams, max_norm: f32) -> f32 {
-    struct Ids(Vec<(ParamId, usize)>);
-    impl<B: Backend> ModuleVisitor<B> for Ids {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.0.push((param.id, D));
-        }
-    }
-    let mut ids = Ids(Vec::new());
-    model.visit(&mut ids);
-    type Inner = Cpu;
-    let mut sq = 0.0f64;
-    for &(id, rank) in &ids.0 {
-        sq += match rank {
-            1 => grads
-                .get::<Inner, 1>(id)
-                .map_or(0.0, |g| host(g.powi_scalar(2).sum())[0] as f64),
-            2 => grads
-                .get::<Inner, 2>(id)
-                .map_or(0.0, |g| host(g.powi_scalar(2).sum())[0] as f64),
-            _ => 0.0,
-        };
-    }
-    let norm = sq.sqrt() as f32;
-    if norm > max_norm && norm.is_finite() {
-        let scale = max_norm / (norm + 1e-6);
-        for &(id, rank) in &ids.0 {
-            match rank {
-                1 => {
-                    if let Some(g) = grads.remove::<Inner, 1>(id) {
-                        grads.register(id, g * scale);
-                    }
-                }
-                2 => {
-                    if let Some(g) = grads.remove::<Inner, 2>(id) {
-                        grads.register(id, g * scale);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    norm
 }

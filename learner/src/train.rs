@@ -8,7 +8,9 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use actor::rollout::{chunk_schema, policy_config_for};
+use actor::rollout::{
+    chunk_schema, policy_config_for, EpsilonSchedule, CHECKPOINT_POLICY, CHECKPOINT_WEIGHTS,
+};
 use anyhow::Context;
 use common::chunk::Chunk;
 use common::policy::PolicyConfig;
@@ -16,10 +18,11 @@ use common::weights::to_blob;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
+use crate::algo::{Learner, LearnerSpec};
 use crate::collect::{CollectConfig, CollectSummary, Transport};
+use crate::config::Algo;
 use crate::config::{CollectorMode, TrainConfig};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter};
-use crate::ppo::Ppo;
 
 /// How a training run is started.
 #[derive(Clone, Debug)]
@@ -33,6 +36,8 @@ pub struct TrainOptions {
     pub progress: bool,
     /// End the run after this wall time.
     pub max_seconds: Option<f64>,
+    /// Also record every received chunk into this (new) dataset directory.
+    pub save_replay: Option<PathBuf>,
 }
 
 /// The outcome of a run (`summary.json`).
@@ -94,19 +99,32 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
     let c = &config.collector;
     let chunk_frames = (c.envs_per_actor * c.steps) as u64;
-    let per_update = match c.mode {
-        CollectorMode::Async => config.ppo.frames_per_update,
-        CollectorMode::Sync => actors as usize * chunk_frames as usize,
+    let per_update = match (c.mode, &config.ppo) {
+        (CollectorMode::Sync, _) => actors as usize * chunk_frames as usize,
+        (CollectorMode::Async, Some(ppo)) => ppo.frames_per_update,
+        (CollectorMode::Async, None) => chunk_frames as usize,
     };
     let pc = policy_config(config)?;
     let schema = chunk_schema(&pc, c.envs_per_actor, c.steps);
-    let mut ppo_section = config.ppo.clone();
-    ppo_section.frames_per_update = per_update;
-    let mut ppo = Ppo::new(&pc, &ppo_section, &schema, config.run.seed)?;
+    let ppo_section = config.ppo.clone().map(|mut p| {
+        p.frames_per_update = per_update;
+        p
+    });
+    let mut learner = Learner::new(&LearnerSpec {
+        algo: config.run.algo,
+        policy: &pc,
+        schema: &schema,
+        ppo: ppo_section.as_ref(),
+        dqn: config.dqn.as_ref(),
+        bc: None,
+        capacity: config.dqn.as_ref().map_or(0, |d| d.buffer_size),
+        seed: config.run.seed,
+    })?;
+    let steps_per_update = config.dqn.as_ref().map_or(1, |d| d.updates_per_chunk);
     let mut state = TrainState::default();
     let checkpoint = opts.run_dir.join("checkpoint");
     if opts.resume {
-        state = load_checkpoint(&checkpoint, &mut ppo)
+        state = load_checkpoint(&checkpoint, &mut learner)
             .with_context(|| format!("resuming from {}", checkpoint.display()))?;
         tracing::info!(
             "resumed at update {} ({} frames)",
@@ -130,12 +148,14 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
         slots: c.ring_slots,
         publish_every: 0,
         max_restarts: 5,
-        save_replay: None,
+        save_replay: opts.save_replay.clone(),
+        actor_args: exploration_args(config, chunk_frames),
     };
     let mut version = state.policy_version.max(1);
-    let mut transport = Transport::start(&collect, schema.clone(), &to_blob(&ppo.model, version))?;
+    let mut transport =
+        Transport::start(&collect, schema.clone(), &to_blob(learner.model(), version))?;
     if version > 1 {
-        transport.publish(version, &to_blob(&ppo.model, version))?;
+        transport.publish(version, &to_blob(learner.model(), version))?;
     }
     let mut metrics = MetricsWriter::open(&opts.run_dir.join("metrics.csv"))?;
     let bar = progress_bar(opts.progress, config.run.frames, state.frames);
@@ -171,7 +191,7 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
             state.episodes += chunk.next_done.iter().filter(|&&d| d == 1).count() as u64;
             let lag = version.saturating_sub(chunk.meta.policy_version);
             let accept = match c.mode {
-                CollectorMode::Async => lag <= c.max_policy_lag,
+                CollectorMode::Async => learner.off_policy() || lag <= c.max_policy_lag,
                 CollectorMode::Sync => lag == 0 && !sync_taken.contains(&chunk.meta.actor_id),
             };
             if !accept {
@@ -183,15 +203,15 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
             }
             lag_sum += lag;
             lag_n += 1;
-            ppo.add_chunk(&chunk);
+            learner.add_chunk(&chunk);
             state.frames += chunk_frames;
-            if ppo.stored() < per_update {
+            if !learner.ready(per_update) {
                 continue;
             }
-            let stats = ppo.update()?;
+            let stats = learner.update(steps_per_update)?;
             state.updates += 1;
             version += 1;
-            transport.publish(version, &to_blob(&ppo.model, version))?;
+            transport.publish(version, &to_blob(learner.model(), version))?;
             state.policy_version = version;
             sync_taken.clear();
             let mean_return = mean(&recent);
@@ -245,7 +265,7 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
                     wall_s: now,
                     ..state.clone()
                 };
-                save_checkpoint(&checkpoint, &ppo, &snapshot, version)?;
+                save_checkpoint(&checkpoint, &learner, &snapshot, version)?;
             }
             if config.run.stop_at_target && state.frames_to_target.is_some() {
                 break 'run;
@@ -258,13 +278,13 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     bar.finish_and_clear();
     state.wall_s = wall(&state);
     state.recent_returns = recent.iter().copied().collect();
-    save_checkpoint(&checkpoint, &ppo, &state, version)?;
+    save_checkpoint(&checkpoint, &learner, &state, version)?;
     let (transport_summary, _tail) = transport.finish(stopped_by_request)?;
     let curve = read_curve(&opts.run_dir.join("metrics.csv"))?;
     let title = format!(
         "{} ({} {}-{})",
         config.run.env,
-        "PPO",
+        config.run.algo.name().to_uppercase(),
         pc.cell.name(),
         pc.hidden_size
     );
@@ -296,6 +316,27 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
         serde_json::to_string_pretty(&summary)? + "\n",
     )?;
     Ok(summary)
+}
+
+/// The actors' action selection: PPO samples from its policy; DQN actors are epsilon-greedy
+/// with the schedule counted in policy versions (one per update, one update per chunk).
+fn exploration_args(config: &TrainConfig, chunk_frames: u64) -> Vec<String> {
+    match (config.run.algo, &config.dqn) {
+        (Algo::Dqn, Some(d)) => {
+            let schedule = EpsilonSchedule {
+                start: d.epsilon_start,
+                end: d.epsilon_end,
+                decay_versions: d.epsilon_decay_frames / chunk_frames.max(1),
+            };
+            vec![
+                "--exploration".into(),
+                "greedy".into(),
+                "--epsilon".into(),
+                schedule.to_string(),
+            ]
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// Accumulates rewards per trajectory; a `done` closes the episode into `recent`.
@@ -335,19 +376,26 @@ fn progress_bar(show: bool, total: u64, at: u64) -> ProgressBar {
 }
 
 /// Writes the checkpoint directory atomically (a new directory renamed over the old one).
-pub fn save_checkpoint(
+pub fn save_checkpoint<S: Serialize>(
     dir: &Path,
-    ppo: &Ppo,
-    state: &TrainState,
+    learner: &Learner,
+    state: &S,
     version: u64,
 ) -> anyhow::Result<()> {
     let tmp = dir.with_extension("tmp");
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
-    let (model, optim) = ppo.save_state()?;
+    let (model, optim) = learner.save_state()?;
     std::fs::write(tmp.join("model.bin"), model)?;
     std::fs::write(tmp.join("optim.bin"), optim)?;
-    std::fs::write(tmp.join("weights.bin"), to_blob(&ppo.model, version))?;
+    std::fs::write(
+        tmp.join(CHECKPOINT_WEIGHTS),
+        to_blob(learner.model(), version),
+    )?;
+    std::fs::write(
+        tmp.join(CHECKPOINT_POLICY),
+        serde_json::to_string_pretty(learner.model().config())? + "\n",
+    )?;
     std::fs::write(
         tmp.join("state.json"),
         serde_json::to_string_pretty(state)? + "\n",
@@ -362,13 +410,16 @@ pub fn save_checkpoint(
     Ok(())
 }
 
-/// Loads a checkpoint into `ppo`; returns the counters.
-pub fn load_checkpoint(dir: &Path, ppo: &mut Ppo) -> anyhow::Result<TrainState> {
+/// Loads a checkpoint into `learner`; returns the counters.
+pub fn load_checkpoint<S: serde::de::DeserializeOwned>(
+    dir: &Path,
+    learner: &mut Learner,
+) -> anyhow::Result<S> {
     let read = |name: &str| {
         std::fs::read(dir.join(name))
             .with_context(|| format!("reading {}", dir.join(name).display()))
     };
-    let state: TrainState = serde_json::from_slice(&read("state.json")?)?;
-    ppo.load_state(read("model.bin")?, read("optim.bin")?)?;
+    let state: S = serde_json::from_slice(&read("state.json")?)?;
+    learner.load_state(read("model.bin")?, read("optim.bin")?)?;
     Ok(state)
 }

@@ -133,6 +133,7 @@ impl Runner {
                     seed: bench.seed,
                     actor_id: 0,
                     incarnation: 0,
+                    exploration: Default::default(),
                 };
                 Runner::Actor(Box::new(Actor::new(config, policy)?))
             }

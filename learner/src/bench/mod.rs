@@ -2,6 +2,7 @@
 //! names stay stable), so results can be compared across runs and against peers.
 
 pub mod actor;
+pub mod learner;
 pub mod rnn;
 pub mod transport;
 

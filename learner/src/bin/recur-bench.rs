@@ -3,8 +3,10 @@
 use clap::{Parser, Subcommand};
 use common::recurrent::{CellKind, RecurrentBackend};
 use learner::bench::actor::ActorBench;
+use learner::bench::learner::LearnerBench;
 use learner::bench::rnn::{Pass, RnnBench};
 use learner::bench::transport::{parse_size, run_producer, TransportBench};
+use learner::config::Algo;
 
 #[derive(Parser)]
 #[command(
@@ -23,12 +25,50 @@ enum Command {
     Rnn(RnnArgs),
     /// Env-steps/s of one actor on one thread, per env, number of envs and policy cell.
     Actor(ActorArgs),
+    /// Learner-only training throughput (DQN, BC and PPO updates on replayed data): trained
+    /// steps/s per algo, slice length and batch.
+    Learner(LearnerArgs),
     /// Shared-memory transport: ring bandwidth from producer processes vs memcpy, and weight
     /// publish -> visible latency.
     Transport(TransportArgs),
     /// (internal) One producer process of `transport`: pushes chunks into a ring.
     #[command(hide = true)]
     TransportProducer(ProducerArgs),
+}
+
+#[derive(clap::Args)]
+struct LearnerArgs {
+    /// Algorithms: dqn, bc, ppo.
+    #[arg(long, value_delimiter = ',', default_value = "dqn,ppo,bc")]
+    algo: Vec<Algo>,
+    #[arg(long, default_value = "MaskedCartPole-v1")]
+    env: String,
+    #[arg(long, default_value = "lstm")]
+    cell: CellKind,
+    #[arg(long, default_value_t = 64)]
+    hidden: usize,
+    /// Steps per slice.
+    #[arg(long, value_delimiter = ',', default_value = "16,64")]
+    slice_len: Vec<usize>,
+    /// Slices per gradient step.
+    #[arg(long, value_delimiter = ',', default_value = "32")]
+    batch: Vec<usize>,
+    /// Burn-in steps of DQN and BC slices.
+    #[arg(long, default_value_t = 0)]
+    burn_in: usize,
+    /// Timed gradient steps per row (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// CPU threads of the tensor backend.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// A short run: slice_len 16, batch 8, 3 iterations, 1 warm-up.
+    #[arg(long)]
+    quick: bool,
 }
 
 #[derive(clap::Args)]
@@ -193,6 +233,46 @@ fn main() -> anyhow::Result<()> {
             bench.run(&mut std::io::stdout().lock())?;
         }
         Command::TransportProducer(a) => run_producer(&a.ring, a.chunk_bytes, a.count)?,
+        Command::Learner(a) => {
+            anyhow::ensure!(
+                a.threads >= 1,
+                "--threads must be at least 1, got {}",
+                a.threads
+            );
+            anyhow::ensure!(a.iters >= 1, "--iters must be at least 1, got 0");
+            for (flag, v) in [("--slice-len", &a.slice_len), ("--batch", &a.batch)] {
+                anyhow::ensure!(
+                    v.iter().all(|&x| x >= 1),
+                    "{flag}: every value must be at least 1, got {v:?}"
+                );
+            }
+            anyhow::ensure!(
+                a.slice_len.iter().all(|&t| a.burn_in < t),
+                "--burn-in {} must be less than every --slice-len {:?}",
+                a.burn_in,
+                a.slice_len
+            );
+            learner::bench::set_threads(a.threads);
+            let (slice_lens, batches, iters, warmup) = if a.quick {
+                (vec![16], vec![8], 3, 1)
+            } else {
+                (a.slice_len, a.batch, a.iters, a.warmup)
+            };
+            let bench = LearnerBench {
+                algos: a.algo,
+                env: a.env,
+                cell: a.cell,
+                hidden: a.hidden,
+                slice_lens,
+                batches,
+                burn_in: a.burn_in,
+                iters,
+                warmup,
+                threads: a.threads,
+                seed: a.seed,
+            };
+            bench.run(&mut std::io::stdout().lock())?;
+        }
         Command::Actor(a) => {
             anyhow::ensure!(
                 a.threads >= 1,

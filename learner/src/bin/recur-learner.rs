@@ -6,7 +6,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use common::recurrent::CellKind;
 use learner::collect::{run_collect, CollectConfig};
-use learner::config::TrainConfig;
+use learner::config::{Algo, ReplayConfig, TrainConfig};
+use learner::offline::{replay, ReplayOptions};
 use learner::train::{train, TrainOptions};
 
 /// The recur-actor executable: given, or next to this binary.
@@ -35,6 +36,9 @@ enum Command {
     /// Train a recurrent PPO policy with actor processes (the main job): writes the run
     /// directory (config.toml, metrics.csv, learning_curve.png, checkpoint/, summary.json).
     Train(TrainArgs),
+    /// Learner-only training from a recorded dataset (no actors, no shared memory): DQN,
+    /// behaviour cloning or PPO; greedy evaluation episodes run in-process.
+    Replay(ReplayArgs),
     /// Start actor processes and receive their chunks through shared memory, verifying each
     /// (counts, checksums, sequence numbers), without training; writes RUN_DIR/summary.json.
     Collect(CollectArgs),
@@ -69,6 +73,37 @@ struct TrainArgs {
     /// The recur-actor executable [default: next to this binary].
     #[arg(long)]
     actor_bin: Option<PathBuf>,
+    /// Also record every received chunk into this new dataset directory.
+    #[arg(long, value_name = "DIR")]
+    save_replay: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// Dataset directory (recorded by `recur-actor --record` or `--save-replay`).
+    #[arg(long)]
+    dataset: PathBuf,
+    /// dqn, bc or ppo [default: replay.algo of the config].
+    #[arg(long)]
+    algo: Option<Algo>,
+    /// Replay config (TOML) [default: configs/replay/<algo>.toml].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Gradient steps (dqn, bc) or PPO updates [default: replay.updates].
+    #[arg(long)]
+    updates: Option<u64>,
+    /// Seed [default: replay.seed].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run directory [default: runs/replay-<algo>-<unix time>].
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// End the run after this many seconds (with a final evaluation and checkpoint).
+    #[arg(long)]
+    max_seconds: Option<f64>,
+    /// No progress bar (log lines only).
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(clap::Args)]
@@ -151,6 +186,7 @@ fn main() -> anyhow::Result<()> {
                 actor_program: actor_program(a.actor_bin)?,
                 progress: !a.quiet,
                 max_seconds: a.max_seconds,
+                save_replay: a.save_replay,
             };
             let summary = train(&opts).context("training run")?;
             println!("{}", serde_json::to_string(&summary)?);
@@ -165,6 +201,53 @@ fn main() -> anyhow::Result<()> {
                     (Some(t), _, _) => format!("; did not reach {t}"),
                     _ => String::new(),
                 },
+                run_dir.display()
+            );
+        }
+        Command::Replay(a) => {
+            let algo = a.algo;
+            let config_path = a.config.clone().unwrap_or_else(|| {
+                PathBuf::from(format!(
+                    "configs/replay/{}.toml",
+                    algo.unwrap_or(Algo::Dqn).name()
+                ))
+            });
+            let mut config = ReplayConfig::load(&config_path)?;
+            if let Some(algo) = algo {
+                config.replay.algo = algo;
+            }
+            if let Some(u) = a.updates {
+                config.replay.updates = u;
+            }
+            if let Some(s) = a.seed {
+                config.replay.seed = s;
+            }
+            config.validate(&config_path.display().to_string())?;
+            let run_dir = a.run_dir.unwrap_or_else(|| {
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                PathBuf::from(format!("runs/replay-{}-{t}", config.replay.algo.name()))
+            });
+            let summary = replay(&ReplayOptions {
+                dataset: a.dataset,
+                config,
+                run_dir: run_dir.clone(),
+                progress: !a.quiet,
+                max_seconds: a.max_seconds,
+            })
+            .context("replay run")?;
+            println!("{}", serde_json::to_string(&summary)?);
+            tracing::info!(
+                "{} {} updates on {} dataset frames in {:.1} s ({:.1} updates/s, {:.0} trained frames/s); greedy return {:.1} (best {:.1}); results in {}",
+                summary.algo,
+                summary.updates,
+                summary.dataset_frames,
+                summary.seconds,
+                summary.updates_per_s,
+                summary.trained_frames_per_s,
+                summary.final_eval_return,
+                summary.best_eval_return,
                 run_dir.display()
             );
         }
@@ -215,6 +298,7 @@ fn main() -> anyhow::Result<()> {
                 publish_every: a.publish_every,
                 max_restarts: a.max_restarts,
                 save_replay: a.save_replay,
+                actor_args: Vec::new(),
             };
             let summary = run_collect(&config, |_| {}).context("collect run")?;
             println!("{}", serde_json::to_string(&summary)?);

@@ -1,0 +1,216 @@
+//! A sampled batch of slices as tensors `[rows, slice_len, ..]`, and the recurrent-mode forward
+//! of a slice with burn-in, shared by DQN and behaviour cloning.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+use common::backend::{cpu_device, to_vec as host, Cpu, CpuAutodiff};
+use common::policy::{Policy, PolicyOutput};
+use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
+
+use crate::config::InitialState;
+use crate::replay::ReplayStorage;
+use crate::slice_sampler::SampledBatch;
+
+/// One padded batch of `rows` slices of `len` steps, read out of the storage.
+pub struct SliceBatch<'a> {
+    pub storage: &'a ReplayStorage,
+    pub batch: &'a SampledBatch,
+    pub rows: usize,
+    pub len: usize,
+    /// Real steps of each row (the rest is padding).
+    pub valid: Vec<usize>,
+}
+
+impl<'a> SliceBatch<'a> {
+    /// `batch` must come from a padding sampler with slices of `len` steps.
+    pub fn new(storage: &'a ReplayStorage, batch: &'a SampledBatch, len: usize) -> Self {
+        SliceBatch {
+            storage,
+            batch,
+            rows: batch.slices.len(),
+            len,
+            valid: batch.slices.iter().map(|&(_, n)| n).collect(),
+        }
+    }
+
+    /// `[rows * len * w]` values of a per-step column `v` (`w` per step).
+    pub fn gather<T: Copy>(&self, v: &[T], w: usize) -> Vec<T> {
+        let mut out = Vec::with_capacity(self.batch.positions.len() * w);
+        for &p in &self.batch.positions {
+            out.extend_from_slice(&v[p * w..(p + 1) * w]);
+        }
+        out
+    }
+
+    /// True on real steps, false on padding.
+    pub fn mask(&self) -> &[bool] {
+        self.batch.mask.as_deref().expect("a padded batch")
+    }
+
+    /// The discrete actions of columns `from..len`, `[rows, len - from, 1]`.
+    pub fn action_index(&self, from: usize) -> Tensor<CpuAutodiff, 3, Int> {
+        let idx: Vec<i64> = self
+            .gather(&self.storage.action, 1)
+            .into_iter()
+            .map(|a| a as i64)
+            .collect();
+        let idx = columns(&idx, self.rows, self.len, 1, from, self.len);
+        Tensor::from_data(
+            TensorData::new(idx, [self.rows, self.len - from, 1]),
+            &cpu_device(),
+        )
+    }
+
+    /// Observations, `is_init` and the slice-start states (stored or zeros) of the columns
+    /// `from..len`, for a network with `l` layers of `h` units.
+    pub fn inputs(&self, initial: InitialState, l: usize, h: usize, has_cell: bool) -> SliceInputs {
+        let s = self.storage.schema();
+        let d = s.obs_dim;
+        let state = |v: &[f32]| -> Vec<f32> {
+            match initial {
+                InitialState::Stored => self.gather(v, l * h),
+                InitialState::Zeros => vec![0.0; self.rows * self.len * l * h],
+            }
+        };
+        SliceInputs {
+            rows: self.rows,
+            len: self.len,
+            d,
+            l,
+            h,
+            obs: self.gather(&self.storage.observation, d),
+            is_init: self.batch.is_init.clone(),
+            rs_h: state(&self.storage.rs_h),
+            rs_c: has_cell.then(|| state(&self.storage.rs_c)),
+        }
+    }
+}
+
+/// Columns `from..to` of every row of `v` (`[rows, len, w]`, row-major).
+pub fn columns<T: Copy>(
+    v: &[T],
+    rows: usize,
+    len: usize,
+    w: usize,
+    from: usize,
+    to: usize,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(rows * (to - from) * w);
+    for r in 0..rows {
+        out.extend_from_slice(&v[(r * len + from) * w..(r * len + to) * w]);
+    }
+    out
+}
+
+/// Host copies of a batch's network inputs, `[rows, len, ..]`.
+pub struct SliceInputs {
+    pub rows: usize,
+    pub len: usize,
+    d: usize,
+    l: usize,
+    h: usize,
+    pub obs: Vec<f32>,
+    pub is_init: Vec<bool>,
+    pub rs_h: Vec<f32>,
+    pub rs_c: Option<Vec<f32>>,
+}
+
+impl SliceInputs {
+    fn columns(&self, v: &[f32], w: usize, from: usize) -> Vec<f32> {
+        columns(v, self.rows, self.len, w, from, self.len)
+    }
+
+    fn columns_prefix(&self, v: &[f32], w: usize, k: usize) -> Vec<f32> {
+        columns(v, self.rows, self.len, w, 0, k)
+    }
+
+    /// Recurrent mode over columns `from..len` of `net`, each row starting at column `from`
+    /// from `start` (`[rows, L, H]` per state entry; `None`: the stored state at `from`).
+    pub fn forward<M: Backend>(
+        &self,
+        net: &Policy<M>,
+        from: usize,
+        start: Option<(&[f32], Option<&[f32]>)>,
+    ) -> PolicyOutput<M, 3, 4> {
+        let (rows, t, lh) = (self.rows, self.len - from, self.l * self.h);
+        let device = net.policy_head.weight.val().device();
+        let mut is_init: Vec<bool> = (0..rows)
+            .flat_map(|r| self.is_init[r * self.len + from..(r + 1) * self.len].to_vec())
+            .collect();
+        debug_assert_eq!(is_init.len(), rows * t);
+        let mut rs_h = self.columns(&self.rs_h, lh, from);
+        let mut rs_c = self.rs_c.as_ref().map(|c| self.columns(c, lh, from));
+        if let Some((h0, c0)) = start {
+            for r in 0..rows {
+                // A trajectory that starts exactly here keeps its stored state.
+                if is_init[r * t] {
+                    continue;
+                }
+                is_init[r * t] = true;
+                rs_h[r * t * lh..(r * t + 1) * lh].copy_from_slice(&h0[r * lh..(r + 1) * lh]);
+                if let (Some(c), Some(c0)) = (&mut rs_c, c0) {
+                    c[r * t * lh..(r * t + 1) * lh].copy_from_slice(&c0[r * lh..(r + 1) * lh]);
+                }
+            }
+        }
+        let state = |v: Vec<f32>| {
+            Tensor::<M, 4>::from_data(TensorData::new(v, [rows, t, self.l, self.h]), &device)
+        };
+        let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
+        net.forward_batch(
+            Tensor::from_data(
+                TensorData::new(self.columns(&self.obs, self.d, from), [rows, t, self.d]),
+                &device,
+            ),
+            Tensor::<M, 2, Bool>::from_data(TensorData::new(is_init, [rows, t]), &device),
+            RecurrentState {
+                rs_h: state(rs_h),
+                rs_c: rs_c.map(state),
+            },
+        )
+        .expect("the batch matches the network")
+    }
+
+    /// The learner part of the slices, `[rows, len - burn_in, ..]` with autodiff: the first
+    /// `burn_in` columns run on `inference` (the same weights, no autodiff) only to produce the
+    /// state at column `burn_in`, so neither loss nor gradient touches them.
+    pub fn forward_learn(
+        &self,
+        model: &Policy<CpuAutodiff>,
+        inference: &Policy<Cpu>,
+        burn_in: usize,
+    ) -> PolicyOutput<CpuAutodiff, 3, 4> {
+        if burn_in == 0 {
+            return self.forward(model, 0, None);
+        }
+        let prefix = SliceInputs {
+            rows: self.rows,
+            len: burn_in,
+            d: self.d,
+            l: self.l,
+            h: self.h,
+            obs: self.columns_prefix(&self.obs, self.d, burn_in),
+            is_init: columns(&self.is_init, self.rows, self.len, 1, 0, burn_in),
+            rs_h: self.columns_prefix(&self.rs_h, self.l * self.h, burn_in),
+            rs_c: self
+                .rs_c
+                .as_ref()
+                .map(|c| self.columns_prefix(c, self.l * self.h, burn_in)),
+        };
+        let out = prefix.forward(inference, 0, None);
+        let last = |v: Vec<f32>| -> Vec<f32> {
+            let lh = self.l * self.h;
+            (0..self.rows)
+                .flat_map(|r| v[((r + 1) * burn_in - 1) * lh..(r + 1) * burn_in * lh].to_vec())
+                .collect()
+        };
+        let h0 = last(host(out.next.rs_h));
+        let c0 = out.next.rs_c.map(|c| last(host(c)));
+        self.forward(model, burn_in, Some((&h0, c0.as_deref())))
+    }
+}
+
+/// A `[rows, len, w]` tensor on the autodiff CPU backend.
+pub fn tensor3(v: Vec<f32>, rows: usize, len: usize, w: usize) -> Tensor<CpuAutodiff, 3> {
+    Tensor::from_data(TensorData::new(v, [rows, len, w]), &cpu_device())
+}

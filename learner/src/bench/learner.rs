@@ -1,0 +1,209 @@
+//! `recur-bench learner`: learner-only training throughput, the replay loop without actors.
+//! Data comes from an in-process actor (random initial policy) on `env`; every timed
+//! iteration is one gradient step on `batch` slices of `slice_len` steps (PPO: one update of
+//! `frames_per_update = batch * slice_len` frames and one epoch, i.e. the critic's advantage
+//! pass over the new chunk plus one minibatch step).
+//!
+//! Every row is one JSON object:
+//! `{"bench":"learner","algo":..,"env":..,"cell":..,"hidden":..,"slice_len":..,"batch":..,
+//!   "burn_in":..,"steps_per_s":..,"updates_per_s":..,"median_ms":..,"min_ms":..,"max_ms":..,
+//!   "iters":..,"threads":..}`; `steps_per_s` = trained steps (`batch * slice_len`) per second.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use actor::rollout::{chunk_schema, init_policy};
+use actor::{Actor, ActorConfig};
+use common::chunk::Chunk;
+use common::recurrent::CellKind;
+use serde::Serialize;
+
+use super::summarize;
+use crate::algo::{Learner, LearnerSpec};
+use crate::config::{Algo, BcSection, DqnSection, InitialState, PolicySection, PpoSection};
+use crate::offline::replay_policy;
+
+#[derive(Clone, Debug)]
+pub struct LearnerBench {
+    pub algos: Vec<Algo>,
+    pub env: String,
+    pub cell: CellKind,
+    pub hidden: usize,
+    pub slice_lens: Vec<usize>,
+    /// Slices per gradient step.
+    pub batches: Vec<usize>,
+    pub burn_in: usize,
+    pub iters: usize,
+    pub warmup: usize,
+    pub threads: usize,
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LearnerRow {
+    pub bench: &'static str,
+    pub algo: &'static str,
+    pub env: String,
+    pub cell: &'static str,
+    pub hidden: usize,
+    pub slice_len: usize,
+    pub batch: usize,
+    pub burn_in: usize,
+    pub steps_per_s: f64,
+    pub updates_per_s: f64,
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub iters: usize,
+    pub threads: usize,
+}
+
+impl LearnerBench {
+    /// Runs every algo x slice_len x batch row, printing each line as it completes.
+    pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<LearnerRow>> {
+        let mut rows = Vec::new();
+        for &slice_len in &self.slice_lens {
+            for &batch in &self.batches {
+                let data = self.data(slice_len, batch)?;
+                for &algo in &self.algos {
+                    let row = self.row(algo, slice_len, batch, &data)?;
+                    writeln!(out, "{}", serde_json::to_string(&row)?)?;
+                    out.flush()?;
+                    rows.push(row);
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    fn policy(&self) -> PolicySection {
+        PolicySection {
+            cell: self.cell,
+            hidden_size: self.hidden,
+            num_layers: 1,
+            encoder: vec![64],
+            backend: Default::default(),
+        }
+    }
+
+    /// Chunks of `batch` envs x `slice_len` steps: enough for every timed PPO update and a
+    /// replay storage for DQN and BC.
+    fn data(&self, slice_len: usize, batch: usize) -> anyhow::Result<Vec<Chunk>> {
+        let pc = replay_policy(&self.env, &self.policy())?;
+        let mut actor = Actor::new(
+            ActorConfig {
+                env: self.env.clone(),
+                num_envs: batch,
+                steps: slice_len,
+                seed: self.seed,
+                actor_id: 0,
+                incarnation: 0,
+                exploration: Default::default(),
+            },
+            init_policy(&pc, self.seed)?,
+        )?;
+        (0..(self.warmup + self.iters).max(8))
+            .map(|_| Ok(actor.collect()?))
+            .collect()
+    }
+
+    fn row(
+        &self,
+        algo: Algo,
+        slice_len: usize,
+        batch: usize,
+        data: &[Chunk],
+    ) -> anyhow::Result<LearnerRow> {
+        let pc = replay_policy(&self.env, &self.policy())?;
+        let schema = chunk_schema(&pc, batch, slice_len);
+        let frames = batch * slice_len;
+        let ppo = PpoSection {
+            frames_per_update: frames,
+            epochs: 1,
+            slice_len,
+            num_slices: batch,
+            lr: 1e-3,
+            gamma: 0.99,
+            gae_lambda: 0.95,
+            clip_eps: 0.2,
+            value_coef: 0.5,
+            entropy_coef: 0.01,
+            max_grad_norm: 0.5,
+            clip_value: false,
+            reward_scale: 1.0,
+        };
+        let dqn = DqnSection {
+            slice_len,
+            burn_in: self.burn_in,
+            num_slices: batch,
+            lr: 1e-3,
+            gamma: 0.99,
+            n_step: 3,
+            double_q: true,
+            target_update_every: 100,
+            tau: None,
+            buffer_size: frames * data.len(),
+            learning_starts: 0,
+            updates_per_chunk: 1,
+            max_grad_norm: 10.0,
+            reward_scale: 1.0,
+            huber_delta: 1.0,
+            initial_state: InitialState::Stored,
+            epsilon_start: 1.0,
+            epsilon_end: 0.05,
+            epsilon_decay_frames: 0,
+        };
+        let bc = BcSection {
+            slice_len,
+            burn_in: self.burn_in,
+            num_slices: batch,
+            lr: 1e-3,
+            max_grad_norm: 1.0,
+            initial_state: InitialState::Stored,
+        };
+        let mut learner = Learner::new(&LearnerSpec {
+            algo,
+            policy: &pc,
+            schema: &schema,
+            ppo: Some(&ppo),
+            dqn: Some(&dqn),
+            bc: Some(&bc),
+            capacity: frames * data.len(),
+            seed: self.seed,
+        })?;
+        if algo != Algo::Ppo {
+            for chunk in data {
+                learner.add_chunk(chunk);
+            }
+        }
+        let mut samples: Vec<Duration> = Vec::with_capacity(self.iters);
+        for i in 0..self.warmup + self.iters {
+            let t0 = Instant::now();
+            if algo == Algo::Ppo {
+                learner.add_chunk(&data[i % data.len()]);
+            }
+            learner.update(1)?;
+            if i >= self.warmup {
+                samples.push(t0.elapsed());
+            }
+        }
+        let (median_ms, min_ms, max_ms) = summarize(&samples);
+        Ok(LearnerRow {
+            bench: "learner",
+            algo: algo.name(),
+            env: self.env.clone(),
+            cell: self.cell.name(),
+            hidden: self.hidden,
+            slice_len,
+            batch,
+            burn_in: if algo == Algo::Ppo { 0 } else { self.burn_in },
+            steps_per_s: frames as f64 / (median_ms / 1e3),
+            updates_per_s: 1e3 / median_ms,
+            median_ms,
+            min_ms,
+            max_ms,
+            iters: self.iters,
+            threads: self.threads,
+        })
+    }
+}

@@ -1,0 +1,586 @@
+//! Recurrent DQN, R2D2-style: the policy network's head is the Q-function (`n` actions -> `n`
+//! Q-values). One gradient step:
+//! 1. the SliceSampler draws `num_slices` slices of `slice_len` steps (with replacement, padded,
+//!    `is_init` at every slice start);
+//! 2. the target network (and, for double Q, the online network without autodiff) runs recurrent
+//!    mode over the whole slices from the slice-start state (stored, or zeros); one sequential
+//!    step on `("next", observation)` of each slice's last step from its post-step state values
+//!    the cut where the slice ends without terminating (truncation or slice end);
+//! 3. n-step targets on the host: rewards summed until `terminated` (no bootstrap), the slice's
+//!    last step (bootstrap from the cut) or `n` steps (bootstrap from the slice);
+//! 4. the online network runs with autodiff over the slices after the first `burn_in` steps,
+//!    whose only role is to produce the start state (computed without autodiff): the Huber loss
+//!    of `Q(s_t, a_t) - target_t` is averaged over the real (unpadded) steps after the burn-in;
+//! 5. Adam step with global-norm clipping; the target network follows by periodic copies or
+//!    Polyak averaging.
+
+use burn::tensor::{Bool, Tensor, TensorData};
+use common::backend::{cpu_device, to_vec as host, Cpu};
+use common::chunk::{Chunk, ChunkSchema};
+use common::policy::{ActionSpec, Policy, PolicyConfig};
+use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
+
+use crate::batch::{columns, tensor3, SliceBatch, SliceInputs};
+use crate::config::{DqnSection, InitialState};
+use crate::optim::{polyak, Model, Trainee};
+use crate::ppo::UpdateStats;
+use crate::replay::ReplayStorage;
+use crate::slice_sampler::{EndKey, SampledBatch, SliceSampler, SliceSamplerConfig};
+
+/// One slice's inputs to [`nstep_targets`].
+#[derive(Clone, Copy, Debug)]
+pub struct NStepInput<'a> {
+    /// `r_{t+1}` of every real step of the slice (already scaled).
+    pub reward: &'a [f32],
+    /// `("next", "terminated")` of every real step.
+    pub terminated: &'a [bool],
+    /// `V(s_t)` at every real step (the bootstrap value when a return stops at `t`).
+    pub value: &'a [f32],
+    /// `V` of `("next", observation)` of the last step: the bootstrap where the slice ends
+    /// without terminating (a truncation, or a trajectory that goes on after the slice).
+    pub cut_value: f32,
+    pub gamma: f32,
+    pub n: usize,
+}
+
+/// n-step TD targets of every step of one slice (which never crosses a trajectory end):
+/// `G_t = sum_{k<m} gamma^k r_{t+k+1} + gamma^m V(s_{t+m})`, `m <= n`, stopping early and
+/// without bootstrap at `terminated`, and bootstrapping from `cut_value` at the slice's last
+/// step (truncated, or cut by the slice length).
+pub fn nstep_targets(input: &NStepInput) -> Vec<f32> {
+    let len = input.reward.len();
+    assert_eq!(input.terminated.len(), len, "terminated per step");
+    assert_eq!(input.value.len(), len, "value per step");
+    (0..len)
+        .map(|t| {
+            let (mut g, mut discount) = (0.0f32, 1.0f32);
+            for k in 0..input.n {
+                let j = t + k;
+                g += discount * input.reward[j];
+                discount *= input.gamma;
+                if input.terminated[j] {
+                    return g;
+                }
+                if j + 1 == len {
+                    return g + discount * input.cut_value;
+                }
+                if k + 1 == input.n {
+                    return g + discount * input.value[j + 1];
+                }
+            }
+            unreachable!("n >= 1 returns inside the loop")
+        })
+        .collect()
+}
+
+/// The learner's Q-network, its target network and the replay storage.
+pub struct Dqn {
+    trainee: Trainee,
+    /// The online network without autodiff (refreshed after every step).
+    online: Policy<Cpu>,
+    target: Policy<Cpu>,
+    config: DqnSection,
+    storage: ReplayStorage,
+    sampler: SliceSampler,
+    steps: u64,
+}
+
+impl Dqn {
+    /// `capacity`: replay frames (online: `dqn.buffer_size`; learner-only: the dataset).
+    pub fn new(
+        policy: &PolicyConfig,
+        dqn: &DqnSection,
+        schema: &ChunkSchema,
+        capacity: usize,
+        seed: u64,
+    ) -> anyhow::Result<Self> {
+        if !matches!(policy.action, ActionSpec::Discrete { .. }) {
+            anyhow::bail!(
+                "dqn needs a discrete action space; this one is {:?} (use ppo or bc)",
+                policy.action
+            );
+        }
+        check_initial_state(dqn.initial_state, policy, schema)?;
+        let trainee = Trainee::new(policy, seed)?;
+        let sampler = SliceSampler::new(SliceSamplerConfig {
+            slice_len: Some(dqn.slice_len),
+            num_slices: None,
+            batch_size: dqn.slice_len * dqn.num_slices,
+            strict_length: false,
+            pad_output: true,
+            end_key: EndKey::Done,
+            replacement: true,
+            seed: seed ^ 0xd9_5a1ce,
+        })?;
+        Ok(Dqn {
+            online: trainee.inference(),
+            target: trainee.inference(),
+            trainee,
+            config: dqn.clone(),
+            storage: ReplayStorage::new(schema, capacity),
+            sampler,
+            steps: 0,
+        })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.trainee.model
+    }
+
+    /// Gradient steps taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    pub fn stored(&self) -> usize {
+        self.storage.len()
+    }
+
+    pub fn storage(&self) -> &ReplayStorage {
+        &self.storage
+    }
+
+    pub fn add_chunk(&mut self, chunk: &Chunk) {
+        self.storage.extend(chunk);
+    }
+
+    /// Enough frames for gradient steps (`learning_starts`, and at least one slice).
+    pub fn ready(&self) -> bool {
+        self.storage.len() >= self.config.learning_starts.max(self.config.slice_len)
+    }
+
+    /// One gradient step on a freshly sampled batch.
+    pub fn train_step(&mut self) -> anyhow::Result<UpdateStats> {
+        let batch = self.sampler.sample(&self.storage)?;
+        let (loss, stats) = self.loss(&batch);
+        let grad_norm = self
+            .trainee
+            .step(loss, self.config.lr, self.config.max_grad_norm);
+        self.steps += 1;
+        self.online = self.trainee.inference();
+        match self.config.tau {
+            Some(tau) => {
+                let target = std::mem::replace(&mut self.target, self.online.clone());
+                self.target = polyak(target, &self.online, tau);
+            }
+            None if self.steps.is_multiple_of(self.config.target_update_every) => {
+                self.target = self.online.clone();
+            }
+            None => {}
+        }
+        Ok(UpdateStats { grad_norm, ..stats })
+    }
+
+    /// The TD loss of `batch` (slices of `slice_len`, padded) with the current networks.
+    pub fn loss(
+        &self,
+        batch: &SampledBatch,
+    ) -> (Tensor<common::backend::CpuAutodiff, 1>, UpdateStats) {
+        let c = &self.config;
+        let (len, burn) = (c.slice_len, c.burn_in);
+        let sb = SliceBatch::new(&self.storage, batch, len);
+        let rows = sb.rows;
+        let pc = self.online.config();
+        let (l, h) = (pc.num_layers, pc.hidden_size);
+        let inputs = sb.inputs(c.initial_state, l, h, pc.cell.has_cell_state());
+
+        // Bootstrap values, without autodiff: V(s) = Q_target(s, argmax_a Q_online(s, a)).
+        let (tgt_q, tgt_cut) = self.values_and_cut(&self.target, &sb, &inputs);
+        let (on_q, on_cut) = if c.double_q {
+            self.values_and_cut(&self.online, &sb, &inputs)
+        } else {
+            (tgt_q.clone(), tgt_cut.clone())
+        };
+        let a = tgt_q.len() / (rows * len);
+        let value = |q: &[f32], pick: &[f32]| -> f32 { q[common::policy::dist::argmax(pick)] };
+        let reward: Vec<f32> = sb
+            .gather(&self.storage.next_reward, 1)
+            .into_iter()
+            .map(|r| r * c.reward_scale)
+            .collect();
+        let terminated = sb.gather(&self.storage.next_terminated, 1);
+        let mut targets = vec![0.0f32; rows * len];
+        for r in 0..rows {
+            let n = sb.valid[r];
+            let at = |p: usize| p * a..(p + 1) * a;
+            let v: Vec<f32> = (r * len..r * len + n)
+                .map(|p| value(&tgt_q[at(p)], &on_q[at(p)]))
+                .collect();
+            let cut = value(&tgt_cut[r * a..(r + 1) * a], &on_cut[r * a..(r + 1) * a]);
+            let g = nstep_targets(&NStepInput {
+                reward: &reward[r * len..r * len + n],
+                terminated: &terminated[r * len..r * len + n],
+                value: &v,
+                cut_value: cut,
+                gamma: c.gamma,
+                n: c.n_step,
+            });
+            targets[r * len..r * len + n].copy_from_slice(&g);
+        }
+
+        // The online network with autodiff after the burn-in.
+        let learn = len - burn;
+        let out = inputs.forward_learn(&self.trainee.model, &self.online, burn);
+        let q_taken = out.head.gather(2, sb.action_index(burn));
+        let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
+        let mask = columns(&mask, rows, len, 1, burn, len);
+        let count = mask.iter().sum::<f32>().max(1.0);
+        let mask = tensor3(mask, rows, learn, 1);
+        let target = tensor3(columns(&targets, rows, len, 1, burn, len), rows, learn, 1);
+        let err = q_taken.clone() - target;
+        let per_step = if c.huber_delta > 0.0 {
+            let abs = err.abs();
+            let quad = abs.clone().clamp_max(c.huber_delta);
+            let lin = abs - quad.clone();
+            quad.powi_scalar(2) * 0.5 + lin * c.huber_delta
+        } else {
+            err.powi_scalar(2) * 0.5
+        };
+        let loss = (per_step * mask.clone()).sum() / count;
+        let q_mean = host((q_taken * mask).sum().inner())[0] / count;
+        let loss_value = host(loss.clone().inner())[0];
+        let stats = UpdateStats {
+            loss: loss_value,
+            value_loss: loss_value,
+            q_mean,
+            minibatches: 1,
+            ..UpdateStats::default()
+        };
+        (loss, stats)
+    }
+
+    /// `net`'s Q-values over the whole slices (`[rows * len * A]`) and at each slice's cut
+    /// (`[rows * A]`: `("next", observation)` of the last real step, from its post-step state).
+    fn values_and_cut(
+        &self,
+        net: &Policy<Cpu>,
+        sb: &SliceBatch,
+        inputs: &SliceInputs,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let out = inputs.forward(net, 0, None);
+        let q = host(out.head);
+        let (rows, len) = (sb.rows, sb.len);
+        let pc = net.config();
+        let (d, lh) = (pc.obs_dim, pc.num_layers * pc.hidden_size);
+        let last: Vec<usize> = (0..rows).map(|r| r * len + sb.valid[r] - 1).collect();
+        let pick = |v: &[f32], w: usize| -> Vec<f32> {
+            last.iter()
+                .flat_map(|&p| v[p * w..(p + 1) * w].to_vec())
+                .collect()
+        };
+        let next_obs: Vec<f32> = last
+            .iter()
+            .flat_map(|&p| {
+                let s = sb.batch.positions[p];
+                self.storage.next_observation[s * d..(s + 1) * d].to_vec()
+            })
+            .collect();
+        let device = cpu_device();
+        let state = |v: Vec<f32>| {
+            Tensor::<Cpu, 3>::from_data(
+                TensorData::new(v, [rows, pc.num_layers, pc.hidden_size]),
+                &device,
+            )
+        };
+        let rs_h = state(pick(&host(out.next.rs_h), lh));
+        let rs_c = out.next.rs_c.map(|c| state(pick(&host(c), lh)));
+        let _seq = set_recurrent_mode(RecurrentMode::Sequential);
+        let cut = net
+            .forward(
+                Tensor::from_data(TensorData::new(next_obs, [rows, d]), &device),
+                Tensor::<Cpu, 1, Bool>::from_data(
+                    TensorData::new(vec![false; rows], [rows]),
+                    &device,
+                ),
+                RecurrentState { rs_h, rs_c },
+            )
+            .expect("the batch matches the network");
+        (q, host(cut.head))
+    }
+
+    pub fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        self.trainee.save_state()
+    }
+
+    /// Restores the online network and optimizer; the target network restarts as a copy.
+    pub fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
+        self.trainee.load_state(model, optim)?;
+        self.online = self.trainee.inference();
+        self.target = self.online.clone();
+        Ok(())
+    }
+}
+
+/// With `stored` slice-start states, the learner's recurrent state must have the data's shape.
+pub fn check_initial_state(
+    initial: InitialState,
+    policy: &PolicyConfig,
+    schema: &ChunkSchema,
+) -> anyhow::Result<()> {
+    if initial == InitialState::Stored
+        && (policy.cell != schema.cell
+            || policy.num_layers != schema.num_layers
+            || policy.hidden_size != schema.hidden_size)
+    {
+        anyhow::bail!(
+            "initial_state = \"stored\" needs the data's recurrent state shape: the data has \
+             {} x {} layers x {} units, the policy {} x {} x {}; use initial_state = \"zeros\" \
+             (with burn_in) or match [policy]",
+            schema.cell.name(),
+            schema.num_layers,
+            schema.hidden_size,
+            policy.cell.name(),
+            policy.num_layers,
+            policy.hidden_size
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actor::rollout::{chunk_schema, init_policy, policy_config_for};
+    use actor::{Actor, ActorConfig};
+    use common::recurrent::CellKind;
+
+    fn close(a: &[f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() < 1e-5, "[{i}]: {x} vs {y} ({a:?} vs {b:?})");
+        }
+    }
+
+    #[test]
+    fn one_step_targets_bootstrap_from_the_next_value_and_the_cut() {
+        let g = nstep_targets(&NStepInput {
+            reward: &[1.0, 2.0, 3.0],
+            terminated: &[false; 3],
+            value: &[10.0, 20.0, 30.0],
+            cut_value: 40.0,
+            gamma: 0.5,
+            n: 1,
+        });
+        close(&g, &[1.0 + 0.5 * 20.0, 2.0 + 0.5 * 30.0, 3.0 + 0.5 * 40.0]);
+    }
+
+    #[test]
+    fn n_step_targets_stop_at_terminated_without_bootstrap() {
+        let g = nstep_targets(&NStepInput {
+            reward: &[1.0, 2.0, 3.0],
+            terminated: &[false, false, true],
+            value: &[10.0, 20.0, 30.0],
+            cut_value: 1000.0,
+            gamma: 0.5,
+            n: 3,
+        });
+        close(&g, &[1.0 + 0.5 * 2.0 + 0.25 * 3.0, 2.0 + 0.5 * 3.0, 3.0]);
+    }
+
+    #[test]
+    fn n_step_targets_bootstrap_at_truncation_and_slice_ends_from_the_cut() {
+        // The last step is truncated (or the slice ends): its next observation's value.
+        let g = nstep_targets(&NStepInput {
+            reward: &[1.0, 2.0, 3.0, 4.0],
+            terminated: &[false; 4],
+            value: &[10.0, 20.0, 30.0, 40.0],
+            cut_value: 50.0,
+            gamma: 0.5,
+            n: 2,
+        });
+        close(
+            &g,
+            &[
+                1.0 + 0.5 * 2.0 + 0.25 * 30.0,
+                2.0 + 0.5 * 3.0 + 0.25 * 40.0,
+                3.0 + 0.5 * 4.0 + 0.25 * 50.0,
+                4.0 + 0.5 * 50.0,
+            ],
+        );
+        // n longer than the slice: every return runs to the cut.
+        let g = nstep_targets(&NStepInput {
+            reward: &[1.0, 2.0],
+            terminated: &[false; 2],
+            value: &[10.0, 20.0],
+            cut_value: 8.0,
+            gamma: 0.5,
+            n: 5,
+        });
+        close(&g, &[1.0 + 0.5 * 2.0 + 0.25 * 8.0, 2.0 + 0.5 * 8.0]);
+    }
+
+    fn section(burn_in: usize) -> DqnSection {
+        DqnSection {
+            slice_len: 8,
+            burn_in,
+            num_slices: 4,
+            lr: 3e-3,
+            gamma: 0.9,
+            n_step: 1,
+            double_q: true,
+            target_update_every: 1_000_000,
+            tau: None,
+            buffer_size: 4096,
+            learning_starts: 0,
+            updates_per_chunk: 1,
+            max_grad_norm: 10.0,
+            reward_scale: 10.0,
+            huber_delta: 1.0,
+            initial_state: InitialState::Stored,
+            epsilon_start: 1.0,
+            epsilon_end: 0.05,
+            epsilon_decay_frames: 0,
+        }
+    }
+
+    /// A DQN on RepeatPrevious with two chunks of 4 envs x 16 steps from a random policy.
+    fn dqn(burn_in: usize) -> Dqn {
+        let pc = policy_config_for("RepeatPrevious-v0")
+            .unwrap()
+            .with_cell(CellKind::Lstm)
+            .with_hidden_size(8)
+            .with_encoder(vec![8]);
+        let schema = chunk_schema(&pc, 4, 16);
+        let mut actor = Actor::new(
+            ActorConfig {
+                env: "RepeatPrevious-v0".into(),
+                num_envs: 4,
+                steps: 16,
+                seed: 3,
+                actor_id: 0,
+                incarnation: 0,
+                exploration: Default::default(),
+            },
+            init_policy(&pc, 3).unwrap(),
+        )
+        .unwrap();
+        let mut dqn = Dqn::new(&pc, &section(burn_in), &schema, 4096, 7).unwrap();
+        for _ in 0..2 {
+            dqn.add_chunk(&actor.collect().unwrap());
+        }
+        dqn
+    }
+
+    /// Slices `[0, 8)` and `[16, 24)` (env 0 and env 1 of the first chunk, mid-trajectory
+    /// for env 0 at no reset: the stored state starts them).
+    fn batch() -> SampledBatch {
+        let positions: Vec<usize> = (0..8).chain(16..24).collect();
+        let mut is_init = vec![false; 16];
+        is_init[0] = true;
+        is_init[8] = true;
+        SampledBatch {
+            positions,
+            is_init,
+            slices: vec![(0, 8), (8, 8)],
+            mask: Some(vec![true; 16]),
+        }
+    }
+
+    fn loss_of(dqn: &Dqn) -> f32 {
+        host(dqn.loss(&batch()).0.inner())[0]
+    }
+
+    #[test]
+    fn burn_in_steps_carry_no_loss() {
+        let mut dqn = dqn(4);
+        let before = loss_of(&dqn);
+        // Actions and rewards of the burn-in steps change nothing...
+        for p in (0..4).chain(16..20) {
+            dqn.storage.action[p] = (dqn.storage.action[p] + 1.0) % 4.0;
+            dqn.storage.next_reward[p] += 5.0;
+        }
+        assert_eq!(
+            loss_of(&dqn),
+            before,
+            "burn-in steps must not enter the loss"
+        );
+        // ... their observations do (they build the state) ...
+        let saved = dqn.storage.observation.clone();
+        for x in &mut dqn.storage.observation[0..4 * 4] {
+            *x = 1.0 - *x;
+        }
+        assert_ne!(
+            loss_of(&dqn),
+            before,
+            "burn-in observations build the state"
+        );
+        dqn.storage.observation = saved;
+        // ... and the first step after the burn-in is in the loss.
+        dqn.storage.next_reward[4] += 5.0;
+        assert_ne!(loss_of(&dqn), before, "step burn_in is learned on");
+    }
+
+    #[test]
+    fn without_burn_in_every_step_is_in_the_loss() {
+        let mut dqn = dqn(0);
+        let before = loss_of(&dqn);
+        dqn.storage.next_reward[0] += 5.0;
+        assert_ne!(loss_of(&dqn), before);
+    }
+
+    #[test]
+    fn the_burn_in_state_continues_the_sequence_exactly() {
+        let dqn = dqn(4);
+        let b = batch();
+        let sb = SliceBatch::new(&dqn.storage, &b, 8);
+        let inputs = sb.inputs(InitialState::Stored, 1, 8, true);
+        let full = host(inputs.forward(&dqn.online, 0, None).head);
+        let learn = host(
+            inputs
+                .forward_learn(dqn.model(), &dqn.online, 4)
+                .head
+                .inner(),
+        );
+        let a = 4;
+        for r in 0..2 {
+            close(
+                &learn[(r * 4) * a..(r * 4 + 4) * a],
+                &full[(r * 8 + 4) * a..(r * 8 + 8) * a],
+            );
+        }
+    }
+
+    #[test]
+    fn gradient_steps_on_fixed_targets_lower_the_td_loss() {
+        let mut dqn = dqn(2);
+        let before = loss_of(&dqn);
+        for _ in 0..40 {
+            let b = batch();
+            let (loss, _) = dqn.loss(&b);
+            dqn.trainee.step(loss, 3e-3, 10.0);
+            dqn.online = dqn.trainee.inference();
+        }
+        let after = loss_of(&dqn);
+        assert!(after < 0.8 * before, "TD loss {before} -> {after}");
+    }
+
+    #[test]
+    fn polyak_moves_the_target_by_tau() {
+        let mut d = dqn(0);
+        d.config.tau = Some(0.25);
+        let w = |p: &Policy<Cpu>| host(p.policy_head.weight.val());
+        let target0 = w(&d.target);
+        d.train_step().unwrap();
+        let (online, target) = (w(&d.online), w(&d.target));
+        let expected: Vec<f32> = online
+            .iter()
+            .zip(&target0)
+            .map(|(o, t)| 0.25 * o + 0.75 * t)
+            .collect();
+        close(&target, &expected);
+    }
+
+    #[test]
+    fn a_continuous_action_space_is_refused_naming_it() {
+        let pc = policy_config_for("Pendulum-v1").unwrap();
+        let schema = chunk_schema(&pc, 2, 4);
+        let err = Dqn::new(&pc, &section(0), &schema, 64, 0)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("discrete") && err.contains("Continuous"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,65 @@
+//! In-process evaluation: a local actor runs the policy greedily (argmax of the head: the
+//! Q-network's action, the policy's mode) for a number of episodes.
+
+use actor::rollout::{EpsilonSchedule, Exploration};
+use actor::{Actor, ActorConfig};
+use common::backend::Cpu;
+use common::policy::Policy;
+use serde::Serialize;
+
+/// Returns of one evaluation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Evaluation {
+    pub episodes: usize,
+    pub mean_return: f64,
+    pub min_return: f64,
+    pub max_return: f64,
+}
+
+/// Steps per evaluation chunk, and the most chunks an evaluation may take.
+const STEPS: usize = 64;
+const MAX_CHUNKS: usize = 1000;
+
+/// Runs `episodes` greedy episodes of `env` (one per environment, all in parallel) and
+/// averages their returns.
+pub fn evaluate(
+    policy: Policy<Cpu>,
+    env: &str,
+    episodes: usize,
+    seed: u64,
+) -> anyhow::Result<Evaluation> {
+    let mut actor = Actor::new(
+        ActorConfig {
+            env: env.to_string(),
+            num_envs: episodes,
+            steps: STEPS,
+            seed,
+            actor_id: 0,
+            incarnation: 0,
+            exploration: Exploration::Greedy(EpsilonSchedule::constant(0.0)),
+        },
+        policy,
+    )?;
+    // The first episode of every environment: no bias towards short episodes.
+    let mut first: Vec<Option<f64>> = vec![None; episodes];
+    for _ in 0..MAX_CHUNKS {
+        actor.collect()?;
+        for ep in actor.take_finished() {
+            first[ep.env].get_or_insert(ep.ret);
+        }
+        if first.iter().all(Option::is_some) {
+            let returns: Vec<f64> = first.into_iter().flatten().collect();
+            return Ok(Evaluation {
+                episodes,
+                mean_return: returns.iter().sum::<f64>() / episodes as f64,
+                min_return: returns.iter().copied().fold(f64::INFINITY, f64::min),
+                max_return: returns.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            });
+        }
+    }
+    anyhow::bail!(
+        "evaluation on {env}: {} of {episodes} episodes still running after {} steps",
+        first.iter().filter(|r| r.is_none()).count(),
+        MAX_CHUNKS * STEPS
+    )
+}

@@ -1,0 +1,285 @@
+//! `recur-learner replay`: learner-only training from a recorded dataset. No actor processes,
+//! no shared memory: the dataset goes into the replay storage, the SliceSampler draws slices,
+//! the algorithm's recurrent-mode loss trains the network, and a local actor evaluates the
+//! greedy policy in-process every `eval_every` updates. The run directory gets `config.toml`,
+//! `metrics.csv` (`frames` = steps trained on, `mean_return` = the latest evaluation),
+//! `learning_curve.png`, `checkpoint/` and `summary.json`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use actor::rollout::policy_config_for;
+use anyhow::Context;
+use burn::module::AutodiffModule;
+use common::dataset::read_dataset;
+use common::policy::PolicyConfig;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::algo::{Learner, LearnerSpec};
+use crate::config::{Algo, PolicySection, ReplayConfig};
+use crate::eval::{evaluate, Evaluation};
+use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter};
+use crate::train::save_checkpoint;
+
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    pub dataset: PathBuf,
+    pub config: ReplayConfig,
+    pub run_dir: PathBuf,
+    pub progress: bool,
+    pub max_seconds: Option<f64>,
+}
+
+/// The outcome of a replay run (`summary.json`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ReplaySummary {
+    pub env: String,
+    pub algo: String,
+    pub dataset: String,
+    pub dataset_frames: u64,
+    pub dataset_chunks: usize,
+    /// Bytes after the dataset's last complete chunk (a recording cut short).
+    pub ignored_tail_bytes: usize,
+    pub updates: u64,
+    /// Steps the losses were computed on (padding included).
+    pub trained_frames: u64,
+    pub seconds: f64,
+    /// Training seconds, evaluations excluded.
+    pub train_seconds: f64,
+    pub updates_per_s: f64,
+    pub trained_frames_per_s: f64,
+    /// `(updates, mean greedy return)` of every evaluation.
+    pub evaluations: Vec<(u64, f64)>,
+    pub final_eval_return: f64,
+    pub best_eval_return: f64,
+    pub target_return: Option<f64>,
+    pub updates_to_target: Option<u64>,
+    pub seconds_to_target: Option<f64>,
+}
+
+/// The policy a replay config trains, fitted to the dataset's environment.
+pub fn replay_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> {
+    Ok(policy_config_for(env)?
+        .with_cell(p.cell)
+        .with_hidden_size(p.hidden_size)
+        .with_num_layers(p.num_layers)
+        .with_encoder(p.encoder.clone())
+        .with_backend(p.backend))
+}
+
+/// Runs a learner-only replay training.
+pub fn replay(opts: &ReplayOptions) -> anyhow::Result<ReplaySummary> {
+    let config = &opts.config;
+    let r = &config.replay;
+    let started = Instant::now();
+    let data = read_dataset(&opts.dataset)
+        .with_context(|| format!("reading dataset {}", opts.dataset.display()))?;
+    if data.ignored_tail_bytes > 0 {
+        tracing::warn!(
+            "dataset {}: ignored {} bytes after the last complete chunk (a recording cut short)",
+            opts.dataset.display(),
+            data.ignored_tail_bytes
+        );
+    }
+    anyhow::ensure!(
+        !data.chunks.is_empty(),
+        "dataset {} holds no complete chunk",
+        opts.dataset.display()
+    );
+    let env = data.meta.env.clone();
+    let schema = data.meta.schema.clone();
+    let chunk_frames = (schema.envs * schema.steps) as u64;
+    let dataset_frames = chunk_frames * data.chunks.len() as u64;
+    tracing::info!(
+        "dataset {}: {env}, {} chunks, {dataset_frames} frames",
+        opts.dataset.display(),
+        data.chunks.len()
+    );
+    let pc = replay_policy(&env, &config.policy)?;
+    let mut learner = Learner::new(&LearnerSpec {
+        algo: r.algo,
+        policy: &pc,
+        schema: &schema,
+        ppo: config.ppo.as_ref(),
+        dqn: config.dqn.as_ref(),
+        bc: config.bc.as_ref(),
+        capacity: dataset_frames as usize,
+        seed: r.seed,
+    })?;
+    let (per_update, frames_per_update) = match r.algo {
+        Algo::Ppo => {
+            let p = config.ppo.as_ref().expect("validated");
+            (p.frames_per_update, (p.frames_per_update * p.epochs) as u64)
+        }
+        Algo::Dqn => {
+            let d = config.dqn.as_ref().expect("validated");
+            (0, (d.slice_len * d.num_slices) as u64)
+        }
+        Algo::Bc => {
+            let b = config.bc.as_ref().expect("validated");
+            (0, (b.slice_len * b.num_slices) as u64)
+        }
+    };
+    if r.algo != Algo::Ppo {
+        for chunk in &data.chunks {
+            learner.add_chunk(chunk);
+        }
+    }
+    std::fs::create_dir_all(&opts.run_dir)
+        .with_context(|| format!("creating {}", opts.run_dir.display()))?;
+    std::fs::write(opts.run_dir.join("config.toml"), config.to_toml())?;
+    let metrics_path = opts.run_dir.join("metrics.csv");
+    let _ = std::fs::remove_file(&metrics_path);
+    let mut metrics = MetricsWriter::open(&metrics_path)?;
+    let checkpoint = opts.run_dir.join("checkpoint");
+    let bar = if opts.progress {
+        let bar = ProgressBar::new(r.updates);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{elapsed_precise} {bar:30} {pos:>7}/{len} updates  {msg}",
+            )
+            .expect("a valid template"),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut summary = ReplaySummary {
+        env: env.clone(),
+        algo: r.algo.name().into(),
+        dataset: opts.dataset.display().to_string(),
+        dataset_frames,
+        dataset_chunks: data.chunks.len(),
+        ignored_tail_bytes: data.ignored_tail_bytes,
+        target_return: r.target_return,
+        best_eval_return: f64::NAN,
+        final_eval_return: f64::NAN,
+        ..Default::default()
+    };
+    let mut train_s = 0.0f64;
+    let mut next_chunk = 0usize;
+    let mut last = Evaluation {
+        episodes: 0,
+        mean_return: f64::NAN,
+        min_return: f64::NAN,
+        max_return: f64::NAN,
+    };
+    let mut eval_episodes = 0u64;
+    let run_eval = |learner: &Learner, updates: u64, summary: &mut ReplaySummary| {
+        let eval = evaluate(
+            learner.model().valid(),
+            &env,
+            r.eval_episodes,
+            r.seed ^ 0xe7a1 ^ updates,
+        )?;
+        summary.evaluations.push((updates, eval.mean_return));
+        summary.final_eval_return = eval.mean_return;
+        if summary.best_eval_return.is_nan() || eval.mean_return > summary.best_eval_return {
+            summary.best_eval_return = eval.mean_return;
+        }
+        anyhow::Ok(eval)
+    };
+    while summary.updates < r.updates {
+        if opts
+            .max_seconds
+            .is_some_and(|m| started.elapsed().as_secs_f64() >= m)
+        {
+            tracing::info!("time limit reached");
+            break;
+        }
+        let t0 = Instant::now();
+        if r.algo == Algo::Ppo {
+            // On-policy updates consume the dataset in recording order, cycling.
+            while !learner.ready(per_update) {
+                learner.add_chunk(&data.chunks[next_chunk]);
+                next_chunk = (next_chunk + 1) % data.chunks.len();
+            }
+        }
+        let stats = learner.update(1)?;
+        train_s += t0.elapsed().as_secs_f64();
+        summary.updates += 1;
+        summary.trained_frames += frames_per_update;
+        let u = summary.updates;
+        let eval_now = (r.eval_every > 0 && u.is_multiple_of(r.eval_every)) || u == r.updates;
+        if eval_now {
+            last = run_eval(&learner, u, &mut summary)?;
+            eval_episodes += last.episodes as u64;
+            tracing::info!(
+                "update {u}: greedy return {:.1} (min {:.0}, max {:.0}) over {} episodes, loss {:.4}",
+                last.mean_return,
+                last.min_return,
+                last.max_return,
+                last.episodes,
+                stats.loss
+            );
+        }
+        let now = started.elapsed().as_secs_f64();
+        metrics.write(&MetricsRow {
+            frames: summary.trained_frames,
+            wall_s: now,
+            updates: u,
+            mean_return: last.mean_return,
+            policy_lag: 0.0,
+            episodes: eval_episodes,
+            update: stats.clone(),
+            frames_per_s: summary.trained_frames as f64 / train_s.max(1e-9),
+            dropped_chunks: 0,
+        })?;
+        bar.set_position(u);
+        bar.set_message(format!(
+            "loss {:.4}  greedy return {:.1}  {:.0} updates/s",
+            stats.loss,
+            last.mean_return,
+            u as f64 / train_s.max(1e-9)
+        ));
+        if r.checkpoint_every > 0 && u.is_multiple_of(r.checkpoint_every) {
+            save_checkpoint(&checkpoint, &learner, &summary, u)?;
+        }
+        if let (Some(target), None) = (r.target_return, summary.updates_to_target) {
+            if eval_now && last.mean_return >= target {
+                summary.updates_to_target = Some(u);
+                summary.seconds_to_target = Some(now);
+                tracing::info!(
+                    "greedy return {:.1} >= {target} after {u} updates, {now:.1} s",
+                    last.mean_return
+                );
+                break;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    if summary.evaluations.last().map(|e| e.0) != Some(summary.updates) {
+        last = run_eval(&learner, summary.updates, &mut summary)?;
+        tracing::info!(
+            "final greedy return {:.1} over {} episodes",
+            last.mean_return,
+            last.episodes
+        );
+    }
+    summary.seconds = started.elapsed().as_secs_f64();
+    summary.train_seconds = train_s;
+    summary.updates_per_s = summary.updates as f64 / train_s.max(1e-9);
+    summary.trained_frames_per_s = summary.trained_frames as f64 / train_s.max(1e-9);
+    save_checkpoint(&checkpoint, &learner, &summary, summary.updates)?;
+    let curve = read_curve(&metrics_path)?;
+    let title = format!(
+        "{env} replay ({} {}-{})",
+        r.algo.name().to_uppercase(),
+        pc.cell.name(),
+        pc.hidden_size
+    );
+    if let Some(note) = plot_learning_curve(
+        &curve,
+        &title,
+        r.target_return,
+        &opts.run_dir.join("learning_curve.png"),
+    )? {
+        tracing::warn!("{note}");
+    }
+    std::fs::write(
+        opts.run_dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary)? + "\n",
+    )?;
+    Ok(summary)
+}
