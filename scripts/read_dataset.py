@@ -34,37 +34,81 @@ def columns(schema):
     return cols
 
 
+def chunk_files(path, meta):
+    """The chunk files in order: chunks-00000.bin, chunks-00001.bin, ... (version 1: chunks.bin)."""
+    if meta["version"] == 1:
+        return [path / "chunks.bin"]
+    files, i = [], 0
+    while (path / f"chunks-{i:05d}.bin").exists():
+        files.append(path / f"chunks-{i:05d}.bin")
+        i += 1
+    return files
+
+
+def read_index(path):
+    """index.bin records as a numpy structured array (file, actor_id, offset, length, seq)."""
+    data = (Path(path) / "index.bin").read_bytes()
+    if data[:8] != b"RECURIX1":
+        raise ValueError("index.bin lacks the RECURIX1 header")
+    n = (len(data) - 16) // 32  # a record cut short by a crash is left out
+    dtype = np.dtype([("file", "<u4"), ("actor_id", "<u4"), ("offset", "<u8"), ("length", "<u8"), ("seq", "<u8")])
+    return np.frombuffer(data, dtype=dtype, count=n, offset=16)
+
+
+def decode_chunk(data, off, meta):
+    """The chunk at byte `off` of `data` as a dict of numpy arrays, with its end offset;
+    None if it runs past the end of `data` (a write cut short)."""
+    schema = meta["schema"]
+    e, t = schema["envs"], schema["steps"]
+    if off + 16 > len(data):
+        return None
+    if data[off:off + 8] != b"RECURCK1":
+        raise ValueError(f"bad chunk magic at byte {off}")
+    hl = struct.unpack_from("<I", data, off + 12)[0]
+    if off + 16 + hl > len(data):
+        return None
+    actor, inc, seq, version, shash, envs, steps, plen, crc = HEADER.unpack_from(data, off + 16)
+    start = off + 16 + hl
+    if start + plen > len(data):
+        return None
+    payload = data[start:start + plen]
+    if zlib.crc32(payload) != crc or shash != meta["schema_hash"]:
+        raise ValueError(f"chunk at byte {off}: checksum or schema mismatch")
+    chunk, pos = {"seq": seq, "actor_id": actor, "policy_version": version}, 0
+    for key, dtype, shape in columns(schema):
+        count = e * t * int(np.prod(shape, dtype=np.int64))
+        arr = np.frombuffer(payload, dtype=dtype, count=count, offset=pos)
+        chunk[key] = arr.reshape((e, t) + shape)
+        pos += arr.nbytes
+    return chunk, start + plen
+
+
 def read_dataset(path):
+    """(meta, chunks, ignored tail bytes of the last file): every complete chunk, file by file."""
     path = Path(path)
     meta = json.loads((path / "dataset.json").read_text())
-    schema = meta["schema"]
-    data = (path / "chunks.bin").read_bytes()
-    if data[:8] != b"RECURDS1":
-        raise ValueError("chunks.bin lacks the RECURDS1 header")
-    e, t = schema["envs"], schema["steps"]
-    chunks, off = [], 16
-    while off + 16 <= len(data):
-        if data[off:off + 8] != b"RECURCK1":
-            raise ValueError(f"bad chunk magic at byte {off}")
-        hl = struct.unpack_from("<I", data, off + 12)[0]
-        if off + 16 + hl > len(data):
-            break  # cut short
-        actor, inc, seq, version, shash, envs, steps, plen, crc = HEADER.unpack_from(data, off + 16)
-        start = off + 16 + hl
-        if start + plen > len(data):
-            break  # cut short
-        payload = data[start:start + plen]
-        if zlib.crc32(payload) != crc or shash != meta["schema_hash"]:
-            raise ValueError(f"chunk at byte {off}: checksum or schema mismatch")
-        chunk, pos = {"seq": seq, "actor_id": actor, "policy_version": version}, 0
-        for key, dtype, shape in columns(schema):
-            count = e * t * int(np.prod(shape, dtype=np.int64))
-            arr = np.frombuffer(payload, dtype=dtype, count=count, offset=pos)
-            chunk[key] = arr.reshape((e, t) + shape)
-            pos += arr.nbytes
-        chunks.append(chunk)
-        off = start + plen
-    return meta, chunks, len(data) - off
+    chunks, tail = [], 0
+    for f in chunk_files(path, meta):
+        data = f.read_bytes()
+        if data[:8] != b"RECURDS1":
+            raise ValueError(f"{f.name} lacks the RECURDS1 header")
+        off = 16
+        while off < len(data):
+            got = decode_chunk(data, off, meta)
+            if got is None:
+                break  # cut short
+            chunk, off = got
+            chunks.append(chunk)
+        tail = len(data) - off
+    return meta, chunks, tail
+
+
+def read_indexed_chunk(path, meta, record):
+    """Random access: the chunk an index.bin record points at."""
+    with open(Path(path) / f"chunks-{int(record['file']):05d}.bin", "rb") as f:
+        f.seek(int(record["offset"]))
+        data = f.read(int(record["length"]))
+    return decode_chunk(data, 0, meta)[0]
 
 
 if __name__ == "__main__":
@@ -75,7 +119,14 @@ if __name__ == "__main__":
         for c in chunks:
             for key, _, _ in columns(meta["schema"]):
                 sums[key] = sums.get(key, 0.0) + float(c[key].astype(np.float64).sum())
-        print(json.dumps({"chunks": len(chunks), "tail": tail, "seqs": [c["seq"] for c in chunks], "sums": sums}))
+        index = read_index(sys.argv[1])
+        # Random access through the index agrees with the sequential read.
+        for k, record in enumerate(index):
+            c = read_indexed_chunk(sys.argv[1], meta, record)
+            if c["seq"] != chunks[k]["seq"] or not np.array_equal(c["observation"], chunks[k]["observation"]):
+                raise ValueError(f"index record {k} points at another chunk")
+        print(json.dumps({"chunks": len(chunks), "indexed": len(index), "tail": tail,
+                          "seqs": [c["seq"] for c in chunks], "sums": sums}))
         sys.exit(0)
     meta, chunks, tail = read_dataset(sys.argv[1])
     frames = sum(c["observation"].shape[0] * c["observation"].shape[1] for c in chunks)

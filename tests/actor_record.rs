@@ -185,14 +185,22 @@ fn the_python_reader_agrees_with_the_rust_reader() {
     assert!(run_with_deadline(cmd, Duration::from_secs(120))
         .status
         .success());
-    // Cut the last chunk short, as a crash would.
-    let bin = dir.join("chunks.bin");
+    // Cut the last chunk short, as a crash would (before its index record was written).
+    let bin = dir.join("chunks-00000.bin");
     let len = std::fs::metadata(&bin).unwrap().len();
     std::fs::OpenOptions::new()
         .write(true)
         .open(&bin)
         .unwrap()
         .set_len(len - 100)
+        .unwrap();
+    let index = dir.join("index.bin");
+    let index_len = std::fs::metadata(&index).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&index)
+        .unwrap()
+        .set_len(index_len - 32)
         .unwrap();
 
     let rust = read_dataset(&dir).unwrap();
@@ -209,6 +217,7 @@ fn the_python_reader_agrees_with_the_rust_reader() {
     assert_eq!(py["chunks"], rust.chunks.len());
     assert_eq!(py["chunks"], 3, "4 chunks recorded, the last one cut");
     assert_eq!(py["tail"], rust.ignored_tail_bytes);
+    assert_eq!(py["indexed"], 3, "the index points at every complete chunk");
     let f32_sum = |f: &dyn Fn(&common::chunk::Chunk) -> &Vec<f32>| {
         rust.chunks
             .iter()

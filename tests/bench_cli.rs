@@ -124,3 +124,46 @@ fn quick_transport_bench_prints_bandwidth_and_weight_rows() {
         }
     }
 }
+
+#[test]
+fn quick_learner_bench_prints_a_row_per_algo_with_the_contract_fields() {
+    let mut cmd = Command::new(binary("recur-bench"));
+    cmd.args(["learner", "--quick", "--threads", "1"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "recur-bench learner failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let algos: BTreeSet<&str> = rows.iter().map(|r| r["algo"].as_str().unwrap()).collect();
+    assert_eq!(algos, BTreeSet::from(["bc", "dqn", "ppo"]), "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["bench"], "learner");
+        assert_eq!(r["slice_len"], 16);
+        assert_eq!(r["batch"], 8);
+        let steps = r["steps_per_s"].as_f64().unwrap();
+        let ms = r["median_ms"].as_f64().unwrap();
+        assert!(steps > 0.0 && ms > 0.0, "{r}");
+        // steps_per_s is the trained steps of one gradient step over its median time.
+        assert!(
+            (steps - 16.0 * 8.0 / (ms / 1e3)).abs() < 1e-6 * steps,
+            "{r}"
+        );
+    }
+
+    // A burn-in that leaves nothing to learn on is refused, naming both options.
+    let mut cmd = Command::new(binary("recur-bench"));
+    cmd.args(["learner", "--slice-len", "8", "--burn-in", "8"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--burn-in 8") && err.contains("--slice-len"),
+        "{err}"
+    );
+}

@@ -1,11 +1,18 @@
 //! Recorded trajectory datasets: a directory holding `dataset.json` (what was recorded, with
-//! the chunk schema) and `chunks.bin` (append-only encoded chunks).
+//! the chunk schema), append-only chunk files `chunks-00000.bin`, `chunks-00001.bin`, ... and
+//! `index.bin` (where every chunk lies).
 //!
-//! `chunks.bin` starts with the 16-byte file header `b"RECURDS1"`, format version (u32 LE) and
+//! A chunk file starts with the 16-byte file header `b"RECURDS1"`, format version (u32 LE) and
 //! 4 reserved zero bytes, followed by encoded chunks back to back (see [`crate::chunk`]: each
-//! is self-delimiting through its header's `payload_len`). Writers only append whole chunks and
-//! flush after each, so a crash mid-write leaves a readable prefix: the reader stops at the
-//! last complete chunk and reports how many trailing bytes it ignored.
+//! is self-delimiting through its header's `payload_len`). A writer moves to the next file once
+//! the current one holds `max_file_bytes`. `index.bin` starts with `b"RECURIX1"`, version and 4
+//! zero bytes, then one 32-byte record per chunk, appended after the chunk's bytes are flushed:
+//! `file u32, actor_id u32, offset u64, length u64, seq u64` (LE).
+//!
+//! Writers only append whole chunks and flush after each, so a crash mid-write leaves a
+//! readable prefix: the reader stops at the last complete chunk of the last file and reports
+//! how many trailing bytes it ignored; a chunk whose index record was not written yet is still
+//! read. Version 1 datasets (one `chunks.bin`, no index) are read too.
 //!
 //! The format is documented for Python in `docs/dataset-format.md`.
 
@@ -18,9 +25,23 @@ use serde::{Deserialize, Serialize};
 use crate::chunk::{Chunk, ChunkError, ChunkSchema};
 
 pub const FILE_MAGIC: [u8; 8] = *b"RECURDS1";
-pub const FORMAT_VERSION: u32 = 1;
+pub const INDEX_MAGIC: [u8; 8] = *b"RECURIX1";
+pub const FORMAT_VERSION: u32 = 2;
 pub const META_FILE: &str = "dataset.json";
-pub const CHUNKS_FILE: &str = "chunks.bin";
+pub const INDEX_FILE: &str = "index.bin";
+/// The single chunk file of version 1 datasets.
+pub const V1_CHUNKS_FILE: &str = "chunks.bin";
+/// Bytes of a chunk or index file header.
+pub const FILE_HEADER: usize = 16;
+/// Bytes of one index record.
+pub const INDEX_RECORD: usize = 32;
+/// Default size at which a writer starts the next chunk file.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 256 << 20;
+
+/// The name of chunk file `i`.
+pub fn chunk_file_name(i: u32) -> String {
+    format!("chunks-{i:05}.bin")
+}
 
 /// `dataset.json`: what the dataset holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -33,6 +54,43 @@ pub struct DatasetMeta {
     pub schema: ChunkSchema,
     /// `ChunkSchema::hash`, as stamped into every chunk.
     pub schema_hash: u64,
+    /// A writer starts the next chunk file once the current one holds this many bytes.
+    #[serde(default)]
+    pub max_file_bytes: u64,
+}
+
+/// One `index.bin` record: where a chunk lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub file: u32,
+    pub actor_id: u32,
+    pub offset: u64,
+    pub length: u64,
+    pub seq: u64,
+}
+
+impl IndexEntry {
+    fn encode(&self) -> [u8; INDEX_RECORD] {
+        let mut b = [0u8; INDEX_RECORD];
+        b[0..4].copy_from_slice(&self.file.to_le_bytes());
+        b[4..8].copy_from_slice(&self.actor_id.to_le_bytes());
+        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        b[16..24].copy_from_slice(&self.length.to_le_bytes());
+        b[24..32].copy_from_slice(&self.seq.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Self {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        IndexEntry {
+            file: u32_at(0),
+            actor_id: u32_at(4),
+            offset: u64_at(8),
+            length: u64_at(16),
+            seq: u64_at(24),
+        }
+    }
 }
 
 /// Why a dataset cannot be written or read.
@@ -65,21 +123,58 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DatasetError + '_ {
 
 /// Appends chunks to a dataset directory.
 pub struct DatasetWriter {
-    path: PathBuf,
+    dir: PathBuf,
     schema: ChunkSchema,
+    max_file_bytes: u64,
     file: BufWriter<File>,
+    file_index: u32,
+    /// Bytes in the current file.
+    file_bytes: u64,
+    index: BufWriter<File>,
     chunks: u64,
     bytes: u64,
 }
 
+fn file_header(magic: [u8; 8]) -> Vec<u8> {
+    let mut header = magic.to_vec();
+    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header.extend_from_slice(&[0; 4]);
+    header
+}
+
+/// Creates `path` (which must not exist) holding just `header`.
+fn create_with_header(path: &Path, header: &[u8]) -> Result<BufWriter<File>, DatasetError> {
+    let file = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(path)
+        .map_err(io(path))?;
+    let mut file = BufWriter::new(file);
+    file.write_all(header).map_err(io(path))?;
+    file.flush().map_err(io(path))?;
+    Ok(file)
+}
+
 impl DatasetWriter {
-    /// Creates `dir` (which must not hold a dataset already) and writes its metadata.
+    /// Creates `dir` (which must not hold a dataset already) and writes its metadata; chunk
+    /// files roll over at [`DEFAULT_MAX_FILE_BYTES`].
     pub fn create(dir: &Path, env: &str, schema: &ChunkSchema) -> Result<Self, DatasetError> {
+        Self::create_with_file_size(dir, env, schema, DEFAULT_MAX_FILE_BYTES)
+    }
+
+    /// [`create`](Self::create) with chunk files of about `max_file_bytes` each (a file
+    /// always holds at least one chunk).
+    pub fn create_with_file_size(
+        dir: &Path,
+        env: &str,
+        schema: &ChunkSchema,
+        max_file_bytes: u64,
+    ) -> Result<Self, DatasetError> {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let chunks_path = dir.join(CHUNKS_FILE);
-        if chunks_path.exists() {
+        let meta_path = dir.join(META_FILE);
+        if meta_path.exists() {
             return Err(DatasetError::Format {
-                path: chunks_path,
+                path: meta_path,
                 problem: "already exists; record into a new directory".into(),
             });
         }
@@ -89,43 +184,62 @@ impl DatasetWriter {
             env: env.into(),
             schema: schema.clone(),
             schema_hash: schema.hash(),
+            max_file_bytes,
         };
-        let meta_path = dir.join(META_FILE);
+        let index = create_with_header(&dir.join(INDEX_FILE), &file_header(INDEX_MAGIC))?;
+        let file = create_with_header(&dir.join(chunk_file_name(0)), &file_header(FILE_MAGIC))?;
         let text = serde_json::to_string_pretty(&meta).expect("metadata serialises");
         std::fs::write(&meta_path, text + "\n").map_err(io(&meta_path))?;
-        let file = OpenOptions::new()
-            .create_new(true)
-            .write(true)
-            .open(&chunks_path)
-            .map_err(io(&chunks_path))?;
-        let mut file = BufWriter::new(file);
-        let mut header = FILE_MAGIC.to_vec();
-        header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        header.extend_from_slice(&[0; 4]);
-        file.write_all(&header).map_err(io(&chunks_path))?;
-        file.flush().map_err(io(&chunks_path))?;
         Ok(Self {
-            path: chunks_path,
+            dir: dir.to_path_buf(),
             schema: schema.clone(),
+            max_file_bytes,
             file,
+            file_index: 0,
+            file_bytes: FILE_HEADER as u64,
+            index,
             chunks: 0,
-            bytes: header.len() as u64,
+            bytes: FILE_HEADER as u64,
         })
     }
 
-    /// Appends one chunk (whole, then flushed).
+    /// Appends one chunk (whole, then flushed), then its index record.
     pub fn append(&mut self, chunk: &Chunk) -> Result<(), DatasetError> {
+        let path = self.dir.join(chunk_file_name(self.file_index));
         let bytes = chunk
             .encode(&self.schema)
             .map_err(|source| DatasetError::Chunk {
-                path: self.path.clone(),
+                path: path.clone(),
                 index: self.chunks as usize,
-                offset: self.bytes as usize,
+                offset: self.file_bytes as usize,
                 source,
             })?;
-        self.file.write_all(&bytes).map_err(io(&self.path))?;
-        self.file.flush().map_err(io(&self.path))?;
+        let mut path = path;
+        if self.file_bytes > FILE_HEADER as u64
+            && self.file_bytes + bytes.len() as u64 > self.max_file_bytes
+        {
+            self.file_index += 1;
+            path = self.dir.join(chunk_file_name(self.file_index));
+            self.file = create_with_header(&path, &file_header(FILE_MAGIC))?;
+            self.file_bytes = FILE_HEADER as u64;
+            self.bytes += FILE_HEADER as u64;
+        }
+        self.file.write_all(&bytes).map_err(io(&path))?;
+        self.file.flush().map_err(io(&path))?;
+        let entry = IndexEntry {
+            file: self.file_index,
+            actor_id: chunk.meta.actor_id,
+            offset: self.file_bytes,
+            length: bytes.len() as u64,
+            seq: chunk.meta.seq,
+        };
+        let index_path = self.dir.join(INDEX_FILE);
+        self.index
+            .write_all(&entry.encode())
+            .map_err(io(&index_path))?;
+        self.index.flush().map_err(io(&index_path))?;
         self.chunks += 1;
+        self.file_bytes += bytes.len() as u64;
         self.bytes += bytes.len() as u64;
         Ok(())
     }
@@ -134,8 +248,14 @@ impl DatasetWriter {
         self.chunks
     }
 
+    /// Bytes of all chunk files.
     pub fn bytes_written(&self) -> u64 {
         self.bytes
+    }
+
+    /// Chunk files started.
+    pub fn files(&self) -> u32 {
+        self.file_index + 1
     }
 }
 
@@ -146,76 +266,204 @@ pub struct Dataset {
     pub chunks: Vec<Chunk>,
     /// Bytes after the last complete chunk (a write cut short); 0 for a clean file.
     pub ignored_tail_bytes: usize,
+    /// Where each chunk lies (from scanning the files; `index.bin` is checked against it).
+    pub locations: Vec<IndexEntry>,
+    /// Complete chunks without an index record (a crash between the two writes).
+    pub unindexed_chunks: usize,
 }
 
-/// Reads every complete chunk of the dataset in `dir`. A partial chunk at the end (a crash
-/// mid-write) is ignored and reported in `ignored_tail_bytes`; a corrupt chunk before the end
-/// is an error naming its index and offset.
-pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
+/// Reads `dataset.json`.
+pub fn read_meta(dir: &Path) -> Result<DatasetMeta, DatasetError> {
     let meta_path = dir.join(META_FILE);
     let text = std::fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
     let meta: DatasetMeta = serde_json::from_str(&text).map_err(|e| DatasetError::Format {
         path: meta_path.clone(),
         problem: e.to_string(),
     })?;
-    if meta.format != "recur-dataset" || meta.version != FORMAT_VERSION {
+    if meta.format != "recur-dataset" || !(1..=FORMAT_VERSION).contains(&meta.version) {
         return Err(DatasetError::Format {
             path: meta_path,
             problem: format!(
-                "format {:?} version {}, this build reads \"recur-dataset\" version {FORMAT_VERSION}",
+                "format {:?} version {}, this build reads \"recur-dataset\" versions 1 to {FORMAT_VERSION}",
                 meta.format, meta.version
             ),
         });
     }
-    let path = dir.join(CHUNKS_FILE);
+    Ok(meta)
+}
+
+/// The complete records of `index.bin` (a record cut short by a crash is left out).
+pub fn read_index(dir: &Path) -> Result<Vec<IndexEntry>, DatasetError> {
+    let path = dir.join(INDEX_FILE);
+    let bytes = read_file(&path)?;
+    check_file_header(&path, &bytes, INDEX_MAGIC, FORMAT_VERSION)?;
+    Ok(bytes[FILE_HEADER..]
+        .chunks_exact(INDEX_RECORD)
+        .map(IndexEntry::decode)
+        .collect())
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, DatasetError> {
     let mut bytes = Vec::new();
-    File::open(&path)
+    File::open(path)
         .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(io(&path))?;
-    if bytes.len() < 16 || bytes[0..8] != FILE_MAGIC {
+        .map_err(io(path))?;
+    Ok(bytes)
+}
+
+fn check_file_header(
+    path: &Path,
+    bytes: &[u8],
+    magic: [u8; 8],
+    version: u32,
+) -> Result<(), DatasetError> {
+    if bytes.len() < FILE_HEADER || bytes[0..8] != magic {
         return Err(DatasetError::Format {
-            path,
-            problem: "does not start with the RECURDS1 file header".into(),
+            path: path.to_path_buf(),
+            problem: format!(
+                "does not start with the {} file header",
+                String::from_utf8_lossy(&magic)
+            ),
         });
     }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    let got = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if got != version {
         return Err(DatasetError::Format {
-            path,
-            problem: format!("file version {version}, this build reads {FORMAT_VERSION}"),
+            path: path.to_path_buf(),
+            problem: format!("file version {got}, dataset.json says {version}"),
         });
     }
-    let mut offset = 16;
+    Ok(())
+}
+
+/// Reads every complete chunk of the dataset in `dir`, file by file. A partial chunk at the
+/// end of the last file (a crash mid-write) is ignored and reported in `ignored_tail_bytes`;
+/// a corrupt chunk, a partial chunk in an earlier file, or an index record that disagrees
+/// with the files is an error naming the file, chunk and offset.
+pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
+    let meta = read_meta(dir)?;
+    let files: Vec<(u32, PathBuf)> = if meta.version == 1 {
+        vec![(0, dir.join(V1_CHUNKS_FILE))]
+    } else {
+        (0u32..)
+            .map(|i| (i, dir.join(chunk_file_name(i))))
+            .take_while(|(_, p)| p.exists())
+            .collect()
+    };
+    if files.is_empty() {
+        return Err(DatasetError::Format {
+            path: dir.join(chunk_file_name(0)),
+            problem: "missing: the dataset has no chunk file".into(),
+        });
+    }
     let mut chunks = Vec::new();
-    while offset < bytes.len() {
-        let rest = &bytes[offset..];
-        let len = match Chunk::encoded_len(rest) {
-            Ok(len) if len <= rest.len() => len,
-            // The prefix, header or payload runs past the end: a write cut short.
-            Ok(_) | Err(ChunkError::Bounds { .. }) => break,
-            Err(source) => {
-                return Err(DatasetError::Chunk {
-                    path,
+    let mut locations = Vec::new();
+    let mut ignored_tail_bytes = 0;
+    for (k, (file, path)) in files.iter().enumerate() {
+        let bytes = read_file(path)?;
+        check_file_header(path, &bytes, FILE_MAGIC, meta.version)?;
+        let mut offset = FILE_HEADER;
+        while offset < bytes.len() {
+            let rest = &bytes[offset..];
+            let len = match Chunk::encoded_len(rest) {
+                Ok(len) if len <= rest.len() => len,
+                // The prefix, header or payload runs past the end: a write cut short.
+                Ok(_) | Err(ChunkError::Bounds { .. }) => break,
+                Err(source) => {
+                    return Err(DatasetError::Chunk {
+                        path: path.clone(),
+                        index: chunks.len(),
+                        offset,
+                        source,
+                    })
+                }
+            };
+            let chunk = Chunk::decode(&rest[..len], &meta.schema).map_err(|source| {
+                DatasetError::Chunk {
+                    path: path.clone(),
                     index: chunks.len(),
                     offset,
                     source,
-                })
-            }
-        };
-        let chunk =
-            Chunk::decode(&rest[..len], &meta.schema).map_err(|source| DatasetError::Chunk {
-                path: path.clone(),
-                index: chunks.len(),
-                offset,
-                source,
+                }
             })?;
-        chunks.push(chunk);
-        offset += len;
+            locations.push(IndexEntry {
+                file: *file,
+                actor_id: chunk.meta.actor_id,
+                offset: offset as u64,
+                length: len as u64,
+                seq: chunk.meta.seq,
+            });
+            chunks.push(chunk);
+            offset += len;
+        }
+        if offset < bytes.len() && k + 1 < files.len() {
+            return Err(DatasetError::Format {
+                path: path.clone(),
+                problem: format!(
+                    "{} bytes of a partial chunk at byte {offset}, but later files follow",
+                    bytes.len() - offset
+                ),
+            });
+        }
+        ignored_tail_bytes = bytes.len() - offset;
+    }
+    let mut unindexed_chunks = 0;
+    if meta.version >= 2 {
+        let index = read_index(dir)?;
+        if index.len() > locations.len() {
+            return Err(DatasetError::Format {
+                path: dir.join(INDEX_FILE),
+                problem: format!(
+                    "lists {} chunks but the chunk files hold {} complete ones",
+                    index.len(),
+                    locations.len()
+                ),
+            });
+        }
+        if let Some((i, (want, got))) = index
+            .iter()
+            .zip(&locations)
+            .enumerate()
+            .find(|(_, (a, b))| a != b)
+        {
+            return Err(DatasetError::Format {
+                path: dir.join(INDEX_FILE),
+                problem: format!("record {i} says {want:?}, the files hold {got:?}"),
+            });
+        }
+        unindexed_chunks = locations.len() - index.len();
     }
     Ok(Dataset {
         meta,
         chunks,
-        ignored_tail_bytes: bytes.len() - offset,
+        ignored_tail_bytes,
+        locations,
+        unindexed_chunks,
+    })
+}
+
+/// Reads the one chunk `entry` points at (random access through `index.bin`).
+pub fn read_chunk(
+    dir: &Path,
+    meta: &DatasetMeta,
+    entry: &IndexEntry,
+) -> Result<Chunk, DatasetError> {
+    let path = dir.join(chunk_file_name(entry.file));
+    let mut file = File::open(&path).map_err(io(&path))?;
+    use std::io::{Seek, SeekFrom};
+    file.seek(SeekFrom::Start(entry.offset))
+        .map_err(io(&path))?;
+    let length = usize::try_from(entry.length).map_err(|_| DatasetError::Format {
+        path: path.clone(),
+        problem: format!("index length {} does not fit in memory", entry.length),
+    })?;
+    let mut bytes = vec![0u8; length];
+    file.read_exact(&mut bytes).map_err(io(&path))?;
+    Chunk::decode(&bytes, &meta.schema).map_err(|source| DatasetError::Chunk {
+        path,
+        index: 0,
+        offset: entry.offset as usize,
+        source,
     })
 }
 
@@ -263,21 +511,42 @@ mod tests {
             Chunk::decode(&chunk(2).encode(&schema()).unwrap(), &schema()).unwrap()
         );
 
+        assert_eq!(full.unindexed_chunks, 0);
+
         // Cut the file in the middle of the third chunk.
-        let path = dir.join(CHUNKS_FILE);
+        let path = dir.join(chunk_file_name(0));
         let len = std::fs::metadata(&path).unwrap().len();
         let one = chunk(0).encode(&schema()).unwrap().len() as u64;
         let cut = len - one / 2;
         let f = OpenOptions::new().write(true).open(&path).unwrap();
         f.set_len(cut).unwrap();
+        // The index still lists the third chunk: the reader says the files disagree...
+        let err = read_dataset(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("lists 3 chunks") && err.contains("2 complete"),
+            "{err}"
+        );
+        // ... a crash leaves the index at most one record behind the data, never ahead, so
+        // drop the record as a crash before the index write would have.
+        let index = dir.join(INDEX_FILE);
+        let f_index = OpenOptions::new().write(true).open(&index).unwrap();
+        f_index
+            .set_len((FILE_HEADER + 2 * INDEX_RECORD) as u64)
+            .unwrap();
         let prefix = read_dataset(&dir).unwrap();
         assert_eq!(prefix.chunks.len(), 2);
         assert_eq!(prefix.ignored_tail_bytes as u64, one - one / 2);
         assert_eq!(prefix.chunks[1].meta.seq, 1);
 
-        // Cut inside the second chunk's prefix: one chunk left.
+        // Cut inside the second chunk's prefix, the index behind by one and a half records:
+        // one chunk left, read through the scan although only half its record was written.
         f.set_len(16 + one + 5).unwrap();
-        assert_eq!(read_dataset(&dir).unwrap().chunks.len(), 1);
+        f_index
+            .set_len((FILE_HEADER + INDEX_RECORD / 2) as u64)
+            .unwrap();
+        let one_left = read_dataset(&dir).unwrap();
+        assert_eq!(one_left.chunks.len(), 1);
+        assert_eq!(one_left.unindexed_chunks, 1);
 
         // A corrupted byte inside the first chunk is an error naming it, not a silent stop.
         let mut bytes = std::fs::read(&path).unwrap();
@@ -291,6 +560,44 @@ mod tests {
 
         // Recording into an existing dataset is refused.
         assert!(DatasetWriter::create(&dir, "CartPole-v1", &schema()).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn chunk_files_roll_over_and_the_index_gives_random_access() {
+        let dir = std::env::temp_dir().join(format!("recur-dataset-roll-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let one = chunk(0).encode(&schema()).unwrap().len() as u64;
+        // Two chunks per file.
+        let mut w =
+            DatasetWriter::create_with_file_size(&dir, "CartPole-v1", &schema(), 16 + 2 * one)
+                .unwrap();
+        for seq in 0..5 {
+            w.append(&chunk(seq)).unwrap();
+        }
+        assert_eq!(w.files(), 3);
+        drop(w);
+        let data = read_dataset(&dir).unwrap();
+        let seqs: Vec<u64> = data.chunks.iter().map(|c| c.meta.seq).collect();
+        assert_eq!(seqs, [0, 1, 2, 3, 4]);
+        let index = read_index(&dir).unwrap();
+        assert_eq!(index, data.locations);
+        assert_eq!(
+            index.iter().map(|e| (e.file, e.offset)).collect::<Vec<_>>(),
+            [(0, 16), (0, 16 + one), (1, 16), (1, 16 + one), (2, 16)]
+        );
+        let fourth = read_chunk(&dir, &data.meta, &index[3]).unwrap();
+        assert_eq!(fourth, data.chunks[3]);
+
+        // A partial chunk in a file that is not the last one is corruption, not a crash.
+        let first = dir.join(chunk_file_name(0));
+        let f = OpenOptions::new().write(true).open(&first).unwrap();
+        f.set_len(16 + one + one / 2).unwrap();
+        let err = read_dataset(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("chunks-00000.bin") && err.contains("later files follow"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
