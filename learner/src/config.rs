@@ -196,6 +196,11 @@ pub struct DqnSection {
     pub huber_delta: f32,
     #[serde(default)]
     pub initial_state: InitialState,
+    /// Conservative Q-learning weight (CQL(H), for learner-only replay): adds
+    /// `cql_alpha * (logsumexp_a Q(s, a) - Q(s, a_data))` on the learned steps, pushing down
+    /// the values of actions the data does not take. 0 = plain DQN.
+    #[serde(default)]
+    pub cql_alpha: f32,
     /// Online actors: epsilon-greedy, linear from `epsilon_start` to `epsilon_end` over the
     /// first `epsilon_decay_frames` frames (counted in policy versions, one per update).
     #[serde(default = "unit")]
@@ -554,6 +559,9 @@ fn validate_dqn(d: &DqnSection, bad: &Bad) -> Result<(), ConfigError> {
             d.max_grad_norm.to_string(),
             "a positive number",
         );
+    }
+    if !(d.cql_alpha >= 0.0 && d.cql_alpha.is_finite()) {
+        return bad("dqn.cql_alpha", d.cql_alpha.to_string(), "a number >= 0");
     }
     if !(d.huber_delta >= 0.0 && d.huber_delta.is_finite()) {
         return bad(

@@ -221,7 +221,7 @@ impl Dqn {
         // The online network with autodiff after the burn-in.
         let learn = len - burn;
         let out = inputs.forward_learn(&self.trainee.model, &self.online, burn);
-        let q_taken = out.head.gather(2, sb.action_index(burn));
+        let q_taken = out.head.clone().gather(2, sb.action_index(burn));
         let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
         let mask = columns(&mask, rows, len, 1, burn, len);
         let count = mask.iter().sum::<f32>().max(1.0);
@@ -236,12 +236,24 @@ impl Dqn {
         } else {
             err.powi_scalar(2) * 0.5
         };
-        let loss = (per_step * mask.clone()).sum() / count;
-        let q_mean = host((q_taken * mask).sum().inner())[0] / count;
+        let td_loss = (per_step * mask.clone()).sum() / count;
+        let q_mean = host((q_taken.clone() * mask.clone()).sum().inner())[0] / count;
+        let td_value = host(td_loss.clone().inner())[0];
+        let mut loss = td_loss;
+        let mut cql_value = 0.0;
+        if c.cql_alpha > 0.0 {
+            // CQL(H): logsumexp over actions minus the data action's value.
+            let max = out.head.clone().detach().max_dim(2);
+            let lse = (out.head - max.clone()).exp().sum_dim(2).log() + max;
+            let gap = ((lse - q_taken) * mask).sum() / count;
+            cql_value = host(gap.clone().inner())[0];
+            loss = loss + gap * c.cql_alpha;
+        }
         let loss_value = host(loss.clone().inner())[0];
         let stats = UpdateStats {
             loss: loss_value,
-            value_loss: loss_value,
+            value_loss: td_value,
+            policy_loss: cql_value,
             q_mean,
             minibatches: 1,
             ..UpdateStats::default()
@@ -427,6 +439,7 @@ mod tests {
             reward_scale: 10.0,
             huber_delta: 1.0,
             initial_state: InitialState::Stored,
+            cql_alpha: 0.0,
             epsilon_start: 1.0,
             epsilon_end: 0.05,
             epsilon_decay_frames: 0,
@@ -552,6 +565,40 @@ mod tests {
         }
         let after = loss_of(&dqn);
         assert!(after < 0.8 * before, "TD loss {before} -> {after}");
+    }
+
+    #[test]
+    fn the_cql_term_adds_the_logsumexp_gap_of_the_data_actions() {
+        let mut d = dqn(2);
+        let plain = loss_of(&d);
+        d.config.cql_alpha = 0.5;
+        let b = batch();
+        let (loss, stats) = d.loss(&b);
+        let with = host(loss.inner())[0];
+        assert_eq!(stats.value_loss, plain);
+        // The gap is positive (logsumexp exceeds every single value) and weighted by alpha.
+        assert!(stats.policy_loss > 0.0, "{stats:?}");
+        assert!((with - (plain + 0.5 * stats.policy_loss)).abs() < 1e-6);
+        // By hand on the learned steps: logsumexp of the Q-values minus the taken one.
+        let sb = SliceBatch::new(&d.storage, &b, 8);
+        let inputs = sb.inputs(InitialState::Stored, 1, 8, true);
+        let q = host(inputs.forward(&d.online, 0, None).head);
+        let actions = sb.gather(&d.storage.action, 1);
+        let mut gap = 0.0f32;
+        for r in 0..2 {
+            for t in 2..8 {
+                let p = r * 8 + t;
+                let row = &q[p * 4..(p + 1) * 4];
+                let lse = row.iter().map(|x| x.exp()).sum::<f32>().ln();
+                gap += lse - row[actions[p] as usize];
+            }
+        }
+        assert!(
+            (stats.policy_loss - gap / 12.0).abs() < 1e-5,
+            "{} vs {}",
+            stats.policy_loss,
+            gap / 12.0
+        );
     }
 
     #[test]

@@ -149,6 +149,7 @@ impl LearnerBench {
             reward_scale: 1.0,
             huber_delta: 1.0,
             initial_state: InitialState::Stored,
+            cql_alpha: 0.0,
             epsilon_start: 1.0,
             epsilon_end: 0.05,
             epsilon_decay_frames: 0,
