@@ -334,24 +334,61 @@ pub enum ConfigError {
     },
 }
 
+/// A TOML config that checks itself after parsing.
+trait Validated: Serialize + serde::de::DeserializeOwned {
+    fn check(&self, origin: &str) -> Result<(), ConfigError>;
+}
+
+fn load_config<T: Validated>(path: &Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse_config(&text, &path.display().to_string())
+}
+
+fn parse_config<T: Validated>(text: &str, origin: &str) -> Result<T, ConfigError> {
+    let config: T = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        path: origin.to_string(),
+        message: e.to_string().trim().replace('\n', " "),
+    })?;
+    config.check(origin)?;
+    Ok(config)
+}
+
+/// The error-building closure of a validation: `bad(key, value, expected)`.
+fn invalid(origin: &str) -> impl Fn(&'static str, String, &str) -> Result<(), ConfigError> + '_ {
+    move |key, value, expected| {
+        Err(ConfigError::Invalid {
+            path: origin.to_string(),
+            key,
+            value,
+            expected: expected.to_string(),
+        })
+    }
+}
+
+impl Validated for TrainConfig {
+    fn check(&self, origin: &str) -> Result<(), ConfigError> {
+        self.validate(origin)
+    }
+}
+
+impl Validated for ReplayConfig {
+    fn check(&self, origin: &str) -> Result<(), ConfigError> {
+        self.validate(origin)
+    }
+}
+
 impl TrainConfig {
     /// Reads and validates `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(&text, &path.display().to_string())
+        load_config(path)
     }
 
     /// Parses and validates TOML text (`origin` names it in errors).
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let config: TrainConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: origin.to_string(),
-            message: e.to_string().trim().replace('\n', " "),
-        })?;
-        config.validate(origin)?;
-        Ok(config)
+        parse_config(text, origin)
     }
 
     /// The resolved config as TOML (written into the run directory).
@@ -361,14 +398,7 @@ impl TrainConfig {
 
     /// Checks every range; errors name the key and the value.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
-        let bad = |key: &'static str, value: String, expected: &str| {
-            Err(ConfigError::Invalid {
-                path: origin.to_string(),
-                key,
-                value,
-                expected: expected.to_string(),
-            })
-        };
+        let bad = invalid(origin);
         if !common::envs::ENV_IDS.contains(&self.run.env.as_str()) {
             return bad(
                 "run.env",
@@ -603,36 +633,22 @@ fn validate_bc(b: &BcSection, bad: &Bad) -> Result<(), ConfigError> {
 impl ReplayConfig {
     /// Reads and validates `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(&text, &path.display().to_string())
+        load_config(path)
     }
 
+    /// Parses and validates TOML text (`origin` names it in errors).
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let config: ReplayConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: origin.to_string(),
-            message: e.to_string().trim().replace('\n', " "),
-        })?;
-        config.validate(origin)?;
-        Ok(config)
+        parse_config(text, origin)
     }
 
+    /// The resolved config as TOML (written into the run directory).
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("a config serialises")
     }
 
     /// Checks the replay section, the policy and the section of `replay.algo`.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
-        let bad = |key: &'static str, value: String, expected: &str| {
-            Err(ConfigError::Invalid {
-                path: origin.to_string(),
-                key,
-                value,
-                expected: expected.to_string(),
-            })
-        };
+        let bad = invalid(origin);
         let r = &self.replay;
         if r.updates == 0 {
             return bad("replay.updates", "0".into(), "at least 1");

@@ -58,8 +58,9 @@ pub struct ReplaySummary {
     pub seconds_to_target: Option<f64>,
 }
 
-/// The policy a replay config trains, fitted to the dataset's environment.
-pub fn replay_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> {
+/// The policy a `[policy]` section describes, fitted to environment `env` (training and
+/// replay configs alike).
+pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> {
     Ok(policy_config_for(env)?
         .with_cell(p.cell)
         .with_hidden_size(p.hidden_size)
@@ -96,7 +97,7 @@ pub fn replay(opts: &ReplayOptions) -> anyhow::Result<ReplaySummary> {
         opts.dataset.display(),
         data.chunks.len()
     );
-    let pc = replay_policy(&env, &config.policy)?;
+    let pc = fit_policy(&env, &config.policy)?;
     let mut learner = Learner::new(&LearnerSpec {
         algo: r.algo,
         policy: &pc,

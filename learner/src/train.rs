@@ -8,9 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use actor::rollout::{
-    chunk_schema, policy_config_for, EpsilonSchedule, CHECKPOINT_POLICY, CHECKPOINT_WEIGHTS,
-};
+use actor::rollout::{chunk_schema, EpsilonSchedule, CHECKPOINT_POLICY, CHECKPOINT_WEIGHTS};
 use anyhow::Context;
 use common::chunk::Chunk;
 use common::policy::PolicyConfig;
@@ -78,13 +76,7 @@ const RECENT: usize = 20;
 
 /// The policy architecture a config describes, fitted to its environment.
 pub fn policy_config(config: &TrainConfig) -> anyhow::Result<PolicyConfig> {
-    let p = &config.policy;
-    Ok(policy_config_for(&config.run.env)?
-        .with_cell(p.cell)
-        .with_hidden_size(p.hidden_size)
-        .with_num_layers(p.num_layers)
-        .with_encoder(p.encoder.clone())
-        .with_backend(p.backend))
+    crate::offline::fit_policy(&config.run.env, &config.policy)
 }
 
 /// Runs (or resumes) a training run.

@@ -21,7 +21,7 @@ use serde::Serialize;
 use super::summarize;
 use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, BcSection, DqnSection, InitialState, PolicySection, PpoSection};
-use crate::offline::replay_policy;
+use crate::offline::fit_policy;
 
 #[derive(Clone, Debug)]
 pub struct LearnerBench {
@@ -89,7 +89,7 @@ impl LearnerBench {
     /// Chunks of `batch` envs x `slice_len` steps: enough for every timed PPO update and a
     /// replay storage for DQN and BC.
     fn data(&self, slice_len: usize, batch: usize) -> anyhow::Result<Vec<Chunk>> {
-        let pc = replay_policy(&self.env, &self.policy())?;
+        let pc = fit_policy(&self.env, &self.policy())?;
         let mut actor = Actor::new(
             ActorConfig {
                 env: self.env.clone(),
@@ -114,7 +114,7 @@ impl LearnerBench {
         batch: usize,
         data: &[Chunk],
     ) -> anyhow::Result<LearnerRow> {
-        let pc = replay_policy(&self.env, &self.policy())?;
+        let pc = fit_policy(&self.env, &self.policy())?;
         let schema = chunk_schema(&pc, batch, slice_len);
         let frames = batch * slice_len;
         let ppo = PpoSection {
