@@ -28,6 +28,25 @@ pub const COLUMNS: [&str; 16] = [
     "q_mean",
 ];
 
+/// Axis descriptions of a learning curve.
+#[derive(Clone, Copy, Debug)]
+pub struct Axes {
+    pub x: &'static str,
+    pub y: &'static str,
+}
+
+/// Online training: returns of the actors' episodes over collected frames.
+pub const TRAIN_AXES: Axes = Axes {
+    x: "environment frames",
+    y: "mean return (last 20 episodes)",
+};
+
+/// Learner-only replay: greedy evaluation returns over trained steps.
+pub const REPLAY_AXES: Axes = Axes {
+    x: "trained steps (slices x slice length, summed over updates)",
+    y: "greedy evaluation mean return",
+};
+
 /// One row.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MetricsRow {
@@ -119,6 +138,7 @@ const FONT_FILES: [&str; 3] = [
 pub fn plot_learning_curve(
     curve: &[(f64, f64)],
     title: &str,
+    axes: Axes,
     target: Option<f64>,
     out: &Path,
 ) -> anyhow::Result<Option<String>> {
@@ -163,8 +183,8 @@ pub fn plot_learning_curve(
     if note.is_none() {
         chart
             .configure_mesh()
-            .x_desc("environment frames")
-            .y_desc("mean return (last 20 episodes)")
+            .x_desc(axes.x)
+            .y_desc(axes.y)
             .draw()?;
     }
     if let Some(t) = target {

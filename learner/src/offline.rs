@@ -19,7 +19,9 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, PolicySection, ReplayConfig};
 use crate::eval::{evaluate, Evaluation};
-use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter};
+use crate::metrics::{
+    plot_learning_curve, read_curve, MetricsRow, MetricsWriter, REPLAY_AXES,
+};
 use crate::train::save_checkpoint;
 
 #[derive(Clone, Debug)]
@@ -273,6 +275,7 @@ pub fn replay(opts: &ReplayOptions) -> anyhow::Result<ReplaySummary> {
     if let Some(note) = plot_learning_curve(
         &curve,
         &title,
+        REPLAY_AXES,
         r.target_return,
         &opts.run_dir.join("learning_curve.png"),
     )? {

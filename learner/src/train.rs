@@ -20,7 +20,9 @@ use crate::algo::{Learner, LearnerSpec};
 use crate::collect::{CollectConfig, CollectSummary, Transport};
 use crate::config::Algo;
 use crate::config::{CollectorMode, TrainConfig};
-use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter};
+use crate::metrics::{
+    plot_learning_curve, read_curve, MetricsRow, MetricsWriter, TRAIN_AXES,
+};
 
 /// How a training run is started.
 #[derive(Clone, Debug)]
@@ -283,6 +285,7 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     if let Some(note) = plot_learning_curve(
         &curve,
         &title,
+        TRAIN_AXES,
         config.run.target_return,
         &opts.run_dir.join("learning_curve.png"),
     )? {
