@@ -53,7 +53,7 @@ fn recorded_data_trains_offline_and_the_checkpoint_drives_an_actor() {
         "--steps",
         "32",
         "--frames",
-        "16384",
+        "8192",
         "--cell",
         "gru",
         "--hidden",
@@ -113,10 +113,10 @@ fn recorded_data_trains_offline_and_the_checkpoint_drives_an_actor() {
     assert!(!s["evaluations"].as_array().unwrap().is_empty(), "{s}");
     let loss = losses(&bc_dir);
     assert_eq!(loss.len(), 200);
-    let (first, last) = (mean(&loss[..20]), mean(&loss[180..]));
+    let (first, last) = (loss[0], mean(&loss[180..]));
     assert!(
-        first > 1.2 && last < 0.6 * first,
-        "BC loss should fall from about ln 4: first 20 {first:.3}, last 20 {last:.3}"
+        first > 1.2 && last < 0.5 * first,
+        "BC loss should fall from about ln 4: first {first:.3}, mean of the last 20 {last:.3}"
     );
 
     // The checkpoint runs in an actor, greedily.

@@ -270,6 +270,9 @@ pub struct Dataset {
     pub locations: Vec<IndexEntry>,
     /// Complete chunks without an index record (a crash between the two writes).
     pub unindexed_chunks: usize,
+    /// Index records past the last complete chunk (the data did not reach the disk before a
+    /// crash, the index did): ignored.
+    pub index_records_past_data: usize,
 }
 
 /// Reads `dataset.json`.
@@ -407,19 +410,28 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
         }
         ignored_tail_bytes = bytes.len() - offset;
     }
-    let mut unindexed_chunks = 0;
+    let (mut unindexed_chunks, mut index_records_past_data) = (0, 0);
     if meta.version >= 2 {
         let index = read_index(dir)?;
-        if index.len() > locations.len() {
+        // Records beyond the data may only point past the last complete chunk.
+        let end = locations
+            .last()
+            .map_or((0, FILE_HEADER as u64), |l| (l.file, l.offset + l.length));
+        if let Some(bad) = index[locations.len().min(index.len())..]
+            .iter()
+            .find(|e| (e.file, e.offset) < end)
+        {
             return Err(DatasetError::Format {
                 path: dir.join(INDEX_FILE),
                 problem: format!(
-                    "lists {} chunks but the chunk files hold {} complete ones",
+                    "lists {} chunks, the chunk files hold {} complete ones, and record {bad:?} \
+                     points inside the data",
                     index.len(),
                     locations.len()
                 ),
             });
         }
+        index_records_past_data = index.len().saturating_sub(locations.len());
         if let Some((i, (want, got))) = index
             .iter()
             .zip(&locations)
@@ -431,7 +443,7 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
                 problem: format!("record {i} says {want:?}, the files hold {got:?}"),
             });
         }
-        unindexed_chunks = locations.len() - index.len();
+        unindexed_chunks = locations.len().saturating_sub(index.len());
     }
     Ok(Dataset {
         meta,
@@ -439,6 +451,7 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
         ignored_tail_bytes,
         locations,
         unindexed_chunks,
+        index_records_past_data,
     })
 }
 
@@ -520,15 +533,21 @@ mod tests {
         let cut = len - one / 2;
         let f = OpenOptions::new().write(true).open(&path).unwrap();
         f.set_len(cut).unwrap();
-        // The index still lists the third chunk: the reader says the files disagree...
-        let err = read_dataset(&dir).unwrap_err().to_string();
-        assert!(
-            err.contains("lists 3 chunks") && err.contains("2 complete"),
-            "{err}"
-        );
-        // ... a crash leaves the index at most one record behind the data, never ahead, so
-        // drop the record as a crash before the index write would have.
+        // The index still lists the third chunk (its bytes did not all reach the disk): the
+        // record points past the data and is ignored.
+        let ahead = read_dataset(&dir).unwrap();
+        assert_eq!(ahead.chunks.len(), 2);
+        assert_eq!(ahead.index_records_past_data, 1);
+        // A record that disagrees with the data inside it is corruption.
         let index = dir.join(INDEX_FILE);
+        let mut ix = std::fs::read(&index).unwrap();
+        let saved_ix = ix.clone();
+        ix[FILE_HEADER + INDEX_RECORD + 8] ^= 1; // record 1's offset
+        std::fs::write(&index, &ix).unwrap();
+        let err = read_dataset(&dir).unwrap_err().to_string();
+        assert!(err.contains("record 1 says"), "{err}");
+        std::fs::write(&index, &saved_ix).unwrap();
+        // A crash before the index write leaves it one record behind.
         let f_index = OpenOptions::new().write(true).open(&index).unwrap();
         f_index
             .set_len((FILE_HEADER + 2 * INDEX_RECORD) as u64)

@@ -19,9 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, PolicySection, ReplayConfig};
 use crate::eval::{evaluate, Evaluation};
-use crate::metrics::{
-    plot_learning_curve, read_curve, MetricsRow, MetricsWriter, REPLAY_AXES,
-};
+use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, REPLAY_AXES};
 use crate::train::save_checkpoint;
 
 #[derive(Clone, Debug)]
@@ -83,6 +81,15 @@ pub fn replay(opts: &ReplayOptions) -> anyhow::Result<ReplaySummary> {
             "dataset {}: ignored {} bytes after the last complete chunk (a recording cut short)",
             opts.dataset.display(),
             data.ignored_tail_bytes
+        );
+    }
+    if data.unindexed_chunks > 0 || data.index_records_past_data > 0 {
+        tracing::warn!(
+            "dataset {}: {} complete chunks without an index record, {} index records past the \
+             data (a recording cut short); the chunk files were read",
+            opts.dataset.display(),
+            data.unindexed_chunks,
+            data.index_records_past_data
         );
     }
     anyhow::ensure!(

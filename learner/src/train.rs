@@ -20,9 +20,7 @@ use crate::algo::{Learner, LearnerSpec};
 use crate::collect::{CollectConfig, CollectSummary, Transport};
 use crate::config::Algo;
 use crate::config::{CollectorMode, TrainConfig};
-use crate::metrics::{
-    plot_learning_curve, read_curve, MetricsRow, MetricsWriter, TRAIN_AXES,
-};
+use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, TRAIN_AXES};
 
 /// How a training run is started.
 #[derive(Clone, Debug)]
