@@ -2,7 +2,7 @@
 //! length-1 trajectories and consecutive resets):
 //! - a sequential step-by-step rollout == one recurrent-mode call over the same data, also
 //!   for a slice that starts mid-episode from the stored state;
-//! - `pad` == `scan`, outputs and every gradient;
+//! - `pad` == `scan` == `fused` (with `recompute` none and full), outputs and every gradient;
 //! - boundary isolation: nothing before an `is_init` changes any output after it (bit for
 //!   bit), and no gradient flows back across it.
 
@@ -11,8 +11,8 @@ mod support;
 use burn::tensor::{Bool, Tensor, TensorData};
 use common::backend::cpu_device;
 use common::recurrent::{
-    set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentMode,
-    RecurrentState,
+    set_recurrent_mode, CellKind, Recompute, RecurrentBackend, RecurrentConfig, RecurrentCore,
+    RecurrentMode, RecurrentState,
 };
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -68,12 +68,25 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
+/// A backend and its activation-memory policy.
+type Variant = (RecurrentBackend, Recompute);
+
+const PAD: Variant = (RecurrentBackend::Pad, Recompute::None);
+const SCAN: Variant = (RecurrentBackend::Scan, Recompute::None);
+const FUSED: Variant = (RecurrentBackend::Fused, Recompute::None);
+const FUSED_FULL: Variant = (RecurrentBackend::Fused, Recompute::Full);
+
+fn variant() -> impl Strategy<Value = Variant> {
+    prop_oneof![Just(PAD), Just(SCAN), Just(FUSED), Just(FUSED_FULL)]
+}
+
 impl Case {
-    fn module(&self, backend: RecurrentBackend) -> RecurrentCore<B> {
+    fn module(&self, (backend, recompute): Variant) -> RecurrentCore<B> {
         let config = RecurrentConfig::new(self.input, self.hidden)
             .with_num_layers(self.layers)
             .with_bias(self.bias)
-            .with_backend(backend);
+            .with_backend(backend)
+            .with_recompute(recompute);
         let device = cpu_device();
         // Same seed, same parameters: build once and load into the other backend.
         let reference = match self.cell {
@@ -81,6 +94,7 @@ impl Case {
                 config
                     .clone()
                     .with_backend(RecurrentBackend::Scan)
+                    .with_recompute(Recompute::None)
                     .init_lstm::<B>(&device)
                     .unwrap()
                     .core
@@ -89,6 +103,7 @@ impl Case {
                 config
                     .clone()
                     .with_backend(RecurrentBackend::Scan)
+                    .with_recompute(Recompute::None)
                     .init_gru::<B>(&device)
                     .unwrap()
                     .core
@@ -146,7 +161,7 @@ fn out<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
 }
 
 /// Recurrent-mode outputs (features, next_h, next_c) and gradients (params, obs, stored h/c)
-/// for loss = sum(features * weights).
+/// for loss = sum(features * weights) (+ sum((next_h - next_c) * next_weights) when given).
 struct Run {
     features: Vec<f32>,
     next_h: Vec<f32>,
@@ -162,6 +177,26 @@ fn run_recurrent(
     stored_h: Vec<f32>,
     stored_c: Vec<f32>,
     loss_weights: Vec<f32>,
+) -> Run {
+    run_recurrent_with(
+        case,
+        core,
+        obs,
+        is_init,
+        (stored_h, stored_c),
+        loss_weights,
+        None,
+    )
+}
+
+fn run_recurrent_with(
+    case: &Case,
+    core: &RecurrentCore<B>,
+    obs: Vec<f32>,
+    is_init: Vec<bool>,
+    (stored_h, stored_c): (Vec<f32>, Vec<f32>),
+    loss_weights: Vec<f32>,
+    next_weights: Option<Vec<f32>>,
 ) -> Run {
     let (b, t, l, h) = (case.rows, case.steps, case.layers, case.hidden);
     let obs = t3(obs, [b, t, case.input]).require_grad();
@@ -180,7 +215,14 @@ fn run_recurrent(
             },
         )
         .unwrap();
-    let loss = (result.features.clone() * t3(loss_weights, [b, t, h])).sum();
+    let mut loss = (result.features.clone() * t3(loss_weights, [b, t, h])).sum();
+    if let Some(w) = next_weights {
+        let w = t4(w, [b, t, l, h]);
+        loss = loss + (result.next.rs_h.clone() * w.clone()).sum();
+        if let Some(c) = &result.next.rs_c {
+            loss = loss - (c.clone() * w).sum();
+        }
+    }
     let grads = loss.backward();
     let mut named: Vec<(String, Vec<f32>)> = core
         .named_grads(&grads)
@@ -305,7 +347,7 @@ proptest! {
     /// the actor's numbers; so does a slice that starts mid-episode (step k > 0, no is_init
     /// there) from the state stored at its first step.
     #[test]
-    fn sequential_rollout_equals_recurrent_mode(case in case(), backend in prop_oneof![Just(RecurrentBackend::Pad), Just(RecurrentBackend::Scan)], cut in 0usize..8) {
+    fn sequential_rollout_equals_recurrent_mode(case in case(), backend in variant(), cut in 0usize..8) {
         let core = case.module(backend);
         let obs = case.obs();
         let lh = case.layers * case.hidden;
@@ -335,22 +377,30 @@ proptest! {
         assert_close("slice next_rs_h", &run.next_h, &at_segment_ends(&sub, &forced, &pick(&post_h, lh)), 1e-5, 0.0);
     }
 
-    /// `pad` and `scan` agree on outputs and on every gradient.
+    /// `pad`, `fused` and `fused` with `recompute = "full"` agree with `scan` on outputs and on
+    /// every gradient; the loss also weighs the `next` state (so its gradients are checked too).
     #[test]
-    fn pad_equals_scan(case in case()) {
-        let pad = case.module(RecurrentBackend::Pad);
-        let scan = case.module(RecurrentBackend::Scan);
+    fn pad_fused_and_scan_agree(case in case()) {
         let weights = case.random(3, case.rows * case.steps * case.hidden);
-        let go = |core| run_recurrent(&case, core, case.obs(), case.is_init.clone(), case.stored(4), case.stored(5), weights.clone());
-        let (p, s) = (go(&pad), go(&scan));
-        assert_close("features", &p.features, &s.features, 1e-5, 0.0);
-        assert_close("next_rs_h", &p.next_h, &s.next_h, 1e-5, 0.0);
-        if let (Some(pc), Some(sc)) = (&p.next_c, &s.next_c) {
-            assert_close("next_rs_c", pc, sc, 1e-5, 0.0);
-        }
-        for ((name, pg), (sname, sg)) in p.grads.iter().zip(&s.grads) {
-            prop_assert_eq!(name, sname);
-            assert_close(&format!("grad.{name}"), pg, sg, 1e-5, 1e-4);
+        let next_weights = case.random(6, case.rows * case.steps * case.layers * case.hidden);
+        let go = |variant| {
+            let core = case.module(variant);
+            run_recurrent_with(&case, &core, case.obs(), case.is_init.clone(), (case.stored(4), case.stored(5)), weights.clone(), Some(next_weights.clone()))
+        };
+        let s = go(SCAN);
+        for variant in [PAD, FUSED, FUSED_FULL] {
+            let p = go(variant);
+            let what = |x: &str| format!("{}/{:?}: {x}", variant.0.name(), variant.1);
+            assert_close(&what("features"), &p.features, &s.features, 1e-5, 0.0);
+            assert_close(&what("next_rs_h"), &p.next_h, &s.next_h, 1e-5, 0.0);
+            if let (Some(pc), Some(sc)) = (&p.next_c, &s.next_c) {
+                assert_close(&what("next_rs_c"), pc, sc, 1e-5, 0.0);
+            }
+            prop_assert_eq!(p.grads.len(), s.grads.len());
+            for ((name, pg), (sname, sg)) in p.grads.iter().zip(&s.grads) {
+                prop_assert_eq!(name, sname);
+                assert_close(&what(&format!("grad.{name}")), pg, sg, 1e-5, 1e-4);
+            }
         }
     }
 
@@ -358,7 +408,7 @@ proptest! {
     /// non-start step, leaves every output from that `is_init` on bit-identical; the gradient
     /// of the outputs after the boundary w.r.t. anything before it is exactly zero.
     #[test]
-    fn nothing_crosses_an_is_init_boundary(case in case(), backend in prop_oneof![Just(RecurrentBackend::Pad), Just(RecurrentBackend::Scan)], row_pick in any::<usize>(), at in any::<usize>()) {
+    fn nothing_crosses_an_is_init_boundary(case in case(), backend in variant(), row_pick in any::<usize>(), at in any::<usize>()) {
         prop_assume!(case.steps >= 2);
         let core = case.module(backend);
         let (b, t, h, i, lh) = (case.rows, case.steps, case.hidden, case.input, case.layers * case.hidden);

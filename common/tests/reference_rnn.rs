@@ -6,8 +6,8 @@ mod support;
 use burn::tensor::{Bool, Tensor, TensorData};
 use common::backend::cpu_device;
 use common::recurrent::{
-    set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentMode,
-    RecurrentState,
+    set_recurrent_mode, CellKind, Recompute, RecurrentBackend, RecurrentConfig, RecurrentCore,
+    RecurrentMode, RecurrentState,
 };
 use serde_json::Value;
 use support::*;
@@ -16,7 +16,7 @@ const FILES: [&str; 4] = ["lstm_l1", "lstm_l2", "gru_l1", "gru_l2"];
 const ABS: f32 = 1e-5;
 const GRAD_REL: f32 = 1e-4;
 
-fn module(file: &Value, backend: RecurrentBackend) -> RecurrentCore<B> {
+fn module(file: &Value, backend: RecurrentBackend, recompute: Recompute) -> RecurrentCore<B> {
     let cell: CellKind = file["cell"].as_str().unwrap().parse().unwrap();
     let config = RecurrentConfig::new(
         file["input_size"].as_u64().unwrap() as usize,
@@ -24,7 +24,8 @@ fn module(file: &Value, backend: RecurrentBackend) -> RecurrentCore<B> {
     )
     .with_num_layers(file["num_layers"].as_u64().unwrap() as usize)
     .with_bias(file["bias"].as_bool().unwrap())
-    .with_backend(backend);
+    .with_backend(backend)
+    .with_recompute(recompute);
     let device = cpu_device();
     let core = match cell {
         CellKind::Lstm => config.init_lstm::<B>(&device).unwrap().core,
@@ -52,15 +53,21 @@ fn reference(v: &Value) -> Vec<f32> {
     floats(v).1
 }
 
-/// The recurrent-mode case over `[B, T]`, both backends: outputs, loss and every gradient.
-fn check_packed(name: &str, backend: RecurrentBackend, flat: bool) {
+/// The recurrent-mode case over `[B, T]`, every backend: outputs, loss and every gradient.
+fn check_packed(name: &str, backend: RecurrentBackend, recompute: Recompute, flat: bool) {
     let file = load_json(&format!("rnn/{name}.json"));
-    let core = module(&file, backend);
+    let core = module(&file, backend, recompute);
+    assert_eq!(core.backend(), backend, "the backend asked for runs");
     let rp = &file["recurrent_packed"];
     let what = |x: &str| {
         format!(
-            "{name}/{}{}/{x}",
+            "{name}/{}{}{}/{x}",
             backend.name(),
+            if recompute == Recompute::Full {
+                "/recompute=full"
+            } else {
+                ""
+            },
             if flat { "/flat" } else { "" }
         )
     };
@@ -164,7 +171,7 @@ fn check_packed(name: &str, backend: RecurrentBackend, flat: bool) {
 /// The step-by-step case: our own `next` state is carried into the following step.
 fn check_sequential(name: &str) {
     let file = load_json(&format!("rnn/{name}.json"));
-    let core = module(&file, RecurrentBackend::Auto);
+    let core = module(&file, RecurrentBackend::Auto, Recompute::None);
     assert_eq!(
         core.recurrent_mode(),
         RecurrentMode::Sequential,
@@ -225,22 +232,41 @@ fn check_sequential(name: &str) {
 #[test]
 fn recurrent_mode_pad_matches_reference() {
     for name in FILES {
-        check_packed(name, RecurrentBackend::Pad, false);
+        check_packed(name, RecurrentBackend::Pad, Recompute::None, false);
     }
 }
 
 #[test]
 fn recurrent_mode_scan_matches_reference() {
     for name in FILES {
-        check_packed(name, RecurrentBackend::Scan, false);
+        check_packed(name, RecurrentBackend::Scan, Recompute::None, false);
+    }
+}
+
+#[test]
+fn recurrent_mode_fused_matches_reference() {
+    for name in FILES {
+        check_packed(name, RecurrentBackend::Fused, Recompute::None, false);
+    }
+}
+
+#[test]
+fn recurrent_mode_fused_with_recompute_matches_reference() {
+    for name in FILES {
+        check_packed(name, RecurrentBackend::Fused, Recompute::Full, false);
     }
 }
 
 #[test]
 fn flat_packed_layout_matches_reference() {
     for name in FILES {
-        for backend in [RecurrentBackend::Pad, RecurrentBackend::Scan] {
-            check_packed(name, backend, true);
+        for (backend, recompute) in [
+            (RecurrentBackend::Pad, Recompute::None),
+            (RecurrentBackend::Scan, Recompute::None),
+            (RecurrentBackend::Fused, Recompute::None),
+            (RecurrentBackend::Fused, Recompute::Full),
+        ] {
+            check_packed(name, backend, recompute, true);
         }
     }
 }

@@ -15,15 +15,21 @@ pub enum RecurrentBackend {
     /// A time loop over the original rows with a per-step reset to the stored state: no
     /// padding, and a cost that does not depend on how many resets there are.
     Scan,
-    /// The best backend available for the configuration: `scan` on CPU.
+    /// Hand-written forward and backward kernels (CPU backends only): the `scan` time loop
+    /// with one GEMM and one fused pass per step, and its own backward pass (saved gates, or
+    /// recomputed with `recompute = "full"`).
+    Fused,
+    /// The best backend available: `fused` on the CPU backends, `scan` elsewhere.
     #[default]
     Auto,
 }
 
 impl RecurrentBackend {
-    /// The backend `auto` resolves to; concrete backends resolve to themselves.
-    pub fn resolve(self) -> RecurrentBackend {
+    /// The backend `auto` resolves to, given whether the tensor backend runs `fused` (see
+    /// `fused::available`); concrete backends resolve to themselves.
+    pub fn resolve(self, fused_available: bool) -> RecurrentBackend {
         match self {
+            RecurrentBackend::Auto if fused_available => RecurrentBackend::Fused,
             RecurrentBackend::Auto => RecurrentBackend::Scan,
             concrete => concrete,
         }
@@ -34,6 +40,7 @@ impl RecurrentBackend {
         match self {
             RecurrentBackend::Pad => "pad",
             RecurrentBackend::Scan => "scan",
+            RecurrentBackend::Fused => "fused",
             RecurrentBackend::Auto => "auto",
         }
     }
@@ -45,11 +52,12 @@ impl std::str::FromStr for RecurrentBackend {
         match s {
             "pad" => Ok(RecurrentBackend::Pad),
             "scan" => Ok(RecurrentBackend::Scan),
+            "fused" => Ok(RecurrentBackend::Fused),
             "auto" => Ok(RecurrentBackend::Auto),
             other => Err(RecurrentError::Config {
                 key: "backend",
                 value: format!("{other:?}"),
-                expected: "one of \"pad\", \"scan\", \"auto\"".into(),
+                expected: "one of \"pad\", \"scan\", \"fused\", \"auto\"".into(),
             }),
         }
     }
@@ -109,7 +117,9 @@ pub struct RecurrentConfig {
 
 impl RecurrentConfig {
     /// Checks every value and combination; the error names the key and the value.
-    pub fn validate(&self, cell: CellKind) -> Result<(), RecurrentError> {
+    /// `fused_available`: whether the tensor backend the module will run on supports the
+    /// `fused` backend (`auto` resolves with it).
+    pub fn validate(&self, cell: CellKind, fused_available: bool) -> Result<(), RecurrentError> {
         let bad = |key, value: String, expected: &str| {
             Err(RecurrentError::Config {
                 key,
@@ -140,11 +150,19 @@ impl RecurrentConfig {
                 "dropout acts between layers only, so it needs num_layers >= 2 (num_layers = 1)",
             );
         }
-        if self.recompute == Recompute::Full {
+        let resolved = self.backend.resolve(fused_available);
+        if resolved == RecurrentBackend::Fused && !fused_available {
+            return Err(RecurrentError::Unsupported(format!(
+                "{} with backend = \"fused\": the fused kernels run on the CPU backends \
+                 (Cpu, CpuAutodiff) only; use backend = \"scan\" or \"auto\"",
+                cell.module_name(),
+            )));
+        }
+        if self.recompute == Recompute::Full && resolved != RecurrentBackend::Fused {
             return Err(RecurrentError::Unsupported(format!(
                 "{} with backend = \"{}\" and recompute = \"full\": the pad and scan backends \
                  differentiate through burn's autodiff tape, which saves activations; \
-                 use recompute = \"none\"",
+                 use recompute = \"none\" or backend = \"fused\"",
                 cell.module_name(),
                 self.backend.name(),
             )));

@@ -45,6 +45,7 @@ mod modules;
 mod primer;
 mod state;
 
+pub use backend::fused;
 pub use cell::CellKind;
 pub use config::{Recompute, RecurrentBackend, RecurrentConfig};
 pub use error::RecurrentError;

@@ -1,9 +1,10 @@
 //! Recurrent-mode execution backends and what they share: segment bookkeeping from `is_init`
 //! and the per-layer time loop.
 //!
-//! Both backends produce, for every layer, the post-step `h` (and `c`) at every step of the
+//! All backends produce, for every layer, the post-step `h` (and `c`) at every step of the
 //! original `[B, T]` grid; the module turns those into `features` and `("next", ...)` states.
 
+pub mod fused;
 pub(crate) mod pad;
 pub(crate) mod scan;
 

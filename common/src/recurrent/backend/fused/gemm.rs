@@ -1,0 +1,227 @@
+//! The GEMMs of the fused kernels (ndarray's safe `general_mat_mul`, which reaches
+//! matrixmultiply's packed `sgemm` for any strides) and the worker threads that run them.
+
+use std::time::{Duration, Instant};
+
+use ndarray::linalg::general_mat_mul;
+use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
+
+/// A read-only `[rows, cols]` matrix inside a slice: element `(i, j)` at `i * rs + j * cs`.
+#[derive(Clone, Copy)]
+pub(crate) struct Mat<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// Row-major `[rows, cols]` starting at `data[0]`.
+    pub fn rows(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            rs: cols,
+            cs: 1,
+        }
+    }
+
+    /// Row-major with a row stride (a column block of a wider matrix).
+    pub fn strided(data: &'a [f32], rows: usize, cols: usize, rs: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            rs,
+            cs: 1,
+        }
+    }
+
+    /// The transpose (a view, no copy).
+    pub fn t(self) -> Self {
+        Self {
+            data: self.data,
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+        }
+    }
+
+    fn view(&self) -> ArrayView2<'a, f32> {
+        let len = if self.rows == 0 || self.cols == 0 {
+            0
+        } else {
+            (self.rows - 1) * self.rs + (self.cols - 1) * self.cs + 1
+        };
+        ArrayView2::from_shape(
+            (self.rows, self.cols).strides((self.rs, self.cs)),
+            &self.data[..len],
+        )
+        .expect("matrix fits its slice")
+    }
+}
+
+/// `c <- a b + beta c` with `c` row-major `[a.rows, b.cols]` with row stride `c_rs`.
+pub(crate) fn gemm(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32], c_rs: usize) {
+    debug_assert_eq!(a.cols, b.rows);
+    let (m, n) = (a.rows, b.cols);
+    if m == 0 || n == 0 {
+        return;
+    }
+    let len = (m - 1) * c_rs + n;
+    let mut cv = ArrayViewMut2::from_shape((m, n).strides((c_rs, 1)), &mut c[..len])
+        .expect("output fits its slice");
+    if a.cols == 0 {
+        cv.mapv_inplace(|x| x * beta);
+        return;
+    }
+    general_mat_mul(1.0, &a.view(), &b.view(), beta, &mut cv);
+}
+
+/// Worker threads for the fused backend: `RAYON_NUM_THREADS` (the setting burn's CPU backend
+/// and `recur-bench --threads` use) or else every core.
+pub fn threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Runs every job, one thread each (the first on the calling thread); results in job order.
+pub(crate) fn parallel<T: Send, F: FnOnce() -> T + Send>(jobs: Vec<F>) -> Vec<T> {
+    let mut jobs = jobs.into_iter();
+    let Some(first) = jobs.next() else {
+        return Vec::new();
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = jobs.map(|job| s.spawn(job)).collect();
+        let mut out = vec![first()];
+        out.extend(
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a fused-kernel worker panicked")),
+        );
+        out
+    })
+}
+
+/// `count` items split into at most `parts` contiguous blocks of near-equal size:
+/// `(first, len)` each, none empty.
+pub(crate) fn blocks(count: usize, parts: usize) -> Vec<(usize, usize)> {
+    let parts = parts.clamp(1, count.max(1));
+    let (base, extra) = (count / parts, count % parts);
+    let mut first = 0;
+    (0..parts)
+        .map(|p| {
+            let len = base + usize::from(p < extra);
+            let block = (first, len);
+            first += len;
+            block
+        })
+        .filter(|&(_, len)| len > 0)
+        .collect()
+}
+
+/// Splits `buf` into consecutive pieces of `lens[i] * unit` elements.
+pub(crate) fn split_mut(
+    mut buf: &mut [f32],
+    lens: impl IntoIterator<Item = usize>,
+    unit: usize,
+) -> Vec<&mut [f32]> {
+    let mut out = Vec::new();
+    for len in lens {
+        let (head, tail) = buf.split_at_mut(len * unit);
+        out.push(head);
+        buf = tail;
+    }
+    out
+}
+
+/// The practical peak of this GEMM on this machine: `c = a b` for square `n x n` f32
+/// matrices, rows split over `threads` threads as the fused kernels split batch rows. Returns
+/// the median of `iters` timed calls (after one warm-up) and the GFLOP/s it implies.
+pub fn square_gemm_peak(n: usize, threads: usize, iters: usize) -> (Duration, f64) {
+    let a: Vec<f32> = (0..n * n).map(|i| ((i % 17) as f32 - 8.0) * 0.01).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| ((i % 13) as f32 - 6.0) * 0.01).collect();
+    let mut c = vec![0.0f32; n * n];
+    let parts = blocks(n, threads);
+    let mut run = || {
+        let lens: Vec<usize> = parts.iter().map(|&(_, len)| len).collect();
+        let outs = split_mut(&mut c, lens, n);
+        let jobs: Vec<_> = parts
+            .iter()
+            .zip(outs)
+            .map(|(&(first, len), out)| {
+                let (a, b) = (&a, &b);
+                move || {
+                    gemm(
+                        Mat::rows(&a[first * n..(first + len) * n], len, n),
+                        Mat::rows(b, n, n),
+                        0.0,
+                        out,
+                        n,
+                    )
+                }
+            })
+            .collect();
+        parallel(jobs);
+    };
+    run();
+    let mut samples: Vec<Duration> = (0..iters.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            run();
+            start.elapsed()
+        })
+        .collect();
+    samples.sort();
+    let median = samples[samples.len() / 2];
+    let flops = 2.0 * (n as f64).powi(3);
+    (median, flops / median.as_secs_f64() / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_with_transposes_and_strides() {
+        // a [2, 3], b^T stored as [2, 3] (so b is [3, 2]).
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let bt = [1.0, 0.0, -1.0, 2.0, 1.0, 0.0];
+        let mut c = [10.0; 4];
+        gemm(
+            Mat::rows(&a, 2, 3),
+            Mat::rows(&bt, 2, 3).t(),
+            1.0,
+            &mut c,
+            2,
+        );
+        // a b = [[1*1+2*0+3*-1, 1*2+2*1+3*0], [4-6, 8+5]] = [[-2, 4], [-2, 13]]
+        assert_eq!(c, [8.0, 14.0, 8.0, 23.0]);
+        // A column block of a wider matrix, into a strided output.
+        let wide = [1.0, 2.0, 9.0, 3.0, 4.0, 9.0];
+        let mut out = [0.0; 6];
+        gemm(
+            Mat::strided(&wide, 2, 2, 3),
+            Mat::rows(&[1.0, 0.0, 0.0, 1.0], 2, 2),
+            0.0,
+            &mut out,
+            3,
+        );
+        assert_eq!(out, [1.0, 2.0, 0.0, 3.0, 4.0, 0.0]);
+    }
+
+    #[test]
+    fn blocks_cover_every_item_once() {
+        assert_eq!(blocks(5, 2), [(0, 3), (3, 2)]);
+        assert_eq!(blocks(1, 4), [(0, 1)]);
+        assert_eq!(blocks(0, 2), Vec::<(usize, usize)>::new());
+        let got = parallel((0..3).map(|i| move || i * 10).collect());
+        assert_eq!(got, [0, 10, 20]);
+    }
+}

@@ -1,0 +1,942 @@
+//! The fused forward and backward of one LSTM/GRU layer in recurrent mode, on plain `f32`
+//! buffers.
+//!
+//! Layouts: `x` `[B, T, in]`, stored states `h0`/`c0` `[B, T, H]`, outputs `[K, B, T, H]`
+//! (`K = 2` for an LSTM: `h` then `c`; `K = 1` for a GRU), all row-major as burn holds them.
+//! Weights in PyTorch's layout (`w_ih` `[G*H, in]`, `w_hh` `[G*H, H]`, gate blocks LSTM
+//! i,f,g,o / GRU r,z,n).
+//!
+//! Work is split by batch rows: each thread owns a contiguous block of rows for the whole time
+//! loop (rows are independent, so the threads never wait on each other). Inside a block every
+//! per-step buffer is **time-major** (`[T][rows][...]`), so a step touches one contiguous slab:
+//! - forward: one GEMM projects the inputs of all steps (`[T*rows, in] x [in, G*H]`, biases
+//!   folded in); then per step one GEMM `h W_hh^T` and one pass that applies the gates, the
+//!   reset (the state entering step `t` is the stored state where `is_init[b, t]`, and at
+//!   `t = 0`), the state update and the output write.
+//! - backward: the reverse time loop turns the saved gates into pre-activation gradients in
+//!   place (one GEMM per step, `dG W_hh`, carries `dh` to the step before; at a reset it goes to
+//!   the stored state instead); the weight gradients are then three large GEMMs over all
+//!   `T*rows` rows (`dW_hh = dG^T H_in`, `dW_ih = dG^T X`, `dX = dG W_ih`), biases column sums.
+//! - `Keep::States` (`recompute = "full"`) saves only the states entering each step; the
+//!   backward recomputes the projection (one GEMM) and each step's gates (one GEMM per step).
+
+use super::gemm::{blocks, gemm, parallel, split_mut, Mat};
+use super::math::{sigmoid_in_place, tanh_in_place};
+use crate::recurrent::CellKind;
+
+/// Sizes of one layer call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Dims {
+    pub cell: CellKind,
+    /// Batch rows `B`.
+    pub rows: usize,
+    /// Steps `T`.
+    pub steps: usize,
+    /// Input features of this layer.
+    pub input: usize,
+    /// `H`.
+    pub hidden: usize,
+}
+
+impl Dims {
+    /// `G * H`: width of the stacked gates.
+    pub fn width(&self) -> usize {
+        self.cell.gates() * self.hidden
+    }
+
+    /// Output slabs: `h` (and `c`).
+    pub fn slabs(&self) -> usize {
+        if self.cell.has_cell_state() {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// One layer's parameters, row-major in PyTorch's layout.
+#[derive(Clone, Copy)]
+pub(crate) struct Params<'a> {
+    pub w_ih: &'a [f32],
+    pub w_hh: &'a [f32],
+    pub b_ih: Option<&'a [f32]>,
+    pub b_hh: Option<&'a [f32]>,
+}
+
+impl Params<'_> {
+    /// The bias added to the input projection (`[G*H]`): both biases for an LSTM; for a GRU
+    /// `b_ih + b_hh` on r and z, `b_in` alone on n (`b_hn` sits inside `r * (...)`).
+    fn input_bias(&self, d: &Dims) -> Vec<f32> {
+        let w = d.width();
+        let mut bias = vec![0.0; w];
+        if let Some(b) = self.b_ih {
+            bias.copy_from_slice(b);
+        }
+        if let Some(b) = self.b_hh {
+            let summed = match d.cell {
+                CellKind::Lstm => w,
+                CellKind::Gru => 2 * d.hidden,
+            };
+            for (x, y) in bias[..summed].iter_mut().zip(b) {
+                *x += y;
+            }
+        }
+        bias
+    }
+
+    /// `b_hn` (`[H]`, zeros without bias).
+    fn hidden_n_bias(&self, d: &Dims) -> Vec<f32> {
+        match self.b_hh {
+            Some(b) if d.cell == CellKind::Gru => b[2 * d.hidden..].to_vec(),
+            _ => vec![0.0; d.hidden],
+        }
+    }
+}
+
+/// What the forward pass keeps for the backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// Nothing (no backward will run).
+    Nothing,
+    /// Post-activation gates and the states entering each step (`recompute = "none"`).
+    Gates,
+    /// Only the states entering each step (`recompute = "full"`).
+    States,
+}
+
+/// What one thread's block of rows saved.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BlockSaved {
+    /// `[T][rows][H]`: `h` entering each step (after resets).
+    pub h: Vec<f32>,
+    /// LSTM: `[T][rows][H]`, `c` entering each step.
+    pub c: Vec<f32>,
+    /// `Keep::Gates`: `[T][rows][G*H]` post-activation gates.
+    pub gates: Vec<f32>,
+    /// `Keep::Gates`, GRU: `[T][rows][H]`, `h W_hn^T + b_hn`.
+    pub hn: Vec<f32>,
+}
+
+/// What a layer's forward saved, per block of rows.
+#[derive(Clone, Debug)]
+pub(crate) struct Saved {
+    pub keep: Keep,
+    /// `(first row, rows)` per block, in order.
+    pub blocks: Vec<(usize, usize)>,
+    pub saved: Vec<BlockSaved>,
+}
+
+impl Saved {
+    /// Bytes held for the backward pass.
+    pub fn bytes(&self) -> usize {
+        self.saved
+            .iter()
+            .map(|s| 4 * (s.h.len() + s.c.len() + s.gates.len() + s.hn.len()))
+            .sum()
+    }
+}
+
+/// Bytes a layer's forward keeps for the backward: `[B*T]` rows of `H` (`h` in), `H` (`c`
+/// in, LSTM) and, with `Keep::Gates`, `G*H` gates plus `H` (`h W_hn^T + b_hn`, GRU).
+pub(crate) fn saved_bytes(d: &Dims, keep: Keep) -> usize {
+    let per_row = match keep {
+        Keep::Nothing => 0,
+        Keep::States => d.hidden * d.slabs(),
+        Keep::Gates => {
+            d.hidden * d.slabs() + d.width() + if d.cell == CellKind::Gru { d.hidden } else { 0 }
+        }
+    };
+    4 * per_row * d.rows * d.steps
+}
+
+/// Runs one layer over `[B, T]`. `start[b * T + t]` marks the steps that take the stored
+/// state (`t = 0` must be marked). Returns the outputs `[K, B, T, H]` and what `keep` asks to
+/// save.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward(
+    d: &Dims,
+    p: Params<'_>,
+    x: &[f32],
+    start: &[bool],
+    h0: &[f32],
+    c0: Option<&[f32]>,
+    keep: Keep,
+    threads: usize,
+) -> (Vec<f32>, Saved) {
+    let (b, t, h) = (d.rows, d.steps, d.hidden);
+    assert_eq!(x.len(), b * t * d.input, "x is [B, T, in]");
+    assert_eq!(start.len(), b * t, "start is [B, T]");
+    assert_eq!(h0.len(), b * t * h, "h0 is [B, T, H]");
+    assert_eq!(c0.is_some(), d.cell.has_cell_state(), "c0 only for an LSTM");
+    let slab = b * t * h;
+    let mut out = vec![0.0f32; d.slabs() * slab];
+    let parts = blocks(b, threads);
+    let lens: Vec<usize> = parts.iter().map(|&(_, n)| n).collect();
+    let (out_h, out_c) = out.split_at_mut(slab);
+    let hs = split_mut(out_h, lens.iter().copied(), t * h);
+    let mut cs: Vec<Option<&mut [f32]>> = if d.cell.has_cell_state() {
+        split_mut(out_c, lens.iter().copied(), t * h)
+            .into_iter()
+            .map(Some)
+            .collect()
+    } else {
+        parts.iter().map(|_| None).collect()
+    };
+    let bias_x = p.input_bias(d);
+    let bias_hn = p.hidden_n_bias(d);
+    let jobs: Vec<_> = parts
+        .iter()
+        .zip(hs)
+        .zip(cs.iter_mut().map(Option::take))
+        .map(|((&(first, n), oh), oc)| {
+            let block = Block {
+                d,
+                p,
+                bias_x: &bias_x,
+                bias_hn: &bias_hn,
+                first,
+                n,
+                start,
+            };
+            move || block.forward(x, h0, c0, keep, oh, oc)
+        })
+        .collect();
+    let saved = parallel(jobs);
+    (
+        out,
+        Saved {
+            keep,
+            blocks: parts,
+            saved,
+        },
+    )
+}
+
+/// Gradients of one layer call; `None` where not asked for.
+#[derive(Debug, Default)]
+pub(crate) struct Grads {
+    /// `[B, T, in]`.
+    pub x: Option<Vec<f32>>,
+    /// `[B, T, H]`, non-zero only where a step takes the stored state.
+    pub h0: Option<Vec<f32>>,
+    pub c0: Option<Vec<f32>>,
+    pub w_ih: Option<Vec<f32>>,
+    pub w_hh: Option<Vec<f32>>,
+    pub b_ih: Option<Vec<f32>>,
+    pub b_hh: Option<Vec<f32>>,
+}
+
+/// Which gradients to compute.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Wanted {
+    pub x: bool,
+    pub h0: bool,
+    pub c0: bool,
+    pub weights: bool,
+}
+
+/// The backward pass of [`forward`]: `dout` is the gradient of the outputs `[K, B, T, H]`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward(
+    d: &Dims,
+    p: Params<'_>,
+    x: &[f32],
+    start: &[bool],
+    saved: Saved,
+    dout: &[f32],
+    wanted: Wanted,
+) -> Grads {
+    let (b, t, h, w, i) = (d.rows, d.steps, d.hidden, d.width(), d.input);
+    assert!(saved.keep != Keep::Nothing, "the forward kept nothing");
+    assert_eq!(dout.len(), d.slabs() * b * t * h, "dout is [K, B, T, H]");
+    let bias_x = p.input_bias(d);
+    let bias_hn = p.hidden_n_bias(d);
+    let lens: Vec<usize> = saved.blocks.iter().map(|&(_, n)| n).collect();
+    let mut dx = vec![0.0f32; if wanted.x { b * t * i } else { 0 }];
+    let mut dh0 = vec![0.0f32; if wanted.h0 { b * t * h } else { 0 }];
+    let mut dc0 = vec![0.0f32; if wanted.c0 { b * t * h } else { 0 }];
+    let dxs = opt_split(&mut dx, &lens, t * i);
+    let dh0s = opt_split(&mut dh0, &lens, t * h);
+    let dc0s = opt_split(&mut dc0, &lens, t * h);
+    let keep = saved.keep;
+    let jobs: Vec<_> = saved
+        .blocks
+        .iter()
+        .zip(saved.saved)
+        .zip(dxs.into_iter().zip(dh0s).zip(dc0s))
+        .map(|((&(first, n), s), ((dx, dh0), dc0))| {
+            let block = Block {
+                d,
+                p,
+                bias_x: &bias_x,
+                bias_hn: &bias_hn,
+                first,
+                n,
+                start,
+            };
+            move || block.backward(x, s, keep, dout, dx, dh0, dc0, wanted.weights)
+        })
+        .collect();
+    let partials = parallel(jobs);
+    let mut grads = Grads {
+        x: wanted.x.then_some(dx),
+        h0: wanted.h0.then_some(dh0),
+        c0: wanted.c0.then_some(dc0),
+        ..Grads::default()
+    };
+    if wanted.weights {
+        let sum = |pick: &dyn Fn(&WeightGrads) -> &Vec<f32>| -> Vec<f32> {
+            let mut total = pick(&partials[0]).clone();
+            for part in &partials[1..] {
+                for (a, b) in total.iter_mut().zip(pick(part)) {
+                    *a += b;
+                }
+            }
+            total
+        };
+        grads.w_ih = Some(sum(&|g| &g.w_ih));
+        grads.w_hh = Some(sum(&|g| &g.w_hh));
+        let db_x = sum(&|g| &g.b_x);
+        if p.b_ih.is_some() {
+            grads.b_ih = Some(db_x.clone());
+        }
+        if p.b_hh.is_some() {
+            grads.b_hh = Some(match d.cell {
+                CellKind::Lstm => db_x,
+                CellKind::Gru => {
+                    let mut v = db_x[..2 * h].to_vec();
+                    v.extend(sum(&|g| &g.b_hn));
+                    v
+                }
+            });
+        }
+        debug_assert_eq!(grads.w_hh.as_ref().map(Vec::len), Some(w * h));
+    }
+    grads
+}
+
+/// One thread's weight-gradient partial sums.
+#[derive(Default)]
+struct WeightGrads {
+    w_ih: Vec<f32>,
+    w_hh: Vec<f32>,
+    /// Column sums of the input-side gate gradients (`[G*H]`).
+    b_x: Vec<f32>,
+    /// GRU: column sums of `d(h W_hn^T + b_hn)` (`[H]`).
+    b_hn: Vec<f32>,
+}
+
+/// One thread's rows `first .. first + n` of a layer call.
+#[derive(Clone, Copy)]
+struct Block<'a> {
+    d: &'a Dims,
+    p: Params<'a>,
+    bias_x: &'a [f32],
+    bias_hn: &'a [f32],
+    first: usize,
+    n: usize,
+    start: &'a [bool],
+}
+
+impl Block<'_> {
+    /// Whether block row `r` takes the stored state at step `t`.
+    fn starts(&self, r: usize, t: usize) -> bool {
+        self.start[(self.first + r) * self.d.steps + t]
+    }
+
+    /// The block's inputs, time-major: `[T][n][in]`.
+    fn inputs_time_major(&self, x: &[f32]) -> Vec<f32> {
+        let (t, i) = (self.d.steps, self.d.input);
+        let mut xt = vec![0.0f32; t * self.n * i];
+        for r in 0..self.n {
+            let row = &x[(self.first + r) * t * i..(self.first + r + 1) * t * i];
+            for (s, src) in row.chunks_exact(i).enumerate() {
+                xt[(s * self.n + r) * i..(s * self.n + r + 1) * i].copy_from_slice(src);
+            }
+        }
+        xt
+    }
+
+    /// `[T][n][G*H]`: every step's input projection plus biases, one GEMM.
+    fn project(&self, xt: &[f32]) -> Vec<f32> {
+        let (t, w, i) = (self.d.steps, self.d.width(), self.d.input);
+        let mut xg = Vec::with_capacity(t * self.n * w);
+        for _ in 0..t * self.n {
+            xg.extend_from_slice(self.bias_x);
+        }
+        gemm(
+            Mat::rows(xt, t * self.n, i),
+            Mat::rows(self.p.w_ih, w, i).t(),
+            1.0,
+            &mut xg,
+            w,
+        );
+        xg
+    }
+
+    /// Replaces the rows that start at step `t` with their stored state.
+    fn reset(&self, t: usize, state: &mut [f32], stored: &[f32]) {
+        let (steps, h) = (self.d.steps, self.d.hidden);
+        for r in 0..self.n {
+            if self.starts(r, t) {
+                let at = ((self.first + r) * steps + t) * h;
+                state[r * h..(r + 1) * h].copy_from_slice(&stored[at..at + h]);
+            }
+        }
+    }
+
+    /// Turns step `t`'s pre-activations `g` (`[n][G*H]`, input projection already in) into
+    /// post-activation gates, given the state entering the step `h_in` (`[n][H]`). For a GRU
+    /// `scratch` (`[n][3H]`) receives `h W_hh^T` and `hn` (`[n][H]`) `h W_hn^T + b_hn`.
+    fn gates(&self, g: &mut [f32], h_in: &[f32], scratch: &mut [f32], hn: &mut [f32]) {
+        let (n, h, w) = (self.n, self.d.hidden, self.d.width());
+        let w_hh_t = Mat::rows(self.p.w_hh, w, h).t();
+        match self.d.cell {
+            CellKind::Lstm => {
+                gemm(Mat::rows(h_in, n, h), w_hh_t, 1.0, g, w);
+                for row in g.chunks_exact_mut(w) {
+                    sigmoid_in_place(&mut row[..2 * h]);
+                    tanh_in_place(&mut row[2 * h..3 * h]);
+                    sigmoid_in_place(&mut row[3 * h..]);
+                }
+            }
+            CellKind::Gru => {
+                gemm(Mat::rows(h_in, n, h), w_hh_t, 0.0, scratch, w);
+                for ((row, s), hn_row) in g
+                    .chunks_exact_mut(w)
+                    .zip(scratch.chunks_exact(w))
+                    .zip(hn.chunks_exact_mut(h))
+                {
+                    let (rz, nn) = row.split_at_mut(2 * h);
+                    for (a, b) in rz.iter_mut().zip(&s[..2 * h]) {
+                        *a += b;
+                    }
+                    sigmoid_in_place(rz);
+                    for ((v, &sv), &b) in hn_row.iter_mut().zip(&s[2 * h..]).zip(self.bias_hn) {
+                        *v = sv + b;
+                    }
+                    for ((x, &r), &v) in nn.iter_mut().zip(&rz[..h]).zip(hn_row.iter()) {
+                        *x += r * v;
+                    }
+                    tanh_in_place(nn);
+                }
+            }
+        }
+    }
+
+    /// The forward time loop of this block; writes its rows of the outputs.
+    fn forward(
+        &self,
+        x: &[f32],
+        h0: &[f32],
+        c0: Option<&[f32]>,
+        keep: Keep,
+        out_h: &mut [f32],
+        mut out_c: Option<&mut [f32]>,
+    ) -> BlockSaved {
+        let (t_len, n, h, w) = (self.d.steps, self.n, self.d.hidden, self.d.width());
+        let lstm = self.d.cell.has_cell_state();
+        let mut xg = self.project(&self.inputs_time_major(x));
+        // State slots: every step's entering state when saving, else two that alternate.
+        let slots = if keep == Keep::Nothing { 2 } else { t_len + 1 };
+        let slot = |t: usize| if keep == Keep::Nothing { t % 2 } else { t };
+        let sz = n * h;
+        let mut hs = vec![0.0f32; slots * sz];
+        let mut cs = vec![0.0f32; if lstm { slots * sz } else { 0 }];
+        let gru_gates = keep == Keep::Gates && !lstm;
+        let mut hn_all = vec![0.0f32; if gru_gates { t_len * sz } else { 0 }];
+        let mut hn_step = vec![0.0f32; if lstm { 0 } else { sz }];
+        let mut scratch = vec![0.0f32; if lstm { 0 } else { n * w }];
+        let mut tmp = vec![0.0f32; h];
+        for t in 0..t_len {
+            let (cur, next) = two_slots(&mut hs, slot(t), slot(t + 1), sz);
+            self.reset(t, cur, h0);
+            let g = &mut xg[t * n * w..(t + 1) * n * w];
+            let hn = if gru_gates {
+                &mut hn_all[t * sz..(t + 1) * sz]
+            } else {
+                &mut hn_step[..]
+            };
+            self.gates(g, cur, &mut scratch, hn);
+            if lstm {
+                let (c_cur, c_next) = two_slots(&mut cs, slot(t), slot(t + 1), sz);
+                self.reset(t, c_cur, c0.expect("an LSTM has c0"));
+                for r in 0..n {
+                    let gr = &g[r * w..(r + 1) * w];
+                    let (ig, rest) = gr.split_at(h);
+                    let (fg, rest) = rest.split_at(h);
+                    let (gg, og) = rest.split_at(h);
+                    let c_in = &c_cur[r * h..(r + 1) * h];
+                    let c_new = &mut c_next[r * h..(r + 1) * h];
+                    for ((((c, &ci), &i), &f), &gv) in
+                        c_new.iter_mut().zip(c_in).zip(ig).zip(fg).zip(gg)
+                    {
+                        *c = f * ci + i * gv;
+                    }
+                    tmp.copy_from_slice(c_new);
+                    tanh_in_place(&mut tmp);
+                    let h_new = &mut next[r * h..(r + 1) * h];
+                    for ((hv, &tc), &o) in h_new.iter_mut().zip(&tmp).zip(og) {
+                        *hv = o * tc;
+                    }
+                    let at = (r * t_len + t) * h;
+                    out_h[at..at + h].copy_from_slice(h_new);
+                    if let Some(oc) = out_c.as_deref_mut() {
+                        oc[at..at + h].copy_from_slice(c_new);
+                    }
+                }
+            } else {
+                for r in 0..n {
+                    let gr = &g[r * w..(r + 1) * w];
+                    let z = &gr[h..2 * h];
+                    let nn = &gr[2 * h..];
+                    let h_in = &cur[r * h..(r + 1) * h];
+                    let h_new = &mut next[r * h..(r + 1) * h];
+                    for (((hv, &hi), &z), &nv) in h_new.iter_mut().zip(h_in).zip(z).zip(nn) {
+                        *hv = nv + z * (hi - nv);
+                    }
+                    let at = (r * t_len + t) * h;
+                    out_h[at..at + h].copy_from_slice(h_new);
+                }
+            }
+        }
+        if keep == Keep::Nothing {
+            return BlockSaved::default();
+        }
+        hs.truncate(t_len * sz);
+        hs.shrink_to_fit();
+        cs.truncate(t_len * sz);
+        cs.shrink_to_fit();
+        BlockSaved {
+            h: hs,
+            c: cs,
+            gates: if keep == Keep::Gates { xg } else { Vec::new() },
+            hn: hn_all,
+        }
+    }
+
+    /// The reverse time loop of this block and its weight-gradient partials.
+    #[allow(clippy::too_many_arguments)]
+    fn backward(
+        &self,
+        x: &[f32],
+        s: BlockSaved,
+        keep: Keep,
+        dout: &[f32],
+        dx: Option<&mut [f32]>,
+        mut dh0: Option<&mut [f32]>,
+        mut dc0: Option<&mut [f32]>,
+        weights: bool,
+    ) -> WeightGrads {
+        let (t_len, n, h, w, i) = (
+            self.d.steps,
+            self.n,
+            self.d.hidden,
+            self.d.width(),
+            self.d.input,
+        );
+        let lstm = self.d.cell.has_cell_state();
+        let sz = n * h;
+        let slab = self.d.rows * t_len * h;
+        let xt = self.inputs_time_major(x);
+        let BlockSaved {
+            h: hs,
+            c: cs,
+            gates,
+            hn,
+        } = s;
+        // With recompute, the projection is redone here and each step's gates in the loop.
+        let (mut g_all, mut hn_all) = match keep {
+            Keep::Gates => (gates, hn),
+            _ => (
+                self.project(&xt),
+                vec![0.0f32; if lstm { 0 } else { t_len * sz }],
+            ),
+        };
+        let mut scratch = vec![0.0f32; if lstm { 0 } else { n * w }];
+        let mut carry_h = vec![0.0f32; sz];
+        let mut carry_c = vec![0.0f32; if lstm { sz } else { 0 }];
+        let mut dh = vec![0.0f32; sz];
+        let mut dh_in = vec![0.0f32; sz];
+        let mut tmp = vec![0.0f32; h];
+        let mut b_x = vec![0.0f32; w];
+        let mut b_hn = vec![0.0f32; if lstm { 0 } else { h }];
+        let w_hh = self.p.w_hh;
+        for t in (0..t_len).rev() {
+            let g = &mut g_all[t * n * w..(t + 1) * n * w];
+            let h_in = &hs[t * sz..(t + 1) * sz];
+            if keep == Keep::States {
+                let hn_t = if lstm {
+                    &mut [][..]
+                } else {
+                    &mut hn_all[t * sz..(t + 1) * sz]
+                };
+                self.gates(g, h_in, &mut scratch, hn_t);
+            }
+            // dh = dL/dh_t from the output plus what step t + 1 sent back.
+            for r in 0..n {
+                let at = ((self.first + r) * t_len + t) * h;
+                for ((v, &o), &c) in dh[r * h..(r + 1) * h]
+                    .iter_mut()
+                    .zip(&dout[at..at + h])
+                    .zip(&carry_h[r * h..(r + 1) * h])
+                {
+                    *v = o + c;
+                }
+            }
+            if lstm {
+                let c_in_all = &cs[t * sz..(t + 1) * sz];
+                for r in 0..n {
+                    let at = slab + ((self.first + r) * t_len + t) * h;
+                    let dc = &mut carry_c[r * h..(r + 1) * h];
+                    for (v, &o) in dc.iter_mut().zip(&dout[at..at + h]) {
+                        *v += o;
+                    }
+                    let row = &mut g[r * w..(r + 1) * w];
+                    let c_in = &c_in_all[r * h..(r + 1) * h];
+                    {
+                        let (ig, rest) = row.split_at(h);
+                        let (fg, rest) = rest.split_at(h);
+                        let gg = &rest[..h];
+                        for ((((v, &ci), &i), &f), &gv) in
+                            tmp.iter_mut().zip(c_in).zip(ig).zip(fg).zip(gg)
+                        {
+                            *v = f * ci + i * gv;
+                        }
+                    }
+                    tanh_in_place(&mut tmp);
+                    let (ig, rest) = row.split_at_mut(h);
+                    let (fg, rest) = rest.split_at_mut(h);
+                    let (gg, og) = rest.split_at_mut(h);
+                    let dhr = &dh[r * h..(r + 1) * h];
+                    for (((((((i, f), gv), o), dc), &ci), &tc), &dhv) in ig
+                        .iter_mut()
+                        .zip(fg.iter_mut())
+                        .zip(gg.iter_mut())
+                        .zip(og.iter_mut())
+                        .zip(dc.iter_mut())
+                        .zip(c_in)
+                        .zip(tmp.iter())
+                        .zip(dhr)
+                    {
+                        let (iv, fv, gvv, ov) = (*i, *f, *gv, *o);
+                        let dct = *dc + dhv * ov * (1.0 - tc * tc);
+                        *o = dhv * tc * ov * (1.0 - ov);
+                        *i = dct * gvv * iv * (1.0 - iv);
+                        *f = dct * ci * fv * (1.0 - fv);
+                        *gv = dct * iv * (1.0 - gvv * gvv);
+                        *dc = dct * fv;
+                    }
+                    for (a, &v) in b_x.iter_mut().zip(row.iter()) {
+                        *a += v;
+                    }
+                }
+                gemm(
+                    Mat::rows(g, n, w),
+                    Mat::rows(w_hh, w, h),
+                    0.0,
+                    &mut dh_in,
+                    h,
+                );
+            } else {
+                let hn_t = &mut hn_all[t * sz..(t + 1) * sz];
+                for r in 0..n {
+                    let row = &mut g[r * w..(r + 1) * w];
+                    let (rg, rest) = row.split_at_mut(h);
+                    let (zg, ng) = rest.split_at_mut(h);
+                    let hnr = &mut hn_t[r * h..(r + 1) * h];
+                    let h_in_r = &h_in[r * h..(r + 1) * h];
+                    let dhr = &dh[r * h..(r + 1) * h];
+                    let direct = &mut dh_in[r * h..(r + 1) * h];
+                    for ((((((rv, zv), nv), hnv), &hi), &dhv), dd) in rg
+                        .iter_mut()
+                        .zip(zg.iter_mut())
+                        .zip(ng.iter_mut())
+                        .zip(hnr.iter_mut())
+                        .zip(h_in_r)
+                        .zip(dhr)
+                        .zip(direct.iter_mut())
+                    {
+                        let (r_, z_, n_, hn_) = (*rv, *zv, *nv, *hnv);
+                        let dn = dhv * (1.0 - z_) * (1.0 - n_ * n_);
+                        let dz = dhv * (hi - n_);
+                        *dd = dhv * z_;
+                        *hnv = dn * r_;
+                        *rv = dn * hn_ * r_ * (1.0 - r_);
+                        *zv = dz * z_ * (1.0 - z_);
+                        *nv = dn;
+                    }
+                    for (a, &v) in b_x.iter_mut().zip(row.iter()) {
+                        *a += v;
+                    }
+                    for (a, &v) in b_hn.iter_mut().zip(hnr.iter()) {
+                        *a += v;
+                    }
+                }
+                gemm(
+                    Mat::strided(g, n, 2 * h, w),
+                    Mat::rows(&w_hh[..2 * h * h], 2 * h, h),
+                    1.0,
+                    &mut dh_in,
+                    h,
+                );
+                gemm(
+                    Mat::rows(hn_t, n, h),
+                    Mat::rows(&w_hh[2 * h * h..], h, h),
+                    1.0,
+                    &mut dh_in,
+                    h,
+                );
+            }
+            // dh_in flows to step t - 1, or to the stored state where step t starts.
+            for r in 0..n {
+                let row = r * h..(r + 1) * h;
+                if self.starts(r, t) {
+                    let at = (r * t_len + t) * h;
+                    if let Some(d) = dh0.as_deref_mut() {
+                        d[at..at + h].copy_from_slice(&dh_in[row.clone()]);
+                    }
+                    carry_h[row.clone()].fill(0.0);
+                    if lstm {
+                        if let Some(d) = dc0.as_deref_mut() {
+                            d[at..at + h].copy_from_slice(&carry_c[row.clone()]);
+                        }
+                        carry_c[row].fill(0.0);
+                    }
+                } else {
+                    carry_h[row.clone()].copy_from_slice(&dh_in[row]);
+                }
+            }
+        }
+        // g_all now holds dG (input side) for every step; hn_all the GRU's d(h W_hn^T + b_hn).
+        let rows = t_len * n;
+        if let Some(dx) = dx {
+            let mut dxt = vec![0.0f32; rows * i];
+            gemm(
+                Mat::rows(&g_all, rows, w),
+                Mat::rows(self.p.w_ih, w, i),
+                0.0,
+                &mut dxt,
+                i,
+            );
+            for r in 0..n {
+                for t in 0..t_len {
+                    dx[(r * t_len + t) * i..(r * t_len + t + 1) * i]
+                        .copy_from_slice(&dxt[(t * n + r) * i..(t * n + r + 1) * i]);
+                }
+            }
+        }
+        if !weights {
+            return WeightGrads::default();
+        }
+        let mut grads = WeightGrads {
+            w_ih: vec![0.0f32; w * i],
+            w_hh: vec![0.0f32; w * h],
+            b_x,
+            b_hn,
+        };
+        let h_in_all = Mat::rows(&hs, rows, h);
+        gemm(
+            Mat::rows(&g_all, rows, w).t(),
+            Mat::rows(&xt, rows, i),
+            0.0,
+            &mut grads.w_ih,
+            i,
+        );
+        match self.d.cell {
+            CellKind::Lstm => gemm(
+                Mat::rows(&g_all, rows, w).t(),
+                h_in_all,
+                0.0,
+                &mut grads.w_hh,
+                h,
+            ),
+            CellKind::Gru => {
+                gemm(
+                    Mat::strided(&g_all, rows, 2 * h, w).t(),
+                    h_in_all,
+                    0.0,
+                    &mut grads.w_hh[..2 * h * h],
+                    h,
+                );
+                gemm(
+                    Mat::rows(&hn_all, rows, h).t(),
+                    h_in_all,
+                    0.0,
+                    &mut grads.w_hh[2 * h * h..],
+                    h,
+                );
+            }
+        }
+        grads
+    }
+}
+
+/// Per block, its rows of `buf` (`lens[i] * unit` elements each), or `None` for every block
+/// when `buf` is empty (a gradient not asked for).
+fn opt_split<'a>(buf: &'a mut [f32], lens: &[usize], unit: usize) -> Vec<Option<&'a mut [f32]>> {
+    if buf.is_empty() {
+        lens.iter().map(|_| None).collect()
+    } else {
+        split_mut(buf, lens.iter().copied(), unit)
+            .into_iter()
+            .map(Some)
+            .collect()
+    }
+}
+
+/// Two distinct `len`-sized slots `a` and `b` of `buf`, mutably.
+fn two_slots(buf: &mut [f32], a: usize, b: usize, len: usize) -> (&mut [f32], &mut [f32]) {
+    debug_assert_ne!(a, b);
+    if a < b {
+        let (lo, hi) = buf.split_at_mut(b * len);
+        (&mut lo[a * len..(a + 1) * len], &mut hi[..len])
+    } else {
+        let (lo, hi) = buf.split_at_mut(a * len);
+        (&mut hi[..len], &mut lo[b * len..(b + 1) * len])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    struct Problem {
+        d: Dims,
+        w_ih: Vec<f32>,
+        w_hh: Vec<f32>,
+        b_ih: Vec<f32>,
+        b_hh: Vec<f32>,
+        x: Vec<f32>,
+        start: Vec<bool>,
+        h0: Vec<f32>,
+        c0: Vec<f32>,
+        dout: Vec<f32>,
+    }
+
+    impl Problem {
+        fn new(cell: CellKind, rows: usize, steps: usize) -> Self {
+            let d = Dims {
+                cell,
+                rows,
+                steps,
+                input: 3,
+                hidden: 5,
+            };
+            let (w, h) = (d.width(), d.hidden);
+            let start = (0..rows * steps)
+                .map(|p| p % steps == 0 || p % 7 == 3)
+                .collect();
+            Self {
+                w_ih: random(w * d.input, 1),
+                w_hh: random(w * h, 2),
+                b_ih: random(w, 3),
+                b_hh: random(w, 4),
+                x: random(rows * steps * d.input, 5),
+                h0: random(rows * steps * h, 6),
+                c0: random(rows * steps * h, 7),
+                dout: random(d.slabs() * rows * steps * h, 8),
+                start,
+                d,
+            }
+        }
+
+        fn params(&self) -> Params<'_> {
+            Params {
+                w_ih: &self.w_ih,
+                w_hh: &self.w_hh,
+                b_ih: Some(&self.b_ih),
+                b_hh: Some(&self.b_hh),
+            }
+        }
+
+        fn run(&self, keep: Keep, threads: usize) -> (Vec<f32>, Saved, Grads) {
+            let c0 = self.d.cell.has_cell_state().then_some(&self.c0[..]);
+            let (out, saved) = forward(
+                &self.d,
+                self.params(),
+                &self.x,
+                &self.start,
+                &self.h0,
+                c0,
+                keep,
+                threads,
+            );
+            let wanted = Wanted {
+                x: true,
+                h0: true,
+                c0: c0.is_some(),
+                weights: true,
+            };
+            let grads = backward(
+                &self.d,
+                self.params(),
+                &self.x,
+                &self.start,
+                saved.clone(),
+                &self.dout,
+                wanted,
+            );
+            (out, saved, grads)
+        }
+    }
+
+    /// Rows are independent: any split over threads gives the same bits, for the outputs and
+    /// the per-row gradients (weight gradients are sums of per-thread partials, so only close).
+    #[test]
+    fn thread_count_does_not_change_results() {
+        for cell in [CellKind::Lstm, CellKind::Gru] {
+            let p = Problem::new(cell, 5, 6);
+            let (out1, _, g1) = p.run(Keep::Gates, 1);
+            for threads in [2, 3, 8] {
+                let (out, _, g) = p.run(Keep::Gates, threads);
+                assert_eq!(out, out1, "{cell:?} outputs, {threads} threads");
+                assert_eq!(g.x, g1.x, "{cell:?} dx");
+                assert_eq!(g.h0, g1.h0, "{cell:?} dh0");
+                assert_eq!(g.c0, g1.c0, "{cell:?} dc0");
+                for (a, b) in g.w_hh.unwrap().iter().zip(g1.w_hh.as_ref().unwrap()) {
+                    assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+                }
+            }
+        }
+    }
+
+    /// `recompute = "full"` gives the same numbers as saving the gates, keeps fewer bytes, and
+    /// the byte count the benchmark prints is what the forward keeps.
+    #[test]
+    fn recompute_gives_the_same_gradients_from_fewer_bytes() {
+        for cell in [CellKind::Lstm, CellKind::Gru] {
+            let p = Problem::new(cell, 4, 9);
+            let (out, saved, g) = p.run(Keep::Gates, 2);
+            let (out_full, saved_full, g_full) = p.run(Keep::States, 2);
+            assert_eq!(out, out_full);
+            assert_eq!(saved.bytes(), saved_bytes(&p.d, Keep::Gates));
+            assert_eq!(saved_full.bytes(), saved_bytes(&p.d, Keep::States));
+            assert!(saved_full.bytes() * 3 <= saved.bytes(), "{cell:?}");
+            assert_eq!(g.x, g_full.x);
+            assert_eq!(g.h0, g_full.h0);
+            assert_eq!(g.w_ih, g_full.w_ih);
+            assert_eq!(g.b_hh, g_full.b_hh);
+            // Gradients exist and are not all zero.
+            assert!(g.w_hh.unwrap().iter().any(|&v| v != 0.0));
+            // Only steps that take the stored state get a stored-state gradient.
+            let h = p.d.hidden;
+            for (pos, &s) in p.start.iter().enumerate() {
+                let row = &g.h0.as_ref().unwrap()[pos * h..(pos + 1) * h];
+                assert_eq!(s, row.iter().any(|&v| v != 0.0), "{cell:?} step {pos}");
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Vectorizable `exp`, `sigmoid` and `tanh` for the fused kernels.
+//!
+//! libm's scalar `expf` is a function call per element; the cells evaluate `G*H` activations per
+//! row and step, as many as the GEMM has output elements, so a call each would cost as much as
+//! the GEMM. These are straight-line `f32` code (Cephes' `expf`: range reduction by `ln 2` and a
+//! degree-5 polynomial, about 1 ulp) that the compiler vectorizes over a slice.
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// `ln 2` split in a part exact in `f32` and the rest (Cody-Waite reduction).
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// Adding `1.5 * 2^23` rounds a float of magnitude below `2^22` to an integer in the low
+/// mantissa bits.
+const ROUND: f32 = 12_582_912.0;
+
+/// `e^x`, relative error about `1e-7`; inputs are clamped to `[-87, 88]` (the result stays a
+/// normal float).
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    let x = x.clamp(-87.0, 88.0);
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    // The integer `n` sits in the low mantissa bits of `t`.
+    let k = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let r2 = r * r;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 0.5;
+    let y = p * r2 + r + 1.0;
+    y * f32::from_bits(((k + 127) << 23) as u32)
+}
+
+/// `1 / (1 + e^-x)`.
+#[inline(always)]
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// `tanh x = 1 - 2 / (e^{2x} + 1)`, absolute error about `1e-7`.
+#[inline(always)]
+pub(crate) fn tanh(x: f32) -> f32 {
+    1.0 - 2.0 / (exp(2.0 * x) + 1.0)
+}
+
+/// `v <- sigmoid(v)` element-wise.
+pub(crate) fn sigmoid_in_place(v: &mut [f32]) {
+    for x in v {
+        *x = sigmoid(*x);
+    }
+}
+
+/// `v <- tanh(v)` element-wise.
+pub(crate) fn tanh_in_place(v: &mut [f32]) {
+    for x in v {
+        *x = tanh(*x);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activations_match_libm() {
+        let mut worst = (0.0f64, 0.0f64, 0.0f64);
+        for i in -200_000..=200_000 {
+            let x = i as f32 * 1e-4 * 3.0; // [-60, 60]
+            let e = (x as f64).exp();
+            if x.abs() < 80.0 {
+                let rel = ((exp(x) as f64 - e) / e).abs();
+                worst.0 = worst.0.max(rel);
+            }
+            let s = 1.0 / (1.0 + (-(x as f64)).exp());
+            worst.1 = worst.1.max((sigmoid(x) as f64 - s).abs());
+            worst.2 = worst.2.max((tanh(x) as f64 - (x as f64).tanh()).abs());
+        }
+        assert!(worst.0 < 3e-7, "exp relative error {}", worst.0);
+        assert!(worst.1 < 2e-7, "sigmoid absolute error {}", worst.1);
+        assert!(worst.2 < 3e-7, "tanh absolute error {}", worst.2);
+        // Saturation without NaN or infinity.
+        for x in [-1e30f32, -500.0, -88.0, 88.0, 500.0, 1e30] {
+            assert!(exp(x).is_finite() && exp(x) >= 0.0, "exp({x})");
+            assert!((0.0..=1.0).contains(&sigmoid(x)), "sigmoid({x})");
+            assert!((-1.0..=1.0).contains(&tanh(x)), "tanh({x})");
+        }
+        assert_eq!(tanh(1e30), 1.0);
+        assert_eq!(tanh(-1e30), -1.0);
+        assert!(sigmoid(-1e30) < 1e-37 && sigmoid(1e30) == 1.0);
+    }
+}

@@ -1,0 +1,487 @@
+//! `fused`: hand-written recurrent-mode forward and backward kernels on the CPU.
+//!
+//! Each layer is one operation: on [`CpuAutodiff`] a custom burn autodiff node (its backward is
+//! the hand-written BPTT in [`kernel`], so losses use it without knowing), on [`Cpu`] a plain
+//! forward. Layers are chained as burn tensors, so dropout between layers is burn's own op.
+//!
+//! The module is generic over its backend; this backend runs only on the two CPU backends
+//! ([`available`]). `RecurrentCore::new` rejects `backend = "fused"` on any other backend and
+//! `auto` falls back to `scan` there, so [`run`] never sees another one.
+//!
+//! Each layer call's output is `[K, B, T, H]`: the post-step `h` of every step and, for an
+//! LSTM (`K = 2`), the post-step `c` (for the `next` state). Its parents are the layer input
+//! `[B, T, in]`, the layer's stored states `[B, T, H]` (read where a step starts a segment),
+//! and the four parameters; gradients flow to all of them.
+
+mod gemm;
+mod kernel;
+mod math;
+
+use std::any::{Any, TypeId};
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::NodeId;
+use burn::backend::ndarray::NdArrayTensor;
+use burn::nn::DropoutConfig;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorPrimitive};
+use ndarray::{ArcArray, IxDyn};
+
+pub use gemm::{square_gemm_peak, threads};
+use kernel::{Dims, Keep, Params, Saved, Wanted};
+
+use super::scan::CellState3;
+use super::Segments;
+use crate::backend::{Cpu, CpuAutodiff};
+use crate::recurrent::{CellKind, Recompute, RecurrentCore, RecurrentState};
+
+/// burn's autodiff tensor over [`Cpu`] (its `primitive` and graph `node`).
+type AdTensor = burn::tensor::ops::FloatTensor<CpuAutodiff>;
+
+/// Whether the fused backend runs on backend `B` (the CPU backends [`Cpu`] and
+/// [`CpuAutodiff`]).
+pub fn available<B: Backend>() -> bool {
+    let id = TypeId::of::<B>();
+    id == TypeId::of::<Cpu>() || id == TypeId::of::<CpuAutodiff>()
+}
+
+/// Bytes one forward+backward call keeps between the forward and the backward pass, summed
+/// over layers: per step and batch row, the states entering the step (`h`, and `c` for an
+/// LSTM) and, with `recompute = "none"`, the post-activation gates (`G*H`) plus, for a GRU,
+/// `h W_hn^T + b_hn` (`H`). The layer inputs are not counted: the autodiff graph holds them
+/// anyway (the caller's input, the previous layer's output).
+pub fn saved_bytes(
+    cell: CellKind,
+    batch: usize,
+    steps: usize,
+    hidden: usize,
+    layers: usize,
+    recompute: Recompute,
+) -> usize {
+    let dims = Dims {
+        cell,
+        rows: batch,
+        steps,
+        input: hidden,
+        hidden,
+    };
+    layers * kernel::saved_bytes(&dims, keep_for(recompute))
+}
+
+fn keep_for(recompute: Recompute) -> Keep {
+    match recompute {
+        Recompute::None => Keep::Gates,
+        Recompute::Full => Keep::States,
+    }
+}
+
+/// Returns, per layer, the post-step `h` (and `c`) `[B, T, H]`.
+pub(crate) fn run<B: Backend>(
+    core: &RecurrentCore<B>,
+    x: Tensor<B, 3>,
+    segments: &Segments,
+    stored: RecurrentState<B, 4>,
+) -> Vec<CellState3<B>> {
+    let [rows, steps, _] = x.dims();
+    let hidden = core.hidden_size();
+    let cell = core.cell();
+    let start: Arc<[bool]> = segments.start.clone().into();
+    let dropout = DropoutConfig::new(core.config().dropout).init();
+    let layers = core.layers.len();
+    let mut input = x;
+    let mut out = Vec::with_capacity(layers);
+    for (l, layer) in core.layers.iter().enumerate() {
+        let of_layer = |e: &Tensor<B, 4>| {
+            e.clone()
+                .slice_dim(2, l..l + 1)
+                .reshape([rows, steps, hidden])
+        };
+        let call = Call {
+            x: input,
+            h0: of_layer(&stored.rs_h),
+            c0: stored.rs_c.as_ref().map(of_layer),
+            w_ih: layer.weight_ih.val(),
+            w_hh: layer.weight_hh.val(),
+            b_ih: layer.bias_ih.as_ref().map(|b| b.val()),
+            b_hh: layer.bias_hh.as_ref().map(|b| b.val()),
+        };
+        let both = dispatch(cell, core.config().recompute, start.clone(), call);
+        let h = both
+            .clone()
+            .slice_dim(0, 0..1)
+            .reshape([rows, steps, hidden]);
+        let c = cell
+            .has_cell_state()
+            .then(|| both.slice_dim(0, 1..2).reshape([rows, steps, hidden]));
+        input = if l + 1 < layers {
+            dropout.forward(h.clone())
+        } else {
+            h.clone()
+        };
+        out.push((h, c));
+    }
+    out
+}
+
+/// The tensors of one layer call.
+struct Call<B: Backend> {
+    x: Tensor<B, 3>,
+    h0: Tensor<B, 3>,
+    c0: Option<Tensor<B, 3>>,
+    w_ih: Tensor<B, 2>,
+    w_hh: Tensor<B, 2>,
+    b_ih: Option<Tensor<B, 1>>,
+    b_hh: Option<Tensor<B, 1>>,
+}
+
+/// Runs one layer on the concrete backend `B` is; `[K, B, T, H]`.
+fn dispatch<B: Backend>(
+    cell: CellKind,
+    recompute: Recompute,
+    start: Arc<[bool]>,
+    call: Call<B>,
+) -> Tensor<B, 4> {
+    let call: Box<dyn Any> = Box::new(call);
+    let call = match call.downcast::<Call<CpuAutodiff>>() {
+        Ok(call) => return same_type(autodiff_layer(cell, recompute, start, *call)),
+        Err(other) => other,
+    };
+    match call.downcast::<Call<Cpu>>() {
+        Ok(call) => same_type(inference_layer(cell, &start, *call)),
+        Err(_) => panic!(
+            "the fused recurrent backend runs on the CPU backends only (got {}); \
+             RecurrentCore::new rejects this configuration",
+            std::any::type_name::<B>()
+        ),
+    }
+}
+
+/// `t` as `U` when they are the same type (checked by the caller's downcast).
+fn same_type<T: 'static, U: 'static>(t: T) -> U {
+    *(Box::new(t) as Box<dyn Any>)
+        .downcast::<U>()
+        .expect("dispatch picked this type")
+}
+
+/// A CPU tensor's values, row-major, borrowed when its storage is contiguous.
+fn host(t: &NdArrayTensor) -> Cow<'_, [f32]> {
+    match t {
+        NdArrayTensor::F32(storage) => {
+            let view = storage.view();
+            match view.to_slice() {
+                Some(s) => Cow::Borrowed(s),
+                None => Cow::Owned(view.iter().copied().collect()),
+            }
+        }
+        other => panic!(
+            "the fused recurrent backend computes in f32, got a {:?} tensor",
+            burn::tensor::TensorMetadata::dtype(other)
+        ),
+    }
+}
+
+fn primitive(values: Vec<f32>, shape: &[usize]) -> NdArrayTensor {
+    NdArrayTensor::from(
+        ArcArray::from_shape_vec(IxDyn(shape), values).expect("values match the shape"),
+    )
+}
+
+fn dims_of(cell: CellKind, x: &NdArrayTensor, w_hh: &NdArrayTensor) -> Dims {
+    use burn::tensor::TensorMetadata;
+    let xs = x.shape();
+    Dims {
+        cell,
+        rows: xs[0],
+        steps: xs[1],
+        input: xs[2],
+        hidden: w_hh.shape()[1],
+    }
+}
+
+/// Forward only, on [`Cpu`].
+fn inference_layer(cell: CellKind, start: &[bool], call: Call<Cpu>) -> Tensor<Cpu, 4> {
+    let prim = |t: Tensor<Cpu, 3>| t.into_primitive().tensor();
+    let (x, h0) = (prim(call.x), prim(call.h0));
+    let c0 = call.c0.map(prim);
+    let (w_ih, w_hh) = (
+        call.w_ih.into_primitive().tensor(),
+        call.w_hh.into_primitive().tensor(),
+    );
+    let b_ih = call.b_ih.map(|b| b.into_primitive().tensor());
+    let b_hh = call.b_hh.map(|b| b.into_primitive().tensor());
+    let d = dims_of(cell, &x, &w_hh);
+    let (wi, wh) = (host(&w_ih), host(&w_hh));
+    let (bi, bh) = (b_ih.as_ref().map(host), b_hh.as_ref().map(host));
+    let params = Params {
+        w_ih: &wi,
+        w_hh: &wh,
+        b_ih: bi.as_deref(),
+        b_hh: bh.as_deref(),
+    };
+    let c0h = c0.as_ref().map(host);
+    let (out, _) = kernel::forward(
+        &d,
+        params,
+        &host(&x),
+        start,
+        &host(&h0),
+        c0h.as_deref(),
+        Keep::Nothing,
+        threads(),
+    );
+    let shape = [d.slabs(), d.rows, d.steps, d.hidden];
+    Tensor::from_primitive(TensorPrimitive::Float(primitive(out, &shape)))
+}
+
+/// What the backward of one layer call needs.
+#[derive(Clone)]
+struct LayerState {
+    dims: Dims,
+    start: Arc<[bool]>,
+    /// The layer input and the parameters (shared with the graph, not copied).
+    x: NdArrayTensor,
+    w_ih: NdArrayTensor,
+    w_hh: NdArrayTensor,
+    b_ih: Option<NdArrayTensor>,
+    b_hh: Option<NdArrayTensor>,
+    /// What the forward kept, taken by the backward.
+    saved: Arc<std::sync::Mutex<Option<Saved>>>,
+}
+
+impl std::fmt::Debug for LayerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LayerState")
+            .field("dims", &self.dims)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The backward step of one fused layer. Parents: `x`, `h0`, `c0`, `w_ih`, `w_hh`, `b_ih`,
+/// `b_hh` (absent ones are untracked placeholders).
+#[derive(Debug)]
+struct FusedLayerBackward;
+
+impl Backward<Cpu, 7> for FusedLayerBackward {
+    type State = LayerState;
+
+    fn backward(self, ops: Ops<Self::State, 7>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [nx, nh, nc, nwi, nwh, nbi, nbh] = ops.parents;
+        let dout = grads.consume::<Cpu>(&ops.node);
+        let state = ops.state;
+        let saved = state
+            .saved
+            .lock()
+            .expect("fused layer state lock")
+            .take()
+            .expect("a fused layer's backward runs once");
+        let d = state.dims;
+        let (wi, wh) = (host(&state.w_ih), host(&state.w_hh));
+        let (bi, bh) = (state.b_ih.as_ref().map(host), state.b_hh.as_ref().map(host));
+        let params = Params {
+            w_ih: &wi,
+            w_hh: &wh,
+            b_ih: bi.as_deref(),
+            b_hh: bh.as_deref(),
+        };
+        let wanted = Wanted {
+            x: nx.is_some(),
+            h0: nh.is_some(),
+            c0: nc.is_some() && d.cell.has_cell_state(),
+            weights: nwi.is_some() || nwh.is_some() || nbi.is_some() || nbh.is_some(),
+        };
+        let g = kernel::backward(
+            &d,
+            params,
+            &host(&state.x),
+            &state.start,
+            saved,
+            &host(&dout),
+            wanted,
+        );
+        let (b, t, h, i, w) = (d.rows, d.steps, d.hidden, d.input, d.width());
+        let mut give = |node: Option<NodeId>, values: Option<Vec<f32>>, shape: &[usize]| {
+            if let (Some(node), Some(values)) = (node, values) {
+                grads.register::<Cpu>(node, primitive(values, shape));
+            }
+        };
+        give(nx.map(|n| n.id), g.x, &[b, t, i]);
+        give(nh.map(|n| n.id), g.h0, &[b, t, h]);
+        give(nc.map(|n| n.id), g.c0, &[b, t, h]);
+        give(nwi.map(|n| n.id), g.w_ih, &[w, i]);
+        give(nwh.map(|n| n.id), g.w_hh, &[w, h]);
+        give(nbi.map(|n| n.id), g.b_ih, &[w]);
+        give(nbh.map(|n| n.id), g.b_hh, &[w]);
+    }
+}
+
+/// One layer as a node of burn's autodiff graph on [`CpuAutodiff`].
+fn autodiff_layer(
+    cell: CellKind,
+    recompute: Recompute,
+    start: Arc<[bool]>,
+    call: Call<CpuAutodiff>,
+) -> Tensor<CpuAutodiff, 4> {
+    fn ad<const D: usize>(t: Tensor<CpuAutodiff, D>) -> AdTensor {
+        t.into_primitive().tensor()
+    }
+    let placeholder = || AdTensor::new(primitive(vec![0.0], &[1]));
+    let x = ad(call.x);
+    let h0 = ad(call.h0);
+    let c0 = call.c0.map(ad);
+    let w_ih = ad(call.w_ih);
+    let w_hh = ad(call.w_hh);
+    let b_ih = call.b_ih.map(ad);
+    let b_hh = call.b_hh.map(ad);
+    let node = |t: &Option<AdTensor>| t.clone().unwrap_or_else(placeholder).node;
+    let nodes = [
+        x.node.clone(),
+        h0.node.clone(),
+        node(&c0),
+        w_ih.node.clone(),
+        w_hh.node.clone(),
+        node(&b_ih),
+        node(&b_hh),
+    ];
+    let d = dims_of(cell, &x.primitive, &w_hh.primitive);
+    let run = |keep: Keep| {
+        let (wi, wh) = (host(&w_ih.primitive), host(&w_hh.primitive));
+        let bi = b_ih.as_ref().map(|b| host(&b.primitive));
+        let bh = b_hh.as_ref().map(|b| host(&b.primitive));
+        let params = Params {
+            w_ih: &wi,
+            w_hh: &wh,
+            b_ih: bi.as_deref(),
+            b_hh: bh.as_deref(),
+        };
+        let c0h = c0.as_ref().map(|c| host(&c.primitive));
+        let (out, saved) = kernel::forward(
+            &d,
+            params,
+            &host(&x.primitive),
+            &start,
+            &host(&h0.primitive),
+            c0h.as_deref(),
+            keep,
+            threads(),
+        );
+        let shape = [d.slabs(), d.rows, d.steps, d.hidden];
+        (primitive(out, &shape), saved)
+    };
+    let output = match FusedLayerBackward
+        .prepare::<NoCheckpointing>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let keep = keep_for(recompute);
+            let (out, saved) = run(keep);
+            debug_assert_eq!(saved.bytes(), kernel::saved_bytes(&d, keep));
+            let state = LayerState {
+                dims: d,
+                start: start.clone(),
+                x: x.primitive.clone(),
+                w_ih: w_ih.primitive.clone(),
+                w_hh: w_hh.primitive.clone(),
+                b_ih: b_ih.as_ref().map(|b| b.primitive.clone()),
+                b_hh: b_hh.as_ref().map(|b| b.primitive.clone()),
+                saved: Arc::new(std::sync::Mutex::new(Some(saved))),
+            };
+            prep.finish(state, out)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(run(Keep::Nothing).0),
+    };
+    Tensor::from_primitive(TensorPrimitive::Float(output))
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::module::{AutodiffModule, Module};
+    use burn::tensor::{Bool, TensorData};
+
+    use super::*;
+    use crate::backend::cpu_device;
+    use crate::recurrent::{set_recurrent_mode, RecurrentBackend, RecurrentConfig, RecurrentMode};
+
+    fn values<const D: usize, B: Backend>(t: Tensor<B, D>) -> Vec<f32> {
+        t.into_data().to_vec::<f32>().unwrap()
+    }
+
+    fn run<B: Backend>(core: &RecurrentCore<B>, grad: bool) -> (Vec<f32>, Vec<f32>) {
+        let device = Default::default();
+        let (b, t) = (3, 7);
+        let x: Vec<f32> = (0..b * t * 2).map(|i| (i as f32 * 0.37).sin()).collect();
+        let flags: Vec<bool> = (0..b * t).map(|i| i % 5 == 2).collect();
+        let mut x = Tensor::<B, 3>::from_data(TensorData::new(x, [b, t, 2]), &device);
+        if grad {
+            x = x.require_grad();
+        }
+        let is_init = Tensor::<B, 2, Bool>::from_data(TensorData::new(flags, [b, t]), &device);
+        let stored = |s: f32| Tensor::<B, 4>::ones([b, t, 2, 4], &device) * s;
+        let state = RecurrentState {
+            rs_h: stored(0.3),
+            rs_c: core.cell().has_cell_state().then(|| stored(-0.2)),
+        };
+        let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
+        let out = core.forward_batch(x, is_init, state).unwrap();
+        (values(out.features), values(out.next.rs_h))
+    }
+
+    /// Inference on `Cpu`, the untracked and the tracked autodiff paths compute the same bits.
+    #[test]
+    fn cpu_and_autodiff_paths_agree() {
+        for cell in [CellKind::Lstm, CellKind::Gru] {
+            let config = RecurrentConfig::new(2, 4)
+                .with_num_layers(2)
+                .with_backend(RecurrentBackend::Auto);
+            let core = RecurrentCore::<CpuAutodiff>::new(&config, cell, &cpu_device()).unwrap();
+            assert_eq!(core.backend(), RecurrentBackend::Fused, "auto picks fused");
+            let tracked = run(&core, true);
+            let untracked = run(&core.clone().no_grad(), false);
+            let inference = run(&core.valid(), false);
+            assert_eq!(tracked, untracked, "{cell:?}");
+            assert_eq!(tracked, inference, "{cell:?}");
+            assert!(tracked.0.iter().any(|&v| v != 0.0));
+        }
+    }
+
+    #[test]
+    fn fused_needs_a_cpu_backend_and_recompute_needs_fused() {
+        let config = RecurrentConfig::new(2, 4).with_backend(RecurrentBackend::Fused);
+        assert!(config.validate(CellKind::Gru, true).is_ok());
+        let err = config
+            .validate(CellKind::Gru, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"fused\"") && err.contains("CPU"), "{err}");
+        let full = RecurrentConfig::new(2, 4).with_recompute(Recompute::Full);
+        assert!(full.validate(CellKind::Lstm, true).is_ok(), "auto -> fused");
+        let err = full
+            .validate(CellKind::Lstm, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"full\"") && err.contains("LstmModule"),
+            "{err}"
+        );
+        assert_eq!(
+            "fused".parse::<RecurrentBackend>().unwrap(),
+            RecurrentBackend::Fused
+        );
+    }
+
+    #[test]
+    fn saved_bytes_shrink_with_recompute() {
+        let none = saved_bytes(CellKind::Lstm, 128, 64, 256, 1, Recompute::None);
+        let full = saved_bytes(CellKind::Lstm, 128, 64, 256, 1, Recompute::Full);
+        // LSTM: h, c and 4 gates per row and step vs h and c.
+        assert_eq!(none, 4 * 128 * 64 * 256 * 6);
+        assert_eq!(full, 4 * 128 * 64 * 256 * 2);
+        let gru = saved_bytes(CellKind::Gru, 128, 64, 256, 2, Recompute::Full);
+        assert_eq!(gru, 2 * 4 * 128 * 64 * 256);
+    }
+}
