@@ -1,6 +1,8 @@
 //! The learning algorithms behind one interface: the training loop (online, with actors) and
 //! the learner-only replay loop feed chunks and ask for updates without knowing which runs.
 
+use burn::tensor::backend::AutodiffBackend;
+use common::backend::{cpu_device, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::PolicyConfig;
 
@@ -10,10 +12,11 @@ use crate::dqn::Dqn;
 use crate::optim::Model;
 use crate::ppo::{Ppo, UpdateStats};
 
-pub enum Learner {
-    Ppo(Box<Ppo>),
-    Dqn(Box<Dqn>),
-    Bc(Box<Bc>),
+/// A learner training on backend `B` (the CPU unless a `cuda` build picked CUDA).
+pub enum Learner<B: AutodiffBackend = CpuAutodiff> {
+    Ppo(Box<Ppo<B>>),
+    Dqn(Box<Dqn<B>>),
+    Bc(Box<Bc<B>>),
 }
 
 /// What a learner is built from.
@@ -30,7 +33,15 @@ pub struct LearnerSpec<'a> {
 }
 
 impl Learner {
+    /// A learner on the CPU.
     pub fn new(spec: &LearnerSpec) -> anyhow::Result<Self> {
+        Self::on_device(spec, &cpu_device())
+    }
+}
+
+impl<B: AutodiffBackend> Learner<B> {
+    /// A learner whose model lives on `device`.
+    pub fn on_device(spec: &LearnerSpec, device: &B::Device) -> anyhow::Result<Self> {
         let missing = |s: &str| anyhow::anyhow!("algo {} needs a [{s}] section", spec.algo.name());
         Ok(match spec.algo {
             Algo::Ppo => Learner::Ppo(Box::new(Ppo::new(
@@ -38,6 +49,7 @@ impl Learner {
                 spec.ppo.ok_or_else(|| missing("ppo"))?,
                 spec.schema,
                 spec.seed,
+                device,
             )?)),
             Algo::Dqn => Learner::Dqn(Box::new(Dqn::new(
                 spec.policy,
@@ -45,6 +57,7 @@ impl Learner {
                 spec.schema,
                 spec.capacity,
                 spec.seed,
+                device,
             )?)),
             Algo::Bc => Learner::Bc(Box::new(Bc::new(
                 spec.policy,
@@ -52,6 +65,7 @@ impl Learner {
                 spec.schema,
                 spec.capacity,
                 spec.seed,
+                device,
             )?)),
         })
     }
@@ -64,7 +78,7 @@ impl Learner {
         }
     }
 
-    pub fn model(&self) -> &Model {
+    pub fn model(&self) -> &Model<B> {
         match self {
             Learner::Ppo(p) => p.model(),
             Learner::Dqn(d) => d.model(),
@@ -99,7 +113,7 @@ impl Learner {
     /// One update: PPO's epochs over its storage, or `steps` gradient steps (DQN, BC), with
     /// the statistics averaged.
     pub fn update(&mut self, steps: usize) -> anyhow::Result<UpdateStats> {
-        let step = |l: &mut Learner| match l {
+        let step = |l: &mut Learner<B>| match l {
             Learner::Ppo(p) => p.update(),
             Learner::Dqn(d) => d.train_step(),
             Learner::Bc(b) => b.train_step(),

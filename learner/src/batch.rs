@@ -1,9 +1,9 @@
 //! A sampled batch of slices as tensors `[rows, slice_len, ..]`, and the recurrent-mode forward
 //! of a slice with burn-in, shared by DQN and behaviour cloning.
 
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use common::backend::{cpu_device, to_vec as host, Cpu, CpuAutodiff};
+use common::backend::to_vec as host;
 use common::policy::{Policy, PolicyOutput};
 use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
 
@@ -47,8 +47,8 @@ impl<'a> SliceBatch<'a> {
         self.batch.mask.as_deref().expect("a padded batch")
     }
 
-    /// The discrete actions of columns `from..len`, `[rows, len - from, 1]`.
-    pub fn action_index(&self, from: usize) -> Tensor<CpuAutodiff, 3, Int> {
+    /// The discrete actions of columns `from..len`, `[rows, len - from, 1]`, on `device`.
+    pub fn action_index<B: Backend>(&self, from: usize, device: &B::Device) -> Tensor<B, 3, Int> {
         let idx: Vec<i64> = self
             .gather(&self.storage.action, 1)
             .into_iter()
@@ -57,7 +57,7 @@ impl<'a> SliceBatch<'a> {
         let idx = columns(&idx, self.rows, self.len, 1, from, self.len);
         Tensor::from_data(
             TensorData::new(idx, [self.rows, self.len - from, 1]),
-            &cpu_device(),
+            device,
         )
     }
 
@@ -174,12 +174,12 @@ impl SliceInputs {
     /// The learner part of the slices, `[rows, len - burn_in, ..]` with autodiff: the first
     /// `burn_in` columns run on `inference` (the same weights, no autodiff) only to produce the
     /// state at column `burn_in`, so neither loss nor gradient touches them.
-    pub fn forward_learn(
+    pub fn forward_learn<B: AutodiffBackend>(
         &self,
-        model: &Policy<CpuAutodiff>,
-        inference: &Policy<Cpu>,
+        model: &Policy<B>,
+        inference: &Policy<B::InnerBackend>,
         burn_in: usize,
-    ) -> PolicyOutput<CpuAutodiff, 3, 4> {
+    ) -> PolicyOutput<B, 3, 4> {
         if burn_in == 0 {
             return self.forward(model, 0, None);
         }
@@ -210,7 +210,13 @@ impl SliceInputs {
     }
 }
 
-/// A `[rows, len, w]` tensor on the autodiff CPU backend.
-pub fn tensor3(v: Vec<f32>, rows: usize, len: usize, w: usize) -> Tensor<CpuAutodiff, 3> {
-    Tensor::from_data(TensorData::new(v, [rows, len, w]), &cpu_device())
+/// A `[rows, len, w]` tensor on `device`.
+pub fn tensor3<B: Backend>(
+    v: Vec<f32>,
+    rows: usize,
+    len: usize,
+    w: usize,
+    device: &B::Device,
+) -> Tensor<B, 3> {
+    Tensor::from_data(TensorData::new(v, [rows, len, w]), device)
 }

@@ -2,8 +2,9 @@
 //! slices (recurrent mode, optional burn-in): the simplest supervised check of the sequence
 //! path, and a learner-only baseline on recorded data.
 
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
-use common::backend::{to_vec as host, Cpu, CpuAutodiff};
+use common::backend::{to_vec as host, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::dist::{categorical_log_prob, squashed_gaussian_log_prob_tensor};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
@@ -16,24 +17,25 @@ use crate::ppo::UpdateStats;
 use crate::replay::ReplayStorage;
 use crate::slice_sampler::{EndKey, SampledBatch, SliceSampler, SliceSamplerConfig};
 
-pub struct Bc {
-    trainee: Trainee,
-    inference: Policy<Cpu>,
+pub struct Bc<B: AutodiffBackend = CpuAutodiff> {
+    trainee: Trainee<B>,
+    inference: Policy<B::InnerBackend>,
     config: BcSection,
     storage: ReplayStorage,
     sampler: SliceSampler,
 }
 
-impl Bc {
+impl<B: AutodiffBackend> Bc<B> {
     pub fn new(
         policy: &PolicyConfig,
         bc: &BcSection,
         schema: &ChunkSchema,
         capacity: usize,
         seed: u64,
+        device: &B::Device,
     ) -> anyhow::Result<Self> {
         check_initial_state(bc.initial_state, policy, schema)?;
-        let trainee = Trainee::new(policy, seed)?;
+        let trainee = Trainee::new(policy, seed, device)?;
         Ok(Bc {
             inference: trainee.inference(),
             trainee,
@@ -52,7 +54,7 @@ impl Bc {
         })
     }
 
-    pub fn model(&self) -> &Model {
+    pub fn model(&self) -> &Model<B> {
         &self.trainee.model
     }
 
@@ -76,7 +78,7 @@ impl Bc {
     }
 
     /// Mean negative log-likelihood of the recorded actions on the real steps after burn-in.
-    pub fn loss(&self, batch: &SampledBatch) -> (Tensor<CpuAutodiff, 1>, UpdateStats) {
+    pub fn loss(&self, batch: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
         let c = &self.config;
         let (len, burn) = (c.slice_len, c.burn_in);
         let sb = SliceBatch::new(&self.storage, batch, len);
@@ -89,15 +91,18 @@ impl Bc {
             pc.cell.has_cell_state(),
         );
         let learn = len - burn;
+        let device = self.trainee.device();
         let out = inputs.forward_learn(&self.trainee.model, &self.inference, burn);
         let logp = match self.trainee.model.action() {
-            ActionSpec::Discrete { .. } => categorical_log_prob(out.head, sb.action_index(burn)),
+            ActionSpec::Discrete { .. } => {
+                categorical_log_prob(out.head, sb.action_index(burn, &device))
+            }
             ActionSpec::Continuous { low, high } => {
                 let a = low.len();
                 let acts = columns(&sb.gather(&self.storage.action, a), rows, len, a, burn, len);
                 squashed_gaussian_log_prob_tensor(
                     out.head,
-                    tensor3(acts, rows, learn, a),
+                    tensor3(acts, rows, learn, a, &device),
                     low,
                     high,
                 )
@@ -106,7 +111,7 @@ impl Bc {
         let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
         let mask = columns(&mask, rows, len, 1, burn, len);
         let count = mask.iter().sum::<f32>().max(1.0);
-        let loss = (logp * tensor3(mask, rows, learn, 1)).sum().neg() / count;
+        let loss = (logp * tensor3(mask, rows, learn, 1, &device)).sum().neg() / count;
         let value = host(loss.clone().inner())[0];
         (
             loss,

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use common::backend::TrainDevice;
 use common::recurrent::{CellKind, RecurrentBackend};
 use serde::{Deserialize, Serialize};
 
@@ -90,6 +91,10 @@ pub struct RunSection {
     /// End the run as soon as `target_return` is reached.
     #[serde(default)]
     pub stop_at_target: bool,
+    /// Where the learner trains: `"cpu"` (default), `"cuda"` or `"cuda:N"` (a build with
+    /// `--features cuda`). Actors always run on the CPU.
+    #[serde(default)]
+    pub device: TrainDevice,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -258,6 +263,10 @@ pub struct ReplaySection {
     /// Stop as soon as an evaluation reaches this mean return.
     #[serde(default)]
     pub target_return: Option<f64>,
+    /// Where the learner trains: `"cpu"` (default), `"cuda"` or `"cuda:N"` (a build with
+    /// `--features cuda`).
+    #[serde(default)]
+    pub device: TrainDevice,
 }
 
 /// A learner-only replay config (`recur-learner replay --config`).
@@ -428,6 +437,7 @@ impl TrainConfig {
                 "at least 2",
             );
         }
+        validate_device("run.device", self.run.device, &self.policy, &bad)?;
         validate_policy(&self.policy, &bad)?;
         match self.run.algo {
             Algo::Ppo => {
@@ -455,6 +465,35 @@ impl TrainConfig {
 }
 
 type Bad<'a> = dyn Fn(&'static str, String, &str) -> Result<(), ConfigError> + 'a;
+
+/// The device must be built in (`--features cuda` for CUDA), and `fused` has no CUDA kernel yet.
+fn validate_device(
+    key: &'static str,
+    device: TrainDevice,
+    p: &PolicySection,
+    bad: &Bad,
+) -> Result<(), ConfigError> {
+    let value = format!("\"{device}\"");
+    if device.check_built().is_err() {
+        return bad(
+            key,
+            value,
+            "\"cpu\": this binary was built without `--features cuda` (rebuild with \
+             `cargo build --release --features cuda` to train on a GPU)",
+        );
+    }
+    if device.is_cuda() && p.backend == RecurrentBackend::Fused {
+        return bad(
+            "policy.backend",
+            "\"fused\"".into(),
+            &format!(
+                "\"scan\", \"pad\" or \"auto\" with {key} = {value}: the fused recurrent kernels \
+                 run on the CPU only (no CUDA kernel yet; \"auto\" picks \"scan\" on CUDA)"
+            ),
+        );
+    }
+    Ok(())
+}
 
 fn validate_policy(p: &PolicySection, bad: &Bad) -> Result<(), ConfigError> {
     if p.hidden_size == 0 {
@@ -656,6 +695,7 @@ impl ReplayConfig {
         if r.eval_episodes == 0 {
             return bad("replay.eval_episodes", "0".into(), "at least 1");
         }
+        validate_device("replay.device", r.device, &self.policy, &bad)?;
         validate_policy(&self.policy, &bad)?;
         match r.algo {
             Algo::Dqn => match &self.dqn {
@@ -764,6 +804,106 @@ max_grad_norm = 0.5
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown field `mode`"), "{err}");
+    }
+
+    fn with_device(device: &str) -> String {
+        GOOD.replace(
+            "frames = 1000000",
+            &format!("frames = 1000000\ndevice = \"{device}\""),
+        )
+    }
+
+    #[test]
+    fn the_device_is_the_cpu_unless_set() {
+        let c = TrainConfig::parse(GOOD, "good.toml").unwrap();
+        assert_eq!(c.run.device, TrainDevice::Cpu);
+        let c = TrainConfig::parse(&with_device("cpu"), "x.toml").unwrap();
+        assert_eq!(c.run.device, TrainDevice::Cpu);
+        assert!(c.to_toml().contains("device = \"cpu\""), "{}", c.to_toml());
+    }
+
+    #[test]
+    fn a_bad_device_is_named_with_its_value() {
+        for bad in ["gpu", "cuda:x", "cuda:", "CPU"] {
+            let err = TrainConfig::parse(&with_device(bad), "x.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("x.toml")
+                    && err.contains("device")
+                    && err.contains(&format!("{bad:?}"))
+                    && err.contains("\"cuda:N\""),
+                "{bad}: {err}"
+            );
+        }
+        let bc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/replay/bc.toml"
+        ))
+        .unwrap();
+        let err = ReplayConfig::parse(
+            &bc.replace("device = \"cpu\"", "device = \"tpu\""),
+            "b.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("device") && err.contains("\"tpu\""), "{err}");
+    }
+
+    /// Without the `cuda` feature a CUDA device is refused at load, saying how to build it.
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_is_refused_without_the_cuda_feature() {
+        for (device, shown) in [
+            ("cuda", "cuda:0"),
+            ("cuda:0", "cuda:0"),
+            ("cuda:2", "cuda:2"),
+        ] {
+            let err = TrainConfig::parse(&with_device(device), "x.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("`run.device` = \"{shown}\""))
+                    && err.contains("built without `--features cuda`"),
+                "{err}"
+            );
+        }
+        let bc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/replay/bc.toml"
+        ))
+        .unwrap();
+        let err = ReplayConfig::parse(
+            &bc.replace("device = \"cpu\"", "device = \"cuda:0\""),
+            "b.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("`replay.device` = \"cuda:0\"") && err.contains("--features cuda"),
+            "{err}"
+        );
+    }
+
+    /// With the `cuda` feature a CUDA device loads (the GPU is looked for when training
+    /// starts), `auto` stays `auto` (it resolves to `scan` there) and `fused` is refused.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_loads_with_the_feature_but_not_with_fused() {
+        let c = TrainConfig::parse(&with_device("cuda:1"), "x.toml").unwrap();
+        assert_eq!(c.run.device, TrainDevice::Cuda(1));
+        assert_eq!(TrainConfig::parse(&c.to_toml(), "resolved").unwrap(), c);
+        let fused = with_device("cuda")
+            .replace("hidden_size = 64", "hidden_size = 64\nbackend = \"fused\"");
+        let err = TrainConfig::parse(&fused, "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`policy.backend` = \"fused\"")
+                && err.contains("run.device = \"cuda:0\"")
+                && err.contains("\"scan\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -14,8 +14,9 @@
 //! 5. Adam step with global-norm clipping; the target network follows by periodic copies or
 //!    Polyak averaging.
 
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Bool, Tensor, TensorData};
-use common::backend::{cpu_device, to_vec as host, Cpu};
+use common::backend::{to_vec as host, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
@@ -74,18 +75,18 @@ pub fn nstep_targets(input: &NStepInput) -> Vec<f32> {
 }
 
 /// The learner's Q-network, its target network and the replay storage.
-pub struct Dqn {
-    trainee: Trainee,
-    /// The online network without autodiff (refreshed after every step).
-    online: Policy<Cpu>,
-    target: Policy<Cpu>,
+pub struct Dqn<B: AutodiffBackend = CpuAutodiff> {
+    trainee: Trainee<B>,
+    /// The online network without autodiff (same device; refreshed after every step).
+    online: Policy<B::InnerBackend>,
+    target: Policy<B::InnerBackend>,
     config: DqnSection,
     storage: ReplayStorage,
     sampler: SliceSampler,
     steps: u64,
 }
 
-impl Dqn {
+impl<B: AutodiffBackend> Dqn<B> {
     /// `capacity`: replay frames (online: `dqn.buffer_size`; learner-only: the dataset).
     pub fn new(
         policy: &PolicyConfig,
@@ -93,6 +94,7 @@ impl Dqn {
         schema: &ChunkSchema,
         capacity: usize,
         seed: u64,
+        device: &B::Device,
     ) -> anyhow::Result<Self> {
         if !matches!(policy.action, ActionSpec::Discrete { .. }) {
             anyhow::bail!(
@@ -101,7 +103,7 @@ impl Dqn {
             );
         }
         check_initial_state(dqn.initial_state, policy, schema)?;
-        let trainee = Trainee::new(policy, seed)?;
+        let trainee = Trainee::new(policy, seed, device)?;
         let sampler = SliceSampler::new(SliceSamplerConfig {
             slice_len: Some(dqn.slice_len),
             num_slices: None,
@@ -123,7 +125,7 @@ impl Dqn {
         })
     }
 
-    pub fn model(&self) -> &Model {
+    pub fn model(&self) -> &Model<B> {
         &self.trainee.model
     }
 
@@ -172,10 +174,7 @@ impl Dqn {
     }
 
     /// The TD loss of `batch` (slices of `slice_len`, padded) with the current networks.
-    pub fn loss(
-        &self,
-        batch: &SampledBatch,
-    ) -> (Tensor<common::backend::CpuAutodiff, 1>, UpdateStats) {
+    pub fn loss(&self, batch: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
         let c = &self.config;
         let (len, burn) = (c.slice_len, c.burn_in);
         let sb = SliceBatch::new(&self.storage, batch, len);
@@ -220,13 +219,20 @@ impl Dqn {
 
         // The online network with autodiff after the burn-in.
         let learn = len - burn;
+        let device = self.trainee.device();
         let out = inputs.forward_learn(&self.trainee.model, &self.online, burn);
-        let q_taken = out.head.clone().gather(2, sb.action_index(burn));
+        let q_taken = out.head.clone().gather(2, sb.action_index(burn, &device));
         let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
         let mask = columns(&mask, rows, len, 1, burn, len);
         let count = mask.iter().sum::<f32>().max(1.0);
-        let mask = tensor3(mask, rows, learn, 1);
-        let target = tensor3(columns(&targets, rows, len, 1, burn, len), rows, learn, 1);
+        let mask = tensor3(mask, rows, learn, 1, &device);
+        let target = tensor3(
+            columns(&targets, rows, len, 1, burn, len),
+            rows,
+            learn,
+            1,
+            &device,
+        );
         let err = q_taken.clone() - target;
         let per_step = if c.huber_delta > 0.0 {
             let abs = err.abs();
@@ -265,7 +271,7 @@ impl Dqn {
     /// (`[rows * A]`: `("next", observation)` of the last real step, from its post-step state).
     fn values_and_cut(
         &self,
-        net: &Policy<Cpu>,
+        net: &Policy<B::InnerBackend>,
         sb: &SliceBatch,
         inputs: &SliceInputs,
     ) -> (Vec<f32>, Vec<f32>) {
@@ -287,9 +293,9 @@ impl Dqn {
                 self.storage.next_observation[s * d..(s + 1) * d].to_vec()
             })
             .collect();
-        let device = cpu_device();
+        let device = net.policy_head.weight.val().device();
         let state = |v: Vec<f32>| {
-            Tensor::<Cpu, 3>::from_data(
+            Tensor::<B::InnerBackend, 3>::from_data(
                 TensorData::new(v, [rows, pc.num_layers, pc.hidden_size]),
                 &device,
             )
@@ -300,7 +306,7 @@ impl Dqn {
         let cut = net
             .forward(
                 Tensor::from_data(TensorData::new(next_obs, [rows, d]), &device),
-                Tensor::<Cpu, 1, Bool>::from_data(
+                Tensor::<B::InnerBackend, 1, Bool>::from_data(
                     TensorData::new(vec![false; rows], [rows]),
                     &device,
                 ),
@@ -354,6 +360,7 @@ mod tests {
     use super::*;
     use actor::rollout::{chunk_schema, init_policy, policy_config_for};
     use actor::{Actor, ActorConfig};
+    use common::backend::{cpu_device, Cpu};
     use common::recurrent::CellKind;
 
     fn close(a: &[f32], b: &[f32]) {
@@ -467,7 +474,9 @@ mod tests {
             init_policy(&pc, 3).unwrap(),
         )
         .unwrap();
-        let mut dqn = Dqn::new(&pc, &section(burn_in), &schema, 4096, 7).unwrap();
+        let mut dqn =
+            Dqn::<CpuAutodiff>::new(&pc, &section(burn_in), &schema, 4096, 7, &cpu_device())
+                .unwrap();
         for _ in 0..2 {
             dqn.add_chunk(&actor.collect().unwrap());
         }
@@ -621,7 +630,7 @@ mod tests {
     fn a_continuous_action_space_is_refused_naming_it() {
         let pc = policy_config_for("Pendulum-v1").unwrap();
         let schema = chunk_schema(&pc, 2, 4);
-        let err = Dqn::new(&pc, &section(0), &schema, 64, 0)
+        let err = Dqn::<CpuAutodiff>::new(&pc, &section(0), &schema, 64, 0, &cpu_device())
             .err()
             .unwrap()
             .to_string();

@@ -3,8 +3,10 @@
 
 use actor::rollout::{EpsilonSchedule, Exploration};
 use actor::{Actor, ActorConfig};
-use common::backend::Cpu;
+use burn::tensor::backend::Backend;
+use common::backend::{cpu_device, Cpu};
 use common::policy::Policy;
+use common::weights::{from_blob, to_blob};
 use serde::Serialize;
 
 /// Returns of one evaluation.
@@ -19,6 +21,16 @@ pub struct Evaluation {
 /// Steps per evaluation chunk, and the most chunks an evaluation may take.
 const STEPS: usize = 64;
 const MAX_CHUNKS: usize = 1000;
+
+/// The policy on the CPU backend (actors and evaluation run there): a clone when it already is
+/// a CPU policy, otherwise a CPU policy loaded with its weights (copied to the host).
+pub fn host_policy<B: Backend>(policy: &Policy<B>) -> anyhow::Result<Policy<Cpu>> {
+    if let Some(cpu) = (policy as &dyn std::any::Any).downcast_ref::<Policy<Cpu>>() {
+        return Ok(cpu.clone());
+    }
+    let cpu = policy.config().init::<Cpu>(&cpu_device())?;
+    Ok(from_blob(cpu, &to_blob(policy, 0))?.0)
+}
 
 /// Runs `episodes` greedy episodes of `env` (one per environment, all in parallel) and
 /// averages their returns.
@@ -62,4 +74,23 @@ pub fn evaluate(
         first.iter().filter(|r| r.is_none()).count(),
         MAX_CHUNKS * STEPS
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actor::rollout::policy_config_for;
+    use burn::module::AutodiffModule;
+    use common::backend::CpuAutodiff;
+
+    #[test]
+    fn host_policy_keeps_the_weights_on_both_paths() {
+        let pc = policy_config_for("MaskedCartPole-v1").unwrap();
+        let trained = pc.init_seeded::<CpuAutodiff>(3, &cpu_device()).unwrap();
+        let blob = to_blob(&trained, 0);
+        // Another backend goes through the host copy (a GPU model's path) ...
+        assert_eq!(to_blob(&host_policy(&trained).unwrap(), 0), blob);
+        // ... a CPU policy is cloned.
+        assert_eq!(to_blob(&host_policy(&trained.valid()).unwrap(), 0), blob);
+    }
 }

@@ -11,6 +11,8 @@ use std::time::Instant;
 use actor::rollout::policy_config_for;
 use anyhow::Context;
 use burn::module::AutodiffModule;
+use burn::tensor::backend::AutodiffBackend;
+use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
 use common::dataset::read_dataset;
 use common::policy::PolicyConfig;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -18,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, PolicySection, ReplayConfig};
-use crate::eval::{evaluate, Evaluation};
+use crate::eval::{evaluate, host_policy, Evaluation};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, REPLAY_AXES};
 use crate::train::save_checkpoint;
 
@@ -69,8 +71,27 @@ pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> 
         .with_backend(p.backend))
 }
 
-/// Runs a learner-only replay training.
+/// Runs a learner-only replay training on `replay.device`.
 pub fn replay(opts: &ReplayOptions) -> anyhow::Result<ReplaySummary> {
+    match opts.config.replay.device {
+        TrainDevice::Cpu => replay_on::<CpuAutodiff>(opts, &cpu_device()),
+        #[cfg(feature = "cuda")]
+        TrainDevice::Cuda(i) => {
+            let device = common::backend::cuda_device(i)?;
+            replay_on::<common::backend::CudaAutodiff>(opts, &device)
+        }
+        #[cfg(not(feature = "cuda"))]
+        device @ TrainDevice::Cuda(_) => {
+            Err(common::backend::DeviceError::NotBuilt { device }.into())
+        }
+    }
+}
+
+/// A replay training with the learner on `device`.
+fn replay_on<B: AutodiffBackend>(
+    opts: &ReplayOptions,
+    device: &B::Device,
+) -> anyhow::Result<ReplaySummary> {
     let config = &opts.config;
     let r = &config.replay;
     let started = Instant::now();
@@ -107,16 +128,19 @@ pub fn replay(opts: &ReplayOptions) -> anyhow::Result<ReplaySummary> {
         data.chunks.len()
     );
     let pc = fit_policy(&env, &config.policy)?;
-    let mut learner = Learner::new(&LearnerSpec {
-        algo: r.algo,
-        policy: &pc,
-        schema: &schema,
-        ppo: config.ppo.as_ref(),
-        dqn: config.dqn.as_ref(),
-        bc: config.bc.as_ref(),
-        capacity: dataset_frames as usize,
-        seed: r.seed,
-    })?;
+    let mut learner = Learner::<B>::on_device(
+        &LearnerSpec {
+            algo: r.algo,
+            policy: &pc,
+            schema: &schema,
+            ppo: config.ppo.as_ref(),
+            dqn: config.dqn.as_ref(),
+            bc: config.bc.as_ref(),
+            capacity: dataset_frames as usize,
+            seed: r.seed,
+        },
+        device,
+    )?;
     let (per_update, frames_per_update) = match r.algo {
         Algo::Ppo => {
             let p = config.ppo.as_ref().expect("validated");
@@ -176,9 +200,9 @@ pub fn replay(opts: &ReplayOptions) -> anyhow::Result<ReplaySummary> {
         max_return: f64::NAN,
     };
     let mut eval_episodes = 0u64;
-    let run_eval = |learner: &Learner, updates: u64, summary: &mut ReplaySummary| {
+    let run_eval = |learner: &Learner<B>, updates: u64, summary: &mut ReplaySummary| {
         let eval = evaluate(
-            learner.model().valid(),
+            host_policy(&learner.model().valid())?,
             &env,
             r.eval_episodes,
             r.seed ^ 0xe7a1 ^ updates,

@@ -12,8 +12,9 @@
 //!    slices (no replacement, padded to `slice_len` with a mask); each minibatch runs in
 //!    recurrent mode and takes one optimizer step.
 
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use common::backend::{cpu_device, to_vec as host, Cpu, CpuAutodiff};
+use common::backend::{to_vec as host, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::dist::{
     categorical_entropy, categorical_log_prob, gaussian_entropy, squashed_gaussian_log_prob_tensor,
@@ -42,27 +43,28 @@ pub struct UpdateStats {
     pub minibatches: usize,
 }
 
-/// The learner's model, optimizer and on-policy storage.
-pub struct Ppo {
-    trainee: Trainee,
+/// The learner's model, optimizer and on-policy storage, training on backend `B`.
+pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
+    trainee: Trainee<B>,
     config: PpoSection,
     schema: ChunkSchema,
     storage: ReplayStorage,
     advantage: Vec<f32>,
     value_target: Vec<f32>,
     sampler: SliceSampler,
-    /// The inference copy of the model, refreshed after each update.
-    critic: Policy<Cpu>,
+    /// The inference copy of the model (same device), refreshed after each update.
+    critic: Policy<B::InnerBackend>,
 }
 
-impl Ppo {
+impl<B: AutodiffBackend> Ppo<B> {
     pub fn new(
         policy: &PolicyConfig,
         ppo: &PpoSection,
         schema: &ChunkSchema,
         seed: u64,
+        device: &B::Device,
     ) -> anyhow::Result<Self> {
-        let trainee = Trainee::new(policy, seed)?;
+        let trainee = Trainee::new(policy, seed, device)?;
         let sampler = SliceSampler::new(SliceSamplerConfig {
             slice_len: Some(ppo.slice_len),
             num_slices: None,
@@ -86,7 +88,7 @@ impl Ppo {
     }
 
     /// The model being trained.
-    pub fn model(&self) -> &Model {
+    pub fn model(&self) -> &Model<B> {
         &self.trainee.model
     }
 
@@ -100,7 +102,7 @@ impl Ppo {
         let s = &self.schema;
         let (e, t, d, l, h) = (s.envs, s.steps, s.obs_dim, s.num_layers, s.hidden_size);
         let n = e * t;
-        let device = cpu_device();
+        let device = self.trainee.device();
         let value;
         let mut next_value = vec![0.0f32; n];
         {
@@ -128,7 +130,7 @@ impl Ppo {
                         .collect()
                 };
                 let st = |v: Vec<f32>| {
-                    Tensor::<Cpu, 3>::from_data(TensorData::new(v, [m, l, h]), &device)
+                    Tensor::<B::InnerBackend, 3>::from_data(TensorData::new(v, [m, l, h]), &device)
                 };
                 let _seq = set_recurrent_mode(RecurrentMode::Sequential);
                 let boot = self
@@ -138,7 +140,7 @@ impl Ppo {
                             TensorData::new(gather(&chunk.next_observation, d), [m, d]),
                             &device,
                         ),
-                        Tensor::<Cpu, 1, Bool>::from_data(
+                        Tensor::<B::InnerBackend, 1, Bool>::from_data(
                             TensorData::new(vec![false; m], [m]),
                             &device,
                         ),
@@ -218,7 +220,7 @@ impl Ppo {
         // One row per slice, each padded to slice_len (the last batch of an epoch may be short).
         let (rows, len) = (b.slices.len(), self.config.slice_len);
         let (d, l, h, a) = (s.obs_dim, s.num_layers, s.hidden_size, s.action_dim());
-        let device = cpu_device();
+        let device = self.trainee.device();
         let st = &self.storage;
         let gather = |v: &[f32], w: usize| -> Vec<f32> {
             b.positions
@@ -248,13 +250,12 @@ impl Ppo {
             .map(|x| (x - mean) / (var.sqrt() + 1e-8))
             .collect();
         let t3 = |v: Vec<f32>, w: usize| {
-            Tensor::<CpuAutodiff, 3>::from_data(TensorData::new(v, [rows, len, w]), &device)
+            Tensor::<B, 3>::from_data(TensorData::new(v, [rows, len, w]), &device)
         };
-        let t4 = |v: Vec<f32>| {
-            Tensor::<CpuAutodiff, 4>::from_data(TensorData::new(v, [rows, len, l, h]), &device)
-        };
+        let t4 =
+            |v: Vec<f32>| Tensor::<B, 4>::from_data(TensorData::new(v, [rows, len, l, h]), &device);
         let obs = t3(gather(&st.observation, d), d);
-        let is_init = Tensor::<CpuAutodiff, 2, Bool>::from_data(
+        let is_init = Tensor::<B, 2, Bool>::from_data(
             TensorData::new(b.is_init.clone(), [rows, len]),
             &device,
         );
@@ -277,10 +278,8 @@ impl Ppo {
         let (logp, entropy) = match self.trainee.model.action() {
             ActionSpec::Discrete { .. } => {
                 let idx: Vec<i64> = b.positions.iter().map(|&p| st.action[p] as i64).collect();
-                let idx = Tensor::<CpuAutodiff, 3, Int>::from_data(
-                    TensorData::new(idx, [rows, len, 1]),
-                    &device,
-                );
+                let idx =
+                    Tensor::<B, 3, Int>::from_data(TensorData::new(idx, [rows, len, 1]), &device);
                 (
                     categorical_log_prob(out.head.clone(), idx),
                     categorical_entropy(out.head),
@@ -294,7 +293,7 @@ impl Ppo {
                 )
             }
         };
-        let masked_mean = |x: Tensor<CpuAutodiff, 3>| (x * mask_t.clone()).sum() / count;
+        let masked_mean = |x: Tensor<B, 3>| (x * mask_t.clone()).sum() / count;
         let log_ratio = logp - old_logp;
         let ratio = log_ratio.clone().exp();
         let eps = self.config.clip_eps;
@@ -316,7 +315,7 @@ impl Ppo {
                 clipped += ((x.exp() - 1.0).abs() > eps) as u8 as f32;
             }
         }
-        let scalar = |t: Tensor<CpuAutodiff, 1>| host(t.inner())[0];
+        let scalar = |t: Tensor<B, 1>| host(t.inner())[0];
         let stats = UpdateStats {
             loss: scalar(loss.clone()),
             policy_loss: scalar(policy_loss),

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use actor::rollout::{chunk_schema, EpsilonSchedule, CHECKPOINT_POLICY, CHECKPOINT_WEIGHTS};
 use anyhow::Context;
+use burn::tensor::backend::AutodiffBackend;
+use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
 use common::chunk::Chunk;
 use common::policy::PolicyConfig;
 use common::weights::to_blob;
@@ -79,8 +81,27 @@ pub fn policy_config(config: &TrainConfig) -> anyhow::Result<PolicyConfig> {
     crate::offline::fit_policy(&config.run.env, &config.policy)
 }
 
-/// Runs (or resumes) a training run.
+/// Runs (or resumes) a training run on `run.device`.
 pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+    match opts.config.run.device {
+        TrainDevice::Cpu => train_on::<CpuAutodiff>(opts, &cpu_device()),
+        #[cfg(feature = "cuda")]
+        TrainDevice::Cuda(i) => {
+            let device = common::backend::cuda_device(i)?;
+            train_on::<common::backend::CudaAutodiff>(opts, &device)
+        }
+        #[cfg(not(feature = "cuda"))]
+        device @ TrainDevice::Cuda(_) => {
+            Err(common::backend::DeviceError::NotBuilt { device }.into())
+        }
+    }
+}
+
+/// A training run with the learner on `device`.
+fn train_on<B: AutodiffBackend>(
+    opts: &TrainOptions,
+    device: &B::Device,
+) -> anyhow::Result<TrainSummary> {
     let config = &opts.config;
     std::fs::create_dir_all(&opts.run_dir)
         .with_context(|| format!("creating {}", opts.run_dir.display()))?;
@@ -102,16 +123,19 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
         p.frames_per_update = per_update;
         p
     });
-    let mut learner = Learner::new(&LearnerSpec {
-        algo: config.run.algo,
-        policy: &pc,
-        schema: &schema,
-        ppo: ppo_section.as_ref(),
-        dqn: config.dqn.as_ref(),
-        bc: None,
-        capacity: config.dqn.as_ref().map_or(0, |d| d.buffer_size),
-        seed: config.run.seed,
-    })?;
+    let mut learner = Learner::<B>::on_device(
+        &LearnerSpec {
+            algo: config.run.algo,
+            policy: &pc,
+            schema: &schema,
+            ppo: ppo_section.as_ref(),
+            dqn: config.dqn.as_ref(),
+            bc: None,
+            capacity: config.dqn.as_ref().map_or(0, |d| d.buffer_size),
+            seed: config.run.seed,
+        },
+        device,
+    )?;
     let steps_per_update = config.dqn.as_ref().map_or(1, |d| d.updates_per_chunk);
     let mut state = TrainState::default();
     let checkpoint = opts.run_dir.join("checkpoint");
@@ -369,9 +393,9 @@ fn progress_bar(show: bool, total: u64, at: u64) -> ProgressBar {
 }
 
 /// Writes the checkpoint directory atomically (a new directory renamed over the old one).
-pub fn save_checkpoint<S: Serialize>(
+pub fn save_checkpoint<B: AutodiffBackend, S: Serialize>(
     dir: &Path,
-    learner: &Learner,
+    learner: &Learner<B>,
     state: &S,
     version: u64,
 ) -> anyhow::Result<()> {
@@ -404,9 +428,9 @@ pub fn save_checkpoint<S: Serialize>(
 }
 
 /// Loads a checkpoint into `learner`; returns the counters.
-pub fn load_checkpoint<S: serde::de::DeserializeOwned>(
+pub fn load_checkpoint<B: AutodiffBackend, S: serde::de::DeserializeOwned>(
     dir: &Path,
-    learner: &mut Learner,
+    learner: &mut Learner<B>,
 ) -> anyhow::Result<S> {
     let read = |name: &str| {
         std::fs::read(dir.join(name))
