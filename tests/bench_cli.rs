@@ -7,7 +7,7 @@ use std::time::Duration;
 use recur_tests::{binary, run_with_deadline};
 use serde_json::Value;
 
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 16] = [
     "bench",
     "cell",
     "backend",
@@ -18,6 +18,12 @@ const FIELDS: [&str; 10] = [
     "median_ms",
     "frames_per_s",
     "threads",
+    "recompute",
+    "gflop",
+    "gflop_per_s",
+    "peak_gflop_per_s",
+    "peak_fraction",
+    "saved_bytes",
 ];
 
 #[test]
@@ -37,6 +43,8 @@ fn quick_rnn_bench_prints_a_row_for_every_cell_backend_and_pass() {
         "12",
         "--threads",
         "1",
+        "--recompute",
+        "none,full",
     ]);
     let out = run_with_deadline(cmd, Duration::from_secs(300));
     assert!(
@@ -44,13 +52,24 @@ fn quick_rnn_bench_prints_a_row_for_every_cell_backend_and_pass() {
         "recur-bench failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows: Vec<Value> = String::from_utf8(out.stdout)
+    let all: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
+    // First the practical-peak GEMM row, then the rnn rows.
+    let gemm = &all[0];
+    assert_eq!(gemm["bench"], "gemm", "{gemm}");
+    assert_eq!(gemm["n"], 1024);
+    assert_eq!(gemm["threads"], 1);
+    let peak = gemm["gflop_per_s"].as_f64().unwrap();
+    assert!(
+        peak > 0.0 && gemm["median_ms"].as_f64().unwrap() > 0.0,
+        "{gemm}"
+    );
+    let rows = &all[1..];
     let mut seen = BTreeSet::new();
-    for row in &rows {
+    for row in rows {
         for f in FIELDS {
             assert!(row.get(f).is_some(), "row lacks `{f}`: {row}");
         }
@@ -62,21 +81,66 @@ fn quick_rnn_bench_prints_a_row_for_every_cell_backend_and_pass() {
         assert!(fps > 0.0 && ms > 0.0, "{row}");
         // frames/s is derived from the median: batch * steps / median.
         assert!((fps * ms / 1e3 - 48.0).abs() < 1e-6 * 48.0, "{row}");
+        // GEMM FLOPs: forward 2 B T (in G H + H G H); backward twice that; recompute once more.
+        let g = if row["cell"] == "lstm" { 4.0 } else { 3.0 };
+        let forward = 2.0 * 48.0 * (8.0 * g * 16.0 + 16.0 * g * 16.0) / 1e9;
+        let factor = match (
+            row["pass"].as_str().unwrap(),
+            row["recompute"].as_str().unwrap(),
+        ) {
+            ("fwd", "none") => 1.0,
+            ("fwdbwd", "none") => 3.0,
+            ("fwdbwd", "full") => 4.0,
+            other => panic!("unexpected pass/recompute {other:?}: {row}"),
+        };
+        let gflop = row["gflop"].as_f64().unwrap();
+        assert!((gflop - forward * factor).abs() < 1e-12, "{row}");
+        let rate = row["gflop_per_s"].as_f64().unwrap();
+        assert!(
+            (rate * ms / 1e3 - gflop).abs() < 1e-9 * gflop.max(1.0),
+            "{row}"
+        );
+        assert_eq!(row["peak_gflop_per_s"].as_f64().unwrap(), peak);
+        assert!((row["peak_fraction"].as_f64().unwrap() - rate / peak).abs() < 1e-12);
+        // Saved bytes: known for fused fwdbwd rows only.
+        let fused_fwdbwd = row["backend"] == "fused" && row["pass"] == "fwdbwd";
+        assert_eq!(row["saved_bytes"].is_u64(), fused_fwdbwd, "{row}");
         seen.insert((
             row["cell"].as_str().unwrap().to_string(),
             row["backend"].as_str().unwrap().to_string(),
             row["pass"].as_str().unwrap().to_string(),
+            row["recompute"].as_str().unwrap().to_string(),
         ));
     }
     let mut want = BTreeSet::new();
     for cell in ["gru", "lstm"] {
-        for backend in ["pad", "scan"] {
+        for backend in ["pad", "scan", "fused"] {
             for pass in ["fwd", "fwdbwd"] {
-                want.insert((cell.to_string(), backend.to_string(), pass.to_string()));
+                want.insert((cell.into(), backend.into(), pass.into(), "none".into()));
             }
         }
+        want.insert((cell.into(), "fused".into(), "fwdbwd".into(), "full".into()));
     }
     assert_eq!(seen, want);
+    // Two p values per (cell, backend, pass, recompute).
+    assert_eq!(rows.len(), 2 * want.len());
+    // recompute = "full" keeps fewer bytes: LSTM h, c vs h, c + 4 gates (B T H floats each).
+    let saved = |cell: &str, recompute: &str| {
+        rows.iter()
+            .find(|r| {
+                r["cell"] == cell
+                    && r["backend"] == "fused"
+                    && r["recompute"] == recompute
+                    && r["pass"] == "fwdbwd"
+            })
+            .unwrap()["saved_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(saved("lstm", "none"), 4 * 48 * 16 * 6);
+    assert_eq!(saved("lstm", "full"), 4 * 48 * 16 * 2);
+    assert_eq!(saved("gru", "none"), 4 * 48 * 16 * 5);
+    assert_eq!(saved("gru", "full"), 4 * 48 * 16);
 }
 
 #[test]
@@ -93,6 +157,16 @@ fn bad_options_are_refused_with_the_value_named() {
     let out = run_with_deadline(cmd, Duration::from_secs(60));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("1.5"));
+
+    let mut cmd = Command::new(binary("recur-bench"));
+    cmd.args(["rnn", "--recompute", "partial"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("partial") && err.contains("recompute"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -128,7 +202,14 @@ fn quick_transport_bench_prints_bandwidth_and_weight_rows() {
 #[test]
 fn quick_learner_bench_prints_a_row_per_algo_with_the_contract_fields() {
     let mut cmd = Command::new(binary("recur-bench"));
-    cmd.args(["learner", "--quick", "--threads", "1"]);
+    cmd.args([
+        "learner",
+        "--quick",
+        "--threads",
+        "1",
+        "--backends",
+        "pad,scan",
+    ]);
     let out = run_with_deadline(cmd, Duration::from_secs(300));
     assert!(
         out.status.success(),
@@ -142,6 +223,12 @@ fn quick_learner_bench_prints_a_row_per_algo_with_the_contract_fields() {
         .collect();
     let algos: BTreeSet<&str> = rows.iter().map(|r| r["algo"].as_str().unwrap()).collect();
     assert_eq!(algos, BTreeSet::from(["bc", "dqn", "ppo"]), "{rows:?}");
+    // Every algo once per backend.
+    let pairs: BTreeSet<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["algo"].as_str().unwrap(), r["backend"].as_str().unwrap()))
+        .collect();
+    assert_eq!((rows.len(), pairs.len()), (6, 6), "{rows:?}");
     for r in &rows {
         assert_eq!(r["bench"], "learner");
         assert_eq!(r["slice_len"], 16);

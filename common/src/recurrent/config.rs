@@ -25,9 +25,15 @@ pub enum RecurrentBackend {
 }
 
 impl RecurrentBackend {
+    /// The backend `auto` resolves to on the CPU backends (`Cpu`, `CpuAutodiff`): `fused`;
+    /// concrete backends resolve to themselves. See [`resolve_for`](Self::resolve_for).
+    pub fn resolve(self) -> RecurrentBackend {
+        self.resolve_for(true)
+    }
+
     /// The backend `auto` resolves to, given whether the tensor backend runs `fused` (see
     /// `fused::available`); concrete backends resolve to themselves.
-    pub fn resolve(self, fused_available: bool) -> RecurrentBackend {
+    pub fn resolve_for(self, fused_available: bool) -> RecurrentBackend {
         match self {
             RecurrentBackend::Auto if fused_available => RecurrentBackend::Fused,
             RecurrentBackend::Auto => RecurrentBackend::Scan,
@@ -73,6 +79,31 @@ pub enum Recompute {
     None,
     /// Replay the forward pass during backward instead of saving per-step activations.
     Full,
+}
+
+impl Recompute {
+    /// The name used in configs and benchmark rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Recompute::None => "none",
+            Recompute::Full => "full",
+        }
+    }
+}
+
+impl std::str::FromStr for Recompute {
+    type Err = RecurrentError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Recompute::None),
+            "full" => Ok(Recompute::Full),
+            other => Err(RecurrentError::Config {
+                key: "recompute",
+                value: format!("{other:?}"),
+                expected: "one of \"none\", \"full\"".into(),
+            }),
+        }
+    }
 }
 
 /// Configuration of a recurrent module, with PyTorch's `nn.LSTM`/`nn.GRU` options and
@@ -150,7 +181,7 @@ impl RecurrentConfig {
                 "dropout acts between layers only, so it needs num_layers >= 2 (num_layers = 1)",
             );
         }
-        let resolved = self.backend.resolve(fused_available);
+        let resolved = self.backend.resolve_for(fused_available);
         if resolved == RecurrentBackend::Fused && !fused_available {
             return Err(RecurrentError::Unsupported(format!(
                 "{} with backend = \"fused\": the fused kernels run on the CPU backends \

@@ -84,7 +84,7 @@ impl<B: Backend> RecurrentCore<B> {
 
     /// The backend recurrent-mode calls use (`auto` resolved for this tensor backend).
     pub fn backend(&self) -> RecurrentBackend {
-        self.config.backend.resolve(fused::available::<B>())
+        self.config.backend.resolve_for(fused::available::<B>())
     }
 
     /// The mode a call made now on this thread runs in.

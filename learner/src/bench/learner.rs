@@ -5,9 +5,10 @@
 //! pass over the new chunk plus one minibatch step).
 //!
 //! Every row is one JSON object:
-//! `{"bench":"learner","algo":..,"env":..,"cell":..,"hidden":..,"slice_len":..,"batch":..,
-//!   "burn_in":..,"steps_per_s":..,"updates_per_s":..,"median_ms":..,"min_ms":..,"max_ms":..,
-//!   "iters":..,"threads":..}`; `steps_per_s` = trained steps (`batch * slice_len`) per second.
+//! `{"bench":"learner","algo":..,"backend":..,"env":..,"cell":..,"hidden":..,"slice_len":..,
+//!   "batch":..,"burn_in":..,"steps_per_s":..,"updates_per_s":..,"median_ms":..,"min_ms":..,"max_ms":..,
+//!   "iters":..,"threads":..}`; `steps_per_s` = trained steps (`batch * slice_len`) per second;
+//! `backend` is the recurrent-mode backend the policy trains with (`auto` resolved).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use actor::rollout::{chunk_schema, init_policy};
 use actor::{Actor, ActorConfig};
 use common::chunk::Chunk;
-use common::recurrent::CellKind;
+use common::recurrent::{CellKind, RecurrentBackend};
 use serde::Serialize;
 
 use super::summarize;
@@ -26,6 +27,8 @@ use crate::offline::fit_policy;
 #[derive(Clone, Debug)]
 pub struct LearnerBench {
     pub algos: Vec<Algo>,
+    /// Recurrent-mode backends of the policy: every algo is measured with each.
+    pub backends: Vec<RecurrentBackend>,
     pub env: String,
     pub cell: CellKind,
     pub hidden: usize,
@@ -43,6 +46,7 @@ pub struct LearnerBench {
 pub struct LearnerRow {
     pub bench: &'static str,
     pub algo: &'static str,
+    pub backend: &'static str,
     pub env: String,
     pub cell: &'static str,
     pub hidden: usize,
@@ -65,31 +69,33 @@ impl LearnerBench {
         for &slice_len in &self.slice_lens {
             for &batch in &self.batches {
                 let data = self.data(slice_len, batch)?;
-                for &algo in &self.algos {
-                    let row = self.row(algo, slice_len, batch, &data)?;
-                    writeln!(out, "{}", serde_json::to_string(&row)?)?;
-                    out.flush()?;
-                    rows.push(row);
+                for &backend in &self.backends {
+                    for &algo in &self.algos {
+                        let row = self.row(algo, backend, slice_len, batch, &data)?;
+                        writeln!(out, "{}", serde_json::to_string(&row)?)?;
+                        out.flush()?;
+                        rows.push(row);
+                    }
                 }
             }
         }
         Ok(rows)
     }
 
-    fn policy(&self) -> PolicySection {
+    fn policy(&self, backend: RecurrentBackend) -> PolicySection {
         PolicySection {
             cell: self.cell,
             hidden_size: self.hidden,
             num_layers: 1,
             encoder: vec![64],
-            backend: Default::default(),
+            backend,
         }
     }
 
     /// Chunks of `batch` envs x `slice_len` steps: enough for every timed PPO update and a
     /// replay storage for DQN and BC.
     fn data(&self, slice_len: usize, batch: usize) -> anyhow::Result<Vec<Chunk>> {
-        let pc = fit_policy(&self.env, &self.policy())?;
+        let pc = fit_policy(&self.env, &self.policy(RecurrentBackend::Auto))?;
         let mut actor = Actor::new(
             ActorConfig {
                 env: self.env.clone(),
@@ -110,11 +116,12 @@ impl LearnerBench {
     fn row(
         &self,
         algo: Algo,
+        backend: RecurrentBackend,
         slice_len: usize,
         batch: usize,
         data: &[Chunk],
     ) -> anyhow::Result<LearnerRow> {
-        let pc = fit_policy(&self.env, &self.policy())?;
+        let pc = fit_policy(&self.env, &self.policy(backend))?;
         let schema = chunk_schema(&pc, batch, slice_len);
         let frames = batch * slice_len;
         let ppo = PpoSection {
@@ -192,6 +199,7 @@ impl LearnerBench {
         Ok(LearnerRow {
             bench: "learner",
             algo: algo.name(),
+            backend: backend.resolve().name(),
             env: self.env.clone(),
             cell: self.cell.name(),
             hidden: self.hidden,

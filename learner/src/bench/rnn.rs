@@ -5,8 +5,12 @@
 //! Every row is one JSON object:
 //! `{"bench":"rnn","cell":..,"backend":..,"pass":"fwd"|"fwdbwd","batch":..,"steps":..,
 //!   "reset_prob":..,"median_ms":..,"frames_per_s":..}` plus `min_ms`, `max_ms`, `iters`,
-//! `threads`, `input`, `hidden`, `layers`. `fwd` runs without autodiff; `fwdbwd` runs forward
-//! and backward of `loss = sum(features)`. frames/s = `batch * steps / median`.
+//! `threads`, `input`, `hidden`, `layers`, `recompute`, `gflop`, `gflop_per_s`,
+//! `peak_gflop_per_s`, `peak_fraction`, `saved_bytes`. `fwd` runs without autodiff; `fwdbwd`
+//! runs forward and backward of `loss = sum(features)`. frames/s = `batch * steps / median`.
+//!
+//! Before the rows, one `{"bench":"gemm",..}` row: a square f32 GEMM through the same
+//! `sgemm` and threads as the fused kernels (the practical peak the `peak_*` fields use).
 
 use std::io::Write;
 use std::str::FromStr;
@@ -17,8 +21,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData};
 use common::backend::{cpu_device, CpuAutodiff};
 use common::recurrent::{
-    set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentMode,
-    RecurrentState,
+    fused, set_recurrent_mode, CellKind, Recompute, RecurrentBackend, RecurrentConfig,
+    RecurrentCore, RecurrentMode, RecurrentState,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -52,6 +56,9 @@ impl FromStr for Pass {
 pub struct RnnBench {
     pub cells: Vec<CellKind>,
     pub backends: Vec<RecurrentBackend>,
+    /// Activation-memory policies: `fused` rows for each; `pad`/`scan` rows always `none`
+    /// (their backward is burn's tape); `fwd` rows only with `none` (nothing is saved).
+    pub recomputes: Vec<Recompute>,
     pub passes: Vec<Pass>,
     pub steps: Vec<usize>,
     pub reset_probs: Vec<f64>,
@@ -86,6 +93,63 @@ pub struct RnnRow {
     pub input: usize,
     pub hidden: usize,
     pub layers: usize,
+    /// `none` or `full`.
+    pub recompute: Recompute,
+    /// GEMM floating-point operations of one call / 1e9 (see [`gemm_gflop`]).
+    pub gflop: f64,
+    pub gflop_per_s: f64,
+    /// The same run's square-GEMM figure ([`GemmRow`]).
+    pub peak_gflop_per_s: f64,
+    /// `gflop_per_s / peak_gflop_per_s`.
+    pub peak_fraction: f64,
+    /// `fused` `fwdbwd` rows: bytes the forward keeps for the backward (states, and gates
+    /// with `recompute = "none"`); `null` where not known.
+    pub saved_bytes: Option<usize>,
+}
+
+/// The practical-peak row: `c = a b` for square `n x n` f32 matrices, rows split over
+/// `threads` threads (the fused kernels' GEMM and threading).
+#[derive(Clone, Debug, Serialize)]
+pub struct GemmRow {
+    pub bench: &'static str,
+    pub n: usize,
+    pub threads: usize,
+    pub gflop_per_s: f64,
+    pub median_ms: f64,
+}
+
+/// Side of the square GEMM measured for the peak.
+pub const PEAK_GEMM_N: usize = 1024;
+
+/// FLOPs (/1e9) of the GEMMs of one call: forward `2 B T (in G H + H G H)` per layer (`G` = 4
+/// for an LSTM, 3 for a GRU; layers after the first read `H` inputs); the backward's GEMMs
+/// (`dG W_hh` per step, `dW_hh`, `dW_ih`, `dX`) are twice the forward, and `recompute = "full"`
+/// adds the forward's once more.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_gflop(
+    cell: CellKind,
+    batch: usize,
+    steps: usize,
+    input: usize,
+    hidden: usize,
+    layers: usize,
+    pass: Pass,
+    recompute: Recompute,
+) -> f64 {
+    let g = cell.gates() as f64;
+    let h = hidden as f64;
+    let forward: f64 = (0..layers)
+        .map(|l| {
+            let inputs = if l == 0 { input } else { hidden } as f64;
+            2.0 * (batch * steps) as f64 * (inputs * g * h + h * g * h)
+        })
+        .sum();
+    let factor = match (pass, recompute) {
+        (Pass::Fwd, _) => 1.0,
+        (Pass::FwdBwd, Recompute::None) => 3.0,
+        (Pass::FwdBwd, Recompute::Full) => 4.0,
+    };
+    forward * factor / 1e9
 }
 
 /// One workload's data: inputs `[B, T, in]`, `is_init` `[B, T]` (column 0 true, later steps
@@ -99,51 +163,110 @@ impl RnnBench {
     /// Runs every cell x backend x pass x steps x reset_prob row, writing each as soon as it
     /// is measured; returns the rows.
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<RnnRow>> {
-        let device = cpu_device();
+        let (peak_time, peak) = fused::square_gemm_peak(PEAK_GEMM_N, self.threads, 5);
+        let gemm = GemmRow {
+            bench: "gemm",
+            n: PEAK_GEMM_N,
+            threads: self.threads,
+            gflop_per_s: peak,
+            median_ms: peak_time.as_secs_f64() * 1e3,
+        };
+        writeln!(out, "{}", serde_json::to_string(&gemm)?)?;
         let mut rows = Vec::new();
         for &cell in &self.cells {
             for &backend in &self.backends {
-                let config = RecurrentConfig::new(self.input, self.hidden)
-                    .with_num_layers(self.layers)
-                    .with_backend(backend);
-                let module = RecurrentCore::<CpuAutodiff>::new(&config, cell, &device)?;
-                let inference = module.valid();
-                for &steps in &self.steps {
-                    for &p in &self.reset_probs {
-                        let work = self.workload(steps, p);
-                        for &pass in &self.passes {
-                            let samples = match pass {
-                                Pass::Fwd => {
-                                    self.time(|| forward(&inference, &work, self, steps, false))
-                                }
-                                Pass::FwdBwd => {
-                                    self.time(|| forward(&module, &work, self, steps, true))
-                                }
-                            };
-                            let (median_ms, min_ms, max_ms) = summarize(&samples);
-                            let row = RnnRow {
-                                bench: "rnn",
-                                cell: cell.name(),
-                                backend: backend.name(),
-                                pass,
-                                batch: self.batch,
-                                steps,
-                                reset_prob: p,
-                                median_ms,
-                                frames_per_s: (self.batch * steps) as f64 / (median_ms / 1e3),
-                                min_ms,
-                                max_ms,
-                                iters: self.iters,
-                                threads: self.threads,
-                                input: self.input,
-                                hidden: self.hidden,
-                                layers: self.layers,
-                            };
-                            writeln!(out, "{}", serde_json::to_string(&row)?)?;
-                            out.flush()?;
-                            rows.push(row);
-                        }
+                // recompute matters only where the backward is the fused one (on the CPU).
+                let recomputes = if backend.resolve() == RecurrentBackend::Fused {
+                    self.recomputes.clone()
+                } else {
+                    vec![Recompute::None]
+                };
+                for recompute in recomputes {
+                    rows.extend(self.run_module(out, cell, backend, recompute, peak)?);
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Every steps x p x pass row of one module.
+    fn run_module(
+        &self,
+        out: &mut impl Write,
+        cell: CellKind,
+        backend: RecurrentBackend,
+        recompute: Recompute,
+        peak: f64,
+    ) -> anyhow::Result<Vec<RnnRow>> {
+        let device = cpu_device();
+        let mut rows = Vec::new();
+        let config = RecurrentConfig::new(self.input, self.hidden)
+            .with_num_layers(self.layers)
+            .with_backend(backend)
+            .with_recompute(recompute);
+        let module = RecurrentCore::<CpuAutodiff>::new(&config, cell, &device)?;
+        let inference = module.valid();
+        for &steps in &self.steps {
+            for &p in &self.reset_probs {
+                let work = self.workload(steps, p);
+                for &pass in &self.passes {
+                    if pass == Pass::Fwd && recompute == Recompute::Full {
+                        continue;
                     }
+                    let samples = match pass {
+                        Pass::Fwd => self.time(|| forward(&inference, &work, self, steps, false)),
+                        Pass::FwdBwd => self.time(|| forward(&module, &work, self, steps, true)),
+                    };
+                    let (median_ms, min_ms, max_ms) = summarize(&samples);
+                    let gflop = gemm_gflop(
+                        cell,
+                        self.batch,
+                        steps,
+                        self.input,
+                        self.hidden,
+                        self.layers,
+                        pass,
+                        recompute,
+                    );
+                    let gflop_per_s = gflop / (median_ms / 1e3);
+                    let resolved = module.backend();
+                    let row = RnnRow {
+                        bench: "rnn",
+                        cell: cell.name(),
+                        backend: backend.name(),
+                        pass,
+                        batch: self.batch,
+                        steps,
+                        reset_prob: p,
+                        median_ms,
+                        frames_per_s: (self.batch * steps) as f64 / (median_ms / 1e3),
+                        min_ms,
+                        max_ms,
+                        iters: self.iters,
+                        threads: self.threads,
+                        input: self.input,
+                        hidden: self.hidden,
+                        layers: self.layers,
+                        recompute,
+                        gflop,
+                        gflop_per_s,
+                        peak_gflop_per_s: peak,
+                        peak_fraction: gflop_per_s / peak,
+                        saved_bytes: (resolved == RecurrentBackend::Fused && pass == Pass::FwdBwd)
+                            .then(|| {
+                                fused::saved_bytes(
+                                    cell,
+                                    self.batch,
+                                    steps,
+                                    self.hidden,
+                                    self.layers,
+                                    recompute,
+                                )
+                            }),
+                    };
+                    writeln!(out, "{}", serde_json::to_string(&row)?)?;
+                    out.flush()?;
+                    rows.push(row);
                 }
             }
         }

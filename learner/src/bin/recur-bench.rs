@@ -1,7 +1,7 @@
 //! `recur-bench`: recur's benchmarks, one JSON object per result line on stdout.
 
 use clap::{Parser, Subcommand};
-use common::recurrent::{CellKind, RecurrentBackend};
+use common::recurrent::{CellKind, Recompute, RecurrentBackend};
 use learner::bench::actor::ActorBench;
 use learner::bench::learner::LearnerBench;
 use learner::bench::rnn::{Pass, RnnBench};
@@ -41,6 +41,9 @@ struct LearnerArgs {
     /// Algorithms: dqn, bc, ppo.
     #[arg(long, value_delimiter = ',', default_value = "dqn,ppo,bc")]
     algo: Vec<Algo>,
+    /// Recurrent-mode backends of the policy (pad, scan, auto, ...); rows name the resolved one.
+    #[arg(long, value_delimiter = ',', default_value = "scan,auto")]
+    backends: Vec<RecurrentBackend>,
     #[arg(long, default_value = "MaskedCartPole-v1")]
     env: String,
     #[arg(long, default_value = "lstm")]
@@ -159,8 +162,12 @@ struct RnnArgs {
     #[arg(long, value_delimiter = ',', default_value = "gru,lstm")]
     cells: Vec<CellKind>,
     /// Recurrent-mode backends to measure.
-    #[arg(long, value_delimiter = ',', default_value = "pad,scan")]
+    #[arg(long, value_delimiter = ',', default_value = "pad,scan,fused")]
     backends: Vec<RecurrentBackend>,
+    /// Activation memory of the fused backward: none (save gates) and/or full (recompute
+    /// them); pad/scan rows always run with none, fwd rows only with none.
+    #[arg(long, value_delimiter = ',', default_value = "none")]
+    recompute: Vec<Recompute>,
     /// Passes: fwd (no autodiff) and/or fwdbwd (forward + backward of sum(features)).
     #[arg(long, value_delimiter = ',', default_value = "fwd,fwdbwd")]
     passes: Vec<Pass>,
@@ -260,6 +267,7 @@ fn main() -> anyhow::Result<()> {
             };
             let bench = LearnerBench {
                 algos: a.algo,
+                backends: a.backends,
                 env: a.env,
                 cell: a.cell,
                 hidden: a.hidden,
@@ -338,9 +346,14 @@ fn main() -> anyhow::Result<()> {
             } else {
                 (a.steps, a.reset_probs, a.iters, a.warmup)
             };
+            anyhow::ensure!(
+                !a.recompute.is_empty(),
+                "--recompute: give at least one of none, full"
+            );
             let bench = RnnBench {
                 cells: a.cells,
                 backends: a.backends,
+                recomputes: a.recompute,
                 passes: a.passes,
                 steps,
                 reset_probs,
