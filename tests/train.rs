@@ -157,6 +157,45 @@ fn a_bad_config_is_refused_naming_the_key() {
     );
 }
 
+/// `recur_tests::binary` builds the learner without features: `device = "cuda:0"` is refused
+/// before anything starts, saying how to get a CUDA build.
+#[test]
+fn a_cuda_device_is_refused_by_a_build_without_cuda() {
+    let dir = temp_dir("train-cuda");
+    let cfg = dir.join("cuda.toml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/cartpole.toml"
+    ))
+    .unwrap();
+    assert!(text.contains("device = \"cpu\""));
+    std::fs::write(
+        &cfg,
+        text.replace("device = \"cpu\"", "device = \"cuda:0\""),
+    )
+    .unwrap();
+    let run_dir = dir.join("run");
+    let out = recur_tests::run_with_deadline(
+        train(&[
+            "--config",
+            &cfg.to_string_lossy(),
+            "--run-dir",
+            &run_dir.to_string_lossy(),
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cuda.toml")
+            && err.contains("`run.device` = \"cuda:0\"")
+            && err.contains("--features cuda"),
+        "{err}"
+    );
+    assert!(!run_dir.exists(), "nothing is started for a refused config");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Sync collection: every update consumes one chunk per actor made with the current weights
 /// (policy lag exactly 0 in every metrics row). SIGINT (Ctrl-C) ends the run cleanly with a
 /// final checkpoint and a summary.
