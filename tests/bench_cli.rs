@@ -26,11 +26,27 @@ const FIELDS: [&str; 16] = [
     "saved_bytes",
 ];
 
+/// Runs `recur-bench ARGS` (within 300 s), asserts success and returns its JSON lines.
+fn bench_rows(args: &[&str]) -> Vec<Value> {
+    let mut cmd = Command::new(binary("recur-bench"));
+    cmd.args(args);
+    let out = run_with_deadline(cmd, Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "recur-bench {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
 #[test]
 fn quick_rnn_bench_prints_a_row_for_every_cell_backend_and_pass() {
-    let mut cmd = Command::new(binary("recur-bench"));
     // The anchor workload's shape scaled down so that a debug build finishes in seconds.
-    cmd.args([
+    let all = bench_rows(&[
         "rnn",
         "--quick",
         "--batch",
@@ -46,17 +62,6 @@ fn quick_rnn_bench_prints_a_row_for_every_cell_backend_and_pass() {
         "--recompute",
         "none,full",
     ]);
-    let out = run_with_deadline(cmd, Duration::from_secs(300));
-    assert!(
-        out.status.success(),
-        "recur-bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let all: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
     // First the practical-peak GEMM row, then the rnn rows.
     let gemm = &all[0];
     assert_eq!(gemm["bench"], "gemm", "{gemm}");
@@ -171,19 +176,7 @@ fn bad_options_are_refused_with_the_value_named() {
 
 #[test]
 fn quick_transport_bench_prints_bandwidth_and_weight_rows() {
-    let mut cmd = Command::new(binary("recur-bench"));
-    cmd.args(["transport", "--quick"]);
-    let out = run_with_deadline(cmd, Duration::from_secs(300));
-    assert!(
-        out.status.success(),
-        "recur-bench transport failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = bench_rows(&["transport", "--quick"]);
     let bandwidth: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "bandwidth").collect();
     let weights: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "weights").collect();
     assert!(!bandwidth.is_empty() && !weights.is_empty(), "{rows:?}");
@@ -201,8 +194,7 @@ fn quick_transport_bench_prints_bandwidth_and_weight_rows() {
 
 #[test]
 fn quick_learner_bench_prints_a_row_per_algo_with_the_contract_fields() {
-    let mut cmd = Command::new(binary("recur-bench"));
-    cmd.args([
+    let rows = bench_rows(&[
         "learner",
         "--quick",
         "--threads",
@@ -210,17 +202,6 @@ fn quick_learner_bench_prints_a_row_per_algo_with_the_contract_fields() {
         "--backends",
         "pad,scan",
     ]);
-    let out = run_with_deadline(cmd, Duration::from_secs(300));
-    assert!(
-        out.status.success(),
-        "recur-bench learner failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     let algos: BTreeSet<&str> = rows.iter().map(|r| r["algo"].as_str().unwrap()).collect();
     assert_eq!(algos, BTreeSet::from(["bc", "dqn", "ppo"]), "{rows:?}");
     // Every algo once per backend.
