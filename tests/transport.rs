@@ -93,7 +93,12 @@ fn four_actors_deliver_every_chunk_exactly_once() {
     assert_exactly_once(&s);
     // What each actor says it pushed is what the learner received from it.
     let sent = sent_per_actor(&lines);
-    assert_eq!(sent.len(), 4, "every actor reported on exit: {sent:?}");
+    assert_eq!(
+        sent.len(),
+        4,
+        "every actor reported on exit: {sent:?}\n{}",
+        lines.join("\n")
+    );
     for (id, n) in sent {
         let (a, i) = id.split_once('/').unwrap();
         let inc = s["incarnations"]

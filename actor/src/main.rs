@@ -1,6 +1,7 @@
 //! `recur-actor`: runs an actor standalone (optionally recording a dataset), or checks an
 //! environment's specs. Attaching to a learner comes with the shared-memory transport.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -161,21 +162,21 @@ fn main() -> anyhow::Result<()> {
             actor::attach::Stop::Shutdown { chunks } => (chunks, "the run ended"),
             actor::attach::Stop::LearnerGone { chunks } => (chunks, "the learner is gone"),
         };
-        eprintln!(
+        say(format!(
             "actor {}/{}: pushed {chunks} chunks; {why}; exiting",
             cli.actor_id, cli.incarnation
-        );
+        ));
         return Ok(());
     }
     let mut actor = Actor::new(config, policy.clone())?;
     // The chunks carry the checkpoint's version (an epsilon schedule reads it too).
     actor.set_policy(policy, version);
     if version > 0 {
-        eprintln!(
+        say(format!(
             "{env}: running checkpoint weights version {version}, exploration {} epsilon {}",
             exploration.name(),
             exploration.schedule()
-        );
+        ));
     }
     let mut writer = match &cli.record {
         Some(dir) => Some(DatasetWriter::create(dir, &env, actor.schema())?),
@@ -226,4 +227,11 @@ fn main() -> anyhow::Result<()> {
         }
     );
     Ok(())
+}
+
+/// Writes one line to stderr in a single `write`: actors share the learner's stderr, and
+/// `eprintln!` writes each formatted piece separately, so lines of actors that exit at the
+/// same moment interleave mid-line (the learner's log and the tests read them).
+fn say(line: String) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
