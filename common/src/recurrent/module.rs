@@ -238,7 +238,12 @@ impl<B: Backend> RecurrentCore<B> {
         let segments = Segments::new(flags, b, t);
         let per_layer = match self.backend() {
             RecurrentBackend::Pad => pad::run(self, input, &segments, state),
-            RecurrentBackend::Fused => fused::run(self, input, &segments, state),
+            RecurrentBackend::Fused => {
+                if let Some(out) = fused::inference(self, &input, &segments, &state) {
+                    return out;
+                }
+                fused::run(self, input, &segments, state)
+            }
             RecurrentBackend::Scan | RecurrentBackend::Auto => {
                 scan::run(self, input, &segments, state)
             }

@@ -22,6 +22,7 @@
 
 use super::gemm::{blocks, gemm, parallel, split_mut, Mat};
 use super::math::{sigmoid_in_place, tanh_in_place};
+use super::pool;
 use crate::recurrent::CellKind;
 
 /// Sizes of one layer call.
@@ -93,6 +94,33 @@ impl Params<'_> {
     }
 }
 
+/// The stored states a layer reads where a step starts a segment: `h` (and `c` for an LSTM)
+/// `[B, T, layers, H]`, of which this layer reads `layer`.
+#[derive(Clone, Copy)]
+pub(crate) struct Stored<'a> {
+    pub h: &'a [f32],
+    pub c: Option<&'a [f32]>,
+    pub layers: usize,
+    pub layer: usize,
+}
+
+impl<'a> Stored<'a> {
+    /// One layer's states `[B, T, H]`.
+    pub fn single(h: &'a [f32], c: Option<&'a [f32]>) -> Self {
+        Self {
+            h,
+            c,
+            layers: 1,
+            layer: 0,
+        }
+    }
+
+    /// Where row `b`, step `t` of this layer starts in `h` or `c`.
+    fn at(&self, d: &Dims, b: usize, t: usize) -> usize {
+        ((b * d.steps + t) * self.layers + self.layer) * d.hidden
+    }
+}
+
 /// What the forward pass keeps for the backward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Keep {
@@ -150,37 +178,48 @@ pub(crate) fn saved_bytes(d: &Dims, keep: Keep) -> usize {
 }
 
 /// Runs one layer over `[B, T]`. `start[b * T + t]` marks the steps that take the stored
-/// state (`t = 0` must be marked). Returns the outputs `[K, B, T, H]` and what `keep` asks to
-/// save.
+/// state (`t = 0` must be marked). Writes the post-step `h` of every step to `out_h`
+/// `[B, T, H]` and, for an LSTM, `c` to `out_c` (every element: their old values do not
+/// matter); returns what `keep` asks to save.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     d: &Dims,
     p: Params<'_>,
     x: &[f32],
     start: &[bool],
-    h0: &[f32],
-    c0: Option<&[f32]>,
+    stored: Stored<'_>,
     keep: Keep,
     threads: usize,
-) -> (Vec<f32>, Saved) {
+    out_h: &mut [f32],
+    out_c: Option<&mut [f32]>,
+) -> Saved {
     let (b, t, h) = (d.rows, d.steps, d.hidden);
+    let lstm = d.cell.has_cell_state();
+    let states = b * t * stored.layers * h;
     assert_eq!(x.len(), b * t * d.input, "x is [B, T, in]");
     assert_eq!(start.len(), b * t, "start is [B, T]");
-    assert_eq!(h0.len(), b * t * h, "h0 is [B, T, H]");
-    assert_eq!(c0.is_some(), d.cell.has_cell_state(), "c0 only for an LSTM");
-    let slab = b * t * h;
-    let mut out = vec![0.0f32; d.slabs() * slab];
+    assert!(stored.layer < stored.layers, "stored layer in range");
+    assert_eq!(stored.h.len(), states, "stored h is [B, T, layers, H]");
+    assert_eq!(
+        stored.c.map(<[f32]>::len),
+        lstm.then_some(states),
+        "stored c"
+    );
+    assert_eq!(out_h.len(), b * t * h, "out_h is [B, T, H]");
+    assert_eq!(
+        out_c.as_ref().map(|c| c.len()),
+        lstm.then_some(b * t * h),
+        "out_c"
+    );
     let parts = blocks(b, threads);
     let lens: Vec<usize> = parts.iter().map(|&(_, n)| n).collect();
-    let (out_h, out_c) = out.split_at_mut(slab);
     let hs = split_mut(out_h, lens.iter().copied(), t * h);
-    let mut cs: Vec<Option<&mut [f32]>> = if d.cell.has_cell_state() {
-        split_mut(out_c, lens.iter().copied(), t * h)
+    let mut cs: Vec<Option<&mut [f32]>> = match out_c {
+        Some(out_c) => split_mut(out_c, lens.iter().copied(), t * h)
             .into_iter()
             .map(Some)
-            .collect()
-    } else {
-        parts.iter().map(|_| None).collect()
+            .collect(),
+        None => parts.iter().map(|_| None).collect(),
     };
     let bias_x = p.input_bias(d);
     let bias_hn = p.hidden_n_bias(d);
@@ -198,18 +237,15 @@ pub(crate) fn forward(
                 n,
                 start,
             };
-            move || block.forward(x, h0, c0, keep, oh, oc)
+            move || block.forward(x, stored, keep, oh, oc)
         })
         .collect();
     let saved = parallel(jobs);
-    (
-        out,
-        Saved {
-            keep,
-            blocks: parts,
-            saved,
-        },
-    )
+    Saved {
+        keep,
+        blocks: parts,
+        saved,
+    }
 }
 
 /// Gradients of one layer call; `None` where not asked for.
@@ -344,10 +380,10 @@ impl Block<'_> {
         self.start[(self.first + r) * self.d.steps + t]
     }
 
-    /// The block's inputs, time-major: `[T][n][in]`.
+    /// The block's inputs, time-major: `[T][n][in]` (a pool buffer, every element written).
     fn inputs_time_major(&self, x: &[f32]) -> Vec<f32> {
         let (t, i) = (self.d.steps, self.d.input);
-        let mut xt = vec![0.0f32; t * self.n * i];
+        let mut xt = pool::take(t * self.n * i);
         for r in 0..self.n {
             let row = &x[(self.first + r) * t * i..(self.first + r + 1) * t * i];
             for (s, src) in row.chunks_exact(i).enumerate() {
@@ -357,12 +393,13 @@ impl Block<'_> {
         xt
     }
 
-    /// `[T][n][G*H]`: every step's input projection plus biases, one GEMM.
+    /// `[T][n][G*H]`: every step's input projection plus biases, one GEMM (a pool buffer:
+    /// every row is set to the bias first).
     fn project(&self, xt: &[f32]) -> Vec<f32> {
         let (t, w, i) = (self.d.steps, self.d.width(), self.d.input);
-        let mut xg = Vec::with_capacity(t * self.n * w);
-        for _ in 0..t * self.n {
-            xg.extend_from_slice(self.bias_x);
+        let mut xg = pool::take(t * self.n * w);
+        for row in xg.chunks_exact_mut(w) {
+            row.copy_from_slice(self.bias_x);
         }
         gemm(
             Mat::rows(xt, t * self.n, i),
@@ -374,13 +411,14 @@ impl Block<'_> {
         xg
     }
 
-    /// Replaces the rows that start at step `t` with their stored state.
-    fn reset(&self, t: usize, state: &mut [f32], stored: &[f32]) {
-        let (steps, h) = (self.d.steps, self.d.hidden);
+    /// Replaces the rows that start at step `t` with their stored state (`values` is
+    /// `stored.h` or `stored.c`).
+    fn reset(&self, t: usize, state: &mut [f32], stored: &Stored<'_>, values: &[f32]) {
+        let h = self.d.hidden;
         for r in 0..self.n {
             if self.starts(r, t) {
-                let at = ((self.first + r) * steps + t) * h;
-                state[r * h..(r + 1) * h].copy_from_slice(&stored[at..at + h]);
+                let at = stored.at(self.d, self.first + r, t);
+                state[r * h..(r + 1) * h].copy_from_slice(&values[at..at + h]);
             }
         }
     }
@@ -428,29 +466,41 @@ impl Block<'_> {
     fn forward(
         &self,
         x: &[f32],
-        h0: &[f32],
-        c0: Option<&[f32]>,
+        stored: Stored<'_>,
         keep: Keep,
         out_h: &mut [f32],
         mut out_c: Option<&mut [f32]>,
     ) -> BlockSaved {
         let (t_len, n, h, w) = (self.d.steps, self.n, self.d.hidden, self.d.width());
         let lstm = self.d.cell.has_cell_state();
-        let mut xg = self.project(&self.inputs_time_major(x));
-        // State slots: every step's entering state when saving, else two that alternate.
+        let xt = self.inputs_time_major(x);
+        let mut xg = self.project(&xt);
+        pool::give(xt);
+        // State slots: every step's entering state when saving, else two that alternate. Pool
+        // buffers: slot t is written before step t reads it (every row is reset at t = 0,
+        // slot t + 1 is step t's output).
         let slots = if keep == Keep::Nothing { 2 } else { t_len + 1 };
         let slot = |t: usize| if keep == Keep::Nothing { t % 2 } else { t };
         let sz = n * h;
-        let mut hs = vec![0.0f32; slots * sz];
-        let mut cs = vec![0.0f32; if lstm { slots * sz } else { 0 }];
+        let mut hs = pool::take(slots * sz);
+        let mut cs = if lstm {
+            pool::take(slots * sz)
+        } else {
+            Vec::new()
+        };
         let gru_gates = keep == Keep::Gates && !lstm;
-        let mut hn_all = vec![0.0f32; if gru_gates { t_len * sz } else { 0 }];
+        // Every step writes its whole slab of `hn` (in `gates`).
+        let mut hn_all = if gru_gates {
+            pool::take(t_len * sz)
+        } else {
+            Vec::new()
+        };
         let mut hn_step = vec![0.0f32; if lstm { 0 } else { sz }];
         let mut scratch = vec![0.0f32; if lstm { 0 } else { n * w }];
         let mut tmp = vec![0.0f32; h];
         for t in 0..t_len {
             let (cur, next) = two_slots(&mut hs, slot(t), slot(t + 1), sz);
-            self.reset(t, cur, h0);
+            self.reset(t, cur, &stored, stored.h);
             let g = &mut xg[t * n * w..(t + 1) * n * w];
             let hn = if gru_gates {
                 &mut hn_all[t * sz..(t + 1) * sz]
@@ -460,7 +510,7 @@ impl Block<'_> {
             self.gates(g, cur, &mut scratch, hn);
             if lstm {
                 let (c_cur, c_next) = two_slots(&mut cs, slot(t), slot(t + 1), sz);
-                self.reset(t, c_cur, c0.expect("an LSTM has c0"));
+                self.reset(t, c_cur, &stored, stored.c.expect("an LSTM has c0"));
                 for r in 0..n {
                     let gr = &g[r * w..(r + 1) * w];
                     let (ig, rest) = gr.split_at(h);
@@ -501,16 +551,23 @@ impl Block<'_> {
             }
         }
         if keep == Keep::Nothing {
+            for buf in [xg, hs, cs] {
+                pool::give(buf);
+            }
             return BlockSaved::default();
         }
         hs.truncate(t_len * sz);
-        hs.shrink_to_fit();
         cs.truncate(t_len * sz);
-        cs.shrink_to_fit();
+        let gates = if keep == Keep::Gates {
+            xg
+        } else {
+            pool::give(xg);
+            Vec::new()
+        };
         BlockSaved {
             h: hs,
             c: cs,
-            gates: if keep == Keep::Gates { xg } else { Vec::new() },
+            gates,
             hn: hn_all,
         }
     }
@@ -548,9 +605,14 @@ impl Block<'_> {
         // With recompute, the projection is redone here and each step's gates in the loop.
         let (mut g_all, mut hn_all) = match keep {
             Keep::Gates => (gates, hn),
+            // Every step's gates are recomputed in the loop before they are read.
             _ => (
                 self.project(&xt),
-                vec![0.0f32; if lstm { 0 } else { t_len * sz }],
+                if lstm {
+                    Vec::new()
+                } else {
+                    pool::take(t_len * sz)
+                },
             ),
         };
         let mut scratch = vec![0.0f32; if lstm { 0 } else { n * w }];
@@ -711,7 +773,8 @@ impl Block<'_> {
         // g_all now holds dG (input side) for every step; hn_all the GRU's d(h W_hn^T + b_hn).
         let rows = t_len * n;
         if let Some(dx) = dx {
-            let mut dxt = vec![0.0f32; rows * i];
+            // Written whole by the GEMM (beta = 0 does not read it).
+            let mut dxt = pool::take(rows * i);
             gemm(
                 Mat::rows(&g_all, rows, w),
                 Mat::rows(self.p.w_ih, w, i),
@@ -725,27 +788,55 @@ impl Block<'_> {
                         .copy_from_slice(&dxt[(t * n + r) * i..(t * n + r + 1) * i]);
                 }
             }
+            pool::give(dxt);
         }
-        if !weights {
-            return WeightGrads::default();
+        let grads = if weights {
+            self.weight_grads(&g_all, &hn_all, &hs, &xt, b_x, b_hn)
+        } else {
+            WeightGrads::default()
+        };
+        for buf in [xt, g_all, hn_all, hs, cs] {
+            pool::give(buf);
         }
+        grads
+    }
+
+    /// The weight gradients from every step's gate gradients `g_all` (`[T][n][G*H]`), the
+    /// GRU's `hn_all` (`[T][n][H]`), the states entering each step `hs` and the inputs `xt`.
+    fn weight_grads(
+        &self,
+        g_all: &[f32],
+        hn_all: &[f32],
+        hs: &[f32],
+        xt: &[f32],
+        b_x: Vec<f32>,
+        b_hn: Vec<f32>,
+    ) -> WeightGrads {
+        let (t_len, n, h, w, i) = (
+            self.d.steps,
+            self.n,
+            self.d.hidden,
+            self.d.width(),
+            self.d.input,
+        );
+        let rows = t_len * n;
         let mut grads = WeightGrads {
             w_ih: vec![0.0f32; w * i],
             w_hh: vec![0.0f32; w * h],
             b_x,
             b_hn,
         };
-        let h_in_all = Mat::rows(&hs, rows, h);
+        let h_in_all = Mat::rows(hs, rows, h);
         gemm(
-            Mat::rows(&g_all, rows, w).t(),
-            Mat::rows(&xt, rows, i),
+            Mat::rows(g_all, rows, w).t(),
+            Mat::rows(xt, rows, i),
             0.0,
             &mut grads.w_ih,
             i,
         );
         match self.d.cell {
             CellKind::Lstm => gemm(
-                Mat::rows(&g_all, rows, w).t(),
+                Mat::rows(g_all, rows, w).t(),
                 h_in_all,
                 0.0,
                 &mut grads.w_hh,
@@ -753,14 +844,14 @@ impl Block<'_> {
             ),
             CellKind::Gru => {
                 gemm(
-                    Mat::strided(&g_all, rows, 2 * h, w).t(),
+                    Mat::strided(g_all, rows, 2 * h, w).t(),
                     h_in_all,
                     0.0,
                     &mut grads.w_hh[..2 * h * h],
                     h,
                 );
                 gemm(
-                    Mat::rows(&hn_all, rows, h).t(),
+                    Mat::rows(hn_all, rows, h).t(),
                     h_in_all,
                     0.0,
                     &mut grads.w_hh[2 * h * h..],
@@ -862,18 +953,30 @@ mod tests {
             }
         }
 
-        fn run(&self, keep: Keep, threads: usize) -> (Vec<f32>, Saved, Grads) {
-            let c0 = self.d.cell.has_cell_state().then_some(&self.c0[..]);
-            let (out, saved) = forward(
+        /// The forward with the stored states in `stored`; outputs `[K, B, T, H]`.
+        fn forward(&self, stored: Stored<'_>, keep: Keep, threads: usize) -> (Vec<f32>, Saved) {
+            let slab = self.d.rows * self.d.steps * self.d.hidden;
+            // Garbage in the outputs: the forward must write every element.
+            let mut out = vec![f32::NAN; self.d.slabs() * slab];
+            let (out_h, out_c) = out.split_at_mut(slab);
+            let lstm = self.d.cell.has_cell_state();
+            let saved = forward(
                 &self.d,
                 self.params(),
                 &self.x,
                 &self.start,
-                &self.h0,
-                c0,
+                stored,
                 keep,
                 threads,
+                out_h,
+                lstm.then_some(out_c),
             );
+            (out, saved)
+        }
+
+        fn run(&self, keep: Keep, threads: usize) -> (Vec<f32>, Saved, Grads) {
+            let c0 = self.d.cell.has_cell_state().then_some(&self.c0[..]);
+            let (out, saved) = self.forward(Stored::single(&self.h0, c0), keep, threads);
             let wanted = Wanted {
                 x: true,
                 h0: true,
@@ -910,6 +1013,41 @@ mod tests {
                     assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
                 }
             }
+        }
+    }
+
+    /// A layer of a stack reads its own stored states out of `[B, T, layers, H]`.
+    #[test]
+    fn a_layer_reads_its_slice_of_stacked_states() {
+        for cell in [CellKind::Lstm, CellKind::Gru] {
+            let p = Problem::new(cell, 3, 5);
+            let lstm = cell.has_cell_state();
+            let (single, _) = p.forward(
+                Stored::single(&p.h0, lstm.then_some(&p.c0[..])),
+                Keep::Nothing,
+                2,
+            );
+            // Layer 1 of 3: the problem's states interleaved with others.
+            let stack = |own: &[f32]| -> Vec<f32> {
+                own.chunks_exact(p.d.hidden)
+                    .flat_map(|row| {
+                        let mut three = vec![9.0; p.d.hidden];
+                        three.extend_from_slice(row);
+                        three.extend(vec![-9.0; p.d.hidden]);
+                        three
+                    })
+                    .collect()
+            };
+            let (h3, c3) = (stack(&p.h0), stack(&p.c0));
+            let stored = Stored {
+                h: &h3,
+                c: lstm.then_some(&c3[..]),
+                layers: 3,
+                layer: 1,
+            };
+            let (stacked, _) = p.forward(stored, Keep::Nothing, 2);
+            assert_eq!(stacked, single, "{cell:?}");
+            assert!(single.iter().all(|v| v.is_finite()), "{cell:?}");
         }
     }
 

@@ -1,21 +1,26 @@
 //! `fused`: hand-written recurrent-mode forward and backward kernels on the CPU.
 //!
-//! Each layer is one operation: on [`CpuAutodiff`] a custom burn autodiff node (its backward is
-//! the hand-written BPTT in [`kernel`], so losses use it without knowing), on [`Cpu`] a plain
-//! forward. Layers are chained as burn tensors, so dropout between layers is burn's own op.
+//! On [`CpuAutodiff`] each layer is one custom burn autodiff node (its backward is the
+//! hand-written BPTT in [`kernel`], so losses use it without knowing); layers are chained as
+//! burn tensors, so dropout between layers is burn's own op ([`run`]). On [`Cpu`] (inference,
+//! no dropout) the whole call runs on host buffers, all layers and the `next` state
+//! ([`inference`]).
 //!
 //! The module is generic over its backend; this backend runs only on the two CPU backends
 //! ([`available`]). `RecurrentCore::new` rejects `backend = "fused"` on any other backend and
 //! `auto` falls back to `scan` there, so [`run`] never sees another one.
 //!
-//! Each layer call's output is `[K, B, T, H]`: the post-step `h` of every step and, for an
-//! LSTM (`K = 2`), the post-step `c` (for the `next` state). Its parents are the layer input
-//! `[B, T, in]`, the layer's stored states `[B, T, H]` (read where a step starts a segment),
-//! and the four parameters; gradients flow to all of them.
+//! Each autodiff layer call's output is `[K, B, T, H]`: the post-step `h` of every step and,
+//! for an LSTM (`K = 2`), the post-step `c` (for the `next` state). Its parents are the layer
+//! input `[B, T, in]`, the layer's stored states `[B, T, H]` (read where a step starts a
+//! segment), and the four parameters; gradients flow to all of them.
+//!
+//! Large scratch buffers come from a [`pool`] kept across calls (no page faults per call).
 
 mod gemm;
 mod kernel;
 mod math;
+mod pool;
 
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
@@ -33,12 +38,12 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use ndarray::{ArcArray, IxDyn};
 
 pub use gemm::{square_gemm_peak, threads};
-use kernel::{Dims, Keep, Params, Saved, Wanted};
+use kernel::{Dims, Keep, Params, Saved, Stored, Wanted};
 
 use super::scan::CellState3;
 use super::Segments;
 use crate::backend::{Cpu, CpuAutodiff};
-use crate::recurrent::{CellKind, Recompute, RecurrentCore, RecurrentState};
+use crate::recurrent::{CellKind, Recompute, RecurrentCore, RecurrentOutput, RecurrentState};
 
 /// burn's autodiff tensor over [`Cpu`] (its `primitive` and graph `node`).
 type AdTensor = burn::tensor::ops::FloatTensor<CpuAutodiff>;
@@ -80,6 +85,123 @@ fn keep_for(recompute: Recompute) -> Keep {
     }
 }
 
+/// The whole recurrent-mode call on [`Cpu`] (no autodiff), or `None` on any other backend.
+///
+/// Every layer runs on host buffers with no burn op in between: the kernel reads each layer's
+/// stored states straight out of `[B, T, L, H]`, layers hand their outputs to the next through
+/// pool buffers, and `next` is written at the segment ends only. (Through burn's ops, slicing a
+/// layer's states, splitting `h` from `c`, stacking and masking `next` each copied whole
+/// `[B, T, H]` tensors: a third of a forward-only call.)
+pub(crate) fn inference<B: Backend>(
+    core: &RecurrentCore<B>,
+    x: &Tensor<B, 3>,
+    segments: &Segments,
+    stored: &RecurrentState<B, 4>,
+) -> Option<RecurrentOutput<B, 3, 4>> {
+    if TypeId::of::<B>() != TypeId::of::<Cpu>() {
+        return None;
+    }
+    fn cpu<B: Backend, const D: usize>(t: Tensor<B, D>) -> NdArrayTensor {
+        same_type::<_, Tensor<Cpu, D>>(t).into_primitive().tensor()
+    }
+    let [rows, steps, input_size] = x.dims();
+    let (layers, hidden, cell) = (core.layers.len(), core.hidden_size(), core.cell());
+    let lstm = cell.has_cell_state();
+    let x = cpu(x.clone());
+    let (stored_h, stored_c) = (cpu(stored.rs_h.clone()), stored.rs_c.clone().map(cpu));
+    let (stored_h, stored_c) = (host(&stored_h), stored_c.as_ref().map(host));
+    let slab = rows * steps * hidden;
+    let ends: Vec<usize> = segments
+        .ends()
+        .iter()
+        .enumerate()
+        .filter_map(|(pos, &end)| end.then_some(pos))
+        .collect();
+    let mut next_h = vec![0.0f32; slab * layers];
+    let mut next_c = lstm.then(|| vec![0.0f32; slab * layers]);
+    let mut input = host(&x);
+    for (l, layer) in core.layers.iter().enumerate() {
+        let w_ih = cpu(layer.weight_ih.val());
+        let w_hh = cpu(layer.weight_hh.val());
+        let b_ih = layer.bias_ih.as_ref().map(|b| cpu(b.val()));
+        let b_hh = layer.bias_hh.as_ref().map(|b| cpu(b.val()));
+        let (wi, wh) = (host(&w_ih), host(&w_hh));
+        let (bi, bh) = (b_ih.as_ref().map(host), b_hh.as_ref().map(host));
+        let params = Params {
+            w_ih: &wi,
+            w_hh: &wh,
+            b_ih: bi.as_deref(),
+            b_hh: bh.as_deref(),
+        };
+        let d = Dims {
+            cell,
+            rows,
+            steps,
+            input: if l == 0 { input_size } else { hidden },
+            hidden,
+        };
+        // The kernel writes every element. The last layer's `h` becomes the features
+        // tensor (burn owns it from then on), so it is not a pool buffer.
+        let mut out_h = if l + 1 == layers {
+            vec![0.0f32; slab]
+        } else {
+            pool::take(slab)
+        };
+        let mut out_c = lstm.then(|| pool::take(slab));
+        let states = Stored {
+            h: &stored_h,
+            c: stored_c.as_deref(),
+            layers,
+            layer: l,
+        };
+        kernel::forward(
+            &d,
+            params,
+            &input,
+            &segments.start,
+            states,
+            Keep::Nothing,
+            threads(),
+            &mut out_h,
+            out_c.as_deref_mut(),
+        );
+        for (out, next) in [
+            (Some(&out_h), Some(&mut next_h)),
+            (out_c.as_ref(), next_c.as_mut()),
+        ] {
+            if let (Some(out), Some(next)) = (out, next) {
+                for &pos in &ends {
+                    let at = (pos * layers + l) * hidden;
+                    next[at..at + hidden].copy_from_slice(&out[pos * hidden..(pos + 1) * hidden]);
+                }
+            }
+        }
+        if let Some(c) = out_c {
+            pool::give(c);
+        }
+        if let Cow::Owned(previous) = std::mem::replace(&mut input, Cow::Owned(out_h)) {
+            pool::give(previous);
+        }
+    }
+    let tensor = |values: Vec<f32>, shape: &[usize]| {
+        Tensor::<Cpu, 3>::from_primitive(TensorPrimitive::Float(primitive(values, shape)))
+    };
+    let state = |values: Vec<f32>| {
+        Tensor::<Cpu, 4>::from_primitive(TensorPrimitive::Float(primitive(
+            values,
+            &[rows, steps, layers, hidden],
+        )))
+    };
+    let output = RecurrentOutput::<Cpu, 3, 4> {
+        features: tensor(input.into_owned(), &[rows, steps, hidden]),
+        next: RecurrentState {
+            rs_h: state(next_h),
+            rs_c: next_c.map(state),
+        },
+    };
+    Some(same_type(output))
+}
+
 /// Returns, per layer, the post-step `h` (and `c`) `[B, T, H]`.
 pub(crate) fn run<B: Backend>(
     core: &RecurrentCore<B>,
@@ -96,10 +218,14 @@ pub(crate) fn run<B: Backend>(
     let mut input = x;
     let mut out = Vec::with_capacity(layers);
     for (l, layer) in core.layers.iter().enumerate() {
+        // (burn's slice and reshape each copy on the CPU: one layer needs no slice.)
         let of_layer = |e: &Tensor<B, 4>| {
-            e.clone()
-                .slice_dim(2, l..l + 1)
-                .reshape([rows, steps, hidden])
+            let own = if layers == 1 {
+                e.clone()
+            } else {
+                e.clone().slice_dim(2, l..l + 1)
+            };
+            own.reshape([rows, steps, hidden])
         };
         let call = Call {
             x: input,
@@ -147,16 +273,14 @@ fn dispatch<B: Backend>(
     call: Call<B>,
 ) -> Tensor<B, 4> {
     let call: Box<dyn Any> = Box::new(call);
-    let call = match call.downcast::<Call<CpuAutodiff>>() {
-        Ok(call) => return same_type(autodiff_layer(cell, recompute, start, *call)),
-        Err(other) => other,
-    };
-    match call.downcast::<Call<Cpu>>() {
-        Ok(call) => same_type(inference_layer(cell, &start, *call)),
+    match call.downcast::<Call<CpuAutodiff>>() {
+        Ok(call) => same_type(autodiff_layer(cell, recompute, start, *call)),
         Err(_) => panic!(
-            "the fused recurrent backend runs on the CPU backends only (got {}); \
-             RecurrentCore::new rejects this configuration",
-            std::any::type_name::<B>()
+            "the fused recurrent backend's layer-by-layer path runs on {} only (got {}); \
+             {} goes through `inference` and RecurrentCore::new rejects other backends",
+            std::any::type_name::<CpuAutodiff>(),
+            std::any::type_name::<B>(),
+            std::any::type_name::<Cpu>(),
         ),
     }
 }
@@ -201,41 +325,6 @@ fn dims_of(cell: CellKind, x: &NdArrayTensor, w_hh: &NdArrayTensor) -> Dims {
         input: xs[2],
         hidden: w_hh.shape()[1],
     }
-}
-
-/// Forward only, on [`Cpu`].
-fn inference_layer(cell: CellKind, start: &[bool], call: Call<Cpu>) -> Tensor<Cpu, 4> {
-    let prim = |t: Tensor<Cpu, 3>| t.into_primitive().tensor();
-    let (x, h0) = (prim(call.x), prim(call.h0));
-    let c0 = call.c0.map(prim);
-    let (w_ih, w_hh) = (
-        call.w_ih.into_primitive().tensor(),
-        call.w_hh.into_primitive().tensor(),
-    );
-    let b_ih = call.b_ih.map(|b| b.into_primitive().tensor());
-    let b_hh = call.b_hh.map(|b| b.into_primitive().tensor());
-    let d = dims_of(cell, &x, &w_hh);
-    let (wi, wh) = (host(&w_ih), host(&w_hh));
-    let (bi, bh) = (b_ih.as_ref().map(host), b_hh.as_ref().map(host));
-    let params = Params {
-        w_ih: &wi,
-        w_hh: &wh,
-        b_ih: bi.as_deref(),
-        b_hh: bh.as_deref(),
-    };
-    let c0h = c0.as_ref().map(host);
-    let (out, _) = kernel::forward(
-        &d,
-        params,
-        &host(&x),
-        start,
-        &host(&h0),
-        c0h.as_deref(),
-        Keep::Nothing,
-        threads(),
-    );
-    let shape = [d.slabs(), d.rows, d.steps, d.hidden];
-    Tensor::from_primitive(TensorPrimitive::Float(primitive(out, &shape)))
 }
 
 /// What the backward of one layer call needs.
@@ -359,15 +448,20 @@ fn autodiff_layer(
             b_hh: bh.as_deref(),
         };
         let c0h = c0.as_ref().map(|c| host(&c.primitive));
-        let (out, saved) = kernel::forward(
+        let slab = d.rows * d.steps * d.hidden;
+        // Written whole by the kernel.
+        let mut out = vec![0.0f32; d.slabs() * slab];
+        let (out_h, out_c) = out.split_at_mut(slab);
+        let saved = kernel::forward(
             &d,
             params,
             &host(&x.primitive),
             &start,
-            &host(&h0.primitive),
-            c0h.as_deref(),
+            Stored::single(&host(&h0.primitive), c0h.as_deref()),
             keep,
             threads(),
+            out_h,
+            d.cell.has_cell_state().then_some(out_c),
         );
         let shape = [d.slabs(), d.rows, d.steps, d.hidden];
         (primitive(out, &shape), saved)
@@ -411,7 +505,8 @@ mod tests {
         t.into_data().to_vec::<f32>().unwrap()
     }
 
-    fn run<B: Backend>(core: &RecurrentCore<B>, grad: bool) -> (Vec<f32>, Vec<f32>) {
+    /// Features, `next` h and `next` c of one call with resets and distinct stored states.
+    fn run<B: Backend>(core: &RecurrentCore<B>, grad: bool) -> [Vec<f32>; 3] {
         let device = Default::default();
         let (b, t) = (3, 7);
         let x: Vec<f32> = (0..b * t * 2).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -421,14 +516,19 @@ mod tests {
             x = x.require_grad();
         }
         let is_init = Tensor::<B, 2, Bool>::from_data(TensorData::new(flags, [b, t]), &device);
-        let stored = |s: f32| Tensor::<B, 4>::ones([b, t, 2, 4], &device) * s;
+        // Every row, step and layer its own stored state (a wrong layer offset shows).
+        let stored = |s: f32| {
+            let v: Vec<f32> = (0..b * t * 2 * 4).map(|i| (i as f32 * s).cos()).collect();
+            Tensor::<B, 4>::from_data(TensorData::new(v, [b, t, 2, 4]), &device)
+        };
         let state = RecurrentState {
             rs_h: stored(0.3),
             rs_c: core.cell().has_cell_state().then(|| stored(-0.2)),
         };
         let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
         let out = core.forward_batch(x, is_init, state).unwrap();
-        (values(out.features), values(out.next.rs_h))
+        let c = out.next.rs_c.map(values).unwrap_or_default();
+        [values(out.features), values(out.next.rs_h), c]
     }
 
     /// Inference on `Cpu`, the untracked and the tracked autodiff paths compute the same bits.
@@ -445,7 +545,8 @@ mod tests {
             let inference = run(&core.valid(), false);
             assert_eq!(tracked, untracked, "{cell:?}");
             assert_eq!(tracked, inference, "{cell:?}");
-            assert!(tracked.0.iter().any(|&v| v != 0.0));
+            assert!(tracked[0].iter().any(|&v| v != 0.0));
+            assert_eq!(tracked[2].is_empty(), cell == CellKind::Gru);
         }
     }
 
