@@ -10,7 +10,9 @@
 //! runs forward and backward of `loss = sum(features)`. frames/s = `batch * steps / median`.
 //!
 //! Before the rows, one `{"bench":"gemm",..}` row: a square f32 GEMM through the same
-//! `sgemm` and threads as the fused kernels (the practical peak the `peak_*` fields use).
+//! `sgemm` and threads as the fused kernels (the practical peak). Each row's `peak_*` fields
+//! use that GEMM measured again right before and right after the row: the shared host's
+//! speed drifts within a run (the start-of-run figure was off by up to 2x for late rows).
 
 use std::io::Write;
 use std::str::FromStr;
@@ -98,7 +100,7 @@ pub struct RnnRow {
     /// GEMM floating-point operations of one call / 1e9 (see [`gemm_gflop`]).
     pub gflop: f64,
     pub gflop_per_s: f64,
-    /// The same run's square-GEMM figure ([`GemmRow`]).
+    /// The square GEMM of [`GemmRow`], measured right before and right after this row (mean).
     pub peak_gflop_per_s: f64,
     /// `gflop_per_s / peak_gflop_per_s`.
     pub peak_fraction: f64,
@@ -182,7 +184,7 @@ impl RnnBench {
                     vec![Recompute::None]
                 };
                 for recompute in recomputes {
-                    rows.extend(self.run_module(out, cell, backend, recompute, peak)?);
+                    rows.extend(self.run_module(out, cell, backend, recompute)?);
                 }
             }
         }
@@ -196,7 +198,6 @@ impl RnnBench {
         cell: CellKind,
         backend: RecurrentBackend,
         recompute: Recompute,
-        peak: f64,
     ) -> anyhow::Result<Vec<RnnRow>> {
         let device = cpu_device();
         let mut rows = Vec::new();
@@ -213,10 +214,12 @@ impl RnnBench {
                     if pass == Pass::Fwd && recompute == Recompute::Full {
                         continue;
                     }
+                    let before = self.peak();
                     let samples = match pass {
                         Pass::Fwd => self.time(|| forward(&inference, &work, self, steps, false)),
                         Pass::FwdBwd => self.time(|| forward(&module, &work, self, steps, true)),
                     };
+                    let peak = (before + self.peak()) / 2.0;
                     let (median_ms, min_ms, max_ms) = summarize(&samples);
                     let gflop = gemm_gflop(
                         cell,
@@ -284,6 +287,11 @@ impl RnnBench {
                 .map(|i| i % steps == 0 || rng.random_bool(p))
                 .collect(),
         }
+    }
+
+    /// The square-GEMM figure now (median of 3 after a warm-up).
+    fn peak(&self) -> f64 {
+        fused::square_gemm_peak(PEAK_GEMM_N, self.threads, 3).1
     }
 
     fn time(&self, mut f: impl FnMut()) -> Vec<Duration> {

@@ -198,6 +198,11 @@ pub(crate) fn forward(
     let states = b * t * stored.layers * h;
     assert_eq!(x.len(), b * t * d.input, "x is [B, T, in]");
     assert_eq!(start.len(), b * t, "start is [B, T]");
+    // The state slots are pool buffers: step 0 must overwrite every row.
+    assert!(
+        (0..b).all(|r| t == 0 || start[r * t]),
+        "every row takes its stored state at step 0"
+    );
     assert!(stored.layer < stored.layers, "stored layer in range");
     assert_eq!(stored.h.len(), states, "stored h is [B, T, layers, H]");
     assert_eq!(
