@@ -380,6 +380,12 @@ struct Block<'a> {
 }
 
 impl Block<'_> {
+    /// `(T, n, H, G*H, in)`.
+    fn sizes(&self) -> (usize, usize, usize, usize, usize) {
+        let d = self.d;
+        (d.steps, self.n, d.hidden, d.width(), d.input)
+    }
+
     /// Whether block row `r` takes the stored state at step `t`.
     fn starts(&self, r: usize, t: usize) -> bool {
         self.start[(self.first + r) * self.d.steps + t]
@@ -590,13 +596,7 @@ impl Block<'_> {
         mut dc0: Option<&mut [f32]>,
         weights: bool,
     ) -> WeightGrads {
-        let (t_len, n, h, w, i) = (
-            self.d.steps,
-            self.n,
-            self.d.hidden,
-            self.d.width(),
-            self.d.input,
-        );
+        let (t_len, n, h, w, i) = self.sizes();
         let lstm = self.d.cell.has_cell_state();
         let sz = n * h;
         let slab = self.d.rows * t_len * h;
@@ -817,13 +817,7 @@ impl Block<'_> {
         b_x: Vec<f32>,
         b_hn: Vec<f32>,
     ) -> WeightGrads {
-        let (t_len, n, h, w, i) = (
-            self.d.steps,
-            self.n,
-            self.d.hidden,
-            self.d.width(),
-            self.d.input,
-        );
+        let (t_len, n, h, w, i) = self.sizes();
         let rows = t_len * n;
         let mut grads = WeightGrads {
             w_ih: vec![0.0f32; w * i],

@@ -125,14 +125,8 @@ pub(crate) fn inference<B: Backend>(
         let w_hh = cpu(layer.weight_hh.val());
         let b_ih = layer.bias_ih.as_ref().map(|b| cpu(b.val()));
         let b_hh = layer.bias_hh.as_ref().map(|b| cpu(b.val()));
-        let (wi, wh) = (host(&w_ih), host(&w_hh));
-        let (bi, bh) = (b_ih.as_ref().map(host), b_hh.as_ref().map(host));
-        let params = Params {
-            w_ih: &wi,
-            w_hh: &wh,
-            b_ih: bi.as_deref(),
-            b_hh: bh.as_deref(),
-        };
+        let host_params = HostParams::new(&w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref());
+        let params = host_params.params();
         let d = Dims {
             cell,
             rows,
@@ -309,6 +303,39 @@ fn host(t: &NdArrayTensor) -> Cow<'_, [f32]> {
     }
 }
 
+/// A layer's parameters as host values (borrowed where contiguous).
+struct HostParams<'a> {
+    w_ih: Cow<'a, [f32]>,
+    w_hh: Cow<'a, [f32]>,
+    b_ih: Option<Cow<'a, [f32]>>,
+    b_hh: Option<Cow<'a, [f32]>>,
+}
+
+impl<'a> HostParams<'a> {
+    fn new(
+        w_ih: &'a NdArrayTensor,
+        w_hh: &'a NdArrayTensor,
+        b_ih: Option<&'a NdArrayTensor>,
+        b_hh: Option<&'a NdArrayTensor>,
+    ) -> Self {
+        Self {
+            w_ih: host(w_ih),
+            w_hh: host(w_hh),
+            b_ih: b_ih.map(host),
+            b_hh: b_hh.map(host),
+        }
+    }
+
+    fn params(&self) -> Params<'_> {
+        Params {
+            w_ih: &self.w_ih,
+            w_hh: &self.w_hh,
+            b_ih: self.b_ih.as_deref(),
+            b_hh: self.b_hh.as_deref(),
+        }
+    }
+}
+
 fn primitive(values: Vec<f32>, shape: &[usize]) -> NdArrayTensor {
     NdArrayTensor::from(
         ArcArray::from_shape_vec(IxDyn(shape), values).expect("values match the shape"),
@@ -369,14 +396,13 @@ impl Backward<Cpu, 7> for FusedLayerBackward {
             .take()
             .expect("a fused layer's backward runs once");
         let d = state.dims;
-        let (wi, wh) = (host(&state.w_ih), host(&state.w_hh));
-        let (bi, bh) = (state.b_ih.as_ref().map(host), state.b_hh.as_ref().map(host));
-        let params = Params {
-            w_ih: &wi,
-            w_hh: &wh,
-            b_ih: bi.as_deref(),
-            b_hh: bh.as_deref(),
-        };
+        let host_params = HostParams::new(
+            &state.w_ih,
+            &state.w_hh,
+            state.b_ih.as_ref(),
+            state.b_hh.as_ref(),
+        );
+        let params = host_params.params();
         let wanted = Wanted {
             x: nx.is_some(),
             h0: nh.is_some(),
@@ -438,15 +464,13 @@ fn autodiff_layer(
     ];
     let d = dims_of(cell, &x.primitive, &w_hh.primitive);
     let run = |keep: Keep| {
-        let (wi, wh) = (host(&w_ih.primitive), host(&w_hh.primitive));
-        let bi = b_ih.as_ref().map(|b| host(&b.primitive));
-        let bh = b_hh.as_ref().map(|b| host(&b.primitive));
-        let params = Params {
-            w_ih: &wi,
-            w_hh: &wh,
-            b_ih: bi.as_deref(),
-            b_hh: bh.as_deref(),
-        };
+        let host_params = HostParams::new(
+            &w_ih.primitive,
+            &w_hh.primitive,
+            b_ih.as_ref().map(|b| &b.primitive),
+            b_hh.as_ref().map(|b| &b.primitive),
+        );
+        let params = host_params.params();
         let c0h = c0.as_ref().map(|c| host(&c.primitive));
         let slab = d.rows * d.steps * d.hidden;
         // Written whole by the kernel.
