@@ -1,9 +1,10 @@
 //! Code shared by recur's actor and learner processes.
 //!
 //! - [`recurrent`]: LSTM/GRU modules with sequential and recurrent modes, `is_init` resets,
-//!   the thread-local [`recurrent::set_recurrent_mode`] switch, the `pad` and `scan` backends
-//!   and the [`recurrent::Primer`] that describes the recurrent-state entries.
-//! - [`backend`]: the CPU tensor backends recur runs on.
+//!   the thread-local [`recurrent::set_recurrent_mode`] switch, the `pad`, `scan` and
+//!   `fused` backends and the [`recurrent::Primer`] that describes the recurrent-state entries.
+//! - [`backend`]: the tensor backends recur runs on (CPU; CUDA for the learner in a build
+//!   with the `cuda` feature) and the learner's training device.
 //! - [`envs`]: the built-in environments (CartPole, MaskedCartPole, Pendulum, RepeatPrevious),
 //!   the `TimeLimit` wrapper and the auto-resetting `VecEnv` the actor steps.
 //! - [`chunk`]: the trajectory chunk (schema, columns, encoding) that crosses processes.

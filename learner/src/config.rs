@@ -806,6 +806,15 @@ max_grad_norm = 0.5
         assert!(err.contains("unknown field `mode`"), "{err}");
     }
 
+    /// The shipped learner-only BC config, configs/replay/bc.toml.
+    fn bc_toml() -> String {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/replay/bc.toml"
+        ))
+        .expect("configs/replay/bc.toml is readable")
+    }
+
     fn with_device(device: &str) -> String {
         GOOD.replace(
             "frames = 1000000",
@@ -836,11 +845,7 @@ max_grad_norm = 0.5
                 "{bad}: {err}"
             );
         }
-        let bc = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../configs/replay/bc.toml"
-        ))
-        .unwrap();
+        let bc = bc_toml();
         let err = ReplayConfig::parse(
             &bc.replace("device = \"cpu\"", "device = \"tpu\""),
             "b.toml",
@@ -868,11 +873,7 @@ max_grad_norm = 0.5
                 "{err}"
             );
         }
-        let bc = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../configs/replay/bc.toml"
-        ))
-        .unwrap();
+        let bc = bc_toml();
         let err = ReplayConfig::parse(
             &bc.replace("device = \"cpu\"", "device = \"cuda:0\""),
             "b.toml",
@@ -978,11 +979,7 @@ max_grad_norm = 0.5
             .unwrap_err()
             .to_string();
         assert!(err.contains("`dqn` = missing"), "{err}");
-        let bc = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../configs/replay/bc.toml"
-        ))
-        .unwrap();
+        let bc = bc_toml();
         let err = ReplayConfig::parse(&bc.replace("updates = 5_000", "updates = 0"), "b.toml")
             .unwrap_err()
             .to_string();
