@@ -815,6 +815,14 @@ max_grad_norm = 0.5
         .expect("configs/replay/bc.toml is readable")
     }
 
+    /// The error loading bc.toml with `replay.device = device`.
+    fn replay_device_error(device: &str) -> String {
+        let toml = bc_toml().replace("device = \"cpu\"", &format!("device = \"{device}\""));
+        ReplayConfig::parse(&toml, "b.toml")
+            .unwrap_err()
+            .to_string()
+    }
+
     fn with_device(device: &str) -> String {
         GOOD.replace(
             "frames = 1000000",
@@ -845,13 +853,7 @@ max_grad_norm = 0.5
                 "{bad}: {err}"
             );
         }
-        let bc = bc_toml();
-        let err = ReplayConfig::parse(
-            &bc.replace("device = \"cpu\"", "device = \"tpu\""),
-            "b.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let err = replay_device_error("tpu");
         assert!(err.contains("device") && err.contains("\"tpu\""), "{err}");
     }
 
@@ -873,13 +875,7 @@ max_grad_norm = 0.5
                 "{err}"
             );
         }
-        let bc = bc_toml();
-        let err = ReplayConfig::parse(
-            &bc.replace("device = \"cpu\"", "device = \"cuda:0\""),
-            "b.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let err = replay_device_error("cuda:0");
         assert!(
             err.contains("`replay.device` = \"cuda:0\"") && err.contains("--features cuda"),
             "{err}"
