@@ -126,20 +126,17 @@ fn cartpole_trains_resumes_bit_identically_and_leaves_nothing_behind() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn a_bad_config_is_refused_naming_the_key() {
-    let dir = temp_dir("train-badconfig");
-    let cfg = dir.join("bad.toml");
+/// Runs `recur-learner train` on configs/cartpole.toml with `from` replaced by `to`, written
+/// as `dir/name`, and run dir `dir/run`; returns its stderr after checking that it failed.
+fn refused_cartpole_variant(dir: &std::path::Path, name: &str, from: &str, to: &str) -> String {
+    let cfg = dir.join(name);
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../configs/cartpole.toml"
     ))
     .unwrap();
-    std::fs::write(
-        &cfg,
-        text.replace("gamma = 0.99", "gamma = 0.99\ngama = 0.9"),
-    )
-    .unwrap();
+    assert!(text.contains(from), "cartpole.toml has `{from}`");
+    std::fs::write(&cfg, text.replace(from, to)).unwrap();
     let out = recur_tests::run_with_deadline(
         train(&[
             "--config",
@@ -150,7 +147,14 @@ fn a_bad_config_is_refused_naming_the_key() {
         Duration::from_secs(60),
     );
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_bad_config_is_refused_naming_the_key() {
+    let dir = temp_dir("train-badconfig");
+    let err =
+        refused_cartpole_variant(&dir, "bad.toml", "gamma = 0.99", "gamma = 0.99\ngama = 0.9");
     assert!(
         err.contains("bad.toml") && err.contains("unknown field `gama`"),
         "{err}"
@@ -162,37 +166,18 @@ fn a_bad_config_is_refused_naming_the_key() {
 #[test]
 fn a_cuda_device_is_refused_by_a_build_without_cuda() {
     let dir = temp_dir("train-cuda");
-    let cfg = dir.join("cuda.toml");
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../configs/cartpole.toml"
-    ))
-    .unwrap();
-    assert!(text.contains("device = \"cpu\""));
-    std::fs::write(
-        &cfg,
-        text.replace("device = \"cpu\"", "device = \"cuda:0\""),
-    )
-    .unwrap();
-    let run_dir = dir.join("run");
-    let out = recur_tests::run_with_deadline(
-        train(&[
-            "--config",
-            &cfg.to_string_lossy(),
-            "--run-dir",
-            &run_dir.to_string_lossy(),
-        ]),
-        Duration::from_secs(60),
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err =
+        refused_cartpole_variant(&dir, "cuda.toml", "device = \"cpu\"", "device = \"cuda:0\"");
     assert!(
         err.contains("cuda.toml")
             && err.contains("`run.device` = \"cuda:0\"")
             && err.contains("--features cuda"),
         "{err}"
     );
-    assert!(!run_dir.exists(), "nothing is started for a refused config");
+    assert!(
+        !dir.join("run").exists(),
+        "nothing is started for a refused config"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
