@@ -8,20 +8,20 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use actor::rollout::policy_config_for;
 use anyhow::Context;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
 use common::dataset::read_dataset;
-use common::policy::PolicyConfig;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
-use crate::config::{Algo, PolicySection, ReplayConfig};
+use crate::config::{Algo, ReplayConfig};
 use crate::eval::{evaluate, host_policy, Evaluation};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, REPLAY_AXES};
+// Re-exported for `bench::learner`, which fits its policies the same way.
+pub use crate::policy::fit_policy;
 use crate::train::save_checkpoint;
 
 #[derive(Clone, Debug)]
@@ -58,17 +58,6 @@ pub struct ReplaySummary {
     pub target_return: Option<f64>,
     pub updates_to_target: Option<u64>,
     pub seconds_to_target: Option<f64>,
-}
-
-/// The policy a `[policy]` section describes, fitted to environment `env` (training and
-/// replay configs alike).
-pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> {
-    Ok(policy_config_for(env)?
-        .with_cell(p.cell)
-        .with_hidden_size(p.hidden_size)
-        .with_num_layers(p.num_layers)
-        .with_encoder(p.encoder.clone())
-        .with_backend(p.backend))
 }
 
 /// Runs a learner-only replay training on `replay.device`.
