@@ -9,6 +9,7 @@ use actor::rollout::{chunk_schema, init_policy, policy_config_for};
 use common::weights::to_blob;
 
 use crate::recording::Recording;
+use crate::run_dir::write_summary;
 use crate::transport::{CollectSummary, ShmTransport, Transport, TransportConfig};
 
 /// What a collection run does.
@@ -46,7 +47,6 @@ impl CollectConfig {
 /// Runs actors until `config.frames` frames arrived (or a stop request); writes and returns
 /// the summary.
 pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
-    config.validate()?;
     let t = &config.transport;
     let policy_config = policy_config_for(&t.env)?
         .with_cell(t.cell)
@@ -75,7 +75,6 @@ pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
     let stopped = transport.stop_requested();
     let (summary, tail) = transport.finish(stopped)?;
     recording.record(&tail)?;
-    let text = serde_json::to_string_pretty(&summary)?;
-    std::fs::write(t.run_dir.join("summary.json"), text + "\n")?;
+    write_summary(&t.run_dir, &summary)?;
     Ok(summary)
 }

@@ -22,6 +22,7 @@ use crate::eval::{evaluate, host_policy, Evaluation};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, REPLAY_AXES};
 // Re-exported for `bench::learner`, which fits its policies the same way.
 pub use crate::policy::fit_policy;
+use crate::run_dir::{write_config, write_summary};
 use crate::train::save_checkpoint;
 
 #[derive(Clone, Debug)]
@@ -149,9 +150,7 @@ fn replay_on<B: AutodiffBackend>(
             learner.add_chunk(chunk);
         }
     }
-    std::fs::create_dir_all(&opts.run_dir)
-        .with_context(|| format!("creating {}", opts.run_dir.display()))?;
-    std::fs::write(opts.run_dir.join("config.toml"), config.to_toml())?;
+    write_config(&opts.run_dir, &config.to_toml())?;
     let metrics_path = opts.run_dir.join("metrics.csv");
     let _ = std::fs::remove_file(&metrics_path);
     let mut metrics = MetricsWriter::open(&metrics_path)?;
@@ -301,9 +300,6 @@ fn replay_on<B: AutodiffBackend>(
     )? {
         tracing::warn!("{note}");
     }
-    std::fs::write(
-        opts.run_dir.join("summary.json"),
-        serde_json::to_string_pretty(&summary)? + "\n",
-    )?;
+    write_summary(&opts.run_dir, &summary)?;
     Ok(summary)
 }

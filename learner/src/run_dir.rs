@@ -1,12 +1,14 @@
 //! The run directory and the names a run gives its resources: the directory itself (mode 0700,
 //! so only the run's user reaches the control socket inside it), the control socket, and the
 //! shared-memory segments (`recur-<run id>-weights`, `recur-<run id>-ring-<actor>-<incarnation>`,
-//! unique per run). Segments left by a crashed run are reclaimed before a new run creates its own.
+//! unique per run), and the files every run writes there first and last (`config.toml`,
+//! `summary.json`). Segments left by a crashed run are reclaimed before a new run creates its own.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use common::shm::{reclaim_stale, unique_run_id};
+use serde::Serialize;
 
 /// A run's directory and the run-unique id in its segment names.
 pub struct RunDir {
@@ -54,6 +56,22 @@ pub fn reclaim_stale_segments() -> Vec<String> {
         tracing::warn!("removed shared-memory segment {name} left by a crashed run");
     }
     reclaimed
+}
+
+/// Creates `dir` (and its parents) and writes the run's resolved config to `dir/config.toml`.
+pub fn write_config(dir: &Path, toml: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join("config.toml"), toml)?;
+    Ok(())
+}
+
+/// Writes a run's outcome to `dir/summary.json`.
+pub fn write_summary(dir: &Path, summary: &impl Serialize) -> anyhow::Result<()> {
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_string_pretty(summary)? + "\n",
+    )?;
+    Ok(())
 }
 
 /// The default run directory of a new run: `runs/<name>-<unix time>`.

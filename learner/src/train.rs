@@ -24,10 +24,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
 use crate::config::Algo;
-use crate::config::{CollectorMode, CollectorSection, TrainConfig};
+use crate::config::{CollectorMode, TrainConfig};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, TRAIN_AXES};
 use crate::policy::fit_policy;
 use crate::recording::Recording;
+use crate::run_dir::{write_config, write_summary};
 use crate::supervisor::default_actor_count;
 use crate::transport::{CollectSummary, ShmTransport, Transport, TransportConfig};
 
@@ -108,15 +109,20 @@ fn train_on<B: AutodiffBackend>(
     // Setup: the run directory, the pacing, the learner (resumed from its checkpoint), the
     // transport with its actors.
     let config = &opts.config;
-    std::fs::create_dir_all(&opts.run_dir)
-        .with_context(|| format!("creating {}", opts.run_dir.display()))?;
-    std::fs::write(opts.run_dir.join("config.toml"), config.to_toml())?;
+    write_config(&opts.run_dir, &config.to_toml())?;
     let c = &config.collector;
-    let pace = Pace::of(config);
+    let actors = config.run.actors.unwrap_or_else(default_actor_count);
+    let chunk_frames = (c.envs_per_actor * c.steps) as u64;
+    let frames_per_update = match (c.mode, &config.ppo) {
+        (CollectorMode::Sync, _) => actors as usize * chunk_frames as usize,
+        (CollectorMode::Async, Some(ppo)) => ppo.frames_per_update,
+        (CollectorMode::Async, None) => chunk_frames as usize,
+    };
+    let steps_per_update = config.dqn.as_ref().map_or(1, |d| d.updates_per_chunk);
     let pc = fit_policy(&config.run.env, &config.policy)?;
     let schema = chunk_schema(&pc, c.envs_per_actor, c.steps);
     let ppo_section = config.ppo.clone().map(|mut p| {
-        p.frames_per_update = pace.frames_per_update;
+        p.frames_per_update = frames_per_update;
         p
     });
     let mut learner = Learner::<B>::on_device(
@@ -146,7 +152,7 @@ fn train_on<B: AutodiffBackend>(
     let mut recording = Recording::create(opts.save_replay.as_deref(), &config.run.env, &schema)?;
     let mut version = state.policy_version.max(1);
     let mut transport = ShmTransport::start(
-        &transport_config(opts, &pc, &pace, state.updates),
+        &transport_config(opts, &pc, actors, chunk_frames, state.updates),
         schema,
         &to_blob(learner.model(), version),
     )?;
@@ -154,7 +160,12 @@ fn train_on<B: AutodiffBackend>(
         transport.publish(version, &to_blob(learner.model(), version))?;
     }
     let mut returns = Returns::resume(&state.recent_returns);
-    let mut admission = Admission::new(c, learner.off_policy());
+    let mut admission = Admission {
+        sync: c.mode == CollectorMode::Sync,
+        max_policy_lag: c.max_policy_lag,
+        off_policy: learner.off_policy(),
+        ..Default::default()
+    };
     let mut progress = Progress::start(opts, &state)?;
     let mut stopped_by_request = false;
     let mut pending: VecDeque<Chunk> = VecDeque::new();
@@ -184,13 +195,13 @@ fn train_on<B: AutodiffBackend>(
                 continue;
             }
             learner.add_chunk(&chunk);
-            state.frames += pace.chunk_frames;
-            if !learner.ready(pace.frames_per_update) {
+            state.frames += chunk_frames;
+            if !learner.ready(frames_per_update) {
                 continue;
             }
 
             // Update, and publish the new weights to the actors.
-            let stats = learner.update(pace.steps_per_update)?;
+            let stats = learner.update(steps_per_update)?;
             state.updates += 1;
             version += 1;
             transport.publish(version, &to_blob(learner.model(), version))?;
@@ -253,10 +264,7 @@ fn train_on<B: AutodiffBackend>(
         stopped_by_request,
         transport: transport_summary,
     };
-    std::fs::write(
-        opts.run_dir.join("summary.json"),
-        serde_json::to_string_pretty(&summary)? + "\n",
-    )?;
+    write_summary(&opts.run_dir, &summary)?;
     Ok(summary)
 }
 
@@ -283,50 +291,20 @@ fn plot_curve(opts: &TrainOptions, pc: &PolicyConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How actors and updates are paced.
-struct Pace {
-    actors: u32,
-    /// Frames in one chunk (`envs_per_actor * steps`).
-    chunk_frames: u64,
-    /// Frames an update waits for: one chunk per actor (sync), PPO's `frames_per_update`
-    /// (async), one chunk (async DQN).
-    frames_per_update: usize,
-    /// DQN's gradient steps per update (`updates_per_chunk`); 1 for PPO.
-    steps_per_update: usize,
-}
-
-impl Pace {
-    fn of(config: &TrainConfig) -> Self {
-        let actors = config.run.actors.unwrap_or_else(default_actor_count);
-        let c = &config.collector;
-        let chunk_frames = (c.envs_per_actor * c.steps) as u64;
-        let frames_per_update = match (c.mode, &config.ppo) {
-            (CollectorMode::Sync, _) => actors as usize * chunk_frames as usize,
-            (CollectorMode::Async, Some(ppo)) => ppo.frames_per_update,
-            (CollectorMode::Async, None) => chunk_frames as usize,
-        };
-        Pace {
-            actors,
-            chunk_frames,
-            frames_per_update,
-            steps_per_update: config.dqn.as_ref().map_or(1, |d| d.updates_per_chunk),
-        }
-    }
-}
-
 /// The actors of a run: its collector section, the learner's policy architecture, the
 /// exploration of its algorithm; seeded anew after `updates` updates (a resumed run).
 fn transport_config(
     opts: &TrainOptions,
     pc: &PolicyConfig,
-    pace: &Pace,
+    actors: u32,
+    chunk_frames: u64,
     updates: u64,
 ) -> TransportConfig {
     let config = &opts.config;
     let c = &config.collector;
     TransportConfig {
         env: config.run.env.clone(),
-        actors: pace.actors,
+        actors,
         envs: c.envs_per_actor,
         steps: c.steps,
         cell: pc.cell,
@@ -338,7 +316,7 @@ fn transport_config(
         actor_program: opts.actor_program.clone(),
         slots: c.ring_slots,
         max_restarts: 5,
-        actor_args: exploration_args(config, pace.chunk_frames),
+        actor_args: exploration_args(config, chunk_frames),
     }
 }
 
@@ -366,8 +344,9 @@ fn exploration_args(config: &TrainConfig, chunk_frames: u64) -> Vec<String> {
 /// Which chunks the algorithm gets: in async mode those at most `max_policy_lag` versions
 /// behind (any, for an off-policy algorithm); in sync mode one chunk per actor per update, all
 /// from the current weights. Counts the policy lag of what it admits and what it drops.
+#[derive(Default)]
 struct Admission {
-    mode: CollectorMode,
+    sync: bool,
     max_policy_lag: u64,
     off_policy: bool,
     /// Actors whose chunk this update already has (sync mode).
@@ -378,30 +357,19 @@ struct Admission {
 }
 
 impl Admission {
-    fn new(c: &CollectorSection, off_policy: bool) -> Self {
-        Admission {
-            mode: c.mode,
-            max_policy_lag: c.max_policy_lag,
-            off_policy,
-            taken: Vec::new(),
-            lag_sum: 0,
-            lag_n: 0,
-            dropped: 0,
-        }
-    }
-
     /// Whether `chunk` goes to the algorithm while the weights are at `version`.
     fn admit(&mut self, chunk: &Chunk, version: u64) -> bool {
         let lag = version.saturating_sub(chunk.meta.policy_version);
-        let accept = match self.mode {
-            CollectorMode::Async => self.off_policy || lag <= self.max_policy_lag,
-            CollectorMode::Sync => lag == 0 && !self.taken.contains(&chunk.meta.actor_id),
+        let accept = if self.sync {
+            lag == 0 && !self.taken.contains(&chunk.meta.actor_id)
+        } else {
+            self.off_policy || lag <= self.max_policy_lag
         };
         if !accept {
             self.dropped += 1;
             return false;
         }
-        if self.mode == CollectorMode::Sync {
+        if self.sync {
             self.taken.push(chunk.meta.actor_id);
         }
         self.lag_sum += lag;

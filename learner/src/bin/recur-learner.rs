@@ -257,6 +257,7 @@ fn main() -> anyhow::Result<()> {
                 publish_every: a.publish_every,
                 save_replay: a.save_replay,
             };
+            config.validate()?;
             let summary = run_collect(&config).context("collect run")?;
             println!("{}", serde_json::to_string(&summary)?);
             tracing::info!(
