@@ -1,5 +1,7 @@
-//! recur's learner: the run loop over the transport ([`collect`]), the control-plane server,
-//! the actor supervisor, and the benchmarks ([`bench`], run by the `recur-bench` binary).
+//! recur's learner: the training run loop ([`train`]) and learner-only replay ([`offline`]),
+//! the algorithms behind [`algo`], the [`transport`] from the actors (with the control-plane
+//! server, the actor supervisor and the run directory), and the benchmarks ([`bench`], run by
+//! the `recur-bench` binary).
 
 pub mod algo;
 pub mod batch;
@@ -14,8 +16,12 @@ pub mod gae;
 pub mod metrics;
 pub mod offline;
 pub mod optim;
+pub mod policy;
 pub mod ppo;
+pub mod recording;
 pub mod replay;
+pub mod run_dir;
 pub mod slice_sampler;
 pub mod supervisor;
 pub mod train;
+pub mod transport;

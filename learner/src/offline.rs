@@ -8,20 +8,21 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use actor::rollout::policy_config_for;
 use anyhow::Context;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
 use common::dataset::read_dataset;
-use common::policy::PolicyConfig;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
-use crate::config::{Algo, PolicySection, ReplayConfig};
+use crate::config::{Algo, ReplayConfig};
 use crate::eval::{evaluate, host_policy, Evaluation};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, REPLAY_AXES};
+// Re-exported for `bench::learner`, which fits its policies the same way.
+pub use crate::policy::fit_policy;
+use crate::run_dir::{write_config, write_summary};
 use crate::train::save_checkpoint;
 
 #[derive(Clone, Debug)]
@@ -58,17 +59,6 @@ pub struct ReplaySummary {
     pub target_return: Option<f64>,
     pub updates_to_target: Option<u64>,
     pub seconds_to_target: Option<f64>,
-}
-
-/// The policy a `[policy]` section describes, fitted to environment `env` (training and
-/// replay configs alike).
-pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> {
-    Ok(policy_config_for(env)?
-        .with_cell(p.cell)
-        .with_hidden_size(p.hidden_size)
-        .with_num_layers(p.num_layers)
-        .with_encoder(p.encoder.clone())
-        .with_backend(p.backend))
 }
 
 /// Runs a learner-only replay training on `replay.device`.
@@ -160,9 +150,7 @@ fn replay_on<B: AutodiffBackend>(
             learner.add_chunk(chunk);
         }
     }
-    std::fs::create_dir_all(&opts.run_dir)
-        .with_context(|| format!("creating {}", opts.run_dir.display()))?;
-    std::fs::write(opts.run_dir.join("config.toml"), config.to_toml())?;
+    write_config(&opts.run_dir, &config.to_toml())?;
     let metrics_path = opts.run_dir.join("metrics.csv");
     let _ = std::fs::remove_file(&metrics_path);
     let mut metrics = MetricsWriter::open(&metrics_path)?;
@@ -312,9 +300,6 @@ fn replay_on<B: AutodiffBackend>(
     )? {
         tracing::warn!("{note}");
     }
-    std::fs::write(
-        opts.run_dir.join("summary.json"),
-        serde_json::to_string_pretty(&summary)? + "\n",
-    )?;
+    write_summary(&opts.run_dir, &summary)?;
     Ok(summary)
 }

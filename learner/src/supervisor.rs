@@ -227,6 +227,25 @@ impl Drop for Supervisor {
     }
 }
 
+/// The `recur-actor` executable: `given`, or the one next to the running binary.
+pub fn actor_program(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let path = match given {
+        Some(p) => p,
+        None => std::env::current_exe()?.with_file_name("recur-actor"),
+    };
+    anyhow::ensure!(
+        path.exists(),
+        "actor executable {} not found (build it, or pass --actor-bin)",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// Actor processes when a run does not say: one per core.
+pub fn default_actor_count() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
 fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {

@@ -3,6 +3,10 @@
 //! and keeps the run directory: `config.toml` (resolved), `metrics.csv`, `learning_curve.png`,
 //! `checkpoint/` (model, optimizer, weights, counters; rewritten atomically), `summary.json`.
 //! SIGINT/SIGTERM end the run cleanly with a final checkpoint; `--resume RUN_DIR` continues it.
+//!
+//! `train_on` reads top to bottom: setup (pacing, policy, learner, transport), the loop
+//! (receive chunks, add them to the algorithm, update when it is ready, publish the weights,
+//! report, checkpoint), then the finish (final checkpoint, learning curve, summary).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -19,10 +23,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
-use crate::collect::{CollectConfig, CollectSummary, Transport};
 use crate::config::Algo;
 use crate::config::{CollectorMode, TrainConfig};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, TRAIN_AXES};
+use crate::policy::fit_policy;
+use crate::recording::Recording;
+use crate::run_dir::{write_config, write_summary};
+use crate::supervisor::default_actor_count;
+use crate::transport::{CollectSummary, ShmTransport, Transport, TransportConfig};
 
 /// How a training run is started.
 #[derive(Clone, Debug)]
@@ -74,12 +82,8 @@ pub struct TrainState {
     pub seconds_to_target: Option<f64>,
 }
 
+/// Episodes in the running mean return.
 const RECENT: usize = 20;
-
-/// The policy architecture a config describes, fitted to its environment.
-pub fn policy_config(config: &TrainConfig) -> anyhow::Result<PolicyConfig> {
-    crate::offline::fit_policy(&config.run.env, &config.policy)
-}
 
 /// Runs (or resumes) a training run on `run.device`.
 pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
@@ -102,25 +106,23 @@ fn train_on<B: AutodiffBackend>(
     opts: &TrainOptions,
     device: &B::Device,
 ) -> anyhow::Result<TrainSummary> {
+    // Setup: the run directory, the pacing, the learner (resumed from its checkpoint), the
+    // transport with its actors.
     let config = &opts.config;
-    std::fs::create_dir_all(&opts.run_dir)
-        .with_context(|| format!("creating {}", opts.run_dir.display()))?;
-    std::fs::write(opts.run_dir.join("config.toml"), config.to_toml())?;
-    let actors = config
-        .run
-        .actors
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    write_config(&opts.run_dir, &config.to_toml())?;
     let c = &config.collector;
+    let actors = config.run.actors.unwrap_or_else(default_actor_count);
     let chunk_frames = (c.envs_per_actor * c.steps) as u64;
-    let per_update = match (c.mode, &config.ppo) {
+    let frames_per_update = match (c.mode, &config.ppo) {
         (CollectorMode::Sync, _) => actors as usize * chunk_frames as usize,
         (CollectorMode::Async, Some(ppo)) => ppo.frames_per_update,
         (CollectorMode::Async, None) => chunk_frames as usize,
     };
-    let pc = policy_config(config)?;
+    let steps_per_update = config.dqn.as_ref().map_or(1, |d| d.updates_per_chunk);
+    let pc = fit_policy(&config.run.env, &config.policy)?;
     let schema = chunk_schema(&pc, c.envs_per_actor, c.steps);
     let ppo_section = config.ppo.clone().map(|mut p| {
-        p.frames_per_update = per_update;
+        p.frames_per_update = frames_per_update;
         p
     });
     let mut learner = Learner::<B>::on_device(
@@ -136,7 +138,6 @@ fn train_on<B: AutodiffBackend>(
         },
         device,
     )?;
-    let steps_per_update = config.dqn.as_ref().map_or(1, |d| d.updates_per_chunk);
     let mut state = TrainState::default();
     let checkpoint = opts.run_dir.join("checkpoint");
     if opts.resume {
@@ -148,134 +149,83 @@ fn train_on<B: AutodiffBackend>(
             state.frames
         );
     }
-    let collect = CollectConfig {
-        env: config.run.env.clone(),
-        actors,
-        envs: c.envs_per_actor,
-        steps: c.steps,
-        cell: pc.cell,
-        hidden: pc.hidden_size,
-        layers: pc.num_layers,
-        encoder: pc.encoder.clone(),
-        seed: config.run.seed.wrapping_add(state.updates),
-        frames: u64::MAX,
-        run_dir: opts.run_dir.clone(),
-        actor_program: opts.actor_program.clone(),
-        slots: c.ring_slots,
-        publish_every: 0,
-        max_restarts: 5,
-        save_replay: opts.save_replay.clone(),
-        actor_args: exploration_args(config, chunk_frames),
-    };
+    let mut recording = Recording::create(opts.save_replay.as_deref(), &config.run.env, &schema)?;
     let mut version = state.policy_version.max(1);
-    let mut transport =
-        Transport::start(&collect, schema.clone(), &to_blob(learner.model(), version))?;
+    let mut transport = ShmTransport::start(
+        &transport_config(opts, &pc, actors, chunk_frames, state.updates),
+        schema,
+        &to_blob(learner.model(), version),
+    )?;
     if version > 1 {
         transport.publish(version, &to_blob(learner.model(), version))?;
     }
-    let mut metrics = MetricsWriter::open(&opts.run_dir.join("metrics.csv"))?;
-    let bar = progress_bar(opts.progress, config.run.frames, state.frames);
-    let started = Instant::now();
-    let wall = |state: &TrainState| state.wall_s + started.elapsed().as_secs_f64();
-    let mut returns: HashMap<i64, f64> = HashMap::new();
-    let mut recent: VecDeque<f64> = state.recent_returns.iter().copied().collect();
-    let (mut lag_sum, mut lag_n, mut dropped) = (0u64, 0u64, 0u64);
-    let mut sync_taken: Vec<u32> = Vec::new();
-    let mut last_frames = (state.frames, wall(&state));
+    let mut returns = Returns::resume(&state.recent_returns);
+    let mut admission = Admission {
+        sync: c.mode == CollectorMode::Sync,
+        max_policy_lag: c.max_policy_lag,
+        off_policy: learner.off_policy(),
+        ..Default::default()
+    };
+    let mut progress = Progress::start(opts, &state)?;
     let mut stopped_by_request = false;
-
     let mut pending: VecDeque<Chunk> = VecDeque::new();
+
     'run: while state.frames < config.run.frames {
         if transport.stop_requested() {
             stopped_by_request = true;
             break;
         }
-        if opts
-            .max_seconds
-            .is_some_and(|m| started.elapsed().as_secs_f64() >= m)
-        {
+        if progress.past(opts.max_seconds) {
             tracing::info!("time limit reached");
             break;
         }
-        pending.extend(transport.poll()?);
+        // Receive: admit new actors, take their chunks (recorded as they arrive).
+        transport.register();
+        let chunks = transport.receive()?;
+        recording.record(&chunks)?;
+        pending.extend(chunks);
         if pending.is_empty() {
             std::thread::sleep(Duration::from_micros(300));
             continue;
         }
         while let Some(chunk) = pending.pop_front() {
-            track_returns(&chunk, &mut returns, &mut recent);
-            state.episodes += chunk.next_done.iter().filter(|&&d| d == 1).count() as u64;
-            let lag = version.saturating_sub(chunk.meta.policy_version);
-            let accept = match c.mode {
-                CollectorMode::Async => learner.off_policy() || lag <= c.max_policy_lag,
-                CollectorMode::Sync => lag == 0 && !sync_taken.contains(&chunk.meta.actor_id),
-            };
-            if !accept {
-                dropped += 1;
+            // Add: every chunk's episodes count; the admitted ones go to the algorithm.
+            state.episodes += returns.add(&chunk);
+            if !admission.admit(&chunk, version) {
                 continue;
             }
-            if c.mode == CollectorMode::Sync {
-                sync_taken.push(chunk.meta.actor_id);
-            }
-            lag_sum += lag;
-            lag_n += 1;
             learner.add_chunk(&chunk);
             state.frames += chunk_frames;
-            if !learner.ready(per_update) {
+            if !learner.ready(frames_per_update) {
                 continue;
             }
+
+            // Update, and publish the new weights to the actors.
             let stats = learner.update(steps_per_update)?;
             state.updates += 1;
             version += 1;
             transport.publish(version, &to_blob(learner.model(), version))?;
             state.policy_version = version;
-            sync_taken.clear();
-            let mean_return = mean(&recent);
-            state.recent_returns = recent.iter().copied().collect();
-            if mean_return.is_finite() {
-                state.best_mean_return = Some(
-                    state
-                        .best_mean_return
-                        .map_or(mean_return, |b| b.max(mean_return)),
-                );
-            }
-            let now = wall(&state);
-            if let (Some(target), None) = (config.run.target_return, state.frames_to_target) {
-                if recent.len() >= RECENT && mean_return >= target {
-                    state.frames_to_target = Some(state.frames);
-                    state.seconds_to_target = Some(now);
-                    tracing::info!(
-                        "mean return {mean_return:.2} >= {target} after {} frames, {now:.1} s",
-                        state.frames
-                    );
-                }
-            }
-            let fps = (state.frames - last_frames.0) as f64 / (now - last_frames.1).max(1e-9);
-            last_frames = (state.frames, now);
+            admission.next_version();
+
+            // Report: metrics.csv, the progress bar, the log.
+            let now = progress.wall();
+            let mean_return = state.note_returns(&returns, config.run.target_return, now);
+            let fps = progress.frames_per_s(state.frames, now);
             let row = MetricsRow {
                 frames: state.frames,
                 wall_s: now,
                 updates: state.updates,
                 mean_return,
-                policy_lag: lag_sum as f64 / lag_n.max(1) as f64,
+                policy_lag: admission.take_mean_lag(),
                 episodes: state.episodes,
                 update: stats.clone(),
                 frames_per_s: fps,
-                dropped_chunks: dropped,
+                dropped_chunks: admission.dropped,
             };
-            metrics.write(&row)?;
-            (lag_sum, lag_n) = (0, 0);
-            bar.set_position(state.frames.min(config.run.frames));
-            bar.set_message(format!(
-                "{fps:>7.0} frames/s  return {mean_return:>7.2}  lag {:.2}  loss {:.4}  update {}",
-                row.policy_lag, stats.loss, state.updates
-            ));
-            if state.updates % 10 == 0 || bar.is_hidden() && state.updates % 25 == 0 {
-                tracing::info!(
-                    "update {}: {} frames, {:.1} s, {fps:.0} frames/s, mean return {mean_return:.2}, lag {:.2}, loss {:.4}",
-                    state.updates, state.frames, now, row.policy_lag, stats.loss
-                );
-            }
+            progress.report(&row, stats.loss)?;
+
+            // Checkpoint, and stop once the run is done.
             if config.run.checkpoint_every > 0 && state.updates % config.run.checkpoint_every == 0 {
                 let snapshot = TrainState {
                     wall_s: now,
@@ -283,19 +233,44 @@ fn train_on<B: AutodiffBackend>(
                 };
                 save_checkpoint(&checkpoint, &learner, &snapshot, version)?;
             }
-            if config.run.stop_at_target && state.frames_to_target.is_some() {
-                break 'run;
-            }
-            if state.frames >= config.run.frames {
+            if config.run.stop_at_target && state.frames_to_target.is_some()
+                || state.frames >= config.run.frames
+            {
                 break 'run;
             }
         }
     }
-    bar.finish_and_clear();
-    state.wall_s = wall(&state);
-    state.recent_returns = recent.iter().copied().collect();
+
+    // Finish: the final checkpoint, the actors stopped, the learning curve, summary.json.
+    progress.bar.finish_and_clear();
+    state.wall_s = progress.wall();
+    state.recent_returns = returns.recent.iter().copied().collect();
     save_checkpoint(&checkpoint, &learner, &state, version)?;
-    let (transport_summary, _tail) = transport.finish(stopped_by_request)?;
+    let (transport_summary, tail) = transport.finish(stopped_by_request)?;
+    recording.record(&tail)?;
+    plot_curve(opts, &pc)?;
+    let summary = TrainSummary {
+        env: config.run.env.clone(),
+        frames: state.frames,
+        updates: state.updates,
+        seconds: state.wall_s,
+        episodes: state.episodes,
+        final_mean_return: returns.mean(),
+        best_mean_return: state.best_mean_return,
+        target_return: config.run.target_return,
+        frames_to_target: state.frames_to_target,
+        seconds_to_target: state.seconds_to_target,
+        dropped_chunks: admission.dropped,
+        stopped_by_request,
+        transport: transport_summary,
+    };
+    write_summary(&opts.run_dir, &summary)?;
+    Ok(summary)
+}
+
+/// `learning_curve.png` from `metrics.csv`.
+fn plot_curve(opts: &TrainOptions, pc: &PolicyConfig) -> anyhow::Result<()> {
+    let config = &opts.config;
     let curve = read_curve(&opts.run_dir.join("metrics.csv"))?;
     let title = format!(
         "{} ({} {}-{})",
@@ -313,26 +288,36 @@ fn train_on<B: AutodiffBackend>(
     )? {
         tracing::warn!("{note}");
     }
-    let summary = TrainSummary {
+    Ok(())
+}
+
+/// The actors of a run: its collector section, the learner's policy architecture, the
+/// exploration of its algorithm; seeded anew after `updates` updates (a resumed run).
+fn transport_config(
+    opts: &TrainOptions,
+    pc: &PolicyConfig,
+    actors: u32,
+    chunk_frames: u64,
+    updates: u64,
+) -> TransportConfig {
+    let config = &opts.config;
+    let c = &config.collector;
+    TransportConfig {
         env: config.run.env.clone(),
-        frames: state.frames,
-        updates: state.updates,
-        seconds: state.wall_s,
-        episodes: state.episodes,
-        final_mean_return: mean(&recent),
-        best_mean_return: state.best_mean_return,
-        target_return: config.run.target_return,
-        frames_to_target: state.frames_to_target,
-        seconds_to_target: state.seconds_to_target,
-        dropped_chunks: dropped,
-        stopped_by_request,
-        transport: transport_summary,
-    };
-    std::fs::write(
-        opts.run_dir.join("summary.json"),
-        serde_json::to_string_pretty(&summary)? + "\n",
-    )?;
-    Ok(summary)
+        actors,
+        envs: c.envs_per_actor,
+        steps: c.steps,
+        cell: pc.cell,
+        hidden: pc.hidden_size,
+        layers: pc.num_layers,
+        encoder: pc.encoder.clone(),
+        seed: config.run.seed.wrapping_add(updates),
+        run_dir: opts.run_dir.clone(),
+        actor_program: opts.actor_program.clone(),
+        slots: c.ring_slots,
+        max_restarts: 5,
+        actor_args: exploration_args(config, chunk_frames),
+    }
 }
 
 /// The actors' action selection: PPO samples from its policy; DQN actors are epsilon-greedy
@@ -356,40 +341,198 @@ fn exploration_args(config: &TrainConfig, chunk_frames: u64) -> Vec<String> {
     }
 }
 
-/// Accumulates rewards per trajectory; a `done` closes the episode into `recent`.
-fn track_returns(chunk: &Chunk, returns: &mut HashMap<i64, f64>, recent: &mut VecDeque<f64>) {
-    for p in 0..chunk.traj_ids.len() {
-        let r = returns.entry(chunk.traj_ids[p]).or_insert(0.0);
-        *r += chunk.next_reward[p] as f64;
-        if chunk.next_done[p] == 1 {
-            let ret = returns.remove(&chunk.traj_ids[p]).unwrap_or(0.0);
-            recent.push_back(ret);
-            if recent.len() > RECENT {
-                recent.pop_front();
+/// Which chunks the algorithm gets: in async mode those at most `max_policy_lag` versions
+/// behind (any, for an off-policy algorithm); in sync mode one chunk per actor per update, all
+/// from the current weights. Counts the policy lag of what it admits and what it drops.
+#[derive(Default)]
+struct Admission {
+    sync: bool,
+    max_policy_lag: u64,
+    off_policy: bool,
+    /// Actors whose chunk this update already has (sync mode).
+    taken: Vec<u32>,
+    lag_sum: u64,
+    lag_n: u64,
+    dropped: u64,
+}
+
+impl Admission {
+    /// Whether `chunk` goes to the algorithm while the weights are at `version`.
+    fn admit(&mut self, chunk: &Chunk, version: u64) -> bool {
+        let lag = version.saturating_sub(chunk.meta.policy_version);
+        let accept = if self.sync {
+            lag == 0 && !self.taken.contains(&chunk.meta.actor_id)
+        } else {
+            self.off_policy || lag <= self.max_policy_lag
+        };
+        if !accept {
+            self.dropped += 1;
+            return false;
+        }
+        if self.sync {
+            self.taken.push(chunk.meta.actor_id);
+        }
+        self.lag_sum += lag;
+        self.lag_n += 1;
+        true
+    }
+
+    /// New weights were published: in sync mode every actor's next chunk is wanted.
+    fn next_version(&mut self) {
+        self.taken.clear();
+    }
+
+    /// The mean lag of the chunks admitted since the last call.
+    fn take_mean_lag(&mut self) -> f64 {
+        let mean = self.lag_sum as f64 / self.lag_n.max(1) as f64;
+        (self.lag_sum, self.lag_n) = (0, 0);
+        mean
+    }
+}
+
+/// Episode returns: rewards summed per trajectory until its `done`; the last [`RECENT`]
+/// finished episodes kept.
+struct Returns {
+    open: HashMap<i64, f64>,
+    recent: VecDeque<f64>,
+}
+
+impl Returns {
+    /// Continues with the recent returns of a checkpoint.
+    fn resume(recent: &[f64]) -> Self {
+        Returns {
+            open: HashMap::new(),
+            recent: recent.iter().copied().collect(),
+        }
+    }
+
+    /// Adds a chunk's rewards; returns how many episodes ended in it.
+    fn add(&mut self, chunk: &Chunk) -> u64 {
+        let mut ended = 0;
+        for p in 0..chunk.traj_ids.len() {
+            let r = self.open.entry(chunk.traj_ids[p]).or_insert(0.0);
+            *r += chunk.next_reward[p] as f64;
+            if chunk.next_done[p] == 1 {
+                ended += 1;
+                let ret = self.open.remove(&chunk.traj_ids[p]).unwrap_or(0.0);
+                self.recent.push_back(ret);
+                if self.recent.len() > RECENT {
+                    self.recent.pop_front();
+                }
             }
+        }
+        ended
+    }
+
+    /// The mean of the recent returns (NaN before the first finished episode).
+    fn mean(&self) -> f64 {
+        if self.recent.is_empty() {
+            f64::NAN
+        } else {
+            self.recent.iter().sum::<f64>() / self.recent.len() as f64
         }
     }
 }
 
-fn mean(v: &VecDeque<f64>) -> f64 {
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
+impl TrainState {
+    /// Takes in the returns after an update at wall time `now`: the recent ones, the best mean,
+    /// when the mean first reached `target`. Returns the mean.
+    fn note_returns(&mut self, returns: &Returns, target: Option<f64>, now: f64) -> f64 {
+        let mean_return = returns.mean();
+        self.recent_returns = returns.recent.iter().copied().collect();
+        if mean_return.is_finite() {
+            self.best_mean_return = Some(
+                self.best_mean_return
+                    .map_or(mean_return, |b| b.max(mean_return)),
+            );
+        }
+        if let (Some(target), None) = (target, self.frames_to_target) {
+            if returns.recent.len() >= RECENT && mean_return >= target {
+                self.frames_to_target = Some(self.frames);
+                self.seconds_to_target = Some(now);
+                tracing::info!(
+                    "mean return {mean_return:.2} >= {target} after {} frames, {now:.1} s",
+                    self.frames
+                );
+            }
+        }
+        mean_return
     }
 }
 
-fn progress_bar(show: bool, total: u64, at: u64) -> ProgressBar {
-    if !show {
-        return ProgressBar::hidden();
+/// `metrics.csv`, the progress bar, the log lines, and the run's clock.
+struct Progress {
+    metrics: MetricsWriter,
+    bar: ProgressBar,
+    /// The run's frames.
+    total: u64,
+    started: Instant,
+    /// Wall seconds of the run before this process (a resumed run's).
+    earlier_s: f64,
+    /// Frames and wall seconds at the last report (for frames/s).
+    last: (u64, f64),
+}
+
+impl Progress {
+    fn start(opts: &TrainOptions, state: &TrainState) -> anyhow::Result<Self> {
+        let total = opts.config.run.frames;
+        let bar = if opts.progress {
+            let bar = ProgressBar::new(total);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{elapsed_precise} {bar:30} {pos:>8}/{len} frames  {msg}",
+                )
+                .expect("a valid template"),
+            );
+            bar.set_position(state.frames);
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
+        Ok(Progress {
+            metrics: MetricsWriter::open(&opts.run_dir.join("metrics.csv"))?,
+            bar,
+            total,
+            started: Instant::now(),
+            earlier_s: state.wall_s,
+            last: (state.frames, state.wall_s),
+        })
     }
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} {bar:30} {pos:>8}/{len} frames  {msg}")
-            .expect("a valid template"),
-    );
-    bar.set_position(at);
-    bar
+
+    /// Wall seconds of the whole run so far.
+    fn wall(&self) -> f64 {
+        self.earlier_s + self.started.elapsed().as_secs_f64()
+    }
+
+    /// This process has run for `max_seconds`.
+    fn past(&self, max_seconds: Option<f64>) -> bool {
+        max_seconds.is_some_and(|m| self.started.elapsed().as_secs_f64() >= m)
+    }
+
+    /// Frames per second since the last call.
+    fn frames_per_s(&mut self, frames: u64, now: f64) -> f64 {
+        let fps = (frames - self.last.0) as f64 / (now - self.last.1).max(1e-9);
+        self.last = (frames, now);
+        fps
+    }
+
+    /// Writes an update's row, moves the bar, and logs every 10th update (25th without a bar).
+    fn report(&mut self, row: &MetricsRow, loss: f32) -> anyhow::Result<()> {
+        self.metrics.write(row)?;
+        let (fps, mean_return, updates) = (row.frames_per_s, row.mean_return, row.updates);
+        self.bar.set_position(row.frames.min(self.total));
+        self.bar.set_message(format!(
+            "{fps:>7.0} frames/s  return {mean_return:>7.2}  lag {:.2}  loss {loss:.4}  update {updates}",
+            row.policy_lag
+        ));
+        if updates % 10 == 0 || self.bar.is_hidden() && updates % 25 == 0 {
+            tracing::info!(
+                "update {updates}: {} frames, {:.1} s, {fps:.0} frames/s, mean return {mean_return:.2}, lag {:.2}, loss {loss:.4}",
+                row.frames, row.wall_s, row.policy_lag
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Writes the checkpoint directory atomically (a new directory renamed over the old one).

@@ -52,6 +52,32 @@ pub struct ActorRow {
 }
 
 impl ActorBench {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.threads >= 1,
+            "--threads must be at least 1, got {}",
+            self.threads
+        );
+        anyhow::ensure!(
+            self.num_envs.iter().all(|&e| e >= 1),
+            "--num-envs: every E must be at least 1, got {:?}",
+            self.num_envs
+        );
+        Ok(())
+    }
+
+    /// A short run (`--quick`): E in {1, 256}, 2 iterations of at least 0.2 s.
+    pub fn quick(self) -> Self {
+        ActorBench {
+            num_envs: vec![1, 256],
+            iters: 2,
+            min_time: Duration::from_secs_f64(0.2),
+            ..self
+        }
+    }
+}
+
+impl ActorBench {
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<ActorRow>> {
         let mut rows = Vec::new();
         for env in &self.envs {

@@ -63,6 +63,44 @@ pub struct LearnerRow {
 }
 
 impl LearnerBench {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.threads >= 1,
+            "--threads must be at least 1, got {}",
+            self.threads
+        );
+        anyhow::ensure!(self.iters >= 1, "--iters must be at least 1, got 0");
+        for (flag, v) in [
+            ("--slice-len", &self.slice_lens),
+            ("--batch", &self.batches),
+        ] {
+            anyhow::ensure!(
+                v.iter().all(|&x| x >= 1),
+                "{flag}: every value must be at least 1, got {v:?}"
+            );
+        }
+        anyhow::ensure!(
+            self.slice_lens.iter().all(|&t| self.burn_in < t),
+            "--burn-in {} must be less than every --slice-len {:?}",
+            self.burn_in,
+            self.slice_lens
+        );
+        Ok(())
+    }
+
+    /// A short run (`--quick`): slice_len 16, batch 8, 3 iterations, 1 warm-up.
+    pub fn quick(self) -> Self {
+        LearnerBench {
+            slice_lens: vec![16],
+            batches: vec![8],
+            iters: 3,
+            warmup: 1,
+            ..self
+        }
+    }
+}
+
+impl LearnerBench {
     /// Runs every algo x slice_len x batch row, printing each line as it completes.
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<LearnerRow>> {
         let mut rows = Vec::new();

@@ -162,6 +162,44 @@ struct Workload {
 }
 
 impl RnnBench {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.threads >= 1,
+            "--threads must be at least 1, got {}",
+            self.threads
+        );
+        for p in &self.reset_probs {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(p),
+                "--reset-probs: {p} is not a probability in [0, 1]"
+            );
+        }
+        anyhow::ensure!(
+            self.steps.iter().all(|&t| t >= 1),
+            "--steps: every T must be at least 1, got {:?}",
+            self.steps
+        );
+        anyhow::ensure!(
+            !self.recomputes.is_empty(),
+            "--recompute: give at least one of none, full"
+        );
+        Ok(())
+    }
+
+    /// A short run (`--quick`): T = 64, p in {0, 0.1}, 2 iterations, 1 warm-up; still a row
+    /// for every cell x backend x pass.
+    pub fn quick(self) -> Self {
+        RnnBench {
+            steps: vec![64.min(*self.steps.iter().min().unwrap_or(&64))],
+            reset_probs: vec![0.0, 0.1],
+            iters: 2,
+            warmup: 1,
+            ..self
+        }
+    }
+}
+
+impl RnnBench {
     /// Runs every cell x backend x pass x steps x reset_prob row, writing each as soon as it
     /// is measured; returns the rows.
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<RnnRow>> {

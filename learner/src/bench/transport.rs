@@ -91,6 +91,31 @@ const PUSH_TIMEOUT: Duration = Duration::from_secs(60);
 const WEIGHT_WARMUP: usize = 5;
 
 impl TransportBench {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.producers.iter().all(|&p| p >= 1),
+            "--producers: every count must be at least 1, got {:?}",
+            self.producers
+        );
+        Ok(())
+    }
+
+    /// A short run (`--quick`): 1M chunks, 1 producer, 3 windows of 64M; 1M weights, 50
+    /// samples.
+    pub fn quick(self) -> Self {
+        TransportBench {
+            chunk_sizes: vec![1 << 20],
+            producers: vec![1],
+            iters: 3,
+            window_bytes: 64 << 20,
+            weight_sizes: vec![1 << 20],
+            weight_samples: 50,
+            ..self
+        }
+    }
+}
+
+impl TransportBench {
     /// Runs the bandwidth rows, then the weight rows, writing each as soon as it is measured.
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<()> {
         for name in reclaim_stale() {

@@ -211,83 +211,41 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Transport(a) => {
-            anyhow::ensure!(
-                a.producers.iter().all(|&p| p >= 1),
-                "--producers: every count must be at least 1, got {:?}",
-                a.producers
-            );
-            let bench = if a.quick {
-                TransportBench {
-                    chunk_sizes: vec![1 << 20],
-                    producers: vec![1],
-                    iters: 3,
-                    window_bytes: 64 << 20,
-                    ring_bytes: a.ring_bytes,
-                    weight_sizes: vec![1 << 20],
-                    weight_samples: 50,
-                }
-            } else {
-                TransportBench {
-                    chunk_sizes: a.chunk_sizes,
-                    producers: a.producers,
-                    iters: a.iters,
-                    window_bytes: a.window_bytes,
-                    ring_bytes: a.ring_bytes,
-                    weight_sizes: a.weight_sizes,
-                    weight_samples: a.weight_samples,
-                }
+            let bench = TransportBench {
+                chunk_sizes: a.chunk_sizes,
+                producers: a.producers,
+                iters: a.iters,
+                window_bytes: a.window_bytes,
+                ring_bytes: a.ring_bytes,
+                weight_sizes: a.weight_sizes,
+                weight_samples: a.weight_samples,
             };
+            bench.validate()?;
+            let bench = if a.quick { bench.quick() } else { bench };
             bench.run(&mut std::io::stdout().lock())?;
         }
         Command::TransportProducer(a) => run_producer(&a.ring, a.chunk_bytes, a.count)?,
         Command::Learner(a) => {
-            anyhow::ensure!(
-                a.threads >= 1,
-                "--threads must be at least 1, got {}",
-                a.threads
-            );
-            anyhow::ensure!(a.iters >= 1, "--iters must be at least 1, got 0");
-            for (flag, v) in [("--slice-len", &a.slice_len), ("--batch", &a.batch)] {
-                anyhow::ensure!(
-                    v.iter().all(|&x| x >= 1),
-                    "{flag}: every value must be at least 1, got {v:?}"
-                );
-            }
-            anyhow::ensure!(
-                a.slice_len.iter().all(|&t| a.burn_in < t),
-                "--burn-in {} must be less than every --slice-len {:?}",
-                a.burn_in,
-                a.slice_len
-            );
-            learner::bench::set_threads(a.threads);
-            let (slice_lens, batches, iters, warmup) = if a.quick {
-                (vec![16], vec![8], 3, 1)
-            } else {
-                (a.slice_len, a.batch, a.iters, a.warmup)
-            };
             let bench = LearnerBench {
                 algos: a.algo,
                 backends: a.backends,
                 env: a.env,
                 cell: a.cell,
                 hidden: a.hidden,
-                slice_lens,
-                batches,
+                slice_lens: a.slice_len,
+                batches: a.batch,
                 burn_in: a.burn_in,
-                iters,
-                warmup,
+                iters: a.iters,
+                warmup: a.warmup,
                 threads: a.threads,
                 seed: a.seed,
             };
+            bench.validate()?;
+            learner::bench::set_threads(bench.threads);
+            let bench = if a.quick { bench.quick() } else { bench };
             bench.run(&mut std::io::stdout().lock())?;
         }
         Command::Actor(a) => {
-            anyhow::ensure!(
-                a.threads >= 1,
-                "--threads must be at least 1, got {}",
-                a.threads
-            );
-            learner::bench::set_threads(a.threads);
             let cells = a
                 .cells
                 .iter()
@@ -296,76 +254,44 @@ fn main() -> anyhow::Result<()> {
                     other => other.parse::<CellKind>().map(Some),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            anyhow::ensure!(
-                a.num_envs.iter().all(|&e| e >= 1),
-                "--num-envs: every E must be at least 1, got {:?}",
-                a.num_envs
-            );
-            let (num_envs, iters, min_seconds) = if a.quick {
-                (vec![1, 256], 2, 0.2)
-            } else {
-                (a.num_envs, a.iters, a.min_seconds)
-            };
             let bench = ActorBench {
                 envs: a.envs,
-                num_envs,
+                num_envs: a.num_envs,
                 cells,
                 hidden: a.hidden,
                 steps: a.steps,
-                min_time: std::time::Duration::from_secs_f64(min_seconds),
-                iters,
+                min_time: std::time::Duration::from_secs_f64(a.min_seconds),
+                iters: a.iters,
                 threads: a.threads,
                 seed: a.seed,
             };
+            bench.validate()?;
+            learner::bench::set_threads(bench.threads);
+            let bench = if a.quick { bench.quick() } else { bench };
             bench.run(&mut std::io::stdout().lock())?;
         }
         Command::Rnn(a) => {
-            let threads = a
-                .threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            anyhow::ensure!(threads >= 1, "--threads must be at least 1, got {threads}");
-            learner::bench::set_threads(threads);
-            for p in &a.reset_probs {
-                anyhow::ensure!(
-                    (0.0..=1.0).contains(p),
-                    "--reset-probs: {p} is not a probability in [0, 1]"
-                );
-            }
-            anyhow::ensure!(
-                a.steps.iter().all(|&t| t >= 1),
-                "--steps: every T must be at least 1, got {:?}",
-                a.steps
-            );
-            let (steps, reset_probs, iters, warmup) = if a.quick {
-                (
-                    vec![64.min(*a.steps.iter().min().unwrap_or(&64))],
-                    vec![0.0, 0.1],
-                    2,
-                    1,
-                )
-            } else {
-                (a.steps, a.reset_probs, a.iters, a.warmup)
-            };
-            anyhow::ensure!(
-                !a.recompute.is_empty(),
-                "--recompute: give at least one of none, full"
-            );
             let bench = RnnBench {
                 cells: a.cells,
                 backends: a.backends,
                 recomputes: a.recompute,
                 passes: a.passes,
-                steps,
-                reset_probs,
+                steps: a.steps,
+                reset_probs: a.reset_probs,
                 batch: a.batch,
                 input: a.input,
                 hidden: a.hidden,
                 layers: a.layers,
-                iters,
-                warmup,
-                threads,
+                iters: a.iters,
+                warmup: a.warmup,
+                threads: a
+                    .threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
                 seed: a.seed,
             };
+            bench.validate()?;
+            learner::bench::set_threads(bench.threads);
+            let bench = if a.quick { bench.quick() } else { bench };
             bench.run(&mut std::io::stdout().lock())?;
         }
     }

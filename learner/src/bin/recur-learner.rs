@@ -8,21 +8,10 @@ use common::recurrent::CellKind;
 use learner::collect::{run_collect, CollectConfig};
 use learner::config::{Algo, ReplayConfig, TrainConfig};
 use learner::offline::{replay, ReplayOptions};
+use learner::run_dir;
+use learner::supervisor::{actor_program, default_actor_count};
 use learner::train::{train, TrainOptions};
-
-/// The recur-actor executable: given, or next to this binary.
-fn actor_program(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    let path = match given {
-        Some(p) => p,
-        None => std::env::current_exe()?.with_file_name("recur-actor"),
-    };
-    anyhow::ensure!(
-        path.exists(),
-        "actor executable {} not found (build it, or pass --actor-bin)",
-        path.display()
-    );
-    Ok(path)
-}
+use learner::transport::TransportConfig;
 
 #[derive(Parser)]
 #[command(name = "recur-learner", version, about = "recur's learner process")]
@@ -173,12 +162,7 @@ fn main() -> anyhow::Result<()> {
                 config.run.frames = f;
             }
             config.validate(&config_path.display().to_string())?;
-            let run_dir = run_dir.unwrap_or_else(|| {
-                let t = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                PathBuf::from(format!("runs/{}-{t}", config.run.env))
-            });
+            let run_dir = run_dir.unwrap_or_else(|| run_dir::default_path(&config.run.env));
             let opts = TrainOptions {
                 config,
                 run_dir: run_dir.clone(),
@@ -224,10 +208,7 @@ fn main() -> anyhow::Result<()> {
             }
             config.validate(&config_path.display().to_string())?;
             let run_dir = a.run_dir.unwrap_or_else(|| {
-                let t = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                PathBuf::from(format!("runs/replay-{}-{t}", config.replay.algo.name()))
+                run_dir::default_path(&format!("replay-{}", config.replay.algo.name()))
             });
             let summary = replay(&ReplayOptions {
                 dataset: a.dataset,
@@ -252,55 +233,32 @@ fn main() -> anyhow::Result<()> {
             );
         }
         Command::Collect(a) => {
-            anyhow::ensure!(
-                a.envs >= 1 && a.steps >= 1,
-                "--envs and --steps must be at least 1 (got {} and {})",
-                a.envs,
-                a.steps
-            );
-            anyhow::ensure!(a.slots >= 2, "--slots must be at least 2, got {}", a.slots);
-            let actors = a.actors.unwrap_or_else(|| {
-                std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
-            });
-            anyhow::ensure!(
-                (1..2048).contains(&actors),
-                "--actors must be in 1..2048, got {actors}"
-            );
-            let actor_program = match a.actor_bin {
-                Some(p) => p,
-                None => std::env::current_exe()?.with_file_name("recur-actor"),
-            };
-            anyhow::ensure!(
-                actor_program.exists(),
-                "actor executable {} not found (build it, or pass --actor-bin)",
-                actor_program.display()
-            );
-            let run_dir = a.run_dir.unwrap_or_else(|| {
-                let t = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                PathBuf::from(format!("runs/collect-{t}"))
-            });
+            let run_dir = a
+                .run_dir
+                .unwrap_or_else(|| run_dir::default_path("collect"));
             let config = CollectConfig {
-                env: a.env,
-                actors,
-                envs: a.envs,
-                steps: a.steps,
-                cell: a.cell,
-                hidden: a.hidden,
-                layers: 1,
-                encoder: vec![64],
-                seed: a.seed,
+                transport: TransportConfig {
+                    env: a.env,
+                    actors: a.actors.unwrap_or_else(default_actor_count),
+                    envs: a.envs,
+                    steps: a.steps,
+                    cell: a.cell,
+                    hidden: a.hidden,
+                    layers: 1,
+                    encoder: vec![64],
+                    seed: a.seed,
+                    run_dir: run_dir.clone(),
+                    actor_program: actor_program(a.actor_bin)?,
+                    slots: a.slots,
+                    max_restarts: a.max_restarts,
+                    actor_args: Vec::new(),
+                },
                 frames: a.frames,
-                run_dir: run_dir.clone(),
-                actor_program,
-                slots: a.slots,
                 publish_every: a.publish_every,
-                max_restarts: a.max_restarts,
                 save_replay: a.save_replay,
-                actor_args: Vec::new(),
             };
-            let summary = run_collect(&config, |_| {}).context("collect run")?;
+            config.validate()?;
+            let summary = run_collect(&config).context("collect run")?;
             println!("{}", serde_json::to_string(&summary)?);
             tracing::info!(
                 "{} frames in {} chunks from {} actor incarnations in {:.1} s; {} corrupted, {} rejected; summary in {}",

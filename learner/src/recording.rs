@@ -1,0 +1,31 @@
+//! Recording what the actors delivered (`--save-replay DIR`): every received chunk, in arrival
+//! order, appended to a new dataset that `recur-learner replay` trains from.
+
+use std::path::Path;
+
+use common::chunk::{Chunk, ChunkSchema};
+use common::dataset::DatasetWriter;
+
+/// A dataset being recorded, or none.
+pub struct Recording(Option<DatasetWriter>);
+
+impl Recording {
+    /// Records into a new dataset at `dir` (which must not hold one), or nowhere when `dir`
+    /// is `None`.
+    pub fn create(dir: Option<&Path>, env: &str, schema: &ChunkSchema) -> anyhow::Result<Self> {
+        Ok(Recording(match dir {
+            Some(dir) => Some(DatasetWriter::create(dir, env, schema)?),
+            None => None,
+        }))
+    }
+
+    /// Appends `chunks` (each written whole, then indexed).
+    pub fn record(&mut self, chunks: &[Chunk]) -> anyhow::Result<()> {
+        if let Some(writer) = &mut self.0 {
+            for chunk in chunks {
+                writer.append(chunk)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,83 @@
+//! The run directory and the names a run gives its resources: the directory itself (mode 0700,
+//! so only the run's user reaches the control socket inside it), the control socket, and the
+//! shared-memory segments (`recur-<run id>-weights`, `recur-<run id>-ring-<actor>-<incarnation>`,
+//! unique per run), and the files every run writes there first and last (`config.toml`,
+//! `summary.json`). Segments left by a crashed run are reclaimed before a new run creates its own.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use common::shm::{reclaim_stale, unique_run_id};
+use serde::Serialize;
+
+/// A run's directory and the run-unique id in its segment names.
+pub struct RunDir {
+    path: PathBuf,
+    run_id: String,
+}
+
+impl RunDir {
+    /// Creates `path` (and its parents) with mode 0700 and draws a fresh run id.
+    pub fn create(path: &Path) -> anyhow::Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(path)
+            .with_context(|| format!("creating run directory {}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+        Ok(RunDir {
+            path: path.to_path_buf(),
+            run_id: unique_run_id(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The control plane's Unix socket.
+    pub fn control_socket(&self) -> PathBuf {
+        self.path.join("control.sock")
+    }
+
+    /// The shared-memory segment the weights are published in.
+    pub fn weights_segment(&self) -> String {
+        format!("recur-{}-weights", self.run_id)
+    }
+
+    /// The shared-memory ring of one actor incarnation.
+    pub fn ring_segment(&self, actor_id: u32, incarnation: u32) -> String {
+        format!("recur-{}-ring-{actor_id}-{incarnation}", self.run_id)
+    }
+}
+
+/// Removes the segments of runs whose owner died (logging each); returns their names.
+pub fn reclaim_stale_segments() -> Vec<String> {
+    let reclaimed = reclaim_stale();
+    for name in &reclaimed {
+        tracing::warn!("removed shared-memory segment {name} left by a crashed run");
+    }
+    reclaimed
+}
+
+/// Creates `dir` (and its parents) and writes the run's resolved config to `dir/config.toml`.
+pub fn write_config(dir: &Path, toml: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join("config.toml"), toml)?;
+    Ok(())
+}
+
+/// Writes a run's outcome to `dir/summary.json`.
+pub fn write_summary(dir: &Path, summary: &impl Serialize) -> anyhow::Result<()> {
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_string_pretty(summary)? + "\n",
+    )?;
+    Ok(())
+}
+
+/// The default run directory of a new run: `runs/<name>-<unix time>`.
+pub fn default_path(name: &str) -> PathBuf {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    PathBuf::from(format!("runs/{name}-{t}"))
+}

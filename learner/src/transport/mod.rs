@@ -1,0 +1,99 @@
+//! How chunks reach the learner and weights reach the actors: the [`Transport`] interface,
+//! what a transport is started with ([`TransportConfig`]) and what it counts
+//! ([`CollectSummary`]). The shared-memory transport ([`ShmTransport`], one machine) is the one
+//! implementation; a remote (TCP) transport would implement the same trait.
+
+mod shm;
+
+use std::path::PathBuf;
+
+use common::chunk::Chunk;
+use common::recurrent::CellKind;
+use serde::Serialize;
+
+pub use shm::ShmTransport;
+
+/// The actors a transport starts and the channels it gives them.
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    pub env: String,
+    pub actors: u32,
+    pub envs: usize,
+    pub steps: usize,
+    pub cell: CellKind,
+    pub hidden: usize,
+    /// Recurrent layers and encoder widths of the actors' policy (must match the learner's).
+    pub layers: usize,
+    pub encoder: Vec<usize>,
+    pub seed: u64,
+    pub run_dir: PathBuf,
+    /// The `recur-actor` executable.
+    pub actor_program: PathBuf,
+    /// Ring slots per actor.
+    pub slots: usize,
+    pub max_restarts: u32,
+    /// Extra actor arguments (exploration).
+    pub actor_args: Vec<String>,
+}
+
+/// What one actor incarnation delivered.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IncarnationSummary {
+    pub actor_id: u32,
+    pub incarnation: u32,
+    pub chunks: u64,
+    /// Sequence numbers out of order or missing (0 in a healthy run).
+    pub seq_errors: u64,
+    pub last_seq: Option<u64>,
+    /// Chunks whose actor id / incarnation did not match the ring they came through.
+    pub foreign: u64,
+    /// The actor died with a slot half written (discarded, never consumed).
+    pub abandoned_slot: bool,
+}
+
+/// What a transport counted over a run (`summary.json` of `collect`, `transport` of `train`'s).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CollectSummary {
+    pub env: String,
+    pub chunks: u64,
+    pub frames: u64,
+    pub corrupted: u64,
+    pub rejected: u64,
+    pub refused_registrations: u64,
+    pub restarts: u64,
+    pub policy_version: u64,
+    pub reclaimed_segments: Vec<String>,
+    pub incarnations: Vec<IncarnationSummary>,
+    pub seconds: f64,
+    pub stopped_by_request: bool,
+}
+
+/// A running transport session between the learner and its actors. A run loop calls
+/// [`register`](Self::register) and [`receive`](Self::receive) in turn, publishes weights after
+/// each update, and ends with [`finish`](Self::finish).
+pub trait Transport {
+    /// Answers the actors that asked to join since the last call: one whose environment and
+    /// chunk schema match the run's gets a channel for its chunks, any other a refusal naming
+    /// the mismatch.
+    fn register(&mut self);
+
+    /// The chunks received since the last call: verified (checksum, schema, sender), sequence
+    /// numbers checked per actor incarnation, in arrival order per actor. Notices actors that
+    /// exited; errs once every actor has stopped for good.
+    fn receive(&mut self) -> anyhow::Result<Vec<Chunk>>;
+
+    /// Broadcasts weight version `version` (actors adopt it at their next chunk boundary).
+    fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()>;
+
+    /// The counts so far.
+    fn stats(&self) -> &CollectSummary;
+
+    /// A signal or a control-plane request asked the run to stop.
+    fn stop_requested(&self) -> bool;
+
+    /// Ends the run: the actors stop, what they still sent is received (and returned), the
+    /// transport's resources are removed; returns the final counts.
+    fn finish(self, stopped_by_request: bool) -> anyhow::Result<(CollectSummary, Vec<Chunk>)>
+    where
+        Self: Sized;
+}

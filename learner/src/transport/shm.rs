@@ -1,0 +1,415 @@
+//! The shared-memory transport (one machine): the control socket in the run directory, the
+//! weight segment, the supervised actor processes, and one trajectory ring per registered actor
+//! incarnation. Every chunk is received exactly once: verified, with sequence numbers
+//! contiguous per actor incarnation; a dead actor's ring is drained before it is dropped.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use common::chunk::{Chunk, ChunkMeta, ChunkSchema};
+use common::control::{schema_mismatch, Response};
+use common::shm::{RingConfig, RingReader, WeightPublisher};
+
+use super::{CollectSummary, IncarnationSummary, Transport, TransportConfig};
+use crate::control_server::{ControlServer, Registration};
+use crate::run_dir::{reclaim_stale_segments, RunDir};
+use crate::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
+
+struct RingSlot {
+    actor_id: u32,
+    incarnation: u32,
+    reader: RingReader,
+    /// The actor process has exited: drain what it published, then drop the ring.
+    dead: bool,
+}
+
+type Incarnations = BTreeMap<(u32, u32), IncarnationSummary>;
+
+/// The shared-memory [`Transport`]: control socket, weight segment, supervised actors, one ring
+/// per registered actor incarnation.
+pub struct ShmTransport {
+    config: TransportConfig,
+    schema: ChunkSchema,
+    run_dir: RunDir,
+    slot_bytes: usize,
+    weights: WeightPublisher,
+    server: ControlServer,
+    supervisor: Supervisor,
+    rings: Vec<RingSlot>,
+    incarnations: Incarnations,
+    buf: Vec<u8>,
+    summary: CollectSummary,
+    start: Instant,
+}
+
+impl ShmTransport {
+    /// Creates the run directory, reclaims stale segments, publishes `initial_blob` as
+    /// version 1, starts the control socket and the actors.
+    pub fn start(
+        config: &TransportConfig,
+        schema: ChunkSchema,
+        initial_blob: &[u8],
+    ) -> anyhow::Result<Self> {
+        let start = Instant::now();
+        let run_dir = RunDir::create(&config.run_dir)?;
+        let mut summary = CollectSummary {
+            env: config.env.clone(),
+            reclaimed_segments: reclaim_stale_segments(),
+            ..Default::default()
+        };
+        let mut weights = WeightPublisher::create(&run_dir.weights_segment(), initial_blob.len())?;
+        weights.publish(1, initial_blob)?;
+        summary.policy_version = 1;
+        let slot_bytes = encoded_chunk_len(&schema)?;
+        let server = ControlServer::start(&run_dir.control_socket())?;
+        let (supervisor, events) = Supervisor::start(SupervisorConfig {
+            program: config.actor_program.clone(),
+            args: actor_args(config, server.path()),
+            actors: config.actors,
+            max_restarts: config.max_restarts,
+            backoff: Duration::from_millis(200),
+        })
+        .with_context(|| format!("starting actors with {}", config.actor_program.display()))?;
+        log_events(&events, &mut summary);
+        Ok(ShmTransport {
+            config: config.clone(),
+            schema,
+            run_dir,
+            slot_bytes,
+            weights,
+            server,
+            supervisor,
+            rings: Vec::new(),
+            incarnations: BTreeMap::new(),
+            buf: Vec::with_capacity(slot_bytes),
+            summary,
+            start,
+        })
+    }
+
+    /// Answers one registration: a ring for an actor of this run's env and schema (once per
+    /// incarnation), a refusal naming the mismatch otherwise.
+    fn answer(&mut self, reg: Registration) {
+        let summary = &mut self.summary;
+        let mut refuse = |reason: String| {
+            tracing::error!(
+                "refused actor {}/{} (pid {}): {reason}",
+                reg.actor_id,
+                reg.incarnation,
+                reg.pid
+            );
+            summary.refused_registrations += 1;
+            Response::Refused { reason }
+        };
+        let answer = if reg.env != self.config.env {
+            refuse(format!(
+                "env {:?} (the run has {:?})",
+                reg.env, self.config.env
+            ))
+        } else if let Some(reason) = schema_mismatch(&self.schema, &reg.schema) {
+            refuse(reason)
+        } else if self
+            .rings
+            .iter()
+            .any(|r| r.actor_id == reg.actor_id && r.incarnation == reg.incarnation)
+        {
+            refuse(format!(
+                "actor {} incarnation {} is already registered",
+                reg.actor_id, reg.incarnation
+            ))
+        } else {
+            let name = self.run_dir.ring_segment(reg.actor_id, reg.incarnation);
+            match RingReader::create(
+                &name,
+                RingConfig {
+                    slots: self.config.slots,
+                    slot_bytes: self.slot_bytes,
+                },
+            ) {
+                Ok(reader) => {
+                    tracing::info!(
+                        "actor {}/{} (pid {}) registered; ring {name}",
+                        reg.actor_id,
+                        reg.incarnation,
+                        reg.pid
+                    );
+                    self.rings.push(RingSlot {
+                        actor_id: reg.actor_id,
+                        incarnation: reg.incarnation,
+                        reader,
+                        dead: false,
+                    });
+                    Response::Registered {
+                        ring: name,
+                        weights: self.weights.name().to_string(),
+                    }
+                }
+                Err(e) => refuse(format!("cannot create ring {name}: {e}")),
+            }
+        };
+        let _ = reg.reply.send(answer);
+    }
+
+    /// Receives every published chunk of every ring into `out`.
+    fn drain_rings(&mut self, out: &mut Vec<Chunk>) {
+        for ring in self.rings.iter_mut() {
+            loop {
+                match ring.reader.try_recv(&mut self.buf) {
+                    Ok(Some(len)) => {
+                        let inc =
+                            incarnation(&mut self.incarnations, ring.actor_id, ring.incarnation);
+                        let chunk = match Chunk::decode_verified(&self.buf[..len], &self.schema) {
+                            Ok(chunk) => chunk,
+                            Err(e) => {
+                                self.summary.rejected += 1;
+                                tracing::error!(
+                                    "actor {}/{}: chunk rejected: {e}",
+                                    ring.actor_id,
+                                    ring.incarnation
+                                );
+                                continue;
+                            }
+                        };
+                        if chunk.meta.actor_id != ring.actor_id
+                            || chunk.meta.incarnation != ring.incarnation
+                        {
+                            inc.foreign += 1;
+                            self.summary.rejected += 1;
+                            tracing::error!(
+                                "ring of actor {}/{} delivered a chunk stamped {}/{}: dropped",
+                                ring.actor_id,
+                                ring.incarnation,
+                                chunk.meta.actor_id,
+                                chunk.meta.incarnation
+                            );
+                            continue;
+                        }
+                        let expected = inc.last_seq.map_or(0, |s| s + 1);
+                        if chunk.meta.seq != expected {
+                            inc.seq_errors += 1;
+                            tracing::error!(
+                                "actor {}/{}: chunk seq {} where {expected} was expected",
+                                ring.actor_id,
+                                ring.incarnation,
+                                chunk.meta.seq
+                            );
+                        }
+                        inc.last_seq = Some(chunk.meta.seq);
+                        inc.chunks += 1;
+                        self.summary.chunks += 1;
+                        self.summary.frames += self.schema.frames() as u64;
+                        out.push(chunk);
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.summary.corrupted += 1;
+                        tracing::error!("actor {}/{}: {e}", ring.actor_id, ring.incarnation);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reaps and restarts actors; marks the rings of those that exited.
+    fn supervise(&mut self) -> anyhow::Result<()> {
+        let events = self.supervisor.poll()?;
+        self.actors_changed(&events);
+        Ok(())
+    }
+
+    fn actors_changed(&mut self, events: &[ActorEvent]) {
+        mark_dead(events, &mut self.rings);
+        log_events(events, &mut self.summary);
+    }
+}
+
+impl Transport for ShmTransport {
+    fn register(&mut self) {
+        for reg in self.server.registrations.try_iter().collect::<Vec<_>>() {
+            self.answer(reg);
+        }
+    }
+
+    fn receive(&mut self) -> anyhow::Result<Vec<Chunk>> {
+        let mut chunks = Vec::new();
+        self.drain_rings(&mut chunks);
+        // Rings of dead actors were drained by the pass above; drop them.
+        let incarnations = &mut self.incarnations;
+        self.rings.retain(|ring| {
+            if ring.dead {
+                report_abandoned(incarnations, ring);
+            }
+            !ring.dead
+        });
+        self.supervise()?;
+        {
+            let mut stats = self
+                .server
+                .shared
+                .stats
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            stats.chunks = self.summary.chunks;
+            stats.frames = self.summary.frames;
+            stats.corrupted = self.summary.corrupted;
+            stats.policy_version = self.summary.policy_version;
+        }
+        if self.supervisor.all_done() && self.rings.is_empty() {
+            anyhow::bail!(
+                "every actor stopped for good ({} frames had arrived)",
+                self.summary.frames
+            );
+        }
+        Ok(chunks)
+    }
+
+    fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()> {
+        self.weights.publish(version, blob)?;
+        self.summary.policy_version = version;
+        Ok(())
+    }
+
+    fn stats(&self) -> &CollectSummary {
+        &self.summary
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.server.shared.stop_requested.load(Ordering::SeqCst)
+    }
+
+    /// Actors stop at their next heartbeat (killed after 10 s); their rings are drained, then
+    /// the segments and the socket are removed.
+    fn finish(mut self, stopped_by_request: bool) -> anyhow::Result<(CollectSummary, Vec<Chunk>)> {
+        self.summary.stopped_by_request = stopped_by_request;
+        self.server.shared.shutdown.store(true, Ordering::SeqCst);
+        self.supervisor.stop_restarting();
+        let ending = Instant::now();
+        let mut tail = Vec::new();
+        loop {
+            self.drain_rings(&mut tail);
+            self.supervise()?;
+            if self.supervisor.running().is_empty() && self.rings.iter().all(|r| r.dead) {
+                // The last pass: drain every ring, report half-written slots, drop the rings.
+                self.drain_rings(&mut tail);
+                for ring in self.rings.drain(..) {
+                    report_abandoned(&mut self.incarnations, &ring);
+                }
+                break;
+            }
+            if ending.elapsed() > Duration::from_secs(10) {
+                tracing::warn!(
+                    "actors did not stop within 10 s of the end of the run; killing them"
+                );
+                let events = self.supervisor.shutdown(Duration::from_secs(1));
+                self.actors_changed(&events);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let mut summary = std::mem::take(&mut self.summary);
+        summary.incarnations = std::mem::take(&mut self.incarnations)
+            .into_values()
+            .collect();
+        summary.seconds = self.start.elapsed().as_secs_f64();
+        Ok((summary, tail))
+    }
+}
+
+fn log_events(events: &[ActorEvent], summary: &mut CollectSummary) {
+    for e in events {
+        match e {
+            ActorEvent::Started {
+                actor_id,
+                incarnation,
+                pid,
+            } => {
+                if *incarnation > 0 {
+                    summary.restarts += 1;
+                }
+                tracing::info!("actor {actor_id}/{incarnation} started (pid {pid})");
+            }
+            ActorEvent::Exited {
+                actor_id,
+                incarnation,
+                status,
+            } => tracing::info!("actor {actor_id}/{incarnation} exited: {status}"),
+            ActorEvent::GaveUp { actor_id, restarts } => {
+                tracing::error!("actor {actor_id} died {restarts} times; not restarting it")
+            }
+        }
+    }
+}
+
+fn mark_dead(events: &[ActorEvent], rings: &mut [RingSlot]) {
+    for e in events {
+        if let ActorEvent::Exited {
+            actor_id,
+            incarnation,
+            ..
+        } = e
+        {
+            for ring in rings
+                .iter_mut()
+                .filter(|r| r.actor_id == *actor_id && r.incarnation == *incarnation)
+            {
+                ring.dead = true;
+            }
+        }
+    }
+}
+
+/// Logs and records a ring whose writer died with a slot half written (never consumed).
+fn report_abandoned(incarnations: &mut Incarnations, ring: &RingSlot) {
+    if ring.reader.abandoned_slot() {
+        tracing::warn!(
+            "actor {}/{} died mid-write: its half-written slot is discarded",
+            ring.actor_id,
+            ring.incarnation
+        );
+        incarnation(incarnations, ring.actor_id, ring.incarnation).abandoned_slot = true;
+    }
+}
+
+fn incarnation(all: &mut Incarnations, actor_id: u32, incarnation: u32) -> &mut IncarnationSummary {
+    all.entry((actor_id, incarnation))
+        .or_insert_with(|| IncarnationSummary {
+            actor_id,
+            incarnation,
+            ..Default::default()
+        })
+}
+
+/// Bytes of one encoded chunk of `schema` (the ring's slot size).
+fn encoded_chunk_len(schema: &ChunkSchema) -> anyhow::Result<usize> {
+    let meta = ChunkMeta::new(0, 0, 0, 0);
+    Ok(Chunk::zeros(schema, meta).encode(schema)?.len())
+}
+
+fn actor_args(config: &TransportConfig, socket: &Path) -> Vec<String> {
+    let mut args = vec!["--connect".to_string(), socket.display().to_string()];
+    args.extend(config.actor_args.iter().cloned());
+    for (flag, value) in [
+        ("--env", config.env.clone()),
+        ("--envs", config.envs.to_string()),
+        ("--steps", config.steps.to_string()),
+        ("--cell", config.cell.name().to_string()),
+        ("--hidden", config.hidden.to_string()),
+        ("--layers", config.layers.to_string()),
+        (
+            "--encoder",
+            config
+                .encoder
+                .iter()
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        ("--seed", config.seed.to_string()),
+    ] {
+        args.push(flag.into());
+        args.push(value);
+    }
+    args
+}
