@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
 use crate::collect::{CollectConfig, CollectSummary, Transport};
-use crate::config::Algo;
+use crate::config::{Algo, AlgoConfig};
 use crate::config::{CollectorMode, TrainConfig};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, TRAIN_AXES};
 
@@ -119,24 +119,20 @@ fn train_on<B: AutodiffBackend>(
     };
     let pc = policy_config(config)?;
     let schema = chunk_schema(&pc, c.envs_per_actor, c.steps);
-    let ppo_section = config.ppo.clone().map(|mut p| {
-        p.frames_per_update = per_update;
-        p
-    });
+    let mut algo = config.algorithm();
+    if let AlgoConfig::Ppo(ppo) = &mut algo {
+        ppo.frames_per_update = per_update;
+    }
     let mut learner = Learner::<B>::on_device(
         &LearnerSpec {
-            algo: config.run.algo,
+            algo: &algo,
             policy: &pc,
             schema: &schema,
-            ppo: ppo_section.as_ref(),
-            dqn: config.dqn.as_ref(),
-            bc: None,
             capacity: config.dqn.as_ref().map_or(0, |d| d.buffer_size),
             seed: config.run.seed,
         },
         device,
     )?;
-    let steps_per_update = config.dqn.as_ref().map_or(1, |d| d.updates_per_chunk);
     let mut state = TrainState::default();
     let checkpoint = opts.run_dir.join("checkpoint");
     if opts.resume {
@@ -221,10 +217,10 @@ fn train_on<B: AutodiffBackend>(
             lag_n += 1;
             learner.add_chunk(&chunk);
             state.frames += chunk_frames;
-            if !learner.ready(per_update) {
+            if !learner.ready() {
                 continue;
             }
-            let stats = learner.update(steps_per_update)?;
+            let stats = learner.update()?;
             state.updates += 1;
             version += 1;
             transport.publish(version, &to_blob(learner.model(), version))?;
@@ -259,9 +255,9 @@ fn train_on<B: AutodiffBackend>(
                 mean_return,
                 policy_lag: lag_sum as f64 / lag_n.max(1) as f64,
                 episodes: state.episodes,
-                update: stats.clone(),
                 frames_per_s: fps,
                 dropped_chunks: dropped,
+                ..MetricsRow::from(&stats)
             };
             metrics.write(&row)?;
             (lag_sum, lag_n) = (0, 0);
