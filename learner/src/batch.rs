@@ -1,15 +1,134 @@
-//! A sampled batch of slices as tensors `[rows, slice_len, ..]`, and the recurrent-mode forward
-//! of a slice with burn-in, shared by DQN and behaviour cloning.
+//! What DQN and behaviour cloning share: the model trained on slices sampled from replay
+//! storage ([`SliceTrainer`]), a sampled batch of slices as tensors `[rows, slice_len, ..]`, and
+//! the recurrent-mode forward of a slice with burn-in.
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::backend::to_vec as host;
-use common::policy::{Policy, PolicyOutput};
+use common::chunk::ChunkSchema;
+use common::policy::{Policy, PolicyConfig, PolicyOutput};
 use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
 
-use crate::config::InitialState;
+use crate::config::{InitialState, SliceTraining};
+use crate::optim::Trainee;
 use crate::replay::ReplayStorage;
-use crate::slice_sampler::SampledBatch;
+use crate::slice_sampler::{EndKey, SampledBatch, SamplerError, SliceSampler, SliceSamplerConfig};
+
+/// A model trained on slices of replayed steps: one gradient step samples `num_slices` padded
+/// slices of `slice_len` (with replacement, `is_init` at every slice start), computes the
+/// algorithm's loss on the steps after the burn-in and takes an Adam step.
+pub struct SliceTrainer<B: AutodiffBackend> {
+    pub trainee: Trainee<B>,
+    /// The model without autodiff (same device; refreshed after every step).
+    pub inference: Policy<B::InnerBackend>,
+    pub slices: SliceTraining,
+    pub storage: ReplayStorage,
+    sampler: SliceSampler,
+}
+
+impl<B: AutodiffBackend> SliceTrainer<B> {
+    /// `capacity`: replay frames; `seed` initialises the model, `sampler_seed` the sampler.
+    pub fn new(
+        policy: &PolicyConfig,
+        slices: SliceTraining,
+        schema: &ChunkSchema,
+        capacity: usize,
+        seed: u64,
+        sampler_seed: u64,
+        device: &B::Device,
+    ) -> anyhow::Result<Self> {
+        check_initial_state(slices.initial_state, policy, schema)?;
+        let trainee = Trainee::new(policy, seed, device)?;
+        Ok(SliceTrainer {
+            inference: trainee.inference(),
+            trainee,
+            slices,
+            storage: ReplayStorage::new(schema, capacity),
+            sampler: SliceSampler::new(SliceSamplerConfig {
+                slice_len: Some(slices.slice_len),
+                num_slices: None,
+                batch_size: slices.slice_len * slices.num_slices,
+                strict_length: false,
+                pad_output: true,
+                end_key: EndKey::Done,
+                replacement: true,
+                seed: sampler_seed,
+            })?,
+        })
+    }
+
+    /// A fresh batch of slices.
+    pub fn sample(&mut self) -> Result<SampledBatch, SamplerError> {
+        self.sampler.sample(&self.storage)
+    }
+
+    /// `batch` read out of the storage, with its network inputs (slice-start states stored
+    /// or zeros, as configured).
+    pub fn inputs<'a>(&'a self, batch: &'a SampledBatch) -> (SliceBatch<'a>, SliceInputs) {
+        let sb = SliceBatch::new(&self.storage, batch, self.slices.slice_len);
+        let pc = self.inference.config();
+        let inputs = sb.inputs(
+            self.slices.initial_state,
+            pc.num_layers,
+            pc.hidden_size,
+            pc.cell.has_cell_state(),
+        );
+        (sb, inputs)
+    }
+
+    /// The mask of the learned steps (real, after the burn-in), `[rows, len - burn_in, 1]`,
+    /// and their count (at least 1).
+    pub fn learn_mask(&self, sb: &SliceBatch) -> (Tensor<B, 3>, f32) {
+        let (len, burn) = (self.slices.slice_len, self.slices.burn_in);
+        let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
+        let mask = columns(&mask, sb.rows, len, 1, burn, len);
+        let count = mask.iter().sum::<f32>().max(1.0);
+        let device = self.trainee.device();
+        (tensor3(mask, sb.rows, len - burn, 1, &device), count)
+    }
+
+    /// One Adam step on `loss` (the gradient norm clipped); refreshes the inference copy and
+    /// returns the norm before clipping.
+    pub fn step(&mut self, loss: Tensor<B, 1>) -> f32 {
+        let norm = self
+            .trainee
+            .step(loss, self.slices.lr, self.slices.max_grad_norm);
+        self.inference = self.trainee.inference();
+        norm
+    }
+
+    pub fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
+        self.trainee.load_state(model, optim)?;
+        self.inference = self.trainee.inference();
+        Ok(())
+    }
+}
+
+/// With `stored` slice-start states, the learner's recurrent state must have the data's shape.
+fn check_initial_state(
+    initial: InitialState,
+    policy: &PolicyConfig,
+    schema: &ChunkSchema,
+) -> anyhow::Result<()> {
+    if initial == InitialState::Stored
+        && (policy.cell != schema.cell
+            || policy.num_layers != schema.num_layers
+            || policy.hidden_size != schema.hidden_size)
+    {
+        anyhow::bail!(
+            "initial_state = \"stored\" needs the data's recurrent state shape: the data has \
+             {} x {} layers x {} units, the policy {} x {} x {}; use initial_state = \"zeros\" \
+             (with burn_in) or match [policy]",
+            schema.cell.name(),
+            schema.num_layers,
+            schema.hidden_size,
+            policy.cell.name(),
+            policy.num_layers,
+            policy.hidden_size
+        );
+    }
+    Ok(())
+}
 
 /// One padded batch of `rows` slices of `len` steps, read out of the storage.
 pub struct SliceBatch<'a> {

@@ -1,28 +1,23 @@
 //! Behaviour cloning: maximise the log-probability of the recorded actions over sequence
 //! slices (recurrent mode, optional burn-in): the simplest supervised check of the sequence
-//! path, and a learner-only baseline on recorded data.
+//! path, and a learner-only baseline on recorded data. Its statistics: the negative
+//! log-likelihood as `loss` and `policy_loss`, and the gradient norm.
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::dist::{categorical_log_prob, squashed_gaussian_log_prob_tensor};
-use common::policy::{ActionSpec, Policy, PolicyConfig};
+use common::policy::{ActionSpec, PolicyConfig};
 
-use crate::batch::{columns, tensor3, SliceBatch};
+use crate::batch::{columns, tensor3, SliceTrainer};
 use crate::config::BcSection;
-use crate::dqn::check_initial_state;
-use crate::optim::{Model, Trainee};
-use crate::ppo::UpdateStats;
-use crate::replay::ReplayStorage;
-use crate::slice_sampler::{EndKey, SampledBatch, SliceSampler, SliceSamplerConfig};
+use crate::metrics::UpdateStats;
+use crate::optim::{Algorithm, Model};
+use crate::slice_sampler::SampledBatch;
 
 pub struct Bc<B: AutodiffBackend = CpuAutodiff> {
-    trainee: Trainee<B>,
-    inference: Policy<B::InnerBackend>,
-    config: BcSection,
-    storage: ReplayStorage,
-    sampler: SliceSampler,
+    trainer: SliceTrainer<B>,
 }
 
 impl<B: AutodiffBackend> Bc<B> {
@@ -34,103 +29,77 @@ impl<B: AutodiffBackend> Bc<B> {
         seed: u64,
         device: &B::Device,
     ) -> anyhow::Result<Self> {
-        check_initial_state(bc.initial_state, policy, schema)?;
-        let trainee = Trainee::new(policy, seed, device)?;
-        Ok(Bc {
-            inference: trainee.inference(),
-            trainee,
-            config: bc.clone(),
-            storage: ReplayStorage::new(schema, capacity),
-            sampler: SliceSampler::new(SliceSamplerConfig {
-                slice_len: Some(bc.slice_len),
-                num_slices: None,
-                batch_size: bc.slice_len * bc.num_slices,
-                strict_length: false,
-                pad_output: true,
-                end_key: EndKey::Done,
-                replacement: true,
-                seed: seed ^ 0xbc,
-            })?,
-        })
-    }
-
-    pub fn model(&self) -> &Model<B> {
-        &self.trainee.model
-    }
-
-    pub fn stored(&self) -> usize {
-        self.storage.len()
-    }
-
-    pub fn add_chunk(&mut self, chunk: &Chunk) {
-        self.storage.extend(chunk);
-    }
-
-    /// One gradient step on a freshly sampled batch.
-    pub fn train_step(&mut self) -> anyhow::Result<UpdateStats> {
-        let batch = self.sampler.sample(&self.storage)?;
-        let (loss, stats) = self.loss(&batch);
-        let grad_norm = self
-            .trainee
-            .step(loss, self.config.lr, self.config.max_grad_norm);
-        self.inference = self.trainee.inference();
-        Ok(UpdateStats { grad_norm, ..stats })
+        let trainer = SliceTrainer::new(policy, *bc, schema, capacity, seed, seed ^ 0xbc, device)?;
+        Ok(Bc { trainer })
     }
 
     /// Mean negative log-likelihood of the recorded actions on the real steps after burn-in.
     pub fn loss(&self, batch: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
-        let c = &self.config;
-        let (len, burn) = (c.slice_len, c.burn_in);
-        let sb = SliceBatch::new(&self.storage, batch, len);
-        let rows = sb.rows;
-        let pc = self.inference.config();
-        let inputs = sb.inputs(
-            c.initial_state,
-            pc.num_layers,
-            pc.hidden_size,
-            pc.cell.has_cell_state(),
-        );
-        let learn = len - burn;
-        let device = self.trainee.device();
-        let out = inputs.forward_learn(&self.trainee.model, &self.inference, burn);
-        let logp = match self.trainee.model.action() {
+        let t = &self.trainer;
+        let (len, burn) = (t.slices.slice_len, t.slices.burn_in);
+        let (sb, inputs) = t.inputs(batch);
+        let device = t.trainee.device();
+        let out = inputs.forward_learn(&t.trainee.model, &t.inference, burn);
+        let logp = match &t.trainee.model.action() {
             ActionSpec::Discrete { .. } => {
                 categorical_log_prob(out.head, sb.action_index(burn, &device))
             }
             ActionSpec::Continuous { low, high } => {
-                let a = low.len();
-                let acts = columns(&sb.gather(&self.storage.action, a), rows, len, a, burn, len);
+                let (rows, a) = (sb.rows, low.len());
+                let acts = columns(&sb.gather(&t.storage.action, a), rows, len, a, burn, len);
                 squashed_gaussian_log_prob_tensor(
                     out.head,
-                    tensor3(acts, rows, learn, a, &device),
+                    tensor3(acts, rows, len - burn, a, &device),
                     low,
                     high,
                 )
             }
         };
-        let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
-        let mask = columns(&mask, rows, len, 1, burn, len);
-        let count = mask.iter().sum::<f32>().max(1.0);
-        let loss = (logp * tensor3(mask, rows, learn, 1, &device)).sum().neg() / count;
+        let (mask, count) = t.learn_mask(&sb);
+        let loss = (logp * mask).sum().neg() / count;
         let value = host(loss.clone().inner())[0];
         (
             loss,
             UpdateStats {
                 loss: value,
                 policy_loss: value,
-                minibatches: 1,
                 ..UpdateStats::default()
             },
         )
     }
+}
 
-    pub fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        self.trainee.save_state()
+impl<B: AutodiffBackend> Algorithm<B> for Bc<B> {
+    fn model(&self) -> &Model<B> {
+        &self.trainer.trainee.model
     }
 
-    pub fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
-        self.trainee.load_state(model, optim)?;
-        self.inference = self.trainee.inference();
-        Ok(())
+    fn add_chunk(&mut self, chunk: &Chunk) {
+        self.trainer.storage.extend(chunk);
+    }
+
+    /// Any stored frame will do.
+    fn ready(&self) -> bool {
+        !self.trainer.storage.is_empty()
+    }
+
+    /// One gradient step on a freshly sampled batch.
+    fn update(&mut self) -> anyhow::Result<UpdateStats> {
+        let batch = self.trainer.sample()?;
+        let (loss, stats) = self.loss(&batch);
+        let grad_norm = self.trainer.step(loss);
+        Ok(UpdateStats { grad_norm, ..stats })
+    }
+
+    fn off_policy(&self) -> bool {
+        true
+    }
+
+    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        self.trainer.trainee.save_state()
+    }
+
+    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
+        self.trainer.load_state(model, optim)
     }
 }

@@ -216,10 +216,15 @@ pub struct DqnSection {
     pub epsilon_decay_frames: u64,
 }
 
-/// Behaviour cloning: maximise the log-probability of the recorded actions over slices.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Behaviour cloning: maximise the log-probability of the recorded actions over slices; its
+/// section holds the slice training alone.
+pub type BcSection = SliceTraining;
+
+/// What DQN and behaviour cloning train on: padded slices of `slice_len` steps whose first
+/// `burn_in` only build the recurrent state, `num_slices` per gradient step.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BcSection {
+pub struct SliceTraining {
     pub slice_len: usize,
     #[serde(default)]
     pub burn_in: usize,
@@ -228,6 +233,55 @@ pub struct BcSection {
     pub max_grad_norm: f32,
     #[serde(default)]
     pub initial_state: InitialState,
+}
+
+impl DqnSection {
+    pub fn slices(&self) -> SliceTraining {
+        SliceTraining {
+            slice_len: self.slice_len,
+            burn_in: self.burn_in,
+            num_slices: self.num_slices,
+            lr: self.lr,
+            max_grad_norm: self.max_grad_norm,
+            initial_state: self.initial_state,
+        }
+    }
+}
+
+/// The algorithm a config selects (`run.algo`, `replay.algo`) with its section: what a
+/// learner is built from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AlgoConfig {
+    Ppo(PpoSection),
+    Dqn(DqnSection),
+    Bc(BcSection),
+}
+
+impl AlgoConfig {
+    /// The section `algo` selects out of a config's sections (`None`: not there).
+    fn select(
+        algo: Algo,
+        ppo: Option<&PpoSection>,
+        dqn: Option<&DqnSection>,
+        bc: Option<&BcSection>,
+    ) -> Option<Self> {
+        match algo {
+            Algo::Ppo => ppo.cloned().map(AlgoConfig::Ppo),
+            Algo::Dqn => dqn.cloned().map(AlgoConfig::Dqn),
+            Algo::Bc => bc.cloned().map(AlgoConfig::Bc),
+        }
+    }
+
+    /// Steps the losses of one update are computed on, padding included (PPO: every stored
+    /// frame once per epoch).
+    pub fn trained_steps_per_update(&self) -> u64 {
+        let steps = match self {
+            AlgoConfig::Ppo(p) => p.frames_per_update * p.epochs,
+            AlgoConfig::Dqn(d) => d.slice_len * d.num_slices * d.updates_per_chunk,
+            AlgoConfig::Bc(b) => b.slice_len * b.num_slices,
+        };
+        steps as u64
+    }
 }
 
 /// A whole training config.
@@ -337,7 +391,7 @@ pub enum ConfigError {
     #[error("config {path}: `{key}` = {value} is invalid: {expected}")]
     Invalid {
         path: String,
-        key: &'static str,
+        key: String,
         value: String,
         expected: String,
     },
@@ -363,18 +417,6 @@ fn parse_config<T: Validated>(text: &str, origin: &str) -> Result<T, ConfigError
     })?;
     config.check(origin)?;
     Ok(config)
-}
-
-/// The error-building closure of a validation: `bad(key, value, expected)`.
-fn invalid(origin: &str) -> impl Fn(&'static str, String, &str) -> Result<(), ConfigError> + '_ {
-    move |key, value, expected| {
-        Err(ConfigError::Invalid {
-            path: origin.to_string(),
-            key,
-            value,
-            expected: expected.to_string(),
-        })
-    }
 }
 
 impl Validated for TrainConfig {
@@ -405,268 +447,54 @@ impl TrainConfig {
         toml::to_string_pretty(self).expect("a config serialises")
     }
 
+    /// The algorithm `run.algo` selects, with its section (which a validated config has).
+    pub fn algorithm(&self) -> AlgoConfig {
+        self.selected()
+            .expect("a validated config has its algo's section")
+    }
+
+    fn selected(&self) -> Option<AlgoConfig> {
+        AlgoConfig::select(self.run.algo, self.ppo.as_ref(), self.dqn.as_ref(), None)
+    }
+
     /// Checks every range; errors name the key and the value.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
-        let bad = invalid(origin);
+        let v = Checker { origin };
         if !common::envs::ENV_IDS.contains(&self.run.env.as_str()) {
-            return bad(
+            return v.fail(
                 "run.env",
                 format!("{:?}", self.run.env),
                 &format!("one of {:?}", common::envs::ENV_IDS),
             );
         }
-        if self.run.frames == 0 {
-            return bad("run.frames", "0".into(), "at least 1");
-        }
+        v.check("run.frames", self.run.frames, Range::AtLeastOne)?;
         if let Some(a) = self.run.actors {
             if !(1..2048).contains(&a) {
-                return bad("run.actors", a.to_string(), "in 1..2048");
+                return v.fail("run.actors", a, "in 1..2048");
             }
         }
         let c = &self.collector;
-        if c.envs_per_actor == 0 {
-            return bad("collector.envs_per_actor", "0".into(), "at least 1");
-        }
-        if c.steps == 0 {
-            return bad("collector.steps", "0".into(), "at least 1");
-        }
+        v.check(
+            "collector.envs_per_actor",
+            c.envs_per_actor,
+            Range::AtLeastOne,
+        )?;
+        v.check("collector.steps", c.steps, Range::AtLeastOne)?;
         if c.ring_slots < 2 {
-            return bad(
-                "collector.ring_slots",
-                c.ring_slots.to_string(),
-                "at least 2",
+            return v.fail("collector.ring_slots", c.ring_slots, "at least 2");
+        }
+        v.device("run.device", self.run.device, &self.policy)?;
+        v.policy(&self.policy)?;
+        if self.run.algo == Algo::Bc {
+            return v.fail(
+                "run.algo",
+                "\"bc\"",
+                "\"ppo\" or \"dqn\" (behaviour cloning trains from a dataset: recur-learner replay)",
             );
         }
-        validate_device("run.device", self.run.device, &self.policy, &bad)?;
-        validate_policy(&self.policy, &bad)?;
-        match self.run.algo {
-            Algo::Ppo => {
-                let Some(o) = &self.ppo else {
-                    return bad("ppo", "missing".into(), "a [ppo] section (run.algo = \"ppo\")");
-                };
-                validate_ppo(o, Some(c.envs_per_actor * c.steps), &bad)?;
-            }
-            Algo::Dqn => {
-                let Some(d) = &self.dqn else {
-                    return bad("dqn", "missing".into(), "a [dqn] section (run.algo = \"dqn\")");
-                };
-                validate_dqn(d, &bad)?;
-            }
-            Algo::Bc => {
-                return bad(
-                    "run.algo",
-                    "\"bc\"".into(),
-                    "\"ppo\" or \"dqn\" (behaviour cloning trains from a dataset: recur-learner replay)",
-                )
-            }
-        }
-        Ok(())
+        let chunk = c.envs_per_actor * c.steps;
+        v.algorithm("run.algo", self.run.algo, self.selected(), Some(chunk))
     }
-}
-
-type Bad<'a> = dyn Fn(&'static str, String, &str) -> Result<(), ConfigError> + 'a;
-
-/// The device must be built in (`--features cuda` for CUDA), and `fused` has no CUDA kernel yet.
-fn validate_device(
-    key: &'static str,
-    device: TrainDevice,
-    p: &PolicySection,
-    bad: &Bad,
-) -> Result<(), ConfigError> {
-    let value = format!("\"{device}\"");
-    if device.check_built().is_err() {
-        return bad(
-            key,
-            value,
-            "\"cpu\": this binary was built without `--features cuda` (rebuild with \
-             `cargo build --release --features cuda` to train on a GPU)",
-        );
-    }
-    if device.is_cuda() && p.backend == RecurrentBackend::Fused {
-        return bad(
-            "policy.backend",
-            "\"fused\"".into(),
-            &format!(
-                "\"scan\", \"pad\" or \"auto\" with {key} = {value}: the fused recurrent kernels \
-                 run on the CPU only (no CUDA kernel yet; \"auto\" picks \"scan\" on CUDA)"
-            ),
-        );
-    }
-    Ok(())
-}
-
-fn validate_policy(p: &PolicySection, bad: &Bad) -> Result<(), ConfigError> {
-    if p.hidden_size == 0 {
-        return bad("policy.hidden_size", "0".into(), "at least 1");
-    }
-    if p.num_layers == 0 {
-        return bad("policy.num_layers", "0".into(), "at least 1");
-    }
-    if p.encoder.contains(&0) {
-        return bad(
-            "policy.encoder",
-            format!("{:?}", p.encoder),
-            "widths of at least 1",
-        );
-    }
-    Ok(())
-}
-
-/// `chunk`: frames of one chunk, when updates are paced by received chunks.
-fn validate_ppo(o: &PpoSection, chunk: Option<usize>, bad: &Bad) -> Result<(), ConfigError> {
-    for (key, v) in [
-        ("ppo.frames_per_update", o.frames_per_update),
-        ("ppo.epochs", o.epochs),
-        ("ppo.slice_len", o.slice_len),
-        ("ppo.num_slices", o.num_slices),
-    ] {
-        if v == 0 {
-            return bad(key, "0".into(), "at least 1");
-        }
-    }
-    if let Some(chunk) = chunk.filter(|&c| !o.frames_per_update.is_multiple_of(c)) {
-        return bad(
-            "ppo.frames_per_update",
-            o.frames_per_update.to_string(),
-            &format!(
-                "a multiple of one chunk (collector.envs_per_actor x collector.steps = {chunk})"
-            ),
-        );
-    }
-    validate_rate("ppo.lr", o.lr, bad)?;
-    for (key, v) in [("ppo.gamma", o.gamma), ("ppo.gae_lambda", o.gae_lambda)] {
-        if !(0.0..=1.0).contains(&v) {
-            return bad(key, v.to_string(), "in [0, 1]");
-        }
-    }
-    for (key, v) in [
-        ("ppo.clip_eps", o.clip_eps),
-        ("ppo.max_grad_norm", o.max_grad_norm),
-    ] {
-        if !(v > 0.0 && v.is_finite()) {
-            return bad(key, v.to_string(), "a positive number");
-        }
-    }
-    for (key, v) in [
-        ("ppo.value_coef", o.value_coef),
-        ("ppo.entropy_coef", o.entropy_coef),
-    ] {
-        if !(v >= 0.0 && v.is_finite()) {
-            return bad(key, v.to_string(), "a number >= 0");
-        }
-    }
-    Ok(())
-}
-
-fn validate_rate(key: &'static str, lr: f64, bad: &Bad) -> Result<(), ConfigError> {
-    if !(lr > 0.0 && lr.is_finite()) {
-        return bad(key, lr.to_string(), "a positive number");
-    }
-    Ok(())
-}
-
-/// `keys`: the section's `slice_len`, `burn_in` and `num_slices` keys.
-fn validate_slices(
-    keys: [&'static str; 3],
-    slice_len: usize,
-    burn_in: usize,
-    num_slices: usize,
-    bad: &Bad,
-) -> Result<(), ConfigError> {
-    let [slice_key, burn_key, slices_key] = keys;
-    if slice_len == 0 {
-        return bad(slice_key, "0".into(), "at least 1");
-    }
-    if num_slices == 0 {
-        return bad(slices_key, "0".into(), "at least 1");
-    }
-    if burn_in >= slice_len {
-        return bad(
-            burn_key,
-            burn_in.to_string(),
-            &format!("less than slice_len = {slice_len} (steps left to learn on)"),
-        );
-    }
-    Ok(())
-}
-
-fn validate_dqn(d: &DqnSection, bad: &Bad) -> Result<(), ConfigError> {
-    validate_slices(
-        ["dqn.slice_len", "dqn.burn_in", "dqn.num_slices"],
-        d.slice_len,
-        d.burn_in,
-        d.num_slices,
-        bad,
-    )?;
-    validate_rate("dqn.lr", d.lr, bad)?;
-    if !(0.0..=1.0).contains(&d.gamma) {
-        return bad("dqn.gamma", d.gamma.to_string(), "in [0, 1]");
-    }
-    if d.n_step == 0 {
-        return bad("dqn.n_step", "0".into(), "at least 1");
-    }
-    if let Some(tau) = d.tau {
-        if !(tau > 0.0 && tau <= 1.0) {
-            return bad("dqn.tau", tau.to_string(), "in (0, 1]");
-        }
-    } else if d.target_update_every == 0 {
-        return bad(
-            "dqn.target_update_every",
-            "0".into(),
-            "at least 1 (or set dqn.tau for Polyak updates)",
-        );
-    }
-    if d.buffer_size == 0 {
-        return bad("dqn.buffer_size", "0".into(), "at least 1");
-    }
-    if d.updates_per_chunk == 0 {
-        return bad("dqn.updates_per_chunk", "0".into(), "at least 1");
-    }
-    if !(d.max_grad_norm > 0.0 && d.max_grad_norm.is_finite()) {
-        return bad(
-            "dqn.max_grad_norm",
-            d.max_grad_norm.to_string(),
-            "a positive number",
-        );
-    }
-    if !(d.cql_alpha >= 0.0 && d.cql_alpha.is_finite()) {
-        return bad("dqn.cql_alpha", d.cql_alpha.to_string(), "a number >= 0");
-    }
-    if !(d.huber_delta >= 0.0 && d.huber_delta.is_finite()) {
-        return bad(
-            "dqn.huber_delta",
-            d.huber_delta.to_string(),
-            "a number >= 0",
-        );
-    }
-    for (key, v) in [
-        ("dqn.epsilon_start", d.epsilon_start),
-        ("dqn.epsilon_end", d.epsilon_end),
-    ] {
-        if !(0.0..=1.0).contains(&v) {
-            return bad(key, v.to_string(), "a probability in [0, 1]");
-        }
-    }
-    Ok(())
-}
-
-fn validate_bc(b: &BcSection, bad: &Bad) -> Result<(), ConfigError> {
-    validate_slices(
-        ["bc.slice_len", "bc.burn_in", "bc.num_slices"],
-        b.slice_len,
-        b.burn_in,
-        b.num_slices,
-        bad,
-    )?;
-    validate_rate("bc.lr", b.lr, bad)?;
-    if !(b.max_grad_norm > 0.0 && b.max_grad_norm.is_finite()) {
-        return bad(
-            "bc.max_grad_norm",
-            b.max_grad_norm.to_string(),
-            "a positive number",
-        );
-    }
-    Ok(())
 }
 
 impl ReplayConfig {
@@ -685,44 +513,247 @@ impl ReplayConfig {
         toml::to_string_pretty(self).expect("a config serialises")
     }
 
+    /// The algorithm `replay.algo` selects, with its section (which a validated config has).
+    /// One update is one gradient step (`replay.updates` counts them): `dqn.updates_per_chunk`
+    /// paces online runs only.
+    pub fn algorithm(&self) -> AlgoConfig {
+        let mut algo = self
+            .selected()
+            .expect("a validated config has its algo's section");
+        if let AlgoConfig::Dqn(d) = &mut algo {
+            d.updates_per_chunk = 1;
+        }
+        algo
+    }
+
+    fn selected(&self) -> Option<AlgoConfig> {
+        let r = self.replay.algo;
+        AlgoConfig::select(r, self.ppo.as_ref(), self.dqn.as_ref(), self.bc.as_ref())
+    }
+
     /// Checks the replay section, the policy and the section of `replay.algo`.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
-        let bad = invalid(origin);
+        let v = Checker { origin };
         let r = &self.replay;
-        if r.updates == 0 {
-            return bad("replay.updates", "0".into(), "at least 1");
+        v.check("replay.updates", r.updates, Range::AtLeastOne)?;
+        v.check("replay.eval_episodes", r.eval_episodes, Range::AtLeastOne)?;
+        v.device("replay.device", r.device, &self.policy)?;
+        v.policy(&self.policy)?;
+        v.algorithm("replay.algo", r.algo, self.selected(), None)
+    }
+}
+
+/// The ranges config numbers must lie in (floats also finite), named as errors show them.
+#[derive(Clone, Copy, Debug)]
+enum Range {
+    AtLeastOne,
+    Positive,
+    NonNegative,
+    Unit,
+    Probability,
+    PositiveUnit,
+}
+
+impl Range {
+    fn contains(self, v: f64) -> bool {
+        v.is_finite()
+            && match self {
+                Range::AtLeastOne => v >= 1.0,
+                Range::Positive => v > 0.0,
+                Range::NonNegative => v >= 0.0,
+                Range::Unit | Range::Probability => (0.0..=1.0).contains(&v),
+                Range::PositiveUnit => v > 0.0 && v <= 1.0,
+            }
+    }
+
+    fn expected(self) -> &'static str {
+        match self {
+            Range::AtLeastOne => "at least 1",
+            Range::Positive => "a positive number",
+            Range::NonNegative => "a number >= 0",
+            Range::Unit => "in [0, 1]",
+            Range::Probability => "a probability in [0, 1]",
+            Range::PositiveUnit => "in (0, 1]",
         }
-        if r.eval_episodes == 0 {
-            return bad("replay.eval_episodes", "0".into(), "at least 1");
+    }
+}
+
+/// A config number: shown as written, compared as `f64`.
+trait Number: Copy + std::fmt::Display {
+    fn value(self) -> f64;
+}
+
+macro_rules! number {
+    ($($t:ty),*) => {
+        $(impl Number for $t {
+            fn value(self) -> f64 {
+                self as f64
+            }
+        })*
+    };
+}
+number!(usize, u64, f32, f64);
+
+/// The validation of one config (`origin`): every error names the key and the value.
+struct Checker<'a> {
+    origin: &'a str,
+}
+
+impl Checker<'_> {
+    fn fail(
+        &self,
+        key: &str,
+        value: impl std::fmt::Display,
+        expected: &str,
+    ) -> Result<(), ConfigError> {
+        Err(ConfigError::Invalid {
+            path: self.origin.to_string(),
+            key: key.to_string(),
+            value: value.to_string(),
+            expected: expected.to_string(),
+        })
+    }
+
+    /// `key` = `value` must lie in `range`.
+    fn check(&self, key: &str, value: impl Number, range: Range) -> Result<(), ConfigError> {
+        if range.contains(value.value()) {
+            return Ok(());
         }
-        validate_device("replay.device", r.device, &self.policy, &bad)?;
-        validate_policy(&self.policy, &bad)?;
-        match r.algo {
-            Algo::Dqn => match &self.dqn {
-                Some(d) => validate_dqn(d, &bad),
-                None => bad(
-                    "dqn",
-                    "missing".into(),
-                    "a [dqn] section (replay.algo = \"dqn\")",
-                ),
-            },
-            Algo::Bc => match &self.bc {
-                Some(b) => validate_bc(b, &bad),
-                None => bad(
-                    "bc",
-                    "missing".into(),
-                    "a [bc] section (replay.algo = \"bc\")",
-                ),
-            },
-            Algo::Ppo => match &self.ppo {
-                Some(o) => validate_ppo(o, None, &bad),
-                None => bad(
-                    "ppo",
-                    "missing".into(),
-                    "a [ppo] section (replay.algo = \"ppo\")",
-                ),
-            },
+        self.fail(key, value, range.expected())
+    }
+
+    /// The device must be built in (`--features cuda` for CUDA), and `fused` has no CUDA
+    /// kernel yet.
+    fn device(&self, key: &str, device: TrainDevice, p: &PolicySection) -> Result<(), ConfigError> {
+        let value = format!("\"{device}\"");
+        if device.check_built().is_err() {
+            return self.fail(
+                key,
+                value,
+                "\"cpu\": this binary was built without `--features cuda` (rebuild with \
+                 `cargo build --release --features cuda` to train on a GPU)",
+            );
         }
+        if device.is_cuda() && p.backend == RecurrentBackend::Fused {
+            return self.fail(
+                "policy.backend",
+                "\"fused\"",
+                &format!(
+                    "\"scan\", \"pad\" or \"auto\" with {key} = {value}: the fused recurrent \
+                     kernels run on the CPU only (no CUDA kernel yet; \"auto\" picks \"scan\" \
+                     on CUDA)"
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    fn policy(&self, p: &PolicySection) -> Result<(), ConfigError> {
+        self.check("policy.hidden_size", p.hidden_size, Range::AtLeastOne)?;
+        self.check("policy.num_layers", p.num_layers, Range::AtLeastOne)?;
+        if p.encoder.contains(&0) {
+            return self.fail(
+                "policy.encoder",
+                format!("{:?}", p.encoder),
+                "widths of at least 1",
+            );
+        }
+        Ok(())
+    }
+
+    /// The section `key` = `algo` selects (`None`: the config has none); `chunk`: frames of
+    /// one chunk, when PPO updates are paced by received chunks.
+    fn algorithm(
+        &self,
+        key: &str,
+        algo: Algo,
+        section: Option<AlgoConfig>,
+        chunk: Option<usize>,
+    ) -> Result<(), ConfigError> {
+        match section {
+            None => self.fail(
+                algo.name(),
+                "missing",
+                &format!("a [{0}] section ({key} = \"{0}\")", algo.name()),
+            ),
+            Some(AlgoConfig::Ppo(o)) => self.ppo(&o, chunk),
+            Some(AlgoConfig::Dqn(d)) => self.dqn(&d),
+            Some(AlgoConfig::Bc(b)) => self.slices("bc", &b),
+        }
+    }
+
+    fn ppo(&self, o: &PpoSection, chunk: Option<usize>) -> Result<(), ConfigError> {
+        self.check(
+            "ppo.frames_per_update",
+            o.frames_per_update,
+            Range::AtLeastOne,
+        )?;
+        self.check("ppo.epochs", o.epochs, Range::AtLeastOne)?;
+        self.check("ppo.slice_len", o.slice_len, Range::AtLeastOne)?;
+        self.check("ppo.num_slices", o.num_slices, Range::AtLeastOne)?;
+        if let Some(chunk) = chunk.filter(|&c| !o.frames_per_update.is_multiple_of(c)) {
+            return self.fail(
+                "ppo.frames_per_update",
+                o.frames_per_update,
+                &format!(
+                    "a multiple of one chunk (collector.envs_per_actor x collector.steps = \
+                     {chunk})"
+                ),
+            );
+        }
+        self.check("ppo.lr", o.lr, Range::Positive)?;
+        self.check("ppo.gamma", o.gamma, Range::Unit)?;
+        self.check("ppo.gae_lambda", o.gae_lambda, Range::Unit)?;
+        self.check("ppo.clip_eps", o.clip_eps, Range::Positive)?;
+        self.check("ppo.max_grad_norm", o.max_grad_norm, Range::Positive)?;
+        self.check("ppo.value_coef", o.value_coef, Range::NonNegative)?;
+        self.check("ppo.entropy_coef", o.entropy_coef, Range::NonNegative)
+    }
+
+    /// The slice training of section `[name]`.
+    fn slices(&self, name: &str, s: &SliceTraining) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("{name}.{k}");
+        self.check(&key("slice_len"), s.slice_len, Range::AtLeastOne)?;
+        self.check(&key("num_slices"), s.num_slices, Range::AtLeastOne)?;
+        if s.burn_in >= s.slice_len {
+            return self.fail(
+                &key("burn_in"),
+                s.burn_in,
+                &format!(
+                    "less than slice_len = {} (steps left to learn on)",
+                    s.slice_len
+                ),
+            );
+        }
+        self.check(&key("lr"), s.lr, Range::Positive)?;
+        self.check(&key("max_grad_norm"), s.max_grad_norm, Range::Positive)
+    }
+
+    fn dqn(&self, d: &DqnSection) -> Result<(), ConfigError> {
+        self.slices("dqn", &d.slices())?;
+        self.check("dqn.gamma", d.gamma, Range::Unit)?;
+        self.check("dqn.n_step", d.n_step, Range::AtLeastOne)?;
+        match d.tau {
+            Some(tau) => self.check("dqn.tau", tau, Range::PositiveUnit)?,
+            None if d.target_update_every == 0 => {
+                return self.fail(
+                    "dqn.target_update_every",
+                    0,
+                    "at least 1 (or set dqn.tau for Polyak updates)",
+                )
+            }
+            None => {}
+        }
+        self.check("dqn.buffer_size", d.buffer_size, Range::AtLeastOne)?;
+        self.check(
+            "dqn.updates_per_chunk",
+            d.updates_per_chunk,
+            Range::AtLeastOne,
+        )?;
+        self.check("dqn.cql_alpha", d.cql_alpha, Range::NonNegative)?;
+        self.check("dqn.huber_delta", d.huber_delta, Range::NonNegative)?;
+        self.check("dqn.epsilon_start", d.epsilon_start, Range::Probability)?;
+        self.check("dqn.epsilon_end", d.epsilon_end, Range::Probability)
     }
 }
 

@@ -21,12 +21,11 @@ use common::chunk::{Chunk, ChunkSchema};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
 
-use crate::batch::{columns, tensor3, SliceBatch, SliceInputs};
-use crate::config::{DqnSection, InitialState};
-use crate::optim::{polyak, Model, Trainee};
-use crate::ppo::UpdateStats;
-use crate::replay::ReplayStorage;
-use crate::slice_sampler::{EndKey, SampledBatch, SliceSampler, SliceSamplerConfig};
+use crate::batch::{columns, tensor3, SliceBatch, SliceInputs, SliceTrainer};
+use crate::config::DqnSection;
+use crate::metrics::UpdateStats;
+use crate::optim::{polyak, Algorithm, Model};
+use crate::slice_sampler::SampledBatch;
 
 /// One slice's inputs to [`nstep_targets`].
 #[derive(Clone, Copy, Debug)]
@@ -74,15 +73,14 @@ pub fn nstep_targets(input: &NStepInput) -> Vec<f32> {
         .collect()
 }
 
-/// The learner's Q-network, its target network and the replay storage.
+/// The learner's Q-network, its target network and the replay storage. An update is
+/// `updates_per_chunk` gradient steps; its statistics (means over them): the loss, the TD loss
+/// as `value_loss`, the CQL gap as `policy_loss`, `q_mean` and the gradient norm.
 pub struct Dqn<B: AutodiffBackend = CpuAutodiff> {
-    trainee: Trainee<B>,
-    /// The online network without autodiff (same device; refreshed after every step).
-    online: Policy<B::InnerBackend>,
+    /// The online network (`trainer.inference`, without autodiff) and the replay storage.
+    trainer: SliceTrainer<B>,
     target: Policy<B::InnerBackend>,
     config: DqnSection,
-    storage: ReplayStorage,
-    sampler: SliceSampler,
     steps: u64,
 }
 
@@ -102,71 +100,38 @@ impl<B: AutodiffBackend> Dqn<B> {
                 policy.action
             );
         }
-        check_initial_state(dqn.initial_state, policy, schema)?;
-        let trainee = Trainee::new(policy, seed, device)?;
-        let sampler = SliceSampler::new(SliceSamplerConfig {
-            slice_len: Some(dqn.slice_len),
-            num_slices: None,
-            batch_size: dqn.slice_len * dqn.num_slices,
-            strict_length: false,
-            pad_output: true,
-            end_key: EndKey::Done,
-            replacement: true,
-            seed: seed ^ 0xd9_5a1ce,
-        })?;
+        let sampler_seed = seed ^ 0xd9_5a1ce;
+        let trainer = SliceTrainer::new(
+            policy,
+            dqn.slices(),
+            schema,
+            capacity,
+            seed,
+            sampler_seed,
+            device,
+        )?;
         Ok(Dqn {
-            online: trainee.inference(),
-            target: trainee.inference(),
-            trainee,
+            target: trainer.inference.clone(),
+            trainer,
             config: dqn.clone(),
-            storage: ReplayStorage::new(schema, capacity),
-            sampler,
             steps: 0,
         })
     }
 
-    pub fn model(&self) -> &Model<B> {
-        &self.trainee.model
-    }
-
-    /// Gradient steps taken.
-    pub fn steps(&self) -> u64 {
-        self.steps
-    }
-
-    pub fn stored(&self) -> usize {
-        self.storage.len()
-    }
-
-    pub fn storage(&self) -> &ReplayStorage {
-        &self.storage
-    }
-
-    pub fn add_chunk(&mut self, chunk: &Chunk) {
-        self.storage.extend(chunk);
-    }
-
-    /// Enough frames for gradient steps (`learning_starts`, and at least one slice).
-    pub fn ready(&self) -> bool {
-        self.storage.len() >= self.config.learning_starts.max(self.config.slice_len)
-    }
-
-    /// One gradient step on a freshly sampled batch.
-    pub fn train_step(&mut self) -> anyhow::Result<UpdateStats> {
-        let batch = self.sampler.sample(&self.storage)?;
+    /// One gradient step on a freshly sampled batch; the target network follows.
+    fn train_step(&mut self) -> anyhow::Result<UpdateStats> {
+        let batch = self.trainer.sample()?;
         let (loss, stats) = self.loss(&batch);
-        let grad_norm = self
-            .trainee
-            .step(loss, self.config.lr, self.config.max_grad_norm);
+        let grad_norm = self.trainer.step(loss);
         self.steps += 1;
-        self.online = self.trainee.inference();
+        let online = &self.trainer.inference;
         match self.config.tau {
             Some(tau) => {
-                let target = std::mem::replace(&mut self.target, self.online.clone());
-                self.target = polyak(target, &self.online, tau);
+                let target = std::mem::replace(&mut self.target, online.clone());
+                self.target = polyak(target, online, tau);
             }
             None if self.steps.is_multiple_of(self.config.target_update_every) => {
-                self.target = self.online.clone();
+                self.target = online.clone();
             }
             None => {}
         }
@@ -175,29 +140,26 @@ impl<B: AutodiffBackend> Dqn<B> {
 
     /// The TD loss of `batch` (slices of `slice_len`, padded) with the current networks.
     pub fn loss(&self, batch: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
-        let c = &self.config;
+        let (c, t) = (&self.config, &self.trainer);
         let (len, burn) = (c.slice_len, c.burn_in);
-        let sb = SliceBatch::new(&self.storage, batch, len);
+        let (sb, inputs) = t.inputs(batch);
         let rows = sb.rows;
-        let pc = self.online.config();
-        let (l, h) = (pc.num_layers, pc.hidden_size);
-        let inputs = sb.inputs(c.initial_state, l, h, pc.cell.has_cell_state());
 
         // Bootstrap values, without autodiff: V(s) = Q_target(s, argmax_a Q_online(s, a)).
         let (tgt_q, tgt_cut) = self.values_and_cut(&self.target, &sb, &inputs);
         let (on_q, on_cut) = if c.double_q {
-            self.values_and_cut(&self.online, &sb, &inputs)
+            self.values_and_cut(&t.inference, &sb, &inputs)
         } else {
             (tgt_q.clone(), tgt_cut.clone())
         };
         let a = tgt_q.len() / (rows * len);
         let value = |q: &[f32], pick: &[f32]| -> f32 { q[common::policy::dist::argmax(pick)] };
         let reward: Vec<f32> = sb
-            .gather(&self.storage.next_reward, 1)
+            .gather(&t.storage.next_reward, 1)
             .into_iter()
             .map(|r| r * c.reward_scale)
             .collect();
-        let terminated = sb.gather(&self.storage.next_terminated, 1);
+        let terminated = sb.gather(&t.storage.next_terminated, 1);
         let mut targets = vec![0.0f32; rows * len];
         for r in 0..rows {
             let n = sb.valid[r];
@@ -218,18 +180,14 @@ impl<B: AutodiffBackend> Dqn<B> {
         }
 
         // The online network with autodiff after the burn-in.
-        let learn = len - burn;
-        let device = self.trainee.device();
-        let out = inputs.forward_learn(&self.trainee.model, &self.online, burn);
+        let device = t.trainee.device();
+        let out = inputs.forward_learn(&t.trainee.model, &t.inference, burn);
         let q_taken = out.head.clone().gather(2, sb.action_index(burn, &device));
-        let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
-        let mask = columns(&mask, rows, len, 1, burn, len);
-        let count = mask.iter().sum::<f32>().max(1.0);
-        let mask = tensor3(mask, rows, learn, 1, &device);
+        let (mask, count) = t.learn_mask(&sb);
         let target = tensor3(
             columns(&targets, rows, len, 1, burn, len),
             rows,
-            learn,
+            len - burn,
             1,
             &device,
         );
@@ -261,7 +219,6 @@ impl<B: AutodiffBackend> Dqn<B> {
             value_loss: td_value,
             policy_loss: cql_value,
             q_mean,
-            minibatches: 1,
             ..UpdateStats::default()
         };
         (loss, stats)
@@ -290,7 +247,7 @@ impl<B: AutodiffBackend> Dqn<B> {
             .iter()
             .flat_map(|&p| {
                 let s = sb.batch.positions[p];
-                self.storage.next_observation[s * d..(s + 1) * d].to_vec()
+                self.trainer.storage.next_observation[s * d..(s + 1) * d].to_vec()
             })
             .collect();
         let device = net.policy_head.weight.val().device();
@@ -315,44 +272,43 @@ impl<B: AutodiffBackend> Dqn<B> {
             .expect("the batch matches the network");
         (q, host(cut.head))
     }
+}
 
-    pub fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        self.trainee.save_state()
+impl<B: AutodiffBackend> Algorithm<B> for Dqn<B> {
+    fn model(&self) -> &Model<B> {
+        &self.trainer.trainee.model
+    }
+
+    fn add_chunk(&mut self, chunk: &Chunk) {
+        self.trainer.storage.extend(chunk);
+    }
+
+    /// Enough frames for gradient steps (`learning_starts`, and at least one slice).
+    fn ready(&self) -> bool {
+        self.trainer.storage.len() >= self.config.learning_starts.max(self.config.slice_len)
+    }
+
+    fn update(&mut self) -> anyhow::Result<UpdateStats> {
+        let steps = (0..self.config.updates_per_chunk)
+            .map(|_| self.train_step())
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(UpdateStats::mean(&steps))
+    }
+
+    fn off_policy(&self) -> bool {
+        true
+    }
+
+    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        self.trainer.trainee.save_state()
     }
 
     /// Restores the online network and optimizer; the target network restarts as a copy.
-    pub fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
-        self.trainee.load_state(model, optim)?;
-        self.online = self.trainee.inference();
-        self.target = self.online.clone();
+    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
+        self.trainer.load_state(model, optim)?;
+        self.target = self.trainer.inference.clone();
         Ok(())
     }
-}
-
-/// With `stored` slice-start states, the learner's recurrent state must have the data's shape.
-pub fn check_initial_state(
-    initial: InitialState,
-    policy: &PolicyConfig,
-    schema: &ChunkSchema,
-) -> anyhow::Result<()> {
-    if initial == InitialState::Stored
-        && (policy.cell != schema.cell
-            || policy.num_layers != schema.num_layers
-            || policy.hidden_size != schema.hidden_size)
-    {
-        anyhow::bail!(
-            "initial_state = \"stored\" needs the data's recurrent state shape: the data has \
-             {} x {} layers x {} units, the policy {} x {} x {}; use initial_state = \"zeros\" \
-             (with burn_in) or match [policy]",
-            schema.cell.name(),
-            schema.num_layers,
-            schema.hidden_size,
-            policy.cell.name(),
-            policy.num_layers,
-            policy.hidden_size
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -362,6 +318,8 @@ mod tests {
     use actor::{Actor, ActorConfig};
     use common::backend::{cpu_device, Cpu};
     use common::recurrent::CellKind;
+
+    use crate::config::InitialState;
 
     fn close(a: &[f32], b: &[f32]) {
         assert_eq!(a.len(), b.len());
@@ -508,8 +466,8 @@ mod tests {
         let before = loss_of(&dqn);
         // Actions and rewards of the burn-in steps change nothing...
         for p in (0..4).chain(16..20) {
-            dqn.storage.action[p] = (dqn.storage.action[p] + 1.0) % 4.0;
-            dqn.storage.next_reward[p] += 5.0;
+            dqn.trainer.storage.action[p] = (dqn.trainer.storage.action[p] + 1.0) % 4.0;
+            dqn.trainer.storage.next_reward[p] += 5.0;
         }
         assert_eq!(
             loss_of(&dqn),
@@ -517,8 +475,8 @@ mod tests {
             "burn-in steps must not enter the loss"
         );
         // ... their observations do (they build the state) ...
-        let saved = dqn.storage.observation.clone();
-        for x in &mut dqn.storage.observation[0..4 * 4] {
+        let saved = dqn.trainer.storage.observation.clone();
+        for x in &mut dqn.trainer.storage.observation[0..4 * 4] {
             *x = 1.0 - *x;
         }
         assert_ne!(
@@ -526,9 +484,9 @@ mod tests {
             before,
             "burn-in observations build the state"
         );
-        dqn.storage.observation = saved;
+        dqn.trainer.storage.observation = saved;
         // ... and the first step after the burn-in is in the loss.
-        dqn.storage.next_reward[4] += 5.0;
+        dqn.trainer.storage.next_reward[4] += 5.0;
         assert_ne!(loss_of(&dqn), before, "step burn_in is learned on");
     }
 
@@ -536,7 +494,7 @@ mod tests {
     fn without_burn_in_every_step_is_in_the_loss() {
         let mut dqn = dqn(0);
         let before = loss_of(&dqn);
-        dqn.storage.next_reward[0] += 5.0;
+        dqn.trainer.storage.next_reward[0] += 5.0;
         assert_ne!(loss_of(&dqn), before);
     }
 
@@ -544,12 +502,12 @@ mod tests {
     fn the_burn_in_state_continues_the_sequence_exactly() {
         let dqn = dqn(4);
         let b = batch();
-        let sb = SliceBatch::new(&dqn.storage, &b, 8);
+        let sb = SliceBatch::new(&dqn.trainer.storage, &b, 8);
         let inputs = sb.inputs(InitialState::Stored, 1, 8, true);
-        let full = host(inputs.forward(&dqn.online, 0, None).head);
+        let full = host(inputs.forward(&dqn.trainer.inference, 0, None).head);
         let learn = host(
             inputs
-                .forward_learn(dqn.model(), &dqn.online, 4)
+                .forward_learn(dqn.model(), &dqn.trainer.inference, 4)
                 .head
                 .inner(),
         );
@@ -569,8 +527,8 @@ mod tests {
         for _ in 0..40 {
             let b = batch();
             let (loss, _) = dqn.loss(&b);
-            dqn.trainee.step(loss, 3e-3, 10.0);
-            dqn.online = dqn.trainee.inference();
+            dqn.trainer.trainee.step(loss, 3e-3, 10.0);
+            dqn.trainer.inference = dqn.trainer.trainee.inference();
         }
         let after = loss_of(&dqn);
         assert!(after < 0.8 * before, "TD loss {before} -> {after}");
@@ -589,10 +547,10 @@ mod tests {
         assert!(stats.policy_loss > 0.0, "{stats:?}");
         assert!((with - (plain + 0.5 * stats.policy_loss)).abs() < 1e-6);
         // By hand on the learned steps: logsumexp of the Q-values minus the taken one.
-        let sb = SliceBatch::new(&d.storage, &b, 8);
+        let sb = SliceBatch::new(&d.trainer.storage, &b, 8);
         let inputs = sb.inputs(InitialState::Stored, 1, 8, true);
-        let q = host(inputs.forward(&d.online, 0, None).head);
-        let actions = sb.gather(&d.storage.action, 1);
+        let q = host(inputs.forward(&d.trainer.inference, 0, None).head);
+        let actions = sb.gather(&d.trainer.storage.action, 1);
         let mut gap = 0.0f32;
         for r in 0..2 {
             for t in 2..8 {
@@ -617,7 +575,7 @@ mod tests {
         let w = |p: &Policy<Cpu>| host(p.policy_head.weight.val());
         let target0 = w(&d.target);
         d.train_step().unwrap();
-        let (online, target) = (w(&d.online), w(&d.target));
+        let (online, target) = (w(&d.trainer.inference), w(&d.target));
         let expected: Vec<f32> = online
             .iter()
             .zip(&target0)

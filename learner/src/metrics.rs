@@ -1,32 +1,42 @@
-//! Run metrics: `metrics.csv` (one row per update) and `learning_curve.png`.
+//! Run metrics: `metrics.csv` (one row per update, written and read back through serde) and
+//! `learning_curve.png`.
 
-use std::io::Write;
 use std::path::Path;
 
 use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
 
-use crate::ppo::UpdateStats;
+/// Losses and diagnostics of one update, the loss columns of a metrics row: each algorithm
+/// reports what it measures (its docs say which) and leaves the rest 0.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UpdateStats {
+    pub loss: f32,
+    pub policy_loss: f32,
+    pub value_loss: f32,
+    pub entropy: f32,
+    pub approx_kl: f32,
+    pub clip_frac: f32,
+    pub grad_norm: f32,
+    pub q_mean: f32,
+}
 
-/// The columns of `metrics.csv`, in order (a contract: `frames`, `wall_s`, `updates`,
-/// `mean_return`, `policy_lag` stay first).
-pub const COLUMNS: [&str; 16] = [
-    "frames",
-    "wall_s",
-    "updates",
-    "mean_return",
-    "policy_lag",
-    "episodes",
-    "loss",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "approx_kl",
-    "clip_frac",
-    "grad_norm",
-    "frames_per_s",
-    "dropped_chunks",
-    "q_mean",
-];
+impl UpdateStats {
+    /// The mean of the statistics of an update's minibatches (or gradient steps).
+    pub fn mean(parts: &[UpdateStats]) -> UpdateStats {
+        let k = parts.len().max(1) as f32;
+        let mean = |f: fn(&UpdateStats) -> f32| parts.iter().fold(0.0, |sum, s| sum + f(s)) / k;
+        UpdateStats {
+            loss: mean(|s| s.loss),
+            policy_loss: mean(|s| s.policy_loss),
+            value_loss: mean(|s| s.value_loss),
+            entropy: mean(|s| s.entropy),
+            approx_kl: mean(|s| s.approx_kl),
+            clip_frac: mean(|s| s.clip_frac),
+            grad_norm: mean(|s| s.grad_norm),
+            q_mean: mean(|s| s.q_mean),
+        }
+    }
+}
 
 /// Axis descriptions of a learning curve.
 #[derive(Clone, Copy, Debug)]
@@ -47,8 +57,9 @@ pub const REPLAY_AXES: Axes = Axes {
     y: "greedy evaluation mean return",
 };
 
-/// One row.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// One row of `metrics.csv`; the fields are its columns, in order (a contract: `frames`,
+/// `wall_s`, `updates`, `mean_return`, `policy_lag` stay first).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MetricsRow {
     pub frames: u64,
     pub wall_s: f64,
@@ -57,72 +68,65 @@ pub struct MetricsRow {
     pub mean_return: f64,
     pub policy_lag: f64,
     pub episodes: u64,
-    /// The update's losses and diagnostics.
-    pub update: UpdateStats,
+    pub loss: f32,
+    pub policy_loss: f32,
+    pub value_loss: f32,
+    pub entropy: f32,
+    pub approx_kl: f32,
+    pub clip_frac: f32,
+    pub grad_norm: f32,
     pub frames_per_s: f64,
     pub dropped_chunks: u64,
+    pub q_mean: f32,
 }
 
-impl MetricsRow {
-    fn csv(&self) -> String {
-        format!(
-            "{},{:.3},{},{:.4},{:.3},{},{:.5},{:.5},{:.5},{:.5},{:.6},{:.4},{:.4},{:.1},{},{:.4}",
-            self.frames,
-            self.wall_s,
-            self.updates,
-            self.mean_return,
-            self.policy_lag,
-            self.episodes,
-            self.update.loss,
-            self.update.policy_loss,
-            self.update.value_loss,
-            self.update.entropy,
-            self.update.approx_kl,
-            self.update.clip_frac,
-            self.update.grad_norm,
-            self.frames_per_s,
-            self.dropped_chunks,
-            self.update.q_mean
-        )
+/// A row holding an update's statistics (the other columns left for the caller).
+impl From<&UpdateStats> for MetricsRow {
+    fn from(s: &UpdateStats) -> Self {
+        MetricsRow {
+            loss: s.loss,
+            policy_loss: s.policy_loss,
+            value_loss: s.value_loss,
+            entropy: s.entropy,
+            approx_kl: s.approx_kl,
+            clip_frac: s.clip_frac,
+            grad_norm: s.grad_norm,
+            q_mean: s.q_mean,
+            ..MetricsRow::default()
+        }
     }
 }
 
 /// Appends rows to `metrics.csv` (header written when the file is new).
 pub struct MetricsWriter {
-    file: std::fs::File,
+    csv: csv::Writer<std::fs::File>,
 }
 
 impl MetricsWriter {
     pub fn open(path: &Path) -> std::io::Result<Self> {
         let new = !path.exists();
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)?;
-        if new {
-            writeln!(file, "{}", COLUMNS.join(","))?;
-        }
-        Ok(MetricsWriter { file })
+        let csv = csv::WriterBuilder::new().has_headers(new).from_writer(file);
+        Ok(MetricsWriter { csv })
     }
 
     pub fn write(&mut self, row: &MetricsRow) -> std::io::Result<()> {
-        writeln!(self.file, "{}", row.csv())?;
-        self.file.flush()
+        self.csv.serialize(row)?;
+        self.csv.flush()
     }
 }
 
-/// Reads `(frames, mean_return)` from a metrics file (rows without a return are skipped).
+/// Reads `(frames, mean_return)` from a metrics file (rows without a return, or cut short,
+/// are skipped).
 pub fn read_curve(path: &Path) -> std::io::Result<Vec<(f64, f64)>> {
-    let text = std::fs::read_to_string(path)?;
-    Ok(text
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let mut f = l.split(',');
-            let frames: f64 = f.next()?.parse().ok()?;
-            let ret: f64 = f.nth(2)?.parse().ok()?;
-            ret.is_finite().then_some((frames, ret))
-        })
+    Ok(csv::Reader::from_path(path)?
+        .deserialize::<MetricsRow>()
+        .filter_map(Result::ok)
+        .filter(|r| r.mean_return.is_finite())
+        .map(|r| (r.frames as f64, r.mean_return))
         .collect())
 }
 
@@ -193,4 +197,47 @@ pub fn plot_learning_curve(
     chart.draw_series(LineSeries::new(curve.iter().copied(), BLUE.stroke_width(2)))?;
     root.present()?;
     Ok(note)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_keep_the_columns_and_read_back_as_the_curve() {
+        let dir = std::env::temp_dir().join(format!("recur-metrics-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metrics.csv");
+        let _ = std::fs::remove_file(&path);
+        let stats = UpdateStats {
+            loss: 0.5,
+            q_mean: 2.0,
+            ..UpdateStats::default()
+        };
+        let row = |frames, mean_return| MetricsRow {
+            frames,
+            mean_return,
+            ..MetricsRow::from(&stats)
+        };
+        MetricsWriter::open(&path)
+            .unwrap()
+            .write(&row(10, f64::NAN))
+            .unwrap();
+        // Reopened (a resumed run): rows are appended under the one header.
+        MetricsWriter::open(&path)
+            .unwrap()
+            .write(&row(20, 1.5))
+            .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "frames,wall_s,updates,mean_return,policy_lag,episodes,loss,policy_loss,value_loss,\
+             entropy,approx_kl,clip_frac,grad_norm,frames_per_s,dropped_chunks,q_mean"
+        );
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines[1].split(',').nth(6), Some("0.5"), "{text}");
+        assert_eq!(read_curve(&path).unwrap(), [(20.0, 1.5)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

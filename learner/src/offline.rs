@@ -118,33 +118,18 @@ fn replay_on<B: AutodiffBackend>(
         data.chunks.len()
     );
     let pc = fit_policy(&env, &config.policy)?;
+    let algo = config.algorithm();
     let mut learner = Learner::<B>::on_device(
         &LearnerSpec {
-            algo: r.algo,
+            algo: &algo,
             policy: &pc,
             schema: &schema,
-            ppo: config.ppo.as_ref(),
-            dqn: config.dqn.as_ref(),
-            bc: config.bc.as_ref(),
             capacity: dataset_frames as usize,
             seed: r.seed,
         },
         device,
     )?;
-    let (per_update, frames_per_update) = match r.algo {
-        Algo::Ppo => {
-            let p = config.ppo.as_ref().expect("validated");
-            (p.frames_per_update, (p.frames_per_update * p.epochs) as u64)
-        }
-        Algo::Dqn => {
-            let d = config.dqn.as_ref().expect("validated");
-            (0, (d.slice_len * d.num_slices) as u64)
-        }
-        Algo::Bc => {
-            let b = config.bc.as_ref().expect("validated");
-            (0, (b.slice_len * b.num_slices) as u64)
-        }
-    };
+    let frames_per_update = algo.trained_steps_per_update();
     if r.algo != Algo::Ppo {
         for chunk in &data.chunks {
             learner.add_chunk(chunk);
@@ -213,12 +198,12 @@ fn replay_on<B: AutodiffBackend>(
         let t0 = Instant::now();
         if r.algo == Algo::Ppo {
             // On-policy updates consume the dataset in recording order, cycling.
-            while !learner.ready(per_update) {
+            while !learner.ready() {
                 learner.add_chunk(&data.chunks[next_chunk]);
                 next_chunk = (next_chunk + 1) % data.chunks.len();
             }
         }
-        let stats = learner.update(1)?;
+        let stats = learner.update()?;
         train_s += t0.elapsed().as_secs_f64();
         summary.updates += 1;
         summary.trained_frames += frames_per_update;
@@ -244,9 +229,9 @@ fn replay_on<B: AutodiffBackend>(
             mean_return: last.mean_return,
             policy_lag: 0.0,
             episodes: eval_episodes,
-            update: stats.clone(),
             frames_per_s: summary.trained_frames as f64 / train_s.max(1e-9),
             dropped_chunks: 0,
+            ..MetricsRow::from(&stats)
         })?;
         bar.set_position(u);
         bar.set_message(format!(

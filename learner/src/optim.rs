@@ -1,5 +1,6 @@
-//! The trained model with its Adam optimizer: one gradient step with global-norm clipping,
-//! and the checkpoint bytes of both. Shared by PPO, DQN and behaviour cloning.
+//! What PPO, DQN and behaviour cloning share: the [`Algorithm`] interface the run loops drive,
+//! and the trained model with its Adam optimizer ([`Trainee`]: one gradient step with
+//! global-norm clipping, and the checkpoint bytes of both).
 
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
 use burn::optim::adaptor::OptimizerAdaptor;
@@ -8,12 +9,40 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
+use common::chunk::Chunk;
 use common::policy::{Policy, PolicyConfig};
+
+use crate::metrics::UpdateStats;
 
 /// The model under training, on the training backend `B` (`CpuAutodiff`, or `CudaAutodiff` in a
 /// `cuda` build).
 pub type Model<B = CpuAutodiff> = Policy<B>;
 type Optim<B> = OptimizerAdaptor<Adam, Model<B>, B>;
+
+/// A learning algorithm as the training loop (online, with actors) and the learner-only replay
+/// loop drive it: chunks in, updates out, without knowing which algorithm runs.
+pub trait Algorithm<B: AutodiffBackend> {
+    /// The model being trained.
+    fn model(&self) -> &Model<B>;
+
+    /// Stores a chunk (PPO also computes its advantages).
+    fn add_chunk(&mut self, chunk: &Chunk);
+
+    /// Whether an update can run now.
+    fn ready(&self) -> bool;
+
+    /// One update, and the statistics the algorithm reports for it.
+    fn update(&mut self) -> anyhow::Result<UpdateStats>;
+
+    /// Whether chunks of any policy version are kept (on-policy learners drop stale ones).
+    fn off_policy(&self) -> bool;
+
+    /// The model record and the optimizer state, as bytes (checkpoints).
+    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)>;
+
+    /// Restores what [`save_state`](Self::save_state) wrote.
+    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()>;
+}
 
 /// A policy (or Q-network) under training on backend `B`.
 pub struct Trainee<B: AutodiffBackend> {

@@ -24,24 +24,10 @@ use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
 
 use crate::config::PpoSection;
 use crate::gae::{gae, needs_bootstrap, GaeInput};
-use crate::optim::{Model, Trainee};
+use crate::metrics::UpdateStats;
+use crate::optim::{Algorithm, Model, Trainee};
 use crate::replay::ReplayStorage;
 use crate::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
-
-/// Losses and diagnostics of one update (means over its minibatches).
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct UpdateStats {
-    pub loss: f32,
-    pub policy_loss: f32,
-    pub value_loss: f32,
-    pub entropy: f32,
-    pub approx_kl: f32,
-    pub clip_frac: f32,
-    pub grad_norm: f32,
-    /// Mean Q-value of the taken actions (DQN; 0 otherwise).
-    pub q_mean: f32,
-    pub minibatches: usize,
-}
 
 /// The learner's model, optimizer and on-policy storage, training on backend `B`.
 pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
@@ -86,19 +72,16 @@ impl<B: AutodiffBackend> Ppo<B> {
             trainee,
         })
     }
+}
 
+impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
     /// The model being trained.
-    pub fn model(&self) -> &Model<B> {
+    fn model(&self) -> &Model<B> {
         &self.trainee.model
     }
 
-    /// Frames stored for the next update.
-    pub fn stored(&self) -> usize {
-        self.storage.len()
-    }
-
     /// Computes the chunk's advantages with the current critic and stores both.
-    pub fn add_chunk(&mut self, chunk: &Chunk) {
+    fn add_chunk(&mut self, chunk: &Chunk) {
         let s = &self.schema;
         let (e, t, d, l, h) = (s.envs, s.steps, s.obs_dim, s.num_layers, s.hidden_size);
         let n = e * t;
@@ -180,34 +163,20 @@ impl<B: AutodiffBackend> Ppo<B> {
         self.value_target.extend(adv.value_target);
     }
 
+    /// Once `frames_per_update` frames are stored.
+    fn ready(&self) -> bool {
+        self.storage.len() >= self.config.frames_per_update
+    }
+
     /// Trains on everything stored, then empties the storage.
-    pub fn update(&mut self) -> anyhow::Result<UpdateStats> {
-        let mut stats = UpdateStats::default();
+    fn update(&mut self) -> anyhow::Result<UpdateStats> {
+        let mut minibatches = Vec::new();
         for _ in 0..self.config.epochs {
             for batch in self.sampler.epoch(&self.storage)? {
-                let mb = self.minibatch_step(&batch)?;
-                stats.loss += mb.loss;
-                stats.policy_loss += mb.policy_loss;
-                stats.value_loss += mb.value_loss;
-                stats.entropy += mb.entropy;
-                stats.approx_kl += mb.approx_kl;
-                stats.clip_frac += mb.clip_frac;
-                stats.grad_norm += mb.grad_norm;
-                stats.minibatches += 1;
+                minibatches.push(self.minibatch_step(&batch)?);
             }
         }
-        let k = stats.minibatches.max(1) as f32;
-        for v in [
-            &mut stats.loss,
-            &mut stats.policy_loss,
-            &mut stats.value_loss,
-            &mut stats.entropy,
-            &mut stats.approx_kl,
-            &mut stats.clip_frac,
-            &mut stats.grad_norm,
-        ] {
-            *v /= k;
-        }
+        let stats = UpdateStats::mean(&minibatches);
         self.storage.clear();
         self.advantage.clear();
         self.value_target.clear();
@@ -215,6 +184,24 @@ impl<B: AutodiffBackend> Ppo<B> {
         Ok(stats)
     }
 
+    fn off_policy(&self) -> bool {
+        false
+    }
+
+    /// The model record and the optimizer state, as bytes (checkpoints).
+    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        self.trainee.save_state()
+    }
+
+    /// Restores what [`save_state`](Self::save_state) wrote.
+    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
+        self.trainee.load_state(model, optim)?;
+        self.critic = self.trainee.inference();
+        Ok(())
+    }
+}
+
+impl<B: AutodiffBackend> Ppo<B> {
     fn minibatch_step(&mut self, b: &SampledBatch) -> anyhow::Result<UpdateStats> {
         let s = &self.schema;
         // One row per slice, each padded to slice_len (the last batch of an epoch may be short).
@@ -324,24 +311,11 @@ impl<B: AutodiffBackend> Ppo<B> {
             approx_kl: kl / count,
             clip_frac: clipped / count,
             grad_norm: 0.0,
-            minibatches: 1,
             ..UpdateStats::default()
         };
         let grad_norm = self
             .trainee
             .step(loss, self.config.lr, self.config.max_grad_norm);
         Ok(UpdateStats { grad_norm, ..stats })
-    }
-
-    /// The model record and the optimizer state, as bytes (checkpoints).
-    pub fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        self.trainee.save_state()
-    }
-
-    /// Restores what [`save_state`](Self::save_state) wrote.
-    pub fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
-        self.trainee.load_state(model, optim)?;
-        self.critic = self.trainee.inference();
-        Ok(())
     }
 }

@@ -23,7 +23,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
-use crate::config::Algo;
+use crate::config::{Algo, AlgoConfig};
 use crate::config::{CollectorMode, TrainConfig};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, TRAIN_AXES};
 use crate::policy::fit_policy;
@@ -118,21 +118,17 @@ fn train_on<B: AutodiffBackend>(
         (CollectorMode::Async, Some(ppo)) => ppo.frames_per_update,
         (CollectorMode::Async, None) => chunk_frames as usize,
     };
-    let steps_per_update = config.dqn.as_ref().map_or(1, |d| d.updates_per_chunk);
     let pc = fit_policy(&config.run.env, &config.policy)?;
     let schema = chunk_schema(&pc, c.envs_per_actor, c.steps);
-    let ppo_section = config.ppo.clone().map(|mut p| {
-        p.frames_per_update = frames_per_update;
-        p
-    });
+    let mut algo = config.algorithm();
+    if let AlgoConfig::Ppo(ppo) = &mut algo {
+        ppo.frames_per_update = frames_per_update;
+    }
     let mut learner = Learner::<B>::on_device(
         &LearnerSpec {
-            algo: config.run.algo,
+            algo: &algo,
             policy: &pc,
             schema: &schema,
-            ppo: ppo_section.as_ref(),
-            dqn: config.dqn.as_ref(),
-            bc: None,
             capacity: config.dqn.as_ref().map_or(0, |d| d.buffer_size),
             seed: config.run.seed,
         },
@@ -196,12 +192,12 @@ fn train_on<B: AutodiffBackend>(
             }
             learner.add_chunk(&chunk);
             state.frames += chunk_frames;
-            if !learner.ready(frames_per_update) {
+            if !learner.ready() {
                 continue;
             }
 
             // Update, and publish the new weights to the actors.
-            let stats = learner.update(steps_per_update)?;
+            let stats = learner.update()?;
             state.updates += 1;
             version += 1;
             transport.publish(version, &to_blob(learner.model(), version))?;
@@ -219,9 +215,9 @@ fn train_on<B: AutodiffBackend>(
                 mean_return,
                 policy_lag: admission.take_mean_lag(),
                 episodes: state.episodes,
-                update: stats.clone(),
                 frames_per_s: fps,
                 dropped_chunks: admission.dropped,
+                ..MetricsRow::from(&stats)
             };
             progress.report(&row, stats.loss)?;
 

@@ -21,7 +21,9 @@ use serde::Serialize;
 
 use super::summarize;
 use crate::algo::{Learner, LearnerSpec};
-use crate::config::{Algo, BcSection, DqnSection, InitialState, PolicySection, PpoSection};
+use crate::config::{
+    Algo, AlgoConfig, BcSection, DqnSection, InitialState, PolicySection, PpoSection,
+};
 use crate::offline::fit_policy;
 
 #[derive(Clone, Debug)]
@@ -207,13 +209,15 @@ impl LearnerBench {
             max_grad_norm: 1.0,
             initial_state: InitialState::Stored,
         };
+        let config = match algo {
+            Algo::Ppo => AlgoConfig::Ppo(ppo),
+            Algo::Dqn => AlgoConfig::Dqn(dqn),
+            Algo::Bc => AlgoConfig::Bc(bc),
+        };
         let mut learner = Learner::new(&LearnerSpec {
-            algo,
+            algo: &config,
             policy: &pc,
             schema: &schema,
-            ppo: Some(&ppo),
-            dqn: Some(&dqn),
-            bc: Some(&bc),
             capacity: frames * data.len(),
             seed: self.seed,
         })?;
@@ -228,7 +232,7 @@ impl LearnerBench {
             if algo == Algo::Ppo {
                 learner.add_chunk(&data[i % data.len()]);
             }
-            learner.update(1)?;
+            learner.update()?;
             if i >= self.warmup {
                 samples.push(t0.elapsed());
             }
