@@ -29,7 +29,8 @@ use crate::optim::{Algorithm, Model, Trainee};
 use crate::replay::ReplayStorage;
 use crate::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
 
-/// The learner's model, optimizer and on-policy storage, training on backend `B`.
+/// The learner's model, optimizer and on-policy storage, training on backend `B`. An update's
+/// statistics are means over its minibatches (every [`UpdateStats`] field but `q_mean`).
 pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
     trainee: Trainee<B>,
     config: PpoSection,
