@@ -21,6 +21,7 @@ pub mod chunk;
 pub mod control;
 pub mod dataset;
 pub mod envs;
+mod hash;
 pub mod policy;
 pub mod recurrent;
 pub mod reference;
