@@ -160,3 +160,18 @@ impl<B: AutodiffBackend> Learner<B> {
         }
     }
 }
+
+/// What the checkpoint saves of a learner ([`common::checkpoint`]).
+impl<B: AutodiffBackend> common::checkpoint::Checkpointed<B> for Learner<B> {
+    fn model(&self) -> &Model<B> {
+        Learner::model(self)
+    }
+
+    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        Learner::save_state(self)
+    }
+
+    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
+        Learner::load_state(self, model, optim)
+    }
+}

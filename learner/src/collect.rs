@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use actor::rollout::{chunk_schema, init_policy, policy_config_for};
 use anyhow::Context;
 use common::chunk::{Chunk, ChunkMeta, ChunkSchema};
 use common::control::{schema_mismatch, Response};
 use common::dataset::DatasetWriter;
+use common::policy::{chunk_schema, policy_config_for};
 use common::recurrent::CellKind;
+use common::rollout::init_policy;
 use common::shm::{reclaim_stale, unique_run_id, RingConfig, RingReader, WeightPublisher};
 use common::weights::to_blob;
 use serde::Serialize;

@@ -358,10 +358,10 @@ pub fn check_initial_state(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actor::rollout::{chunk_schema, init_policy, policy_config_for};
-    use actor::{Actor, ActorConfig};
     use common::backend::{cpu_device, Cpu};
+    use common::policy::{chunk_schema, policy_config_for};
     use common::recurrent::CellKind;
+    use common::rollout::{init_policy, Actor, ActorConfig};
 
     fn close(a: &[f32], b: &[f32]) {
         assert_eq!(a.len(), b.len());

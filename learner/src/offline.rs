@@ -8,13 +8,13 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use actor::rollout::policy_config_for;
 use anyhow::Context;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
+use common::checkpoint::save_checkpoint;
 use common::dataset::read_dataset;
-use common::policy::PolicyConfig;
+use common::policy::{policy_config_for, PolicyConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
@@ -22,7 +22,6 @@ use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, PolicySection, ReplayConfig};
 use crate::eval::{evaluate, host_policy, Evaluation};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, REPLAY_AXES};
-use crate::train::save_checkpoint;
 
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {

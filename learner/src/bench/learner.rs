@@ -13,10 +13,10 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use actor::rollout::{chunk_schema, init_policy};
-use actor::{Actor, ActorConfig};
 use common::chunk::Chunk;
+use common::policy::chunk_schema;
 use common::recurrent::{CellKind, RecurrentBackend};
+use common::rollout::{init_policy, Actor, ActorConfig};
 use serde::Serialize;
 
 use super::summarize;
