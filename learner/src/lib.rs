@@ -1,6 +1,8 @@
 //! recur's learner: the run loop over the transport ([`collect`]), the control-plane server,
 //! the actor supervisor, and the benchmarks ([`bench`], run by the `recur-bench` binary).
 
+#![forbid(unsafe_code)]
+
 pub mod algo;
 pub mod batch;
 pub mod bc;
