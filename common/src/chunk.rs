@@ -131,10 +131,8 @@ impl ChunkSchema {
     /// per-step shape, in encoding order.
     fn columns(&self) -> impl Iterator<Item = (&'static Field, ColumnType, Vec<usize>)> + '_ {
         FIELDS.iter().filter_map(move |field| {
-            field
-                .per_step
-                .spec(self)
-                .map(|(dtype, shape)| (field, dtype, shape))
+            let (dtype, shape) = field.spec(self)?;
+            Some((field, dtype, shape))
         })
     }
 
@@ -294,14 +292,11 @@ impl Chunk {
     /// Checks every column's length against `schema` and that float columns are finite.
     pub fn validate(&self, schema: &ChunkSchema) -> Result<(), ChunkError> {
         let held = |field: &Field| (field.get)(self).is_some();
-        if let Some(field) = FIELDS
-            .iter()
-            .find(|f| held(f) != f.per_step.present(schema))
-        {
+        if let Some(field) = FIELDS.iter().find(|f| held(f) != f.present(schema)) {
             return Err(ChunkError::Length {
                 field: field.key,
                 got: FIELDS.iter().filter(|f| held(f)).count(),
-                expected: FIELDS.iter().filter(|f| f.per_step.present(schema)).count(),
+                expected: FIELDS.iter().filter(|f| f.present(schema)).count(),
             });
         }
         for (field, dtype, per_step) in schema.columns() {
@@ -487,62 +482,58 @@ fn decode_meta(bytes: &[u8]) -> Result<(ChunkMeta, usize), ChunkError> {
     Ok((meta, PREFIX_LEN + header_len))
 }
 
-/// What one step of a column holds, in terms of the schema.
-#[derive(Clone, Copy)]
+/// What one step of a column holds.
+#[derive(Clone, Copy, PartialEq)]
 enum PerStep {
     /// One value.
-    Scalar(ColumnType),
-    /// `[obs_dim]` f32.
-    Observation,
-    /// One i64 index (discrete) or `[dim]` f32 (continuous).
+    Scalar,
+    /// `[obs_dim]`.
+    Obs,
+    /// One index (discrete) or `[dim]` f32 (continuous).
     Action,
-    /// `[L, H]` f32.
+    /// `[L, H]`.
     State,
-    /// `[L, H]` f32, only in chunks of a cell with a cell state (LSTM).
+    /// `[L, H]`, only in chunks of a cell with a cell state (LSTM).
     CellState,
 }
 
-impl PerStep {
-    /// Whether `schema`'s chunks hold this column.
-    fn present(self, schema: &ChunkSchema) -> bool {
-        !matches!(self, PerStep::CellState) || schema.cell.has_cell_state()
-    }
-
-    /// The element type and per-step shape in `schema`'s chunks, `None` where they do not
-    /// hold this column.
-    fn spec(self, s: &ChunkSchema) -> Option<(ColumnType, Vec<usize>)> {
-        if !self.present(s) {
-            return None;
-        }
-        Some(match self {
-            PerStep::Scalar(dtype) => (dtype, vec![]),
-            PerStep::Observation => (ColumnType::F32, vec![s.obs_dim]),
-            PerStep::Action => match s.action {
-                ActionKind::Discrete => (ColumnType::I64, vec![]),
-                ActionKind::Continuous { dim } => (ColumnType::F32, vec![dim]),
-            },
-            PerStep::State | PerStep::CellState => {
-                (ColumnType::F32, vec![s.num_layers, s.hidden_size])
-            }
-        })
-    }
-}
-
-/// One column: its key, what a step holds, and where it lives in a [`Chunk`] (`None` where the
-/// chunk does not hold it).
+/// One column: its key, element type (a continuous action's is f32), what a step holds, and
+/// where it lives in a [`Chunk`] (`None` where the chunk does not hold it).
 struct Field {
     key: &'static str,
+    dtype: ColumnType,
     per_step: PerStep,
     get: fn(&Chunk) -> Option<Column<'_>>,
     get_mut: fn(&mut Chunk) -> Option<ColumnMut<'_>>,
 }
 
-/// A [`Field`] stored in a plain vector of [`Chunk`].
+impl Field {
+    /// Whether `schema`'s chunks hold this column.
+    fn present(&self, schema: &ChunkSchema) -> bool {
+        self.per_step != PerStep::CellState || schema.cell.has_cell_state()
+    }
+
+    /// The element type and per-step shape in `s`'s chunks, `None` where they do not hold it.
+    fn spec(&self, s: &ChunkSchema) -> Option<(ColumnType, Vec<usize>)> {
+        match (self.per_step, s.action) {
+            _ if !self.present(s) => None,
+            (PerStep::Action, ActionKind::Continuous { dim }) => Some((ColumnType::F32, vec![dim])),
+            (PerStep::Scalar | PerStep::Action, _) => Some((self.dtype, vec![])),
+            (PerStep::Obs, _) => Some((self.dtype, vec![s.obs_dim])),
+            (PerStep::State | PerStep::CellState, _) => {
+                Some((self.dtype, vec![s.num_layers, s.hidden_size]))
+            }
+        }
+    }
+}
+
+/// A [`Field`] held in a plain vector of [`Chunk`].
 macro_rules! field {
-    ($key:literal, $per_step:expr, $dtype:ident, $member:ident) => {
+    ($key:literal, $per_step:ident, $dtype:ident, $member:ident) => {
         Field {
             key: $key,
-            per_step: $per_step,
+            dtype: ColumnType::$dtype,
+            per_step: PerStep::$per_step,
             get: |c| Some(Column::$dtype(&c.$member)),
             get_mut: |c| Some(ColumnMut::$dtype(&mut c.$member)),
         }
@@ -552,9 +543,10 @@ macro_rules! field {
 /// The chunk's columns in encoding order: the one list that the schema's fields, validation,
 /// encoding and decoding walk.
 const FIELDS: [Field; 13] = [
-    field!("observation", PerStep::Observation, F32, observation),
+    field!("observation", Obs, F32, observation),
     Field {
         key: "action",
+        dtype: ColumnType::I64,
         per_step: PerStep::Action,
         get: |c| {
             Some(match &c.action {
@@ -569,57 +561,23 @@ const FIELDS: [Field; 13] = [
             })
         },
     },
-    field!(
-        "sample_log_prob",
-        PerStep::Scalar(ColumnType::F32),
-        F32,
-        sample_log_prob
-    ),
-    field!(
-        "state_value",
-        PerStep::Scalar(ColumnType::F32),
-        F32,
-        state_value
-    ),
-    field!("is_init", PerStep::Scalar(ColumnType::U8), U8, is_init),
-    field!("rs_h", PerStep::State, F32, rs_h),
+    field!("sample_log_prob", Scalar, F32, sample_log_prob),
+    field!("state_value", Scalar, F32, state_value),
+    field!("is_init", Scalar, U8, is_init),
+    field!("rs_h", State, F32, rs_h),
     Field {
         key: "rs_c",
+        dtype: ColumnType::F32,
         per_step: PerStep::CellState,
         get: |c| c.rs_c.as_deref().map(Column::F32),
         get_mut: |c| c.rs_c.as_deref_mut().map(ColumnMut::F32),
     },
-    field!(
-        "next.observation",
-        PerStep::Observation,
-        F32,
-        next_observation
-    ),
-    field!(
-        "next.reward",
-        PerStep::Scalar(ColumnType::F32),
-        F32,
-        next_reward
-    ),
-    field!(
-        "next.terminated",
-        PerStep::Scalar(ColumnType::U8),
-        U8,
-        next_terminated
-    ),
-    field!(
-        "next.truncated",
-        PerStep::Scalar(ColumnType::U8),
-        U8,
-        next_truncated
-    ),
-    field!("next.done", PerStep::Scalar(ColumnType::U8), U8, next_done),
-    field!(
-        "collector.traj_ids",
-        PerStep::Scalar(ColumnType::I64),
-        I64,
-        traj_ids
-    ),
+    field!("next.observation", Obs, F32, next_observation),
+    field!("next.reward", Scalar, F32, next_reward),
+    field!("next.terminated", Scalar, U8, next_terminated),
+    field!("next.truncated", Scalar, U8, next_truncated),
+    field!("next.done", Scalar, U8, next_done),
+    field!("collector.traj_ids", Scalar, I64, traj_ids),
 ];
 
 /// A column of a chunk.
