@@ -10,10 +10,9 @@ use anyhow::{bail, Context};
 use common::backend::Cpu;
 use common::control::{call, Request, Response};
 use common::policy::Policy;
+use common::rollout::{Actor, ActorConfig};
 use common::shm::{RingError, RingWriter, WeightSubscriber};
 use common::weights::from_blob;
-
-use crate::rollout::{Actor, ActorConfig};
 
 /// How often the actor reports to the learner (and learns whether to stop).
 const HEARTBEAT: Duration = Duration::from_millis(250);

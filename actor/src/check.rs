@@ -9,8 +9,7 @@ use common::chunk::{ActionColumn, Chunk};
 use common::envs::{ActionRef, Space};
 use common::policy::Policy;
 use common::recurrent::RecurrentState;
-
-use crate::rollout::{Actor, ActorConfig, ActorError};
+use common::rollout::{Actor, ActorConfig, ActorError};
 
 /// One step's recurrent state on the host: `rs_h` and (LSTM) `rs_c`, `[L * H]` each.
 pub type HostState = (Vec<f32>, Option<Vec<f32>>);

@@ -1,16 +1,17 @@
 //! The actor's contract: init tracking and priming are automatic, the state is carried
 //! exactly, and replaying its chunks in recurrent mode reproduces what it computed.
 
+#![forbid(unsafe_code)]
+
 use actor::check::Checker;
-use actor::rollout::{init_policy, policy_config_for};
-use actor::{Actor, ActorConfig};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::backend::{cpu_device, Cpu};
 use common::chunk::{ActionColumn, Chunk};
 use common::policy::dist::{categorical_log_prob, squashed_gaussian_log_prob_tensor};
 use common::policy::inference::{InferencePolicy, StepOutput};
-use common::policy::ActionSpec;
+use common::policy::{policy_config_for, ActionSpec};
 use common::recurrent::{CellKind, RecurrentState};
+use common::rollout::{init_policy, Actor, ActorConfig};
 
 fn actor(env: &str, cell: CellKind, envs: usize, steps: usize, seed: u64) -> Actor {
     let config = policy_config_for(env)

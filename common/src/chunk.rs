@@ -34,6 +34,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::hash::fnv1a;
 use crate::recurrent::CellKind;
 
 pub const CHUNK_MAGIC: [u8; 8] = *b"RECURCK1";
@@ -117,35 +118,22 @@ impl ChunkSchema {
 
     /// The columns, in encoding order.
     pub fn fields(&self) -> Vec<FieldSpec> {
-        let f = |key, dtype, per_step: &[usize]| FieldSpec {
-            key,
-            dtype,
-            per_step: per_step.to_vec(),
-        };
-        let state = [self.num_layers, self.hidden_size];
-        let mut out = vec![f("observation", ColumnType::F32, &[self.obs_dim])];
-        out.push(match self.action {
-            ActionKind::Discrete => f("action", ColumnType::I64, &[]),
-            ActionKind::Continuous { dim } => f("action", ColumnType::F32, &[dim]),
-        });
-        out.extend([
-            f("sample_log_prob", ColumnType::F32, &[]),
-            f("state_value", ColumnType::F32, &[]),
-            f("is_init", ColumnType::U8, &[]),
-            f("rs_h", ColumnType::F32, &state),
-        ]);
-        if self.cell.has_cell_state() {
-            out.push(f("rs_c", ColumnType::F32, &state));
-        }
-        out.extend([
-            f("next.observation", ColumnType::F32, &[self.obs_dim]),
-            f("next.reward", ColumnType::F32, &[]),
-            f("next.terminated", ColumnType::U8, &[]),
-            f("next.truncated", ColumnType::U8, &[]),
-            f("next.done", ColumnType::U8, &[]),
-            f("collector.traj_ids", ColumnType::I64, &[]),
-        ]);
-        out
+        self.columns()
+            .map(|(field, dtype, per_step)| FieldSpec {
+                key: field.key,
+                dtype,
+                per_step,
+            })
+            .collect()
+    }
+
+    /// The entries of [`FIELDS`] that this schema's chunks hold, with their element type and
+    /// per-step shape, in encoding order.
+    fn columns(&self) -> impl Iterator<Item = (&'static Field, ColumnType, Vec<usize>)> + '_ {
+        FIELDS.iter().filter_map(move |field| {
+            let (dtype, shape) = field.spec(self)?;
+            Some((field, dtype, shape))
+        })
     }
 
     /// Steps in a chunk, `E * T`.
@@ -168,9 +156,7 @@ impl ChunkSchema {
         for f in self.fields() {
             text.push_str(&format!("{}:{}:{:?};", f.key, f.dtype.name(), f.per_step));
         }
-        text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-        })
+        fnv1a(text.bytes())
     }
 }
 
@@ -303,57 +289,30 @@ impl Chunk {
         }
     }
 
-    /// The columns in encoding order.
-    fn columns(&self) -> Vec<Column<'_>> {
-        let mut out = vec![Column::F32("observation", &self.observation)];
-        out.push(match &self.action {
-            ActionColumn::Discrete(v) => Column::I64(v),
-            ActionColumn::Continuous(v) => Column::F32("action", v),
-        });
-        out.extend([
-            Column::F32("sample_log_prob", &self.sample_log_prob),
-            Column::F32("state_value", &self.state_value),
-            Column::U8(&self.is_init),
-            Column::F32("rs_h", &self.rs_h),
-        ]);
-        if let Some(c) = &self.rs_c {
-            out.push(Column::F32("rs_c", c));
-        }
-        out.extend([
-            Column::F32("next.observation", &self.next_observation),
-            Column::F32("next.reward", &self.next_reward),
-            Column::U8(&self.next_terminated),
-            Column::U8(&self.next_truncated),
-            Column::U8(&self.next_done),
-            Column::I64(&self.traj_ids),
-        ]);
-        out
-    }
-
     /// Checks every column's length against `schema` and that float columns are finite.
     pub fn validate(&self, schema: &ChunkSchema) -> Result<(), ChunkError> {
-        let fields = schema.fields();
-        let columns = self.columns();
-        if fields.len() != columns.len() {
+        let held = |field: &Field| (field.get)(self).is_some();
+        if let Some(field) = FIELDS.iter().find(|f| held(f) != f.present(schema)) {
             return Err(ChunkError::Length {
-                field: "rs_c",
-                got: columns.len(),
-                expected: fields.len(),
+                field: field.key,
+                got: FIELDS.iter().filter(|f| held(f)).count(),
+                expected: FIELDS.iter().filter(|f| f.present(schema)).count(),
             });
         }
-        for (spec, col) in fields.iter().zip(&columns) {
-            let expected = spec.step_len() * schema.frames();
-            if col.len() != expected || col.dtype() != spec.dtype {
+        for (field, dtype, per_step) in schema.columns() {
+            let col = (field.get)(self).expect("presence checked above");
+            let expected = per_step.iter().product::<usize>() * schema.frames();
+            if col.len() != expected || col.dtype() != dtype {
                 return Err(ChunkError::Length {
-                    field: spec.key,
+                    field: field.key,
                     got: col.len(),
                     expected,
                 });
             }
-            if let Column::F32(field, v) = col {
+            if let Column::F32(v) = col {
                 if let Some((index, &value)) = v.iter().enumerate().find(|(_, x)| !x.is_finite()) {
                     return Err(ChunkError::NonFinite {
-                        field,
+                        field: field.key,
                         index,
                         value,
                     });
@@ -367,8 +326,8 @@ impl Chunk {
     pub fn encode(&self, schema: &ChunkSchema) -> Result<Vec<u8>, ChunkError> {
         self.validate(schema)?;
         let mut payload = Vec::with_capacity(schema.payload_len());
-        for col in self.columns() {
-            col.write_le(&mut payload);
+        for (field, ..) in schema.columns() {
+            (field.get)(self).expect("validated").write_le(&mut payload);
         }
         let mut meta = self.meta.clone();
         meta.schema_hash = schema.hash();
@@ -462,35 +421,15 @@ impl Chunk {
                 });
             }
         }
-        let mut reader = ColumnReader {
-            bytes: payload,
-            pos: 0,
-            frames: schema.frames(),
-        };
         let mut chunk = Chunk::zeros(schema, meta);
-        for spec in schema.fields() {
-            let n = spec.step_len();
-            match spec.key {
-                "observation" => chunk.observation = reader.f32(n)?,
-                "action" => {
-                    chunk.action = match schema.action {
-                        ActionKind::Discrete => ActionColumn::Discrete(reader.i64(n)?),
-                        ActionKind::Continuous { .. } => ActionColumn::Continuous(reader.f32(n)?),
-                    }
-                }
-                "sample_log_prob" => chunk.sample_log_prob = reader.f32(n)?,
-                "state_value" => chunk.state_value = reader.f32(n)?,
-                "is_init" => chunk.is_init = reader.u8(n)?,
-                "rs_h" => chunk.rs_h = reader.f32(n)?,
-                "rs_c" => chunk.rs_c = Some(reader.f32(n)?),
-                "next.observation" => chunk.next_observation = reader.f32(n)?,
-                "next.reward" => chunk.next_reward = reader.f32(n)?,
-                "next.terminated" => chunk.next_terminated = reader.u8(n)?,
-                "next.truncated" => chunk.next_truncated = reader.u8(n)?,
-                "next.done" => chunk.next_done = reader.u8(n)?,
-                "collector.traj_ids" => chunk.traj_ids = reader.i64(n)?,
-                other => unreachable!("schema field {other} has no column"),
-            }
+        let mut pos = 0;
+        for (field, dtype, per_step) in schema.columns() {
+            let need = per_step.iter().product::<usize>() * schema.frames() * dtype.size();
+            let bytes = take(payload, pos, need, "column")?;
+            pos += need;
+            (field.get_mut)(&mut chunk)
+                .expect("a zeroed chunk holds its schema's columns")
+                .read_le(bytes);
         }
         chunk.validate(schema)?;
         Ok(chunk)
@@ -543,16 +482,122 @@ fn decode_meta(bytes: &[u8]) -> Result<(ChunkMeta, usize), ChunkError> {
     Ok((meta, PREFIX_LEN + header_len))
 }
 
+/// What one step of a column holds.
+#[derive(Clone, Copy, PartialEq)]
+enum PerStep {
+    /// One value.
+    Scalar,
+    /// `[obs_dim]`.
+    Obs,
+    /// One index (discrete) or `[dim]` f32 (continuous).
+    Action,
+    /// `[L, H]`.
+    State,
+    /// `[L, H]`, only in chunks of a cell with a cell state (LSTM).
+    CellState,
+}
+
+/// One column: its key, element type (a continuous action's is f32), what a step holds, and
+/// where it lives in a [`Chunk`] (`None` where the chunk does not hold it).
+struct Field {
+    key: &'static str,
+    dtype: ColumnType,
+    per_step: PerStep,
+    get: fn(&Chunk) -> Option<Column<'_>>,
+    get_mut: fn(&mut Chunk) -> Option<ColumnMut<'_>>,
+}
+
+impl Field {
+    /// Whether `schema`'s chunks hold this column.
+    fn present(&self, schema: &ChunkSchema) -> bool {
+        self.per_step != PerStep::CellState || schema.cell.has_cell_state()
+    }
+
+    /// The element type and per-step shape in `s`'s chunks, `None` where they do not hold it.
+    fn spec(&self, s: &ChunkSchema) -> Option<(ColumnType, Vec<usize>)> {
+        match (self.per_step, s.action) {
+            _ if !self.present(s) => None,
+            (PerStep::Action, ActionKind::Continuous { dim }) => Some((ColumnType::F32, vec![dim])),
+            (PerStep::Scalar | PerStep::Action, _) => Some((self.dtype, vec![])),
+            (PerStep::Obs, _) => Some((self.dtype, vec![s.obs_dim])),
+            (PerStep::State | PerStep::CellState, _) => {
+                Some((self.dtype, vec![s.num_layers, s.hidden_size]))
+            }
+        }
+    }
+}
+
+/// A [`Field`] held in a plain vector of [`Chunk`].
+macro_rules! field {
+    ($key:literal, $per_step:ident, $dtype:ident, $member:ident) => {
+        Field {
+            key: $key,
+            dtype: ColumnType::$dtype,
+            per_step: PerStep::$per_step,
+            get: |c| Some(Column::$dtype(&c.$member)),
+            get_mut: |c| Some(ColumnMut::$dtype(&mut c.$member)),
+        }
+    };
+}
+
+/// The chunk's columns in encoding order: the one list that the schema's fields, validation,
+/// encoding and decoding walk.
+const FIELDS: [Field; 13] = [
+    field!("observation", Obs, F32, observation),
+    Field {
+        key: "action",
+        dtype: ColumnType::I64,
+        per_step: PerStep::Action,
+        get: |c| {
+            Some(match &c.action {
+                ActionColumn::Discrete(v) => Column::I64(v),
+                ActionColumn::Continuous(v) => Column::F32(v),
+            })
+        },
+        get_mut: |c| {
+            Some(match &mut c.action {
+                ActionColumn::Discrete(v) => ColumnMut::I64(v),
+                ActionColumn::Continuous(v) => ColumnMut::F32(v),
+            })
+        },
+    },
+    field!("sample_log_prob", Scalar, F32, sample_log_prob),
+    field!("state_value", Scalar, F32, state_value),
+    field!("is_init", Scalar, U8, is_init),
+    field!("rs_h", State, F32, rs_h),
+    Field {
+        key: "rs_c",
+        dtype: ColumnType::F32,
+        per_step: PerStep::CellState,
+        get: |c| c.rs_c.as_deref().map(Column::F32),
+        get_mut: |c| c.rs_c.as_deref_mut().map(ColumnMut::F32),
+    },
+    field!("next.observation", Obs, F32, next_observation),
+    field!("next.reward", Scalar, F32, next_reward),
+    field!("next.terminated", Scalar, U8, next_terminated),
+    field!("next.truncated", Scalar, U8, next_truncated),
+    field!("next.done", Scalar, U8, next_done),
+    field!("collector.traj_ids", Scalar, I64, traj_ids),
+];
+
+/// A column of a chunk.
 enum Column<'a> {
-    F32(&'static str, &'a [f32]),
+    F32(&'a [f32]),
     I64(&'a [i64]),
     U8(&'a [u8]),
+}
+
+/// A column of a chunk to decode into.
+enum ColumnMut<'a> {
+    F32(&'a mut [f32]),
+    I64(&'a mut [i64]),
+    U8(&'a mut [u8]),
 }
 
 impl Column<'_> {
     fn len(&self) -> usize {
         match self {
-            Column::F32(_, v) => v.len(),
+            Column::F32(v) => v.len(),
             Column::I64(v) => v.len(),
             Column::U8(v) => v.len(),
         }
@@ -568,7 +613,7 @@ impl Column<'_> {
 
     fn write_le(&self, out: &mut Vec<u8>) {
         match self {
-            Column::F32(_, v) => v
+            Column::F32(v) => v
                 .iter()
                 .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
             Column::I64(v) => v
@@ -579,38 +624,22 @@ impl Column<'_> {
     }
 }
 
-struct ColumnReader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-    frames: usize,
-}
-
-impl ColumnReader<'_> {
-    fn next(&mut self, elems: usize, size: usize) -> Result<&[u8], ChunkError> {
-        let need = elems * self.frames * size;
-        let out = take(self.bytes, self.pos, need, "column")?;
-        self.pos += need;
-        Ok(out)
-    }
-
-    fn f32(&mut self, per_step: usize) -> Result<Vec<f32>, ChunkError> {
-        Ok(self
-            .next(per_step, 4)?
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .collect())
-    }
-
-    fn i64(&mut self, per_step: usize) -> Result<Vec<i64>, ChunkError> {
-        Ok(self
-            .next(per_step, 8)?
-            .chunks_exact(8)
-            .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
-            .collect())
-    }
-
-    fn u8(&mut self, per_step: usize) -> Result<Vec<u8>, ChunkError> {
-        Ok(self.next(per_step, 1)?.to_vec())
+impl ColumnMut<'_> {
+    /// Fills the column from its little-endian bytes (exactly its length).
+    fn read_le(self, bytes: &[u8]) {
+        match self {
+            ColumnMut::F32(v) => {
+                for (x, b) in v.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *x = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+                }
+            }
+            ColumnMut::I64(v) => {
+                for (x, b) in v.iter_mut().zip(bytes.chunks_exact(8)) {
+                    *x = i64::from_le_bytes(b.try_into().expect("8 bytes"));
+                }
+            }
+            ColumnMut::U8(v) => v.copy_from_slice(bytes),
+        }
     }
 }
 

@@ -8,21 +8,32 @@
 //! - [`envs`]: the built-in environments (CartPole, MaskedCartPole, Pendulum, RepeatPrevious),
 //!   the `TimeLimit` wrapper and the auto-resetting `VecEnv` the actor steps.
 //! - [`chunk`]: the trajectory chunk (schema, columns, encoding) that crosses processes.
+//! - [`checkpoint`]: the checkpoint directory (save, load, its files).
 //! - [`control`]: the control-plane protocol (register, heartbeat, stats, shutdown) and its frames.
 //! - [`dataset`]: recorded datasets of chunks (append-only, crash-safe prefix).
 //! - [`shm`]: the shared-memory transport: per-actor trajectory rings and the weight double
 //!   buffer, in `/dev/shm/recur-*` segments the learner owns (the crate's only `unsafe`).
-//! - [`policy`]: the policy network (encoder -> recurrent core -> heads) and its distributions.
+//! - [`policy`]: the policy network (encoder -> recurrent core -> heads), its distributions,
+//!   and the policy config and chunk schema that fit an environment.
 //! - [`reference`]: where the reference data (`RECUR_REFERENCE_DIR`) lives.
+//! - [`rollout`]: the actor loop ([`rollout::Actor`]) that steps the environments with the
+//!   policy and fills chunks: run by the actor process, the learner's evaluation and the
+//!   benchmarks.
 //! - [`weights`]: weight blobs (a policy's parameters, versioned) for broadcast and checkpoints.
 
+#![deny(unsafe_code)]
+
 pub mod backend;
+pub mod checkpoint;
 pub mod chunk;
 pub mod control;
 pub mod dataset;
 pub mod envs;
+mod hash;
 pub mod policy;
 pub mod recurrent;
 pub mod reference;
+pub mod rollout;
+#[allow(unsafe_code)]
 pub mod shm;
 pub mod weights;

@@ -17,6 +17,8 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
+use crate::hash::fnv1a;
+
 pub const BLOB_MAGIC: [u8; 8] = *b"RECURWB1";
 const HEADER: usize = 32;
 
@@ -52,15 +54,12 @@ pub fn layout<B: Backend, M: Module<B>>(module: &M) -> Vec<Vec<usize>> {
 
 /// FNV-1a over the shapes.
 pub fn layout_hash(shapes: &[Vec<usize>]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for shape in shapes {
-        for &d in shape.iter().chain([usize::MAX].iter()) {
-            for b in (d as u64).to_le_bytes() {
-                h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        }
-    }
-    h
+    fnv1a(
+        shapes
+            .iter()
+            .flat_map(|shape| shape.iter().chain([&usize::MAX]))
+            .flat_map(|&d| (d as u64).to_le_bytes()),
+    )
 }
 
 /// Encodes `module`'s parameters with `version`.

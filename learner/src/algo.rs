@@ -63,3 +63,18 @@ impl<B: AutodiffBackend> DerefMut for Learner<B> {
         self.0.as_mut()
     }
 }
+
+/// What the checkpoint saves of a learner ([`common::checkpoint`]).
+impl<B: AutodiffBackend> common::checkpoint::Checkpointed<B> for Learner<B> {
+    fn model(&self) -> &common::policy::Policy<B> {
+        self.0.model()
+    }
+
+    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        self.0.save_state()
+    }
+
+    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
+        self.0.load_state(model, optim)
+    }
+}

@@ -314,10 +314,10 @@ impl<B: AutodiffBackend> Algorithm<B> for Dqn<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actor::rollout::{chunk_schema, init_policy, policy_config_for};
-    use actor::{Actor, ActorConfig};
     use common::backend::{cpu_device, Cpu};
+    use common::policy::{chunk_schema, policy_config_for};
     use common::recurrent::CellKind;
+    use common::rollout::{init_policy, Actor, ActorConfig};
 
     use crate::config::InitialState;
 

@@ -1,11 +1,10 @@
 //! In-process evaluation: a local actor runs the policy greedily (argmax of the head: the
 //! Q-network's action, the policy's mode) for a number of episodes.
 
-use actor::rollout::{EpsilonSchedule, Exploration};
-use actor::{Actor, ActorConfig};
 use burn::tensor::backend::Backend;
 use common::backend::{cpu_device, Cpu};
 use common::policy::Policy;
+use common::rollout::{Actor, ActorConfig, EpsilonSchedule, Exploration};
 use common::weights::{from_blob, to_blob};
 use serde::Serialize;
 
@@ -79,9 +78,9 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actor::rollout::policy_config_for;
     use burn::module::AutodiffModule;
     use common::backend::CpuAutodiff;
+    use common::policy::policy_config_for;
 
     #[test]
     fn host_policy_keeps_the_weights_on_both_paths() {

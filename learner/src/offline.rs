@@ -12,6 +12,7 @@ use anyhow::Context;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
+use common::checkpoint::save_checkpoint;
 use common::dataset::read_dataset;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -20,10 +21,8 @@ use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, ReplayConfig};
 use crate::eval::{evaluate, host_policy, Evaluation};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, REPLAY_AXES};
-// Re-exported for `bench::learner`, which fits its policies the same way.
-pub use crate::policy::fit_policy;
+use crate::policy::fit_policy;
 use crate::run_dir::{write_config, write_summary};
-use crate::train::save_checkpoint;
 
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {

@@ -1,7 +1,7 @@
 //! The policy a run trains: a config's `[policy]` section fitted to its environment (the
 //! observation and action sizes come from the environment registry).
 
-use actor::rollout::policy_config_for;
+use common::policy::policy_config_for;
 use common::policy::PolicyConfig;
 
 use crate::config::PolicySection;

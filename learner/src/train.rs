@@ -9,15 +9,16 @@
 //! report, checkpoint), then the finish (final checkpoint, learning curve, summary).
 
 use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use actor::rollout::{chunk_schema, EpsilonSchedule, CHECKPOINT_POLICY, CHECKPOINT_WEIGHTS};
 use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
 use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
+use common::checkpoint::{load_checkpoint, save_checkpoint};
 use common::chunk::Chunk;
-use common::policy::PolicyConfig;
+use common::policy::{chunk_schema, PolicyConfig};
+use common::rollout::EpsilonSchedule;
 use common::weights::to_blob;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -529,53 +530,4 @@ impl Progress {
         }
         Ok(())
     }
-}
-
-/// Writes the checkpoint directory atomically (a new directory renamed over the old one).
-pub fn save_checkpoint<B: AutodiffBackend, S: Serialize>(
-    dir: &Path,
-    learner: &Learner<B>,
-    state: &S,
-    version: u64,
-) -> anyhow::Result<()> {
-    let tmp = dir.with_extension("tmp");
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp)?;
-    let (model, optim) = learner.save_state()?;
-    std::fs::write(tmp.join("model.bin"), model)?;
-    std::fs::write(tmp.join("optim.bin"), optim)?;
-    std::fs::write(
-        tmp.join(CHECKPOINT_WEIGHTS),
-        to_blob(learner.model(), version),
-    )?;
-    std::fs::write(
-        tmp.join(CHECKPOINT_POLICY),
-        serde_json::to_string_pretty(learner.model().config())? + "\n",
-    )?;
-    std::fs::write(
-        tmp.join("state.json"),
-        serde_json::to_string_pretty(state)? + "\n",
-    )?;
-    let old = dir.with_extension("old");
-    let _ = std::fs::remove_dir_all(&old);
-    if dir.exists() {
-        std::fs::rename(dir, &old)?;
-    }
-    std::fs::rename(&tmp, dir)?;
-    let _ = std::fs::remove_dir_all(&old);
-    Ok(())
-}
-
-/// Loads a checkpoint into `learner`; returns the counters.
-pub fn load_checkpoint<B: AutodiffBackend, S: serde::de::DeserializeOwned>(
-    dir: &Path,
-    learner: &mut Learner<B>,
-) -> anyhow::Result<S> {
-    let read = |name: &str| {
-        std::fs::read(dir.join(name))
-            .with_context(|| format!("reading {}", dir.join(name).display()))
-    };
-    let state: S = serde_json::from_slice(&read("state.json")?)?;
-    learner.load_state(read("model.bin")?, read("optim.bin")?)?;
-    Ok(state)
 }

@@ -14,6 +14,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::{ActionSpec, Policy};
 use crate::backend::to_vec as host;
+use crate::recurrent::math::{gru_hidden, lstm_cell_state, sigmoid, tanh};
 use crate::recurrent::CellKind;
 
 /// A dense layer: `y = x W + b`, `W` row-major `[inputs, outputs]`.
@@ -283,7 +284,7 @@ fn lstm_cell(gates: &[f32], b_ih: &[f32], b_hh: &[f32], h: &mut [f32], c: &mut [
         let f = sigmoid(gf[j] + (b_ih[hd + j] + b_hh[hd + j]));
         let g = tanh(gg[j] + (b_ih[2 * hd + j] + b_hh[2 * hd + j]));
         let o = sigmoid(go[j] + (b_ih[3 * hd + j] + b_hh[3 * hd + j]));
-        let c_next = f * c[j] + i * g;
+        let c_next = lstm_cell_state(i, f, g, c[j]);
         c[j] = c_next;
         h[j] = o * tanh(c_next);
     }
@@ -296,43 +297,8 @@ fn gru_cell(gx: &[f32], gh: &[f32], b_ih: &[f32], b_hh: &[f32], h: &mut [f32]) {
         let r = sigmoid((gx[j] + b_ih[j]) + (gh[j] + b_hh[j]));
         let z = sigmoid((gx[hd + j] + b_ih[hd + j]) + (gh[hd + j] + b_hh[hd + j]));
         let n = tanh((gx[2 * hd + j] + b_ih[2 * hd + j]) + r * (gh[2 * hd + j] + b_hh[2 * hd + j]));
-        h[j] = n + z * (h[j] - n);
+        h[j] = gru_hidden(z, n, h[j]);
     }
-}
-
-/// `exp(x)` to about 2 ulp, in plain arithmetic so that loops over it vectorise (Cephes'
-/// `expf`: `2^n * p(r)` with `x = n ln 2 + r`, `|r| <= ln 2 / 2`).
-#[inline(always)]
-fn exp(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    // Adding 1.5 * 2^23 rounds to the nearest integer without a rounding instruction.
-    const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.0, 88.0);
-    let t = x * LOG2E + ROUND;
-    let n = t - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let mut p = 1.987_569_1e-4_f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5; // Cephes: 5.0000001e-1, which is 0.5 in f32
-    let y = p * r * r + r + 1.0;
-    // 2^n from the integer left in t's low mantissa bits.
-    let ni = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
-    y * f32::from_bits(((ni + 127) << 23) as u32)
-}
-
-#[inline(always)]
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
-}
-
-#[inline(always)]
-fn tanh(x: f32) -> f32 {
-    1.0 - 2.0 / (exp(2.0 * x) + 1.0)
 }
 
 #[cfg(test)]
@@ -344,28 +310,6 @@ mod tests {
     use burn::tensor::{Bool, TensorData};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
-
-    #[test]
-    fn fast_exp_sigmoid_tanh_are_accurate() {
-        let mut worst = (0.0f64, 0.0f64, 0.0f64);
-        let mut x = -30.0f32;
-        while x < 30.0 {
-            let e = (x as f64).exp();
-            worst.0 = worst.0.max(((exp(x) as f64 - e) / e).abs());
-            worst.1 = worst
-                .1
-                .max((sigmoid(x) as f64 - 1.0 / (1.0 + (-x as f64).exp())).abs());
-            worst.2 = worst.2.max((tanh(x) as f64 - (x as f64).tanh()).abs());
-            x += 0.001;
-        }
-        assert!(worst.0 < 5e-7, "exp relative error {}", worst.0);
-        assert!(worst.1 < 2e-7, "sigmoid error {}", worst.1);
-        assert!(worst.2 < 5e-7, "tanh error {}", worst.2);
-        assert_eq!(exp(-200.0), exp(-87.0));
-        assert!(exp(200.0).is_finite());
-        assert_eq!(tanh(100.0), 1.0);
-        assert_eq!(tanh(-100.0), -1.0);
-    }
 
     /// The inference step equals the burn policy's sequential-mode forward.
     #[test]

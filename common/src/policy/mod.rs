@@ -17,7 +17,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
-use crate::chunk::{Chunk, ChunkSchema};
+use crate::chunk::{ActionKind, Chunk, ChunkSchema};
+use crate::envs::{EnvError, Space, VecEnv};
 use crate::recurrent::{
     set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentError,
     RecurrentMode, RecurrentState,
@@ -49,6 +50,43 @@ impl ActionSpec {
             ActionSpec::Discrete { .. } => 1,
             ActionSpec::Continuous { low, .. } => low.len(),
         }
+    }
+}
+
+/// The policy's action spec for an environment's action space.
+pub fn action_spec(space: &Space) -> ActionSpec {
+    match space {
+        Space::Discrete { n } => ActionSpec::Discrete { n: *n },
+        Space::Box { low, high } => ActionSpec::Continuous {
+            low: low.clone(),
+            high: high.clone(),
+        },
+    }
+}
+
+/// A policy config fitted to environment `env` (observation and action spaces).
+pub fn policy_config_for(env: &str) -> Result<PolicyConfig, EnvError> {
+    let probe = VecEnv::new(env, 1, 0)?;
+    Ok(PolicyConfig::new(
+        probe.obs_dim(),
+        action_spec(&probe.action_space()),
+    ))
+}
+
+/// The chunk layout of an actor running `policy` with `envs` environments and `steps` steps
+/// per chunk (the learner derives the run's schema the same way).
+pub fn chunk_schema(policy: &PolicyConfig, envs: usize, steps: usize) -> ChunkSchema {
+    ChunkSchema {
+        envs,
+        steps,
+        obs_dim: policy.obs_dim,
+        action: match &policy.action {
+            ActionSpec::Discrete { .. } => ActionKind::Discrete,
+            ActionSpec::Continuous { low, .. } => ActionKind::Continuous { dim: low.len() },
+        },
+        cell: policy.cell,
+        num_layers: policy.num_layers,
+        hidden_size: policy.hidden_size,
     }
 }
 

@@ -39,6 +39,7 @@ mod cell;
 mod config;
 mod error;
 mod layer;
+pub(crate) mod math;
 mod mode;
 mod module;
 mod modules;

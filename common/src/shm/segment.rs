@@ -1,5 +1,5 @@
 //! A named POSIX shared-memory segment (`/dev/shm/<name>`) with recur's header: the one place
-//! that maps memory. [`ring`](super::ring) and [`weights`](super::weights) lay their own data
+//! that maps memory. `ring` and `weights` lay their own data
 //! out in the segment's body.
 //!
 //! # Header (64 bytes at offset 0, native endianness, every field an atomic)
@@ -71,9 +71,9 @@ const BODY_OFFSET_OFFSET: usize = 40;
 pub enum SegmentKind {
     /// Created by [`Segment::create`]: bytes with no further structure.
     Raw,
-    /// A trajectory ring ([`RingReader`](super::RingReader)).
+    /// A trajectory ring (`RingReader`).
     Ring,
-    /// A weight double buffer ([`WeightPublisher`](super::WeightPublisher)).
+    /// A weight double buffer (`WeightPublisher`).
     Weights,
 }
 

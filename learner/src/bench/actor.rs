@@ -10,10 +10,10 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use actor::rollout::{init_policy, policy_config_for};
-use actor::{Actor, ActorConfig};
 use common::envs::{Space, VecActions, VecEnv};
+use common::policy::policy_config_for;
 use common::recurrent::CellKind;
+use common::rollout::{init_policy, Actor, ActorConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

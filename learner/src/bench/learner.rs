@@ -13,10 +13,10 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use actor::rollout::{chunk_schema, init_policy};
-use actor::{Actor, ActorConfig};
 use common::chunk::Chunk;
+use common::policy::chunk_schema;
 use common::recurrent::{CellKind, RecurrentBackend};
+use common::rollout::{init_policy, Actor, ActorConfig};
 use serde::Serialize;
 
 use super::summarize;
@@ -24,7 +24,7 @@ use crate::algo::{Learner, LearnerSpec};
 use crate::config::{
     Algo, AlgoConfig, BcSection, DqnSection, InitialState, PolicySection, PpoSection,
 };
-use crate::offline::fit_policy;
+use crate::policy::fit_policy;
 
 #[derive(Clone, Debug)]
 pub struct LearnerBench {

@@ -21,8 +21,8 @@
 //!   backward recomputes the projection (one GEMM) and each step's gates (one GEMM per step).
 
 use super::gemm::{blocks, gemm, parallel, split_mut, Mat};
-use super::math::{sigmoid_in_place, tanh_in_place};
 use super::pool;
+use crate::recurrent::math::{gru_hidden, lstm_cell_state, sigmoid_in_place, tanh_in_place};
 use crate::recurrent::CellKind;
 
 /// Sizes of one layer call.
@@ -532,7 +532,7 @@ impl Block<'_> {
                     for ((((c, &ci), &i), &f), &gv) in
                         c_new.iter_mut().zip(c_in).zip(ig).zip(fg).zip(gg)
                     {
-                        *c = f * ci + i * gv;
+                        *c = lstm_cell_state(i, f, gv, ci);
                     }
                     tmp.copy_from_slice(c_new);
                     tanh_in_place(&mut tmp);
@@ -554,7 +554,7 @@ impl Block<'_> {
                     let h_in = &cur[r * h..(r + 1) * h];
                     let h_new = &mut next[r * h..(r + 1) * h];
                     for (((hv, &hi), &z), &nv) in h_new.iter_mut().zip(h_in).zip(z).zip(nn) {
-                        *hv = nv + z * (hi - nv);
+                        *hv = gru_hidden(z, nv, hi);
                     }
                     let at = (r * t_len + t) * h;
                     out_h[at..at + h].copy_from_slice(h_new);
@@ -668,7 +668,7 @@ impl Block<'_> {
                         for ((((v, &ci), &i), &f), &gv) in
                             tmp.iter_mut().zip(c_in).zip(ig).zip(fg).zip(gg)
                         {
-                            *v = f * ci + i * gv;
+                            *v = lstm_cell_state(i, f, gv, ci);
                         }
                     }
                     tanh_in_place(&mut tmp);

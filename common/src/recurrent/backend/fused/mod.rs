@@ -19,7 +19,6 @@
 
 mod gemm;
 mod kernel;
-mod math;
 mod pool;
 
 use std::any::{Any, TypeId};

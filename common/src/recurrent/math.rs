@@ -1,4 +1,7 @@
-//! Vectorizable `exp`, `sigmoid` and `tanh` for the fused kernels.
+//! The cells' element-wise math on the host, shared by the fused kernel
+//! ([`fused`](super::fused)) and the actor's inference path (`policy::inference`): vectorizable
+//! `exp`,
+//! `sigmoid` and `tanh`, and the LSTM and GRU state updates.
 //!
 //! libm's scalar `expf` is a function call per element; the cells evaluate `G*H` activations per
 //! row and step, as many as the GEMM has output elements, so a call each would cost as much as
@@ -42,6 +45,20 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
 #[inline(always)]
 pub(crate) fn tanh(x: f32) -> f32 {
     1.0 - 2.0 / (exp(2.0 * x) + 1.0)
+}
+
+/// The LSTM's new cell state from its input, forget and cell gates (post-activation) and the
+/// incoming cell state: `c' = f c + i g` (the output is `o tanh(c')`).
+#[inline(always)]
+pub(crate) fn lstm_cell_state(i: f32, f: f32, g: f32, c: f32) -> f32 {
+    f * c + i * g
+}
+
+/// The GRU's new hidden state from its update gate `z`, candidate `n` and incoming state `h`:
+/// `h' = (1 - z) n + z h`, computed as `n + z (h - n)`.
+#[inline(always)]
+pub(crate) fn gru_hidden(z: f32, n: f32, h: f32) -> f32 {
+    n + z * (h - n)
 }
 
 /// `v <- sigmoid(v)` element-wise.
@@ -88,5 +105,27 @@ mod tests {
         assert_eq!(tanh(1e30), 1.0);
         assert_eq!(tanh(-1e30), -1.0);
         assert!(sigmoid(-1e30) < 1e-37 && sigmoid(1e30) == 1.0);
+    }
+
+    #[test]
+    fn fast_exp_sigmoid_tanh_are_accurate() {
+        let mut worst = (0.0f64, 0.0f64, 0.0f64);
+        let mut x = -30.0f32;
+        while x < 30.0 {
+            let e = (x as f64).exp();
+            worst.0 = worst.0.max(((exp(x) as f64 - e) / e).abs());
+            worst.1 = worst
+                .1
+                .max((sigmoid(x) as f64 - 1.0 / (1.0 + (-x as f64).exp())).abs());
+            worst.2 = worst.2.max((tanh(x) as f64 - (x as f64).tanh()).abs());
+            x += 0.001;
+        }
+        assert!(worst.0 < 5e-7, "exp relative error {}", worst.0);
+        assert!(worst.1 < 2e-7, "sigmoid error {}", worst.1);
+        assert!(worst.2 < 5e-7, "tanh error {}", worst.2);
+        assert_eq!(exp(-200.0), exp(-87.0));
+        assert!(exp(200.0).is_finite());
+        assert_eq!(tanh(100.0), 1.0);
+        assert_eq!(tanh(-100.0), -1.0);
     }
 }

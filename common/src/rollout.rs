@@ -3,27 +3,28 @@
 //!
 //! Init tracking and priming are not optional wiring: the actor writes `is_init` (true at the
 //! first step after every reset) and replaces an environment's recurrent state with the
-//! policy's [`Primer`](common::recurrent::Primer) zeros at every reset, because the policy
+//! policy's [`Primer`](crate::recurrent::Primer) zeros at every reset, because the policy
 //! contains a recurrent core. Between steps it copies `("next", state)` to `state`. It never
 //! touches the recurrent mode: its thread stays in the sequential default.
 
-use common::backend::{cpu_device, Cpu};
-use common::chunk::{traj_id, ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSchema};
-use common::envs::{EnvError, Space, VecActions, VecEnv};
-use common::policy::dist::{
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::backend::{cpu_device, Cpu};
+use crate::chunk::{traj_id, ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSchema};
+use crate::envs::{EnvError, VecActions, VecEnv};
+use crate::policy::dist::{
     argmax, sample_categorical, sample_squashed_gaussian, squashed_gaussian_log_prob,
     squashed_gaussian_mode,
 };
-use common::policy::inference::{InferencePolicy, StepOutput};
-use common::policy::{ActionSpec, Policy, PolicyConfig};
-use common::recurrent::{current_recurrent_mode, RecurrentError, RecurrentMode};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use crate::policy::inference::{InferencePolicy, StepOutput};
+use crate::policy::{action_spec, chunk_schema, ActionSpec, Policy, PolicyConfig};
+use crate::recurrent::{current_recurrent_mode, RecurrentError, RecurrentMode};
 
 /// What an actor runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ActorConfig {
-    /// Environment id (see [`common::envs::ENV_IDS`]).
+    /// Environment id (see [`crate::envs::ENV_IDS`]).
     pub env: String,
     /// Environments stepped together (`E`).
     pub num_envs: usize,
@@ -159,43 +160,6 @@ pub enum ActorError {
     Mismatch { env: String, what: String },
     #[error("an actor runs in sequential mode, but this thread was switched to recurrent mode")]
     RecurrentMode,
-}
-
-/// The policy's action spec for an environment's action space.
-pub fn action_spec(space: &Space) -> ActionSpec {
-    match space {
-        Space::Discrete { n } => ActionSpec::Discrete { n: *n },
-        Space::Box { low, high } => ActionSpec::Continuous {
-            low: low.clone(),
-            high: high.clone(),
-        },
-    }
-}
-
-/// A policy config fitted to environment `env` (observation and action spaces).
-pub fn policy_config_for(env: &str) -> Result<PolicyConfig, EnvError> {
-    let probe = VecEnv::new(env, 1, 0)?;
-    Ok(PolicyConfig::new(
-        probe.obs_dim(),
-        action_spec(&probe.action_space()),
-    ))
-}
-
-/// The chunk layout of an actor running `policy` with `envs` environments and `steps` steps
-/// per chunk (the learner derives the run's schema the same way).
-pub fn chunk_schema(policy: &PolicyConfig, envs: usize, steps: usize) -> ChunkSchema {
-    ChunkSchema {
-        envs,
-        steps,
-        obs_dim: policy.obs_dim,
-        action: match &policy.action {
-            ActionSpec::Discrete { .. } => ActionKind::Discrete,
-            ActionSpec::Continuous { low, .. } => ActionKind::Continuous { dim: low.len() },
-        },
-        cell: policy.cell,
-        num_layers: policy.num_layers,
-        hidden_size: policy.hidden_size,
-    }
 }
 
 /// A finished episode.
@@ -512,36 +476,4 @@ fn standard_normal(rng: &mut StdRng) -> f32 {
 /// A policy for `env` with `config`'s architecture, initialised deterministically from `seed`.
 pub fn init_policy(config: &PolicyConfig, seed: u64) -> Result<Policy<Cpu>, RecurrentError> {
     config.init_seeded::<Cpu>(seed, &cpu_device())
-}
-
-/// The files of a checkpoint directory an actor can run from.
-pub const CHECKPOINT_POLICY: &str = "policy.json";
-pub const CHECKPOINT_WEIGHTS: &str = "weights.bin";
-
-/// Loads the policy of a checkpoint: `dir` is a checkpoint directory (`policy.json` and
-/// `weights.bin`, as written by `recur-learner train` and `replay`) or a run directory holding
-/// `checkpoint/`. Returns the policy and the weights' version.
-pub fn load_checkpoint_policy(dir: &std::path::Path) -> anyhow::Result<(Policy<Cpu>, u64)> {
-    use anyhow::Context;
-    let dir = if dir.join("checkpoint").join(CHECKPOINT_WEIGHTS).exists() {
-        dir.join("checkpoint")
-    } else {
-        dir.to_path_buf()
-    };
-    let config_path = dir.join(CHECKPOINT_POLICY);
-    let text = std::fs::read_to_string(&config_path).with_context(|| {
-        format!(
-            "reading {} (a checkpoint directory holds {CHECKPOINT_POLICY} and {CHECKPOINT_WEIGHTS})",
-            config_path.display()
-        )
-    })?;
-    let config: PolicyConfig = serde_json::from_str(&text)
-        .with_context(|| format!("parsing {}", config_path.display()))?;
-    let policy = init_policy(&config, 0)?;
-    let weights_path = dir.join(CHECKPOINT_WEIGHTS);
-    let blob = std::fs::read(&weights_path)
-        .with_context(|| format!("reading {}", weights_path.display()))?;
-    let (policy, version) = common::weights::from_blob(policy, &blob)
-        .with_context(|| format!("loading {}", weights_path.display()))?;
-    Ok((policy, version))
 }

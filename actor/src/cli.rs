@@ -1,0 +1,245 @@
+//! The `recur-actor` command line and what it runs: an actor standalone (optionally recording
+//! a dataset), attached to a learner ([`crate::attach`]), or the spec check of an environment.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use common::checkpoint::load_checkpoint_policy;
+use common::dataset::DatasetWriter;
+use common::policy::policy_config_for;
+use common::recurrent::CellKind;
+use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Exploration};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::attach::{run_attached, Stop};
+use crate::check::check_env_specs;
+
+/// `recur-actor`'s flags.
+#[derive(Parser)]
+#[command(
+    name = "recur-actor",
+    version,
+    about = "recur's actor: environments + sequential-mode recurrent policy -> trajectory chunks"
+)]
+pub struct Cli {
+    /// Check an environment's specs with a short rollout and exit.
+    #[arg(long, value_name = "ENV", conflicts_with_all = ["env", "record"])]
+    check_env: Option<String>,
+    /// Environment id: CartPole-v1, MaskedCartPole-v1, Pendulum-v1, RepeatPrevious-v0.
+    #[arg(long, default_value = "MaskedCartPole-v1")]
+    env: String,
+    /// Environments stepped together.
+    #[arg(long, default_value_t = 64)]
+    envs: usize,
+    /// Steps per chunk.
+    #[arg(long, default_value_t = 32)]
+    steps: usize,
+    /// Stop after this many environment steps (rounded up to whole chunks).
+    #[arg(long, default_value_t = 100_000)]
+    frames: u64,
+    /// Record the chunks into this (new) dataset directory.
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
+    /// Recurrent cell of the policy.
+    #[arg(long, default_value = "lstm")]
+    cell: CellKind,
+    /// Hidden size of the policy's recurrent core.
+    #[arg(long, default_value_t = 64)]
+    hidden: usize,
+    /// Stacked recurrent layers.
+    #[arg(long, default_value_t = 1)]
+    layers: usize,
+    /// Widths of the encoder MLP's hidden layers, comma-separated ("" for none).
+    #[arg(long, default_value = "64", value_parser = parse_widths)]
+    encoder: Widths,
+    /// Seeds the environments, the sampling and the initial weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, default_value_t = 0)]
+    actor_id: u32,
+    /// Restart count of this actor (set by the learner's supervisor).
+    #[arg(long, default_value_t = 0)]
+    incarnation: u32,
+    /// Run the policy of this checkpoint (a checkpoint directory or a run directory holding
+    /// `checkpoint/`); its architecture replaces --cell, --hidden, --layers and --encoder.
+    #[arg(long, value_name = "DIR")]
+    checkpoint: Option<PathBuf>,
+    /// How actions are chosen: `sample` from the policy's distribution, or `greedy` (argmax
+    /// of the head: a Q-network's action, or a policy's mode).
+    #[arg(long, default_value = "sample", value_parser = ["sample", "greedy"])]
+    exploration: String,
+    /// Probability of a uniformly random action instead: EPS, or START:END:DECAY_VERSIONS
+    /// (linear in the policy version, for epsilon-greedy actors attached to a DQN learner).
+    #[arg(long, default_value = "0")]
+    epsilon: EpsilonSchedule,
+    /// Attach to the learner serving this control socket (instead of running standalone).
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["record", "check_env"])]
+    connect: Option<PathBuf>,
+}
+
+/// Encoder widths from the command line.
+#[derive(Clone, Debug)]
+pub struct Widths(Vec<usize>);
+
+fn parse_widths(s: &str) -> Result<Widths, String> {
+    s.split(',')
+        .filter(|w| !w.trim().is_empty())
+        .map(|w| {
+            w.trim()
+                .parse::<usize>()
+                .map_err(|e| format!("encoder width {w:?}: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Widths)
+}
+
+/// Runs what `cli` asks for.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    // One actor is one thread: several actor processes share the machine, so the GEMM and
+    // tensor thread pools stay at one thread unless the environment asks otherwise.
+    for var in ["MATMUL_NUM_THREADS", "RAYON_NUM_THREADS"] {
+        if std::env::var_os(var).is_none() {
+            std::env::set_var(var, "1");
+        }
+    }
+    if cli.envs == 0 {
+        bail!("--envs must be at least 1, got 0");
+    }
+    let env = cli.check_env.clone().unwrap_or_else(|| cli.env.clone());
+    let policy_config = policy_config_for(&env)?
+        .with_cell(cli.cell)
+        .with_hidden_size(cli.hidden)
+        .with_num_layers(cli.layers)
+        .with_encoder(cli.encoder.0.clone());
+    let (policy, version) = match &cli.checkpoint {
+        Some(dir) => load_checkpoint_policy(dir)?,
+        None => (
+            init_policy(&policy_config, cli.seed).context("building the policy")?,
+            0,
+        ),
+    };
+    let exploration = match cli.exploration.as_str() {
+        "greedy" => Exploration::Greedy(cli.epsilon),
+        _ => Exploration::Sample(cli.epsilon),
+    };
+
+    // The spec check runs before every actor start, and alone with --check-env.
+    let report = check_env_specs(
+        &env,
+        policy.clone(),
+        cli.envs.min(8),
+        cli.steps.min(64),
+        4,
+        cli.seed,
+    )?;
+    if cli.check_env.is_some() {
+        println!(
+            "{}: spec check passed ({} envs x {} steps x {} chunks, {} episodes ended; fields: {})",
+            report.env,
+            report.envs,
+            report.steps,
+            report.chunks,
+            report.episodes_finished,
+            report.fields.join(", ")
+        );
+        return Ok(());
+    }
+
+    let config = ActorConfig {
+        env: env.clone(),
+        num_envs: cli.envs,
+        steps: cli.steps,
+        // Every actor and every restart explores differently.
+        seed: cli.seed ^ ((cli.actor_id as u64) << 32) ^ ((cli.incarnation as u64) << 48),
+        actor_id: cli.actor_id,
+        incarnation: cli.incarnation,
+        exploration,
+    };
+    if let Some(socket) = &cli.connect {
+        let (chunks, why) = match run_attached(socket, config, policy)? {
+            Stop::Shutdown { chunks } => (chunks, "the run ended"),
+            Stop::LearnerGone { chunks } => (chunks, "the learner is gone"),
+        };
+        say(format!(
+            "actor {}/{}: pushed {chunks} chunks; {why}; exiting",
+            cli.actor_id, cli.incarnation
+        ));
+        return Ok(());
+    }
+    let mut actor = Actor::new(config, policy.clone())?;
+    // The chunks carry the checkpoint's version (an epsilon schedule reads it too).
+    actor.set_policy(policy, version);
+    if version > 0 {
+        say(format!(
+            "{env}: running checkpoint weights version {version}, exploration {} epsilon {}",
+            exploration.name(),
+            exploration.schedule()
+        ));
+    }
+    run_standalone(&mut actor, &cli)
+}
+
+/// Collects `--frames` frames (whole chunks) with `actor`, recording them into `--record` if
+/// given, with a progress bar; prints what was done.
+fn run_standalone(actor: &mut Actor, cli: &Cli) -> anyhow::Result<()> {
+    let env = actor.config().env.clone();
+    let mut writer = match &cli.record {
+        Some(dir) => Some(DatasetWriter::create(dir, &env, actor.schema())?),
+        None => None,
+    };
+    let per_chunk = (cli.envs * cli.steps) as u64;
+    let chunks = cli.frames.div_ceil(per_chunk);
+    let bar = ProgressBar::new(chunks * per_chunk);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} frames {per_sec} {msg}")
+            .expect("valid template"),
+    );
+    let start = Instant::now();
+    let (mut episodes, mut return_sum, mut recent) = (0u64, 0.0f64, Vec::new());
+    for _ in 0..chunks {
+        let chunk = actor.collect()?;
+        if let Some(w) = &mut writer {
+            w.append(&chunk)?;
+        }
+        for ep in actor.take_finished() {
+            episodes += 1;
+            return_sum += ep.ret;
+            recent.push(ep.ret);
+        }
+        if recent.len() > 100 {
+            recent.drain(..recent.len() - 100);
+        }
+        let mean = if recent.is_empty() {
+            f64::NAN
+        } else {
+            recent.iter().sum::<f64>() / recent.len() as f64
+        };
+        bar.set_message(format!(
+            "episodes {episodes} mean return (last 100) {mean:.2}"
+        ));
+        bar.inc(per_chunk);
+    }
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    let frames = chunks * per_chunk;
+    println!(
+        "{env}: {frames} frames in {secs:.1} s ({:.0} frames/s), {episodes} episodes, mean return {}{}",
+        frames as f64 / secs,
+        if episodes > 0 { format!("{:.3}", return_sum / episodes as f64) } else { "n/a (no episode ended)".into() },
+        match (&cli.record, &writer) {
+            (Some(dir), Some(w)) => format!(", recorded {} chunks ({} bytes) to {}", w.chunks_written(), w.bytes_written(), dir.display()),
+            _ => String::new(),
+        }
+    );
+    Ok(())
+}
+
+/// Writes one line to stderr in a single `write`: actors share the learner's stderr, and
+/// `eprintln!` writes each formatted piece separately, so lines of actors that exit at the
+/// same moment interleave mid-line (the learner's log and the tests read them).
+fn say(line: String) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
