@@ -2,8 +2,6 @@
 //! frame counts, checksums (decoding verifies each chunk's CRC and schema hash), sequence
 //! numbers, trajectory ids, is_init at episode starts; `--check-env` and bad input.
 
-#![forbid(unsafe_code)]
-
 use std::collections::HashSet;
 use std::process::Command;
 use std::time::Duration;

@@ -1,7 +1,5 @@
 //! `recur-bench rnn` as a user runs it: a real process, JSON lines on stdout.
 
-#![forbid(unsafe_code)]
-
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;

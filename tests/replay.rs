@@ -3,8 +3,6 @@
 //! runs), and the checkpoint it writes drives `recur-actor --checkpoint`. Online DQN with
 //! epsilon-greedy actor processes runs end to end.
 
-#![forbid(unsafe_code)]
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;

@@ -1,8 +1,6 @@
 //! Helpers for the integration tests: build and locate recur's binaries, run them with a
 //! deadline so that a hung child fails the test instead of hanging CI.
 
-#![forbid(unsafe_code)]
-
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;

@@ -3,8 +3,6 @@
 //! sequence numbers per incarnation) and the failure model: a SIGKILLed actor, a SIGKILLed
 //! learner, a schema mismatch.
 
-#![forbid(unsafe_code)]
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 

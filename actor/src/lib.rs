@@ -7,8 +7,6 @@
 //! - [`check`]: the spec check run at start and by `recur-actor --check-env`.
 //! - [`cli`]: the `recur-actor` command line and what it runs (standalone, recording, attached).
 
-#![forbid(unsafe_code)]
-
 pub mod attach;
 pub mod check;
 pub mod cli;

@@ -1,7 +1,5 @@
 //! `recur-actor`: parses the command line and runs it ([`actor::cli`]).
 
-#![forbid(unsafe_code)]
-
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {

@@ -3,8 +3,6 @@
 //! server, the actor supervisor and the run directory), and the benchmarks ([`bench`], run by
 //! the `recur-bench` binary).
 
-#![forbid(unsafe_code)]
-
 pub mod algo;
 pub mod batch;
 pub mod bc;

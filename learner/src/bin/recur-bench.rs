@@ -1,7 +1,5 @@
 //! `recur-bench`: recur's benchmarks, one JSON object per result line on stdout.
 
-#![forbid(unsafe_code)]
-
 use clap::{Parser, Subcommand};
 use common::recurrent::{CellKind, Recompute, RecurrentBackend};
 use learner::bench::actor::ActorBench;
