@@ -12,29 +12,58 @@ use std::time::{Duration, Instant};
 
 use common::envs::{Space, VecActions, VecEnv};
 use common::policy::policy_config_for;
-use common::recurrent::CellKind;
+use common::recurrent::{CellKind, RecurrentError};
 use common::rollout::{init_policy, Actor, ActorConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::summarize;
+use super::{at_least_one, each_at_least_one, summarize};
 
-/// The grid and the measurement settings.
-#[derive(Clone, Debug)]
+/// The grid and the measurement settings (the `recur-bench actor` flags).
+#[derive(Clone, Debug, clap::Args)]
 pub struct ActorBench {
+    /// Environments.
+    #[arg(
+        long = "env",
+        value_delimiter = ',',
+        default_value = "CartPole-v1,MaskedCartPole-v1"
+    )]
     pub envs: Vec<String>,
+    /// Numbers of environments stepped together (E).
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
     pub num_envs: Vec<usize>,
-    /// `None` = no policy (random actions).
+    /// Policy cells; "none" = random actions without a policy (the env-only ceiling).
+    #[arg(long, value_delimiter = ',', value_parser = cell_or_none, default_value = "lstm,gru,none")]
     pub cells: Vec<Option<CellKind>>,
+    /// Hidden size of the policy's recurrent core.
+    #[arg(long, default_value_t = 64)]
     pub hidden: usize,
     /// Steps per chunk.
+    #[arg(long, default_value_t = 32)]
     pub steps: usize,
-    /// Minimum wall time of one timed iteration.
-    pub min_time: Duration,
+    /// Timed iterations per row (the median is reported).
+    #[arg(long, default_value_t = 5)]
     pub iters: usize,
+    /// Minimum seconds per timed iteration.
+    #[arg(long, default_value_t = 0.5)]
+    pub min_seconds: f64,
+    /// CPU threads [default: 1, one actor thread].
+    #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// A short run: E in {1, 256}, 2 iterations of at least 0.2 s.
+    #[arg(long)]
+    pub quick: bool,
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+/// A `--cells` value: a cell, or `none` for no policy.
+fn cell_or_none(s: &str) -> Result<Option<CellKind>, RecurrentError> {
+    match s {
+        "none" => Ok(None),
+        other => other.parse().map(Some),
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -52,33 +81,24 @@ pub struct ActorRow {
 }
 
 impl ActorBench {
-    pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.threads >= 1,
-            "--threads must be at least 1, got {}",
-            self.threads
-        );
-        anyhow::ensure!(
-            self.num_envs.iter().all(|&e| e >= 1),
-            "--num-envs: every E must be at least 1, got {:?}",
-            self.num_envs
-        );
-        Ok(())
+    /// Checks the flags (an error names the flag), then applies `--quick`.
+    pub fn checked(self) -> anyhow::Result<Self> {
+        at_least_one("--threads", self.threads)?;
+        each_at_least_one("--num-envs", "E", &self.num_envs)?;
+        Ok(if self.quick {
+            ActorBench {
+                num_envs: vec![1, 256],
+                iters: 2,
+                min_seconds: 0.2,
+                ..self
+            }
+        } else {
+            self
+        })
     }
 
-    /// A short run (`--quick`): E in {1, 256}, 2 iterations of at least 0.2 s.
-    pub fn quick(self) -> Self {
-        ActorBench {
-            num_envs: vec![1, 256],
-            iters: 2,
-            min_time: Duration::from_secs_f64(0.2),
-            ..self
-        }
-    }
-}
-
-impl ActorBench {
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<ActorRow>> {
+        let min_time = Duration::from_secs_f64(self.min_seconds);
         let mut rows = Vec::new();
         for env in &self.envs {
             for &e in &self.num_envs {
@@ -91,7 +111,7 @@ impl ActorBench {
                     for _ in 0..self.iters.max(1) {
                         let start = Instant::now();
                         let mut batched = 0usize;
-                        while start.elapsed() < self.min_time {
+                        while start.elapsed() < min_time {
                             batched += runner.steps(self.steps)?;
                         }
                         let elapsed = start.elapsed();

@@ -19,29 +19,65 @@ use common::recurrent::{CellKind, RecurrentBackend};
 use common::rollout::{init_policy, Actor, ActorConfig};
 use serde::Serialize;
 
-use super::summarize;
+use super::{at_least_one, each_at_least_one, summarize};
 use crate::algo::{Learner, LearnerSpec};
 use crate::config::{
     Algo, AlgoConfig, BcSection, DqnSection, InitialState, PolicySection, PpoSection,
 };
 use crate::policy::fit_policy;
 
-#[derive(Clone, Debug)]
+/// The grid and the measurement settings (the `recur-bench learner` flags).
+#[derive(Clone, Debug, clap::Args)]
 pub struct LearnerBench {
+    /// Algorithms: dqn, bc, ppo.
+    #[arg(
+        long = "algo",
+        value_name = "ALGO",
+        value_delimiter = ',',
+        default_value = "dqn,ppo,bc"
+    )]
     pub algos: Vec<Algo>,
-    /// Recurrent-mode backends of the policy: every algo is measured with each.
+    /// Recurrent-mode backends of the policy (pad, scan, auto, ...); rows name the resolved one.
+    #[arg(long, value_delimiter = ',', default_value = "scan,auto")]
     pub backends: Vec<RecurrentBackend>,
+    #[arg(long, default_value = "MaskedCartPole-v1")]
     pub env: String,
+    #[arg(long, default_value = "lstm")]
     pub cell: CellKind,
+    #[arg(long, default_value_t = 64)]
     pub hidden: usize,
+    /// Steps per slice.
+    #[arg(
+        long = "slice-len",
+        value_name = "SLICE_LEN",
+        value_delimiter = ',',
+        default_value = "16,64"
+    )]
     pub slice_lens: Vec<usize>,
     /// Slices per gradient step.
+    #[arg(
+        long = "batch",
+        value_name = "BATCH",
+        value_delimiter = ',',
+        default_value = "32"
+    )]
     pub batches: Vec<usize>,
+    /// Burn-in steps of DQN and BC slices.
+    #[arg(long, default_value_t = 0)]
     pub burn_in: usize,
+    /// Timed gradient steps per row (the median is reported).
+    #[arg(long, default_value_t = 20)]
     pub iters: usize,
+    #[arg(long, default_value_t = 3)]
     pub warmup: usize,
+    /// CPU threads of the tensor backend.
+    #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// A short run: slice_len 16, batch 8, 3 iterations, 1 warm-up.
+    #[arg(long)]
+    pub quick: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -65,44 +101,31 @@ pub struct LearnerRow {
 }
 
 impl LearnerBench {
-    pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.threads >= 1,
-            "--threads must be at least 1, got {}",
-            self.threads
-        );
-        anyhow::ensure!(self.iters >= 1, "--iters must be at least 1, got 0");
-        for (flag, v) in [
-            ("--slice-len", &self.slice_lens),
-            ("--batch", &self.batches),
-        ] {
-            anyhow::ensure!(
-                v.iter().all(|&x| x >= 1),
-                "{flag}: every value must be at least 1, got {v:?}"
-            );
-        }
+    /// Checks the flags (an error names the flag), then applies `--quick`.
+    pub fn checked(self) -> anyhow::Result<Self> {
+        at_least_one("--threads", self.threads)?;
+        at_least_one("--iters", self.iters)?;
+        each_at_least_one("--slice-len", "value", &self.slice_lens)?;
+        each_at_least_one("--batch", "value", &self.batches)?;
         anyhow::ensure!(
             self.slice_lens.iter().all(|&t| self.burn_in < t),
             "--burn-in {} must be less than every --slice-len {:?}",
             self.burn_in,
             self.slice_lens
         );
-        Ok(())
+        Ok(if self.quick {
+            LearnerBench {
+                slice_lens: vec![16],
+                batches: vec![8],
+                iters: 3,
+                warmup: 1,
+                ..self
+            }
+        } else {
+            self
+        })
     }
 
-    /// A short run (`--quick`): slice_len 16, batch 8, 3 iterations, 1 warm-up.
-    pub fn quick(self) -> Self {
-        LearnerBench {
-            slice_lens: vec![16],
-            batches: vec![8],
-            iters: 3,
-            warmup: 1,
-            ..self
-        }
-    }
-}
-
-impl LearnerBench {
     /// Runs every algo x slice_len x batch row, printing each line as it completes.
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<LearnerRow>> {
         let mut rows = Vec::new();

@@ -30,7 +30,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::summarize;
+use super::{at_least_one, each_at_least_one, summarize};
 
 /// What a benchmark row measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -53,27 +53,65 @@ impl FromStr for Pass {
     }
 }
 
-/// The workload grid and measurement settings.
-#[derive(Clone, Debug)]
+/// The workload grid and measurement settings (the `recur-bench rnn` flags).
+#[derive(Clone, Debug, clap::Args)]
 pub struct RnnBench {
+    /// Cells to measure.
+    #[arg(long, value_delimiter = ',', default_value = "gru,lstm")]
     pub cells: Vec<CellKind>,
+    /// Recurrent-mode backends to measure.
+    #[arg(long, value_delimiter = ',', default_value = "pad,scan,fused")]
     pub backends: Vec<RecurrentBackend>,
-    /// Activation-memory policies: `fused` rows for each; `pad`/`scan` rows always `none`
-    /// (their backward is burn's tape); `fwd` rows only with `none` (nothing is saved).
+    /// Activation memory of the fused backward: none (save gates) and/or full (recompute
+    /// them); pad/scan rows always run with none, fwd rows only with none.
+    #[arg(
+        long = "recompute",
+        value_name = "RECOMPUTE",
+        value_delimiter = ',',
+        default_value = "none"
+    )]
     pub recomputes: Vec<Recompute>,
+    /// Passes: fwd (no autodiff) and/or fwdbwd (forward + backward of sum(features)).
+    #[arg(long, value_delimiter = ',', default_value = "fwd,fwdbwd")]
     pub passes: Vec<Pass>,
+    /// Sequence lengths T.
+    #[arg(long, value_delimiter = ',', default_value = "64,128")]
     pub steps: Vec<usize>,
+    /// Probabilities of is_init at each step after the first.
+    #[arg(long, value_delimiter = ',', default_value = "0,0.03,0.1")]
     pub reset_probs: Vec<f64>,
-    pub batch: usize,
-    pub input: usize,
-    pub hidden: usize,
-    pub layers: usize,
     /// Timed iterations per row (the median is reported).
+    #[arg(long, default_value_t = 5)]
     pub iters: usize,
-    /// Untimed iterations before them.
+    /// Untimed warm-up iterations per row.
+    #[arg(long, default_value_t = 1)]
     pub warmup: usize,
+    /// CPU threads for burn's CPU backend [default: all cores].
+    #[arg(long, default_value_t = all_cores(), hide_default_value = true)]
     pub threads: usize,
+    /// A short run: T = 64, p in {0, 0.1}, 2 iterations, 1 warm-up; still a row for every
+    /// cell x backend x pass.
+    #[arg(long)]
+    pub quick: bool,
+    /// Batch size B.
+    #[arg(long, default_value_t = 128)]
+    pub batch: usize,
+    /// Input features.
+    #[arg(long, default_value_t = 64)]
+    pub input: usize,
+    /// Hidden size H.
+    #[arg(long, default_value_t = 256)]
+    pub hidden: usize,
+    /// Stacked layers.
+    #[arg(long, default_value_t = 1)]
+    pub layers: usize,
+    /// Seed of the inputs and resets.
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// One result line.
@@ -162,44 +200,34 @@ struct Workload {
 }
 
 impl RnnBench {
-    pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.threads >= 1,
-            "--threads must be at least 1, got {}",
-            self.threads
-        );
+    /// Checks the flags (an error names the flag), then applies `--quick` (still a row for
+    /// every cell x backend x pass).
+    pub fn checked(self) -> anyhow::Result<Self> {
+        at_least_one("--threads", self.threads)?;
         for p in &self.reset_probs {
             anyhow::ensure!(
                 (0.0..=1.0).contains(p),
                 "--reset-probs: {p} is not a probability in [0, 1]"
             );
         }
-        anyhow::ensure!(
-            self.steps.iter().all(|&t| t >= 1),
-            "--steps: every T must be at least 1, got {:?}",
-            self.steps
-        );
+        each_at_least_one("--steps", "T", &self.steps)?;
         anyhow::ensure!(
             !self.recomputes.is_empty(),
             "--recompute: give at least one of none, full"
         );
-        Ok(())
+        Ok(if self.quick {
+            RnnBench {
+                steps: vec![64.min(*self.steps.iter().min().unwrap_or(&64))],
+                reset_probs: vec![0.0, 0.1],
+                iters: 2,
+                warmup: 1,
+                ..self
+            }
+        } else {
+            self
+        })
     }
 
-    /// A short run (`--quick`): T = 64, p in {0, 0.1}, 2 iterations, 1 warm-up; still a row
-    /// for every cell x backend x pass.
-    pub fn quick(self) -> Self {
-        RnnBench {
-            steps: vec![64.min(*self.steps.iter().min().unwrap_or(&64))],
-            reset_probs: vec![0.0, 0.1],
-            iters: 2,
-            warmup: 1,
-            ..self
-        }
-    }
-}
-
-impl RnnBench {
     /// Runs every cell x backend x pass x steps x reset_prob row, writing each as soon as it
     /// is measured; returns the rows.
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<RnnRow>> {

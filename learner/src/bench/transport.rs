@@ -35,24 +35,35 @@ use common::shm::{
 };
 use serde::Serialize;
 
-use super::summarize;
+use super::{each_at_least_one, summarize};
 
-/// The grid and the measurement settings.
-#[derive(Clone, Debug)]
+/// The grid and the measurement settings (the `recur-bench transport` flags).
+#[derive(Clone, Debug, clap::Args)]
 pub struct TransportBench {
-    /// Nominal encoded chunk sizes.
+    /// Nominal encoded chunk sizes (bytes; K/M/G suffixes).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "64K,256K,1M,4M,8M")]
     pub chunk_sizes: Vec<usize>,
-    /// Producer process counts.
+    /// Numbers of producer processes (one ring each).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub producers: Vec<usize>,
-    /// Timed windows per bandwidth row (after one warm-up window).
+    /// Timed windows per bandwidth row (the median is reported), after one warm-up window.
+    #[arg(long, default_value_t = 5)]
     pub iters: usize,
-    /// Bytes one timed window receives (rounded to whole chunks, at least 8 per producer).
+    /// Bytes received per timed window (at least 8 chunks per producer).
+    #[arg(long, value_parser = parse_size, default_value = "256M")]
     pub window_bytes: usize,
-    /// Bytes of slots per ring: `slots = clamp(ring_bytes / chunk, 2, 64)`.
+    /// Bytes of slots per ring (slots = ring bytes / chunk size, clamped to 2..=64).
+    #[arg(long, value_parser = parse_size, default_value = "4M")]
     pub ring_bytes: usize,
+    /// Weight blob sizes for the latency rows.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "1M,16M")]
     pub weight_sizes: Vec<usize>,
-    /// Timed weight updates per size (after 5 warm-up updates).
+    /// Timed weight updates per size.
+    #[arg(long, default_value_t = 200)]
     pub weight_samples: usize,
+    /// A short run: 1M chunks, 1 producer, 3 windows of 64M; 1M weights, 50 samples.
+    #[arg(long)]
+    pub quick: bool,
 }
 
 /// A bandwidth result line.
@@ -91,31 +102,24 @@ const PUSH_TIMEOUT: Duration = Duration::from_secs(60);
 const WEIGHT_WARMUP: usize = 5;
 
 impl TransportBench {
-    pub fn validate(&self) -> anyhow::Result<()> {
-        ensure!(
-            self.producers.iter().all(|&p| p >= 1),
-            "--producers: every count must be at least 1, got {:?}",
-            self.producers
-        );
-        Ok(())
+    /// Checks the flags (an error names the flag), then applies `--quick`.
+    pub fn checked(self) -> anyhow::Result<Self> {
+        each_at_least_one("--producers", "count", &self.producers)?;
+        Ok(if self.quick {
+            TransportBench {
+                chunk_sizes: vec![1 << 20],
+                producers: vec![1],
+                iters: 3,
+                window_bytes: 64 << 20,
+                weight_sizes: vec![1 << 20],
+                weight_samples: 50,
+                ..self
+            }
+        } else {
+            self
+        })
     }
 
-    /// A short run (`--quick`): 1M chunks, 1 producer, 3 windows of 64M; 1M weights, 50
-    /// samples.
-    pub fn quick(self) -> Self {
-        TransportBench {
-            chunk_sizes: vec![1 << 20],
-            producers: vec![1],
-            iters: 3,
-            window_bytes: 64 << 20,
-            weight_sizes: vec![1 << 20],
-            weight_samples: 50,
-            ..self
-        }
-    }
-}
-
-impl TransportBench {
     /// Runs the bandwidth rows, then the weight rows, writing each as soon as it is measured.
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<()> {
         for name in reclaim_stale() {
