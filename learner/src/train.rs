@@ -3,10 +3,6 @@
 //! and keeps the run directory: `config.toml` (resolved), `metrics.csv`, `learning_curve.png`,
 //! `checkpoint/` (model, optimizer, weights, counters; rewritten atomically), `summary.json`.
 //! SIGINT/SIGTERM end the run cleanly with a final checkpoint; `--resume RUN_DIR` continues it.
-//!
-//! `train_on` reads top to bottom: setup (pacing, policy, learner, transport), the loop
-//! (receive chunks, add them to the algorithm, update when it is ready, publish the weights,
-//! report, checkpoint), then the finish (final checkpoint, learning curve, summary).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -24,8 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
-use crate::config::{Algo, AlgoConfig};
-use crate::config::{CollectorMode, TrainConfig};
+use crate::config::{Algo, AlgoConfig, CollectorMode, TrainConfig};
 use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, TRAIN_AXES};
 use crate::policy::fit_policy;
 use crate::recording::Recording;
@@ -102,7 +97,6 @@ pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     }
 }
 
-/// A training run with the learner on `device`.
 fn train_on<B: AutodiffBackend>(
     opts: &TrainOptions,
     device: &B::Device,
@@ -461,7 +455,6 @@ impl TrainState {
 struct Progress {
     metrics: MetricsWriter,
     bar: ProgressBar,
-    /// The run's frames.
     total: u64,
     started: Instant,
     /// Wall seconds of the run before this process (a resumed run's).
