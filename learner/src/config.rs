@@ -337,44 +337,28 @@ pub struct ReplayConfig {
     pub ppo: Option<PpoSection>,
 }
 
-fn default_checkpoint_every() -> u64 {
-    50
+/// The defaults of optional keys (`#[serde(default = "...")]`).
+macro_rules! defaults {
+    ($($name:ident: $t:ty = $value:expr;)*) => {
+        $(fn $name() -> $t {
+            $value
+        })*
+    };
 }
-fn yes() -> bool {
-    true
-}
-fn default_target_every() -> u64 {
-    250
-}
-fn default_buffer() -> usize {
-    100_000
-}
-fn default_eps_end() -> f32 {
-    0.05
-}
-fn default_eval_every() -> u64 {
-    500
-}
-fn default_eval_episodes() -> usize {
-    16
-}
-fn default_mode() -> CollectorMode {
-    CollectorMode::Async
-}
-fn default_lag() -> u64 {
-    4
-}
-fn unit() -> f32 {
-    1.0
-}
-fn default_slots() -> usize {
-    2
-}
-fn one() -> usize {
-    1
-}
-fn default_encoder() -> Vec<usize> {
-    vec![64]
+defaults! {
+    default_checkpoint_every: u64 = 50;
+    yes: bool = true;
+    default_target_every: u64 = 250;
+    default_buffer: usize = 100_000;
+    default_eps_end: f32 = 0.05;
+    default_eval_every: u64 = 500;
+    default_eval_episodes: usize = 16;
+    default_mode: CollectorMode = CollectorMode::Async;
+    default_lag: u64 = 4;
+    unit: f32 = 1.0;
+    default_slots: usize = 2;
+    one: usize = 1;
+    default_encoder: Vec<usize> = vec![64];
 }
 
 /// A config that cannot be used.
@@ -397,56 +381,40 @@ pub enum ConfigError {
     },
 }
 
-/// A TOML config that checks itself after parsing.
-trait Validated: Serialize + serde::de::DeserializeOwned {
-    fn check(&self, origin: &str) -> Result<(), ConfigError>;
-}
+/// `load`, `parse` and `to_toml` of the config files, which check themselves (`validate`)
+/// after parsing.
+macro_rules! config_file {
+    ($($config:ty),*) => {$(
+        impl $config {
+            /// Reads and validates `path`.
+            pub fn load(path: &Path) -> Result<Self, ConfigError> {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                Self::parse(&text, &path.display().to_string())
+            }
 
-fn load_config<T: Validated>(path: &Path) -> Result<T, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    parse_config(&text, &path.display().to_string())
-}
+            /// Parses and validates TOML text (`origin` names it in errors).
+            pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+                let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
+                    path: origin.to_string(),
+                    message: e.to_string().trim().replace('\n', " "),
+                })?;
+                config.validate(origin)?;
+                Ok(config)
+            }
 
-fn parse_config<T: Validated>(text: &str, origin: &str) -> Result<T, ConfigError> {
-    let config: T = toml::from_str(text).map_err(|e| ConfigError::Parse {
-        path: origin.to_string(),
-        message: e.to_string().trim().replace('\n', " "),
-    })?;
-    config.check(origin)?;
-    Ok(config)
+            /// The resolved config as TOML (written into the run directory).
+            pub fn to_toml(&self) -> String {
+                toml::to_string_pretty(self).expect("a config serialises")
+            }
+        }
+    )*};
 }
-
-impl Validated for TrainConfig {
-    fn check(&self, origin: &str) -> Result<(), ConfigError> {
-        self.validate(origin)
-    }
-}
-
-impl Validated for ReplayConfig {
-    fn check(&self, origin: &str) -> Result<(), ConfigError> {
-        self.validate(origin)
-    }
-}
+config_file!(TrainConfig, ReplayConfig);
 
 impl TrainConfig {
-    /// Reads and validates `path`.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        load_config(path)
-    }
-
-    /// Parses and validates TOML text (`origin` names it in errors).
-    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        parse_config(text, origin)
-    }
-
-    /// The resolved config as TOML (written into the run directory).
-    pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("a config serialises")
-    }
-
     /// The algorithm `run.algo` selects, with its section (which a validated config has).
     pub fn algorithm(&self) -> AlgoConfig {
         self.selected()
@@ -498,21 +466,6 @@ impl TrainConfig {
 }
 
 impl ReplayConfig {
-    /// Reads and validates `path`.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        load_config(path)
-    }
-
-    /// Parses and validates TOML text (`origin` names it in errors).
-    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        parse_config(text, origin)
-    }
-
-    /// The resolved config as TOML (written into the run directory).
-    pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("a config serialises")
-    }
-
     /// The algorithm `replay.algo` selects, with its section (which a validated config has).
     /// One update is one gradient step (`replay.updates` counts them): `dqn.updates_per_chunk`
     /// paces online runs only.
