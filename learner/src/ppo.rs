@@ -22,6 +22,7 @@ use common::policy::dist::{
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
 
+use crate::batch::{gather, step_at_cut, tensor3};
 use crate::config::PpoSection;
 use crate::gae::{gae, needs_bootstrap, GaeInput};
 use crate::metrics::UpdateStats;
@@ -52,16 +53,12 @@ impl<B: AutodiffBackend> Ppo<B> {
         device: &B::Device,
     ) -> anyhow::Result<Self> {
         let trainee = Trainee::new(policy, seed, device)?;
-        let sampler = SliceSampler::new(SliceSamplerConfig {
-            slice_len: Some(ppo.slice_len),
-            num_slices: None,
-            batch_size: ppo.slice_len * ppo.num_slices,
-            strict_length: false,
-            pad_output: true,
-            end_key: crate::slice_sampler::EndKey::Done,
-            replacement: false,
-            seed: seed ^ 0x5a1ce,
-        })?;
+        let sampler = SliceSampler::new(SliceSamplerConfig::padded(
+            ppo.slice_len,
+            ppo.num_slices,
+            false,
+            seed ^ 0x5a1ce,
+        ))?;
         Ok(Ppo {
             critic: trainee.inference(),
             storage: ReplayStorage::new(schema, ppo.frames_per_update),
@@ -84,59 +81,32 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
     /// Computes the chunk's advantages with the current critic and stores both.
     fn add_chunk(&mut self, chunk: &Chunk) {
         let s = &self.schema;
-        let (e, t, d, l, h) = (s.envs, s.steps, s.obs_dim, s.num_layers, s.hidden_size);
-        let n = e * t;
-        let device = self.trainee.device();
-        let value;
-        let mut next_value = vec![0.0f32; n];
-        {
-            let out = self
-                .critic
-                .forward_chunk(chunk, &self.schema)
-                .expect("chunks match the policy");
-            value = host(out.value);
-            let next_h = host(out.next.rs_h);
-            let next_c = out.next.rs_c.map(host);
-            // Bootstrap rows: where the trajectory is cut but did not terminate.
-            let rows: Vec<usize> = (0..n)
-                .filter(|&p| {
-                    let tt = p % t;
-                    let same_next = tt + 1 < t && chunk.traj_ids[p + 1] == chunk.traj_ids[p];
-                    needs_bootstrap(tt, t, chunk.next_done[p] == 1, same_next)
-                        && chunk.next_terminated[p] == 0
-                })
-                .collect();
-            if !rows.is_empty() {
-                let m = rows.len();
-                let gather = |v: &[f32], w: usize| -> Vec<f32> {
-                    rows.iter()
-                        .flat_map(|&p| v[p * w..(p + 1) * w].to_vec())
-                        .collect()
-                };
-                let st = |v: Vec<f32>| {
-                    Tensor::<B::InnerBackend, 3>::from_data(TensorData::new(v, [m, l, h]), &device)
-                };
-                let _seq = set_recurrent_mode(RecurrentMode::Sequential);
-                let boot = self
-                    .critic
-                    .forward(
-                        Tensor::from_data(
-                            TensorData::new(gather(&chunk.next_observation, d), [m, d]),
-                            &device,
-                        ),
-                        Tensor::<B::InnerBackend, 1, Bool>::from_data(
-                            TensorData::new(vec![false; m], [m]),
-                            &device,
-                        ),
-                        RecurrentState {
-                            rs_h: st(gather(&next_h, l * h)),
-                            rs_c: next_c.as_ref().map(|c| st(gather(c, l * h))),
-                        },
-                    )
-                    .expect("chunks match the policy");
-                for (k, v) in host(boot.value).into_iter().enumerate() {
-                    next_value[rows[k]] = v;
-                }
+        let (t, d, lh) = (s.steps, s.obs_dim, s.num_layers * s.hidden_size);
+        let out = self
+            .critic
+            .forward_chunk(chunk, s)
+            .expect("chunks match the policy");
+        let value = host(out.value);
+        // Bootstrap rows: where the trajectory is cut but did not terminate.
+        let rows: Vec<usize> = (0..s.envs * t)
+            .filter(|&p| {
+                let tt = p % t;
+                let same_next = tt + 1 < t && chunk.traj_ids[p + 1] == chunk.traj_ids[p];
+                needs_bootstrap(tt, t, chunk.next_done[p] == 1, same_next)
+                    && chunk.next_terminated[p] == 0
+            })
+            .collect();
+        let mut next_value = vec![0.0f32; s.envs * t];
+        if !rows.is_empty() {
+            let boot = step_at_cut(
+                &self.critic,
+                gather(&chunk.next_observation, &rows, d),
+                gather(&host(out.next.rs_h), &rows, lh),
+                out.next.rs_c.map(|c| gather(&host(c), &rows, lh)),
+            )
+            .expect("chunks match the policy");
+            for (&p, v) in rows.iter().zip(host(boot.value)) {
+                next_value[p] = v;
             }
         }
         let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
@@ -210,12 +180,7 @@ impl<B: AutodiffBackend> Ppo<B> {
         let (d, l, h, a) = (s.obs_dim, s.num_layers, s.hidden_size, s.action_dim());
         let device = self.trainee.device();
         let st = &self.storage;
-        let gather = |v: &[f32], w: usize| -> Vec<f32> {
-            b.positions
-                .iter()
-                .flat_map(|&p| v[p * w..(p + 1) * w].to_vec())
-                .collect()
-        };
+        let batch_rows = |v: &[f32], w: usize| gather(v, &b.positions, w);
         let mask: Vec<f32> = b
             .mask
             .as_ref()
@@ -237,21 +202,19 @@ impl<B: AutodiffBackend> Ppo<B> {
             .iter()
             .map(|x| (x - mean) / (var.sqrt() + 1e-8))
             .collect();
-        let t3 = |v: Vec<f32>, w: usize| {
-            Tensor::<B, 3>::from_data(TensorData::new(v, [rows, len, w]), &device)
-        };
+        let t3 = |v: Vec<f32>, w: usize| tensor3(v, rows, len, w, &device);
         let t4 =
             |v: Vec<f32>| Tensor::<B, 4>::from_data(TensorData::new(v, [rows, len, l, h]), &device);
-        let obs = t3(gather(&st.observation, d), d);
+        let obs = t3(batch_rows(&st.observation, d), d);
         let is_init = Tensor::<B, 2, Bool>::from_data(
             TensorData::new(b.is_init.clone(), [rows, len]),
             &device,
         );
         let state = RecurrentState {
-            rs_h: t4(gather(&st.rs_h, l * h)),
-            rs_c: s.cell.has_cell_state().then(|| t4(gather(&st.rs_c, l * h))),
+            rs_h: t4(batch_rows(&st.rs_h, l * h)),
+            rs_c: s.cell.has_cell_state().then(|| t4(batch_rows(&st.rs_c, l * h))),
         };
-        let old_logp = t3(gather(&st.sample_log_prob, 1), 1);
+        let old_logp = t3(batch_rows(&st.sample_log_prob, 1), 1);
         let target = t3(
             b.positions.iter().map(|&p| self.value_target[p]).collect(),
             1,
@@ -274,7 +237,7 @@ impl<B: AutodiffBackend> Ppo<B> {
                 )
             }
             ActionSpec::Continuous { low, high } => {
-                let acts = t3(gather(&st.action, a), a);
+                let acts = t3(batch_rows(&st.action, a), a);
                 (
                     squashed_gaussian_log_prob_tensor(out.head.clone(), acts, low, high),
                     gaussian_entropy(out.head, a),
