@@ -1,6 +1,6 @@
-//! What DQN and behaviour cloning share: the model trained on slices sampled from replay
-//! storage ([`SliceTrainer`]), a sampled batch of slices as tensors `[rows, slice_len, ..]`, and
-//! the recurrent-mode forward of a slice with burn-in.
+//! What the learners share: the model DQN and behaviour cloning train on slices sampled from
+//! replay storage ([`SliceTrainer`]), a sampled batch of slices as tensors `[rows, slice_len, ..]`,
+//! the recurrent-mode forward of a slice with burn-in, and the step at a trajectory's cut.
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
@@ -218,9 +218,7 @@ pub fn step_at_cut<M: Backend>(
     let pc = net.config();
     let m = obs.len() / pc.obs_dim;
     let device = net.policy_head.weight.val().device();
-    let state = |v: Vec<f32>| {
-        Tensor::<M, 3>::from_data(TensorData::new(v, [m, pc.num_layers, pc.hidden_size]), &device)
-    };
+    let state = |v| tensor3(v, m, pc.num_layers, pc.hidden_size, &device);
     let _seq = set_recurrent_mode(RecurrentMode::Sequential);
     net.forward(
         Tensor::from_data(TensorData::new(obs, [m, pc.obs_dim]), &device),

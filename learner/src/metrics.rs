@@ -38,7 +38,9 @@ macro_rules! update_stats {
         }
     };
 }
-update_stats!(loss, policy_loss, value_loss, entropy, approx_kl, clip_frac, grad_norm, q_mean);
+update_stats! {
+    loss, policy_loss, value_loss, entropy, approx_kl, clip_frac, grad_norm, q_mean
+}
 
 /// Axis descriptions of a learning curve.
 #[derive(Clone, Copy, Debug)]

@@ -13,17 +13,16 @@
 //!    recurrent mode and takes one optimizer step.
 
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::dist::{
     categorical_entropy, categorical_log_prob, gaussian_entropy, squashed_gaussian_log_prob_tensor,
 };
 use common::policy::{ActionSpec, Policy, PolicyConfig};
-use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
 
-use crate::batch::{gather, step_at_cut, tensor3};
-use crate::config::PpoSection;
+use crate::batch::{gather, step_at_cut, tensor3, SliceBatch};
+use crate::config::{InitialState, PpoSection};
 use crate::gae::{gae, needs_bootstrap, GaeInput};
 use crate::metrics::UpdateStats;
 use crate::optim::{Algorithm, Model, Trainee};
@@ -176,21 +175,17 @@ impl<B: AutodiffBackend> Ppo<B> {
     fn minibatch_step(&mut self, b: &SampledBatch) -> anyhow::Result<UpdateStats> {
         let s = &self.schema;
         // One row per slice, each padded to slice_len (the last batch of an epoch may be short).
-        let (rows, len) = (b.slices.len(), self.config.slice_len);
-        let (d, l, h, a) = (s.obs_dim, s.num_layers, s.hidden_size, s.action_dim());
+        let sb = SliceBatch::new(&self.storage, b, self.config.slice_len);
+        let (rows, len, a) = (sb.rows, sb.len, s.action_dim());
         let device = self.trainee.device();
-        let st = &self.storage;
-        let batch_rows = |v: &[f32], w: usize| gather(v, &b.positions, w);
-        let mask: Vec<f32> = b
-            .mask
-            .as_ref()
-            .expect("padded output")
+        let mask: Vec<f32> = sb
+            .mask()
             .iter()
             .map(|&m| if m { 1.0 } else { 0.0 })
             .collect();
         let count: f32 = mask.iter().sum();
         // Advantages normalised over the minibatch's real steps.
-        let adv_raw: Vec<f32> = b.positions.iter().map(|&p| self.advantage[p]).collect();
+        let adv_raw = sb.gather(&self.advantage, 1);
         let mean = adv_raw.iter().zip(&mask).map(|(x, m)| x * m).sum::<f32>() / count;
         let var = adv_raw
             .iter()
@@ -203,41 +198,21 @@ impl<B: AutodiffBackend> Ppo<B> {
             .map(|x| (x - mean) / (var.sqrt() + 1e-8))
             .collect();
         let t3 = |v: Vec<f32>, w: usize| tensor3(v, rows, len, w, &device);
-        let t4 =
-            |v: Vec<f32>| Tensor::<B, 4>::from_data(TensorData::new(v, [rows, len, l, h]), &device);
-        let obs = t3(batch_rows(&st.observation, d), d);
-        let is_init = Tensor::<B, 2, Bool>::from_data(
-            TensorData::new(b.is_init.clone(), [rows, len]),
-            &device,
-        );
-        let state = RecurrentState {
-            rs_h: t4(batch_rows(&st.rs_h, l * h)),
-            rs_c: s.cell.has_cell_state().then(|| t4(batch_rows(&st.rs_c, l * h))),
-        };
-        let old_logp = t3(batch_rows(&st.sample_log_prob, 1), 1);
-        let target = t3(
-            b.positions.iter().map(|&p| self.value_target[p]).collect(),
-            1,
-        );
+        let old_logp = t3(sb.gather(&self.storage.sample_log_prob, 1), 1);
+        let target = t3(sb.gather(&self.value_target, 1), 1);
         let adv_t = t3(adv, 1);
         let mask_t = t3(mask, 1);
 
-        let out = {
-            let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
-            self.trainee.model.forward_batch(obs, is_init, state)?
-        };
+        let has_cell = s.cell.has_cell_state();
+        let inputs = sb.inputs(InitialState::Stored, s.num_layers, s.hidden_size, has_cell);
+        let out = inputs.forward(&self.trainee.model, 0, None);
         let (logp, entropy) = match self.trainee.model.action() {
-            ActionSpec::Discrete { .. } => {
-                let idx: Vec<i64> = b.positions.iter().map(|&p| st.action[p] as i64).collect();
-                let idx =
-                    Tensor::<B, 3, Int>::from_data(TensorData::new(idx, [rows, len, 1]), &device);
-                (
-                    categorical_log_prob(out.head.clone(), idx),
-                    categorical_entropy(out.head),
-                )
-            }
+            ActionSpec::Discrete { .. } => (
+                categorical_log_prob(out.head.clone(), sb.action_index(0, &device)),
+                categorical_entropy(out.head),
+            ),
             ActionSpec::Continuous { low, high } => {
-                let acts = t3(batch_rows(&st.action, a), a);
+                let acts = t3(sb.gather(&self.storage.action, a), a);
                 (
                     squashed_gaussian_log_prob_tensor(out.head.clone(), acts, low, high),
                     gaussian_entropy(out.head, a),
@@ -258,7 +233,7 @@ impl<B: AutodiffBackend> Ppo<B> {
 
         // Diagnostics, without autodiff.
         let lr_host = host(log_ratio.inner());
-        let mask_host = b.mask.as_ref().expect("padded output");
+        let mask_host = sb.mask();
         let (mut kl, mut clipped) = (0.0f32, 0.0f32);
         for (x, &m) in lr_host.iter().zip(mask_host) {
             if m {
