@@ -714,6 +714,16 @@ impl Checker<'_> {
 mod tests {
     use super::*;
 
+    /// The error loading `text` as a training config, `x.toml`.
+    fn train_err(text: &str) -> String {
+        TrainConfig::parse(text, "x.toml").unwrap_err().to_string()
+    }
+
+    /// The error loading `text` as a replay config, `b.toml`.
+    fn replay_err(text: &str) -> String {
+        ReplayConfig::parse(text, "b.toml").unwrap_err().to_string()
+    }
+
     const GOOD: &str = r#"
 [run]
 env = "MaskedCartPole-v1"
@@ -752,41 +762,23 @@ max_grad_norm = 0.5
 
     #[test]
     fn unknown_keys_and_bad_values_are_named() {
-        let err = TrainConfig::parse(
-            &GOOD.replace("epochs = 4", "epochs = 4\nepoch = 3"),
-            "x.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let err = train_err(&GOOD.replace("epochs = 4", "epochs = 4\nepoch = 3"));
         assert!(
             err.contains("x.toml") && err.contains("unknown field `epoch`"),
             "{err}"
         );
-        let err = TrainConfig::parse(&GOOD.replace("gamma = 0.99", "gamma = 1.5"), "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&GOOD.replace("gamma = 0.99", "gamma = 1.5"));
         assert!(err.contains("`ppo.gamma` = 1.5"), "{err}");
-        let err = TrainConfig::parse(
-            &GOOD.replace("frames_per_update = 1024", "frames_per_update = 1000"),
-            "x.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let err = train_err(&GOOD.replace("frames_per_update = 1024", "frames_per_update = 1000"));
         assert!(
             err.contains("`ppo.frames_per_update` = 1000") && err.contains("= 256"),
             "{err}"
         );
-        let err = TrainConfig::parse(&GOOD.replace("MaskedCartPole-v1", "Masked"), "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&GOOD.replace("MaskedCartPole-v1", "Masked"));
         assert!(err.contains("`run.env` = \"Masked\""), "{err}");
-        let err = TrainConfig::parse(&GOOD.replace("cell = \"lstm\"", "cell = \"rnn\""), "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&GOOD.replace("cell = \"lstm\"", "cell = \"rnn\""));
         assert!(err.contains("rnn") && err.contains("cell"), "{err}");
-        let err = TrainConfig::parse(&GOOD.replace("[ppo]", "[ppo]\nmode = \"sync\""), "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&GOOD.replace("[ppo]", "[ppo]\nmode = \"sync\""));
         assert!(err.contains("unknown field `mode`"), "{err}");
     }
 
@@ -802,9 +794,7 @@ max_grad_norm = 0.5
     /// The error loading bc.toml with `replay.device = device`.
     fn replay_device_error(device: &str) -> String {
         let toml = bc_toml().replace("device = \"cpu\"", &format!("device = \"{device}\""));
-        ReplayConfig::parse(&toml, "b.toml")
-            .unwrap_err()
-            .to_string()
+        replay_err(&toml)
     }
 
     fn with_device(device: &str) -> String {
@@ -826,9 +816,7 @@ max_grad_norm = 0.5
     #[test]
     fn a_bad_device_is_named_with_its_value() {
         for bad in ["gpu", "cuda:x", "cuda:", "CPU"] {
-            let err = TrainConfig::parse(&with_device(bad), "x.toml")
-                .unwrap_err()
-                .to_string();
+            let err = train_err(&with_device(bad));
             assert!(
                 err.contains("x.toml")
                     && err.contains("device")
@@ -850,9 +838,7 @@ max_grad_norm = 0.5
             ("cuda:0", "cuda:0"),
             ("cuda:2", "cuda:2"),
         ] {
-            let err = TrainConfig::parse(&with_device(device), "x.toml")
-                .unwrap_err()
-                .to_string();
+            let err = train_err(&with_device(device));
             assert!(
                 err.contains(&format!("`run.device` = \"{shown}\""))
                     && err.contains("built without `--features cuda`"),
@@ -876,9 +862,7 @@ max_grad_norm = 0.5
         assert_eq!(TrainConfig::parse(&c.to_toml(), "resolved").unwrap(), c);
         let fused = with_device("cuda")
             .replace("hidden_size = 64", "hidden_size = 64\nbackend = \"fused\"");
-        let err = TrainConfig::parse(&fused, "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&fused);
         assert!(
             err.contains("`policy.backend` = \"fused\"")
                 && err.contains("run.device = \"cuda:0\"")
@@ -936,37 +920,25 @@ max_grad_norm = 0.5
             "/../configs/repeat_previous_dqn.toml"
         ))
         .unwrap();
-        let err = TrainConfig::parse(&dqn.replace("burn_in = 0 ", "burn_in = 16 "), "d.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&dqn.replace("burn_in = 0 ", "burn_in = 16 "));
         assert!(
             err.contains("`dqn.burn_in` = 16") && err.contains("slice_len = 16"),
             "{err}"
         );
-        let err = TrainConfig::parse(&dqn.replace("n_step = 1", "n_step = 0"), "d.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&dqn.replace("n_step = 1", "n_step = 0"));
         assert!(err.contains("`dqn.n_step` = 0"), "{err}");
-        let err = TrainConfig::parse(&dqn.replace("algo = \"dqn\"", "algo = \"bc\""), "d.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&dqn.replace("algo = \"dqn\"", "algo = \"bc\""));
         assert!(
             err.contains("`run.algo` = \"bc\"") && err.contains("replay"),
             "{err}"
         );
         let no_dqn = &dqn[..dqn.find("[dqn]").unwrap()];
-        let err = TrainConfig::parse(no_dqn, "d.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(no_dqn);
         assert!(err.contains("`dqn` = missing"), "{err}");
         let bc = bc_toml();
-        let err = ReplayConfig::parse(&bc.replace("updates = 5_000", "updates = 0"), "b.toml")
-            .unwrap_err()
-            .to_string();
+        let err = replay_err(&bc.replace("updates = 5_000", "updates = 0"));
         assert!(err.contains("`replay.updates` = 0"), "{err}");
-        let err = ReplayConfig::parse(&bc.replace("algo = \"bc\"", "algo = \"dqn\""), "b.toml")
-            .unwrap_err()
-            .to_string();
+        let err = replay_err(&bc.replace("algo = \"bc\"", "algo = \"dqn\""));
         assert!(err.contains("`dqn` = missing"), "{err}");
     }
 }

@@ -304,43 +304,46 @@ mod tests {
         }
     }
 
+    /// [`nstep_targets`] with `gamma` = 0.5.
+    fn targets(reward: &[f32], terminated: &[bool], value: &[f32], cut: f32, n: usize) -> Vec<f32> {
+        nstep_targets(&NStepInput {
+            reward,
+            terminated,
+            value,
+            cut_value: cut,
+            gamma: 0.5,
+            n,
+        })
+    }
+
     #[test]
     fn one_step_targets_bootstrap_from_the_next_value_and_the_cut() {
-        let g = nstep_targets(&NStepInput {
-            reward: &[1.0, 2.0, 3.0],
-            terminated: &[false; 3],
-            value: &[10.0, 20.0, 30.0],
-            cut_value: 40.0,
-            gamma: 0.5,
-            n: 1,
-        });
+        let g = targets(&[1.0, 2.0, 3.0], &[false; 3], &[10.0, 20.0, 30.0], 40.0, 1);
         close(&g, &[1.0 + 0.5 * 20.0, 2.0 + 0.5 * 30.0, 3.0 + 0.5 * 40.0]);
     }
 
     #[test]
     fn n_step_targets_stop_at_terminated_without_bootstrap() {
-        let g = nstep_targets(&NStepInput {
-            reward: &[1.0, 2.0, 3.0],
-            terminated: &[false, false, true],
-            value: &[10.0, 20.0, 30.0],
-            cut_value: 1000.0,
-            gamma: 0.5,
-            n: 3,
-        });
+        let g = targets(
+            &[1.0, 2.0, 3.0],
+            &[false, false, true],
+            &[10.0, 20.0, 30.0],
+            1000.0,
+            3,
+        );
         close(&g, &[1.0 + 0.5 * 2.0 + 0.25 * 3.0, 2.0 + 0.5 * 3.0, 3.0]);
     }
 
     #[test]
     fn n_step_targets_bootstrap_at_truncation_and_slice_ends_from_the_cut() {
         // The last step is truncated (or the slice ends): its next observation's value.
-        let g = nstep_targets(&NStepInput {
-            reward: &[1.0, 2.0, 3.0, 4.0],
-            terminated: &[false; 4],
-            value: &[10.0, 20.0, 30.0, 40.0],
-            cut_value: 50.0,
-            gamma: 0.5,
-            n: 2,
-        });
+        let g = targets(
+            &[1.0, 2.0, 3.0, 4.0],
+            &[false; 4],
+            &[10.0, 20.0, 30.0, 40.0],
+            50.0,
+            2,
+        );
         close(
             &g,
             &[
@@ -351,14 +354,7 @@ mod tests {
             ],
         );
         // n longer than the slice: every return runs to the cut.
-        let g = nstep_targets(&NStepInput {
-            reward: &[1.0, 2.0],
-            terminated: &[false; 2],
-            value: &[10.0, 20.0],
-            cut_value: 8.0,
-            gamma: 0.5,
-            n: 5,
-        });
+        let g = targets(&[1.0, 2.0], &[false; 2], &[10.0, 20.0], 8.0, 5);
         close(&g, &[1.0 + 0.5 * 2.0 + 0.25 * 8.0, 2.0 + 0.5 * 8.0]);
     }
 
