@@ -72,7 +72,6 @@ impl<B: AutodiffBackend> Ppo<B> {
 }
 
 impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
-    /// The model being trained.
     fn model(&self) -> &Model<B> {
         &self.trainee.model
     }
@@ -158,12 +157,10 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
         false
     }
 
-    /// The model record and the optimizer state, as bytes (checkpoints).
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
         self.trainee.save_state()
     }
 
-    /// Restores what [`save_state`](Self::save_state) wrote.
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
         self.trainee.load_state(model, optim)?;
         self.critic = self.trainee.inference();
