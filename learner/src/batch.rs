@@ -1,18 +1,18 @@
-//! What DQN and behaviour cloning share: the model trained on slices sampled from replay
-//! storage ([`SliceTrainer`]), a sampled batch of slices as tensors `[rows, slice_len, ..]`, and
-//! the recurrent-mode forward of a slice with burn-in.
+//! What the learners share: the model DQN and behaviour cloning train on slices sampled from
+//! replay storage ([`SliceTrainer`]), a sampled batch of slices as tensors `[rows, slice_len, ..]`,
+//! the recurrent-mode forward of a slice with burn-in, and the step at a trajectory's cut.
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::backend::to_vec as host;
 use common::chunk::ChunkSchema;
 use common::policy::{Policy, PolicyConfig, PolicyOutput};
-use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
+use common::recurrent::{set_recurrent_mode, RecurrentError, RecurrentMode, RecurrentState};
 
 use crate::config::{InitialState, SliceTraining};
 use crate::optim::Trainee;
 use crate::replay::ReplayStorage;
-use crate::slice_sampler::{EndKey, SampledBatch, SamplerError, SliceSampler, SliceSamplerConfig};
+use crate::slice_sampler::{SampledBatch, SamplerError, SliceSampler, SliceSamplerConfig};
 
 /// A model trained on slices of replayed steps: one gradient step samples `num_slices` padded
 /// slices of `slice_len` (with replacement, `is_init` at every slice start), computes the
@@ -44,16 +44,12 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
             trainee,
             slices,
             storage: ReplayStorage::new(schema, capacity),
-            sampler: SliceSampler::new(SliceSamplerConfig {
-                slice_len: Some(slices.slice_len),
-                num_slices: None,
-                batch_size: slices.slice_len * slices.num_slices,
-                strict_length: false,
-                pad_output: true,
-                end_key: EndKey::Done,
-                replacement: true,
-                seed: sampler_seed,
-            })?,
+            sampler: SliceSampler::new(SliceSamplerConfig::padded(
+                slices.slice_len,
+                slices.num_slices,
+                true,
+                sampler_seed,
+            ))?,
         })
     }
 
@@ -154,11 +150,7 @@ impl<'a> SliceBatch<'a> {
 
     /// `[rows * len * w]` values of a per-step column `v` (`w` per step).
     pub fn gather<T: Copy>(&self, v: &[T], w: usize) -> Vec<T> {
-        let mut out = Vec::with_capacity(self.batch.positions.len() * w);
-        for &p in &self.batch.positions {
-            out.extend_from_slice(&v[p * w..(p + 1) * w]);
-        }
-        out
+        gather(v, &self.batch.positions, w)
     }
 
     /// True on real steps, false on padding.
@@ -203,6 +195,39 @@ impl<'a> SliceBatch<'a> {
             rs_c: has_cell.then(|| state(&self.storage.rs_c)),
         }
     }
+}
+
+/// The entries `positions` of a per-step column `v` (`w` values per step), in that order.
+pub fn gather<T: Copy>(v: &[T], positions: &[usize], w: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(positions.len() * w);
+    for &p in positions {
+        out.extend_from_slice(&v[p * w..(p + 1) * w]);
+    }
+    out
+}
+
+/// One sequential step of `net` on `obs` (`[m, obs_dim]`) from the post-step states `rs_h`,
+/// `rs_c` (`[m, L, H]` each), no trajectory starting: the outputs where trajectories are cut
+/// without terminating (their bootstrap values).
+pub fn step_at_cut<M: Backend>(
+    net: &Policy<M>,
+    obs: Vec<f32>,
+    rs_h: Vec<f32>,
+    rs_c: Option<Vec<f32>>,
+) -> Result<PolicyOutput<M, 2, 3>, RecurrentError> {
+    let pc = net.config();
+    let m = obs.len() / pc.obs_dim;
+    let device = net.policy_head.weight.val().device();
+    let state = |v| tensor3(v, m, pc.num_layers, pc.hidden_size, &device);
+    let _seq = set_recurrent_mode(RecurrentMode::Sequential);
+    net.forward(
+        Tensor::from_data(TensorData::new(obs, [m, pc.obs_dim]), &device),
+        Tensor::<M, 1, Bool>::from_data(TensorData::new(vec![false; m], [m]), &device),
+        RecurrentState {
+            rs_h: state(rs_h),
+            rs_c: rs_c.map(state),
+        },
+    )
 }
 
 /// Columns `from..to` of every row of `v` (`[rows, len, w]`, row-major).

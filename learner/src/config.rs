@@ -337,44 +337,28 @@ pub struct ReplayConfig {
     pub ppo: Option<PpoSection>,
 }
 
-fn default_checkpoint_every() -> u64 {
-    50
+/// The defaults of optional keys (`#[serde(default = "...")]`).
+macro_rules! defaults {
+    ($($name:ident: $t:ty = $value:expr;)*) => {
+        $(fn $name() -> $t {
+            $value
+        })*
+    };
 }
-fn yes() -> bool {
-    true
-}
-fn default_target_every() -> u64 {
-    250
-}
-fn default_buffer() -> usize {
-    100_000
-}
-fn default_eps_end() -> f32 {
-    0.05
-}
-fn default_eval_every() -> u64 {
-    500
-}
-fn default_eval_episodes() -> usize {
-    16
-}
-fn default_mode() -> CollectorMode {
-    CollectorMode::Async
-}
-fn default_lag() -> u64 {
-    4
-}
-fn unit() -> f32 {
-    1.0
-}
-fn default_slots() -> usize {
-    2
-}
-fn one() -> usize {
-    1
-}
-fn default_encoder() -> Vec<usize> {
-    vec![64]
+defaults! {
+    default_checkpoint_every: u64 = 50;
+    yes: bool = true;
+    default_target_every: u64 = 250;
+    default_buffer: usize = 100_000;
+    default_eps_end: f32 = 0.05;
+    default_eval_every: u64 = 500;
+    default_eval_episodes: usize = 16;
+    default_mode: CollectorMode = CollectorMode::Async;
+    default_lag: u64 = 4;
+    unit: f32 = 1.0;
+    default_slots: usize = 2;
+    one: usize = 1;
+    default_encoder: Vec<usize> = vec![64];
 }
 
 /// A config that cannot be used.
@@ -397,56 +381,40 @@ pub enum ConfigError {
     },
 }
 
-/// A TOML config that checks itself after parsing.
-trait Validated: Serialize + serde::de::DeserializeOwned {
-    fn check(&self, origin: &str) -> Result<(), ConfigError>;
-}
+/// `load`, `parse` and `to_toml` of the config files, which check themselves (`validate`)
+/// after parsing.
+macro_rules! config_file {
+    ($($config:ty),*) => {$(
+        impl $config {
+            /// Reads and validates `path`.
+            pub fn load(path: &Path) -> Result<Self, ConfigError> {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                Self::parse(&text, &path.display().to_string())
+            }
 
-fn load_config<T: Validated>(path: &Path) -> Result<T, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    parse_config(&text, &path.display().to_string())
-}
+            /// Parses and validates TOML text (`origin` names it in errors).
+            pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+                let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
+                    path: origin.to_string(),
+                    message: e.to_string().trim().replace('\n', " "),
+                })?;
+                config.validate(origin)?;
+                Ok(config)
+            }
 
-fn parse_config<T: Validated>(text: &str, origin: &str) -> Result<T, ConfigError> {
-    let config: T = toml::from_str(text).map_err(|e| ConfigError::Parse {
-        path: origin.to_string(),
-        message: e.to_string().trim().replace('\n', " "),
-    })?;
-    config.check(origin)?;
-    Ok(config)
+            /// The resolved config as TOML (written into the run directory).
+            pub fn to_toml(&self) -> String {
+                toml::to_string_pretty(self).expect("a config serialises")
+            }
+        }
+    )*};
 }
-
-impl Validated for TrainConfig {
-    fn check(&self, origin: &str) -> Result<(), ConfigError> {
-        self.validate(origin)
-    }
-}
-
-impl Validated for ReplayConfig {
-    fn check(&self, origin: &str) -> Result<(), ConfigError> {
-        self.validate(origin)
-    }
-}
+config_file!(TrainConfig, ReplayConfig);
 
 impl TrainConfig {
-    /// Reads and validates `path`.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        load_config(path)
-    }
-
-    /// Parses and validates TOML text (`origin` names it in errors).
-    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        parse_config(text, origin)
-    }
-
-    /// The resolved config as TOML (written into the run directory).
-    pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("a config serialises")
-    }
-
     /// The algorithm `run.algo` selects, with its section (which a validated config has).
     pub fn algorithm(&self) -> AlgoConfig {
         self.selected()
@@ -498,21 +466,6 @@ impl TrainConfig {
 }
 
 impl ReplayConfig {
-    /// Reads and validates `path`.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        load_config(path)
-    }
-
-    /// Parses and validates TOML text (`origin` names it in errors).
-    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        parse_config(text, origin)
-    }
-
-    /// The resolved config as TOML (written into the run directory).
-    pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("a config serialises")
-    }
-
     /// The algorithm `replay.algo` selects, with its section (which a validated config has).
     /// One update is one gradient step (`replay.updates` counts them): `dqn.updates_per_chunk`
     /// paces online runs only.
@@ -761,6 +714,16 @@ impl Checker<'_> {
 mod tests {
     use super::*;
 
+    /// The error loading `text` as a training config, `x.toml`.
+    fn train_err(text: &str) -> String {
+        TrainConfig::parse(text, "x.toml").unwrap_err().to_string()
+    }
+
+    /// The error loading `text` as a replay config, `b.toml`.
+    fn replay_err(text: &str) -> String {
+        ReplayConfig::parse(text, "b.toml").unwrap_err().to_string()
+    }
+
     const GOOD: &str = r#"
 [run]
 env = "MaskedCartPole-v1"
@@ -799,41 +762,23 @@ max_grad_norm = 0.5
 
     #[test]
     fn unknown_keys_and_bad_values_are_named() {
-        let err = TrainConfig::parse(
-            &GOOD.replace("epochs = 4", "epochs = 4\nepoch = 3"),
-            "x.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let err = train_err(&GOOD.replace("epochs = 4", "epochs = 4\nepoch = 3"));
         assert!(
             err.contains("x.toml") && err.contains("unknown field `epoch`"),
             "{err}"
         );
-        let err = TrainConfig::parse(&GOOD.replace("gamma = 0.99", "gamma = 1.5"), "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&GOOD.replace("gamma = 0.99", "gamma = 1.5"));
         assert!(err.contains("`ppo.gamma` = 1.5"), "{err}");
-        let err = TrainConfig::parse(
-            &GOOD.replace("frames_per_update = 1024", "frames_per_update = 1000"),
-            "x.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let err = train_err(&GOOD.replace("frames_per_update = 1024", "frames_per_update = 1000"));
         assert!(
             err.contains("`ppo.frames_per_update` = 1000") && err.contains("= 256"),
             "{err}"
         );
-        let err = TrainConfig::parse(&GOOD.replace("MaskedCartPole-v1", "Masked"), "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&GOOD.replace("MaskedCartPole-v1", "Masked"));
         assert!(err.contains("`run.env` = \"Masked\""), "{err}");
-        let err = TrainConfig::parse(&GOOD.replace("cell = \"lstm\"", "cell = \"rnn\""), "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&GOOD.replace("cell = \"lstm\"", "cell = \"rnn\""));
         assert!(err.contains("rnn") && err.contains("cell"), "{err}");
-        let err = TrainConfig::parse(&GOOD.replace("[ppo]", "[ppo]\nmode = \"sync\""), "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&GOOD.replace("[ppo]", "[ppo]\nmode = \"sync\""));
         assert!(err.contains("unknown field `mode`"), "{err}");
     }
 
@@ -849,9 +794,7 @@ max_grad_norm = 0.5
     /// The error loading bc.toml with `replay.device = device`.
     fn replay_device_error(device: &str) -> String {
         let toml = bc_toml().replace("device = \"cpu\"", &format!("device = \"{device}\""));
-        ReplayConfig::parse(&toml, "b.toml")
-            .unwrap_err()
-            .to_string()
+        replay_err(&toml)
     }
 
     fn with_device(device: &str) -> String {
@@ -873,9 +816,7 @@ max_grad_norm = 0.5
     #[test]
     fn a_bad_device_is_named_with_its_value() {
         for bad in ["gpu", "cuda:x", "cuda:", "CPU"] {
-            let err = TrainConfig::parse(&with_device(bad), "x.toml")
-                .unwrap_err()
-                .to_string();
+            let err = train_err(&with_device(bad));
             assert!(
                 err.contains("x.toml")
                     && err.contains("device")
@@ -897,9 +838,7 @@ max_grad_norm = 0.5
             ("cuda:0", "cuda:0"),
             ("cuda:2", "cuda:2"),
         ] {
-            let err = TrainConfig::parse(&with_device(device), "x.toml")
-                .unwrap_err()
-                .to_string();
+            let err = train_err(&with_device(device));
             assert!(
                 err.contains(&format!("`run.device` = \"{shown}\""))
                     && err.contains("built without `--features cuda`"),
@@ -923,9 +862,7 @@ max_grad_norm = 0.5
         assert_eq!(TrainConfig::parse(&c.to_toml(), "resolved").unwrap(), c);
         let fused = with_device("cuda")
             .replace("hidden_size = 64", "hidden_size = 64\nbackend = \"fused\"");
-        let err = TrainConfig::parse(&fused, "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&fused);
         assert!(
             err.contains("`policy.backend` = \"fused\"")
                 && err.contains("run.device = \"cuda:0\"")
@@ -983,37 +920,25 @@ max_grad_norm = 0.5
             "/../configs/repeat_previous_dqn.toml"
         ))
         .unwrap();
-        let err = TrainConfig::parse(&dqn.replace("burn_in = 0 ", "burn_in = 16 "), "d.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&dqn.replace("burn_in = 0 ", "burn_in = 16 "));
         assert!(
             err.contains("`dqn.burn_in` = 16") && err.contains("slice_len = 16"),
             "{err}"
         );
-        let err = TrainConfig::parse(&dqn.replace("n_step = 1", "n_step = 0"), "d.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&dqn.replace("n_step = 1", "n_step = 0"));
         assert!(err.contains("`dqn.n_step` = 0"), "{err}");
-        let err = TrainConfig::parse(&dqn.replace("algo = \"dqn\"", "algo = \"bc\""), "d.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(&dqn.replace("algo = \"dqn\"", "algo = \"bc\""));
         assert!(
             err.contains("`run.algo` = \"bc\"") && err.contains("replay"),
             "{err}"
         );
         let no_dqn = &dqn[..dqn.find("[dqn]").unwrap()];
-        let err = TrainConfig::parse(no_dqn, "d.toml")
-            .unwrap_err()
-            .to_string();
+        let err = train_err(no_dqn);
         assert!(err.contains("`dqn` = missing"), "{err}");
         let bc = bc_toml();
-        let err = ReplayConfig::parse(&bc.replace("updates = 5_000", "updates = 0"), "b.toml")
-            .unwrap_err()
-            .to_string();
+        let err = replay_err(&bc.replace("updates = 5_000", "updates = 0"));
         assert!(err.contains("`replay.updates` = 0"), "{err}");
-        let err = ReplayConfig::parse(&bc.replace("algo = \"bc\"", "algo = \"dqn\""), "b.toml")
-            .unwrap_err()
-            .to_string();
+        let err = replay_err(&bc.replace("algo = \"bc\"", "algo = \"dqn\""));
         assert!(err.contains("`dqn` = missing"), "{err}");
     }
 }

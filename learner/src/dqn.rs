@@ -15,13 +15,12 @@
 //!    Polyak averaging.
 
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Bool, Tensor, TensorData};
+use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
-use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
 
-use crate::batch::{columns, tensor3, SliceBatch, SliceInputs, SliceTrainer};
+use crate::batch::{columns, gather, step_at_cut, tensor3, SliceBatch, SliceInputs, SliceTrainer};
 use crate::config::DqnSection;
 use crate::metrics::UpdateStats;
 use crate::optim::{polyak, Algorithm, Model};
@@ -238,38 +237,15 @@ impl<B: AutodiffBackend> Dqn<B> {
         let pc = net.config();
         let (d, lh) = (pc.obs_dim, pc.num_layers * pc.hidden_size);
         let last: Vec<usize> = (0..rows).map(|r| r * len + sb.valid[r] - 1).collect();
-        let pick = |v: &[f32], w: usize| -> Vec<f32> {
-            last.iter()
-                .flat_map(|&p| v[p * w..(p + 1) * w].to_vec())
-                .collect()
-        };
-        let next_obs: Vec<f32> = last
-            .iter()
-            .flat_map(|&p| {
-                let s = sb.batch.positions[p];
-                self.trainer.storage.next_observation[s * d..(s + 1) * d].to_vec()
-            })
-            .collect();
-        let device = net.policy_head.weight.val().device();
-        let state = |v: Vec<f32>| {
-            Tensor::<B::InnerBackend, 3>::from_data(
-                TensorData::new(v, [rows, pc.num_layers, pc.hidden_size]),
-                &device,
-            )
-        };
-        let rs_h = state(pick(&host(out.next.rs_h), lh));
-        let rs_c = out.next.rs_c.map(|c| state(pick(&host(c), lh)));
-        let _seq = set_recurrent_mode(RecurrentMode::Sequential);
-        let cut = net
-            .forward(
-                Tensor::from_data(TensorData::new(next_obs, [rows, d]), &device),
-                Tensor::<B::InnerBackend, 1, Bool>::from_data(
-                    TensorData::new(vec![false; rows], [rows]),
-                    &device,
-                ),
-                RecurrentState { rs_h, rs_c },
-            )
-            .expect("the batch matches the network");
+        let stored: Vec<usize> = last.iter().map(|&p| sb.batch.positions[p]).collect();
+        let next_obs = gather(&self.trainer.storage.next_observation, &stored, d);
+        let cut = step_at_cut(
+            net,
+            next_obs,
+            gather(&host(out.next.rs_h), &last, lh),
+            out.next.rs_c.map(|c| gather(&host(c), &last, lh)),
+        )
+        .expect("the batch matches the network");
         (q, host(cut.head))
     }
 }
@@ -328,43 +304,46 @@ mod tests {
         }
     }
 
+    /// [`nstep_targets`] with `gamma` = 0.5.
+    fn targets(reward: &[f32], terminated: &[bool], value: &[f32], cut: f32, n: usize) -> Vec<f32> {
+        nstep_targets(&NStepInput {
+            reward,
+            terminated,
+            value,
+            cut_value: cut,
+            gamma: 0.5,
+            n,
+        })
+    }
+
     #[test]
     fn one_step_targets_bootstrap_from_the_next_value_and_the_cut() {
-        let g = nstep_targets(&NStepInput {
-            reward: &[1.0, 2.0, 3.0],
-            terminated: &[false; 3],
-            value: &[10.0, 20.0, 30.0],
-            cut_value: 40.0,
-            gamma: 0.5,
-            n: 1,
-        });
+        let g = targets(&[1.0, 2.0, 3.0], &[false; 3], &[10.0, 20.0, 30.0], 40.0, 1);
         close(&g, &[1.0 + 0.5 * 20.0, 2.0 + 0.5 * 30.0, 3.0 + 0.5 * 40.0]);
     }
 
     #[test]
     fn n_step_targets_stop_at_terminated_without_bootstrap() {
-        let g = nstep_targets(&NStepInput {
-            reward: &[1.0, 2.0, 3.0],
-            terminated: &[false, false, true],
-            value: &[10.0, 20.0, 30.0],
-            cut_value: 1000.0,
-            gamma: 0.5,
-            n: 3,
-        });
+        let g = targets(
+            &[1.0, 2.0, 3.0],
+            &[false, false, true],
+            &[10.0, 20.0, 30.0],
+            1000.0,
+            3,
+        );
         close(&g, &[1.0 + 0.5 * 2.0 + 0.25 * 3.0, 2.0 + 0.5 * 3.0, 3.0]);
     }
 
     #[test]
     fn n_step_targets_bootstrap_at_truncation_and_slice_ends_from_the_cut() {
         // The last step is truncated (or the slice ends): its next observation's value.
-        let g = nstep_targets(&NStepInput {
-            reward: &[1.0, 2.0, 3.0, 4.0],
-            terminated: &[false; 4],
-            value: &[10.0, 20.0, 30.0, 40.0],
-            cut_value: 50.0,
-            gamma: 0.5,
-            n: 2,
-        });
+        let g = targets(
+            &[1.0, 2.0, 3.0, 4.0],
+            &[false; 4],
+            &[10.0, 20.0, 30.0, 40.0],
+            50.0,
+            2,
+        );
         close(
             &g,
             &[
@@ -375,14 +354,7 @@ mod tests {
             ],
         );
         // n longer than the slice: every return runs to the cut.
-        let g = nstep_targets(&NStepInput {
-            reward: &[1.0, 2.0],
-            terminated: &[false; 2],
-            value: &[10.0, 20.0],
-            cut_value: 8.0,
-            gamma: 0.5,
-            n: 5,
-        });
+        let g = targets(&[1.0, 2.0], &[false; 2], &[10.0, 20.0], 8.0, 5);
         close(&g, &[1.0 + 0.5 * 2.0 + 0.25 * 8.0, 2.0 + 0.5 * 8.0]);
     }
 

@@ -6,36 +6,40 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-/// Losses and diagnostics of one update, the loss columns of a metrics row: each algorithm
-/// reports what it measures (its docs say which) and leaves the rest 0.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct UpdateStats {
-    pub loss: f32,
-    pub policy_loss: f32,
-    pub value_loss: f32,
-    pub entropy: f32,
-    pub approx_kl: f32,
-    pub clip_frac: f32,
-    pub grad_norm: f32,
-    pub q_mean: f32,
-}
-
-impl UpdateStats {
-    /// The mean of the statistics of an update's minibatches (or gradient steps).
-    pub fn mean(parts: &[UpdateStats]) -> UpdateStats {
-        let k = parts.len().max(1) as f32;
-        let mean = |f: fn(&UpdateStats) -> f32| parts.iter().fold(0.0, |sum, s| sum + f(s)) / k;
-        UpdateStats {
-            loss: mean(|s| s.loss),
-            policy_loss: mean(|s| s.policy_loss),
-            value_loss: mean(|s| s.value_loss),
-            entropy: mean(|s| s.entropy),
-            approx_kl: mean(|s| s.approx_kl),
-            clip_frac: mean(|s| s.clip_frac),
-            grad_norm: mean(|s| s.grad_norm),
-            q_mean: mean(|s| s.q_mean),
+/// Declares [`UpdateStats`] with the loss columns `$field` of a metrics row, its `mean` and the
+/// row holding them (the field list written once).
+macro_rules! update_stats {
+    ($($field:ident),*) => {
+        /// Losses and diagnostics of one update, the loss columns of a metrics row: each
+        /// algorithm reports what it measures (its docs say which) and leaves the rest 0.
+        #[derive(Clone, Debug, Default, PartialEq)]
+        pub struct UpdateStats {
+            $(pub $field: f32,)*
         }
-    }
+
+        impl UpdateStats {
+            /// The mean of the statistics of an update's minibatches (or gradient steps).
+            pub fn mean(parts: &[UpdateStats]) -> UpdateStats {
+                let k = parts.len().max(1) as f32;
+                UpdateStats {
+                    $($field: parts.iter().fold(0.0, |sum, s| sum + s.$field) / k,)*
+                }
+            }
+        }
+
+        /// A row holding an update's statistics (the other columns left for the caller).
+        impl From<&UpdateStats> for MetricsRow {
+            fn from(s: &UpdateStats) -> Self {
+                MetricsRow {
+                    $($field: s.$field,)*
+                    ..MetricsRow::default()
+                }
+            }
+        }
+    };
+}
+update_stats! {
+    loss, policy_loss, value_loss, entropy, approx_kl, clip_frac, grad_norm, q_mean
 }
 
 /// Axis descriptions of a learning curve.
@@ -78,23 +82,6 @@ pub struct MetricsRow {
     pub frames_per_s: f64,
     pub dropped_chunks: u64,
     pub q_mean: f32,
-}
-
-/// A row holding an update's statistics (the other columns left for the caller).
-impl From<&UpdateStats> for MetricsRow {
-    fn from(s: &UpdateStats) -> Self {
-        MetricsRow {
-            loss: s.loss,
-            policy_loss: s.policy_loss,
-            value_loss: s.value_loss,
-            entropy: s.entropy,
-            approx_kl: s.approx_kl,
-            clip_frac: s.clip_frac,
-            grad_norm: s.grad_norm,
-            q_mean: s.q_mean,
-            ..MetricsRow::default()
-        }
-    }
 }
 
 /// Appends rows to `metrics.csv` (header written when the file is new).

@@ -13,16 +13,16 @@
 //!    recurrent mode and takes one optimizer step.
 
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::dist::{
     categorical_entropy, categorical_log_prob, gaussian_entropy, squashed_gaussian_log_prob_tensor,
 };
 use common::policy::{ActionSpec, Policy, PolicyConfig};
-use common::recurrent::{set_recurrent_mode, RecurrentMode, RecurrentState};
 
-use crate::config::PpoSection;
+use crate::batch::{gather, step_at_cut, tensor3, SliceBatch};
+use crate::config::{InitialState, PpoSection};
 use crate::gae::{gae, needs_bootstrap, GaeInput};
 use crate::metrics::UpdateStats;
 use crate::optim::{Algorithm, Model, Trainee};
@@ -52,16 +52,12 @@ impl<B: AutodiffBackend> Ppo<B> {
         device: &B::Device,
     ) -> anyhow::Result<Self> {
         let trainee = Trainee::new(policy, seed, device)?;
-        let sampler = SliceSampler::new(SliceSamplerConfig {
-            slice_len: Some(ppo.slice_len),
-            num_slices: None,
-            batch_size: ppo.slice_len * ppo.num_slices,
-            strict_length: false,
-            pad_output: true,
-            end_key: crate::slice_sampler::EndKey::Done,
-            replacement: false,
-            seed: seed ^ 0x5a1ce,
-        })?;
+        let sampler = SliceSampler::new(SliceSamplerConfig::padded(
+            ppo.slice_len,
+            ppo.num_slices,
+            false,
+            seed ^ 0x5a1ce,
+        ))?;
         Ok(Ppo {
             critic: trainee.inference(),
             storage: ReplayStorage::new(schema, ppo.frames_per_update),
@@ -76,7 +72,6 @@ impl<B: AutodiffBackend> Ppo<B> {
 }
 
 impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
-    /// The model being trained.
     fn model(&self) -> &Model<B> {
         &self.trainee.model
     }
@@ -84,59 +79,32 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
     /// Computes the chunk's advantages with the current critic and stores both.
     fn add_chunk(&mut self, chunk: &Chunk) {
         let s = &self.schema;
-        let (e, t, d, l, h) = (s.envs, s.steps, s.obs_dim, s.num_layers, s.hidden_size);
-        let n = e * t;
-        let device = self.trainee.device();
-        let value;
-        let mut next_value = vec![0.0f32; n];
-        {
-            let out = self
-                .critic
-                .forward_chunk(chunk, &self.schema)
-                .expect("chunks match the policy");
-            value = host(out.value);
-            let next_h = host(out.next.rs_h);
-            let next_c = out.next.rs_c.map(host);
-            // Bootstrap rows: where the trajectory is cut but did not terminate.
-            let rows: Vec<usize> = (0..n)
-                .filter(|&p| {
-                    let tt = p % t;
-                    let same_next = tt + 1 < t && chunk.traj_ids[p + 1] == chunk.traj_ids[p];
-                    needs_bootstrap(tt, t, chunk.next_done[p] == 1, same_next)
-                        && chunk.next_terminated[p] == 0
-                })
-                .collect();
-            if !rows.is_empty() {
-                let m = rows.len();
-                let gather = |v: &[f32], w: usize| -> Vec<f32> {
-                    rows.iter()
-                        .flat_map(|&p| v[p * w..(p + 1) * w].to_vec())
-                        .collect()
-                };
-                let st = |v: Vec<f32>| {
-                    Tensor::<B::InnerBackend, 3>::from_data(TensorData::new(v, [m, l, h]), &device)
-                };
-                let _seq = set_recurrent_mode(RecurrentMode::Sequential);
-                let boot = self
-                    .critic
-                    .forward(
-                        Tensor::from_data(
-                            TensorData::new(gather(&chunk.next_observation, d), [m, d]),
-                            &device,
-                        ),
-                        Tensor::<B::InnerBackend, 1, Bool>::from_data(
-                            TensorData::new(vec![false; m], [m]),
-                            &device,
-                        ),
-                        RecurrentState {
-                            rs_h: st(gather(&next_h, l * h)),
-                            rs_c: next_c.as_ref().map(|c| st(gather(c, l * h))),
-                        },
-                    )
-                    .expect("chunks match the policy");
-                for (k, v) in host(boot.value).into_iter().enumerate() {
-                    next_value[rows[k]] = v;
-                }
+        let (t, d, lh) = (s.steps, s.obs_dim, s.num_layers * s.hidden_size);
+        let out = self
+            .critic
+            .forward_chunk(chunk, s)
+            .expect("chunks match the policy");
+        let value = host(out.value);
+        // Bootstrap rows: where the trajectory is cut but did not terminate.
+        let rows: Vec<usize> = (0..s.envs * t)
+            .filter(|&p| {
+                let tt = p % t;
+                let same_next = tt + 1 < t && chunk.traj_ids[p + 1] == chunk.traj_ids[p];
+                needs_bootstrap(tt, t, chunk.next_done[p] == 1, same_next)
+                    && chunk.next_terminated[p] == 0
+            })
+            .collect();
+        let mut next_value = vec![0.0f32; s.envs * t];
+        if !rows.is_empty() {
+            let boot = step_at_cut(
+                &self.critic,
+                gather(&chunk.next_observation, &rows, d),
+                gather(&host(out.next.rs_h), &rows, lh),
+                out.next.rs_c.map(|c| gather(&host(c), &rows, lh)),
+            )
+            .expect("chunks match the policy");
+            for (&p, v) in rows.iter().zip(host(boot.value)) {
+                next_value[p] = v;
             }
         }
         let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
@@ -189,12 +157,10 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
         false
     }
 
-    /// The model record and the optimizer state, as bytes (checkpoints).
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
         self.trainee.save_state()
     }
 
-    /// Restores what [`save_state`](Self::save_state) wrote.
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
         self.trainee.load_state(model, optim)?;
         self.critic = self.trainee.inference();
@@ -206,26 +172,17 @@ impl<B: AutodiffBackend> Ppo<B> {
     fn minibatch_step(&mut self, b: &SampledBatch) -> anyhow::Result<UpdateStats> {
         let s = &self.schema;
         // One row per slice, each padded to slice_len (the last batch of an epoch may be short).
-        let (rows, len) = (b.slices.len(), self.config.slice_len);
-        let (d, l, h, a) = (s.obs_dim, s.num_layers, s.hidden_size, s.action_dim());
+        let sb = SliceBatch::new(&self.storage, b, self.config.slice_len);
+        let (rows, len, a) = (sb.rows, sb.len, s.action_dim());
         let device = self.trainee.device();
-        let st = &self.storage;
-        let gather = |v: &[f32], w: usize| -> Vec<f32> {
-            b.positions
-                .iter()
-                .flat_map(|&p| v[p * w..(p + 1) * w].to_vec())
-                .collect()
-        };
-        let mask: Vec<f32> = b
-            .mask
-            .as_ref()
-            .expect("padded output")
+        let mask: Vec<f32> = sb
+            .mask()
             .iter()
             .map(|&m| if m { 1.0 } else { 0.0 })
             .collect();
         let count: f32 = mask.iter().sum();
         // Advantages normalised over the minibatch's real steps.
-        let adv_raw: Vec<f32> = b.positions.iter().map(|&p| self.advantage[p]).collect();
+        let adv_raw = sb.gather(&self.advantage, 1);
         let mean = adv_raw.iter().zip(&mask).map(|(x, m)| x * m).sum::<f32>() / count;
         let var = adv_raw
             .iter()
@@ -237,44 +194,22 @@ impl<B: AutodiffBackend> Ppo<B> {
             .iter()
             .map(|x| (x - mean) / (var.sqrt() + 1e-8))
             .collect();
-        let t3 = |v: Vec<f32>, w: usize| {
-            Tensor::<B, 3>::from_data(TensorData::new(v, [rows, len, w]), &device)
-        };
-        let t4 =
-            |v: Vec<f32>| Tensor::<B, 4>::from_data(TensorData::new(v, [rows, len, l, h]), &device);
-        let obs = t3(gather(&st.observation, d), d);
-        let is_init = Tensor::<B, 2, Bool>::from_data(
-            TensorData::new(b.is_init.clone(), [rows, len]),
-            &device,
-        );
-        let state = RecurrentState {
-            rs_h: t4(gather(&st.rs_h, l * h)),
-            rs_c: s.cell.has_cell_state().then(|| t4(gather(&st.rs_c, l * h))),
-        };
-        let old_logp = t3(gather(&st.sample_log_prob, 1), 1);
-        let target = t3(
-            b.positions.iter().map(|&p| self.value_target[p]).collect(),
-            1,
-        );
+        let t3 = |v: Vec<f32>, w: usize| tensor3(v, rows, len, w, &device);
+        let old_logp = t3(sb.gather(&self.storage.sample_log_prob, 1), 1);
+        let target = t3(sb.gather(&self.value_target, 1), 1);
         let adv_t = t3(adv, 1);
         let mask_t = t3(mask, 1);
 
-        let out = {
-            let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
-            self.trainee.model.forward_batch(obs, is_init, state)?
-        };
+        let has_cell = s.cell.has_cell_state();
+        let inputs = sb.inputs(InitialState::Stored, s.num_layers, s.hidden_size, has_cell);
+        let out = inputs.forward(&self.trainee.model, 0, None);
         let (logp, entropy) = match self.trainee.model.action() {
-            ActionSpec::Discrete { .. } => {
-                let idx: Vec<i64> = b.positions.iter().map(|&p| st.action[p] as i64).collect();
-                let idx =
-                    Tensor::<B, 3, Int>::from_data(TensorData::new(idx, [rows, len, 1]), &device);
-                (
-                    categorical_log_prob(out.head.clone(), idx),
-                    categorical_entropy(out.head),
-                )
-            }
+            ActionSpec::Discrete { .. } => (
+                categorical_log_prob(out.head.clone(), sb.action_index(0, &device)),
+                categorical_entropy(out.head),
+            ),
             ActionSpec::Continuous { low, high } => {
-                let acts = t3(gather(&st.action, a), a);
+                let acts = t3(sb.gather(&self.storage.action, a), a);
                 (
                     squashed_gaussian_log_prob_tensor(out.head.clone(), acts, low, high),
                     gaussian_entropy(out.head, a),
@@ -295,7 +230,7 @@ impl<B: AutodiffBackend> Ppo<B> {
 
         // Diagnostics, without autodiff.
         let lr_host = host(log_ratio.inner());
-        let mask_host = b.mask.as_ref().expect("padded output");
+        let mask_host = sb.mask();
         let (mut kl, mut clipped) = (0.0f32, 0.0f32);
         for (x, &m) in lr_host.iter().zip(mask_host) {
             if m {

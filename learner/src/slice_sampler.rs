@@ -57,6 +57,18 @@ impl SliceSamplerConfig {
             seed: 0,
         }
     }
+
+    /// `num_slices` slices of `slice_len` per batch, padded, slices cut short at trajectory
+    /// ends: what the learners train on.
+    pub fn padded(slice_len: usize, num_slices: usize, replacement: bool, seed: u64) -> Self {
+        SliceSamplerConfig {
+            strict_length: false,
+            pad_output: true,
+            replacement,
+            seed,
+            ..Self::with_slice_len(slice_len, slice_len * num_slices)
+        }
+    }
 }
 
 /// Invalid sampler options or an impossible request.
