@@ -11,18 +11,16 @@ use std::time::Instant;
 use anyhow::Context;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
-use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
 use common::checkpoint::save_checkpoint;
 use common::dataset::read_dataset;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, ReplayConfig};
-use crate::eval::{evaluate, host_policy, Evaluation};
-use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, REPLAY_AXES};
-use crate::policy::fit_policy;
-use crate::run_dir::{write_config, write_summary};
+use crate::eval::{evaluate, host_policy};
+use crate::metrics::{MetricsRow, MetricsWriter, REPLAY_AXES};
+use crate::policy::{fit_policy, on_train_device};
+use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary};
 
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {
@@ -62,18 +60,7 @@ pub struct ReplaySummary {
 
 /// Runs a learner-only replay training on `replay.device`.
 pub fn replay(opts: &ReplayOptions) -> anyhow::Result<ReplaySummary> {
-    match opts.config.replay.device {
-        TrainDevice::Cpu => replay_on::<CpuAutodiff>(opts, &cpu_device()),
-        #[cfg(feature = "cuda")]
-        TrainDevice::Cuda(i) => {
-            let device = common::backend::cuda_device(i)?;
-            replay_on::<common::backend::CudaAutodiff>(opts, &device)
-        }
-        #[cfg(not(feature = "cuda"))]
-        device @ TrainDevice::Cuda(_) => {
-            Err(common::backend::DeviceError::NotBuilt { device }.into())
-        }
-    }
+    on_train_device!(opts.config.replay.device, replay_on(opts))
 }
 
 /// A replay training with the learner on `device`.
@@ -139,18 +126,7 @@ fn replay_on<B: AutodiffBackend>(
     let _ = std::fs::remove_file(&metrics_path);
     let mut metrics = MetricsWriter::open(&metrics_path)?;
     let checkpoint = opts.run_dir.join("checkpoint");
-    let bar = if opts.progress {
-        let bar = ProgressBar::new(r.updates);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{elapsed_precise} {bar:30} {pos:>7}/{len} updates  {msg}",
-            )
-            .expect("a valid template"),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress_bar(opts.progress, r.updates, "{pos:>7}/{len} updates");
     let mut summary = ReplaySummary {
         env: env.clone(),
         algo: r.algo.name().into(),
@@ -165,12 +141,7 @@ fn replay_on<B: AutodiffBackend>(
     };
     let mut train_s = 0.0f64;
     let mut next_chunk = 0usize;
-    let mut last = Evaluation {
-        episodes: 0,
-        mean_return: f64::NAN,
-        min_return: f64::NAN,
-        max_return: f64::NAN,
-    };
+    let mut eval_return = f64::NAN;
     let mut eval_episodes = 0u64;
     let run_eval = |learner: &Learner<B>, updates: u64, summary: &mut ReplaySummary| {
         let eval = evaluate(
@@ -209,8 +180,8 @@ fn replay_on<B: AutodiffBackend>(
         let u = summary.updates;
         let eval_now = (r.eval_every > 0 && u.is_multiple_of(r.eval_every)) || u == r.updates;
         if eval_now {
-            last = run_eval(&learner, u, &mut summary)?;
-            eval_episodes += last.episodes as u64;
+            let last = run_eval(&learner, u, &mut summary)?;
+            (eval_return, eval_episodes) = (last.mean_return, eval_episodes + last.episodes as u64);
             tracing::info!(
                 "update {u}: greedy return {:.1} (min {:.0}, max {:.0}) over {} episodes, loss {:.4}",
                 last.mean_return,
@@ -225,7 +196,7 @@ fn replay_on<B: AutodiffBackend>(
             frames: summary.trained_frames,
             wall_s: now,
             updates: u,
-            mean_return: last.mean_return,
+            mean_return: eval_return,
             policy_lag: 0.0,
             episodes: eval_episodes,
             frames_per_s: summary.trained_frames as f64 / train_s.max(1e-9),
@@ -236,19 +207,18 @@ fn replay_on<B: AutodiffBackend>(
         bar.set_message(format!(
             "loss {:.4}  greedy return {:.1}  {:.0} updates/s",
             stats.loss,
-            last.mean_return,
+            eval_return,
             u as f64 / train_s.max(1e-9)
         ));
         if r.checkpoint_every > 0 && u.is_multiple_of(r.checkpoint_every) {
             save_checkpoint(&checkpoint, &learner, &summary, u)?;
         }
         if let (Some(target), None) = (r.target_return, summary.updates_to_target) {
-            if eval_now && last.mean_return >= target {
+            if eval_now && eval_return >= target {
                 summary.updates_to_target = Some(u);
                 summary.seconds_to_target = Some(now);
                 tracing::info!(
-                    "greedy return {:.1} >= {target} after {u} updates, {now:.1} s",
-                    last.mean_return
+                    "greedy return {eval_return:.1} >= {target} after {u} updates, {now:.1} s"
                 );
                 break;
             }
@@ -256,7 +226,7 @@ fn replay_on<B: AutodiffBackend>(
     }
     bar.finish_and_clear();
     if summary.evaluations.last().map(|e| e.0) != Some(summary.updates) {
-        last = run_eval(&learner, summary.updates, &mut summary)?;
+        let last = run_eval(&learner, summary.updates, &mut summary)?;
         tracing::info!(
             "final greedy return {:.1} over {} episodes",
             last.mean_return,
@@ -268,22 +238,13 @@ fn replay_on<B: AutodiffBackend>(
     summary.updates_per_s = summary.updates as f64 / train_s.max(1e-9);
     summary.trained_frames_per_s = summary.trained_frames as f64 / train_s.max(1e-9);
     save_checkpoint(&checkpoint, &learner, &summary, summary.updates)?;
-    let curve = read_curve(&metrics_path)?;
     let title = format!(
         "{env} replay ({} {}-{})",
         r.algo.name().to_uppercase(),
         pc.cell.name(),
         pc.hidden_size
     );
-    if let Some(note) = plot_learning_curve(
-        &curve,
-        &title,
-        REPLAY_AXES,
-        r.target_return,
-        &opts.run_dir.join("learning_curve.png"),
-    )? {
-        tracing::warn!("{note}");
-    }
+    plot_curve(&opts.run_dir, &title, REPLAY_AXES, r.target_return)?;
     write_summary(&opts.run_dir, &summary)?;
     Ok(summary)
 }

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use common::shm::{reclaim_stale, unique_run_id};
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+
+use crate::metrics::{plot_learning_curve, read_curve, Axes};
 
 /// A run's directory and the run-unique id in its segment names.
 pub struct RunDir {
@@ -72,6 +75,27 @@ pub fn write_summary(dir: &Path, summary: &impl Serialize) -> anyhow::Result<()>
         serde_json::to_string_pretty(summary)? + "\n",
     )?;
     Ok(())
+}
+
+/// Draws `dir/learning_curve.png` from `dir/metrics.csv` (a missing font is logged, not an error).
+pub fn plot_curve(dir: &Path, title: &str, axes: Axes, target: Option<f64>) -> anyhow::Result<()> {
+    let curve = read_curve(&dir.join("metrics.csv"))?;
+    let out = dir.join("learning_curve.png");
+    if let Some(note) = plot_learning_curve(&curve, title, axes, target, &out)? {
+        tracing::warn!("{note}");
+    }
+    Ok(())
+}
+
+/// A progress bar of `len` (`count` renders its position), or a hidden one when `!show`.
+pub fn progress_bar(show: bool, len: u64, count: &str) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let template = format!("{{elapsed_precise}} {{bar:30}} {count}  {{msg}}");
+    let bar = ProgressBar::new(len);
+    bar.set_style(ProgressStyle::with_template(&template).expect("a valid template"));
+    bar
 }
 
 /// The default run directory of a new run: `runs/<name>-<unix time>`.

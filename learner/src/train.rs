@@ -10,21 +10,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
-use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
 use common::checkpoint::{load_checkpoint, save_checkpoint};
 use common::chunk::Chunk;
 use common::policy::{chunk_schema, PolicyConfig};
 use common::rollout::EpsilonSchedule;
 use common::weights::to_blob;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, AlgoConfig, CollectorMode, TrainConfig};
-use crate::metrics::{plot_learning_curve, read_curve, MetricsRow, MetricsWriter, TRAIN_AXES};
-use crate::policy::fit_policy;
+use crate::metrics::{MetricsRow, MetricsWriter, TRAIN_AXES};
+use crate::policy::{fit_policy, on_train_device};
 use crate::recording::Recording;
-use crate::run_dir::{write_config, write_summary};
+use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary};
 use crate::supervisor::default_actor_count;
 use crate::transport::{CollectSummary, ShmTransport, Transport, TransportConfig};
 
@@ -83,18 +82,7 @@ const RECENT: usize = 20;
 
 /// Runs (or resumes) a training run on `run.device`.
 pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
-    match opts.config.run.device {
-        TrainDevice::Cpu => train_on::<CpuAutodiff>(opts, &cpu_device()),
-        #[cfg(feature = "cuda")]
-        TrainDevice::Cuda(i) => {
-            let device = common::backend::cuda_device(i)?;
-            train_on::<common::backend::CudaAutodiff>(opts, &device)
-        }
-        #[cfg(not(feature = "cuda"))]
-        device @ TrainDevice::Cuda(_) => {
-            Err(common::backend::DeviceError::NotBuilt { device }.into())
-        }
-    }
+    on_train_device!(opts.config.run.device, train_on(opts))
 }
 
 fn train_on<B: AutodiffBackend>(
@@ -239,7 +227,14 @@ fn train_on<B: AutodiffBackend>(
     save_checkpoint(&checkpoint, &learner, &state, version)?;
     let (transport_summary, tail) = transport.finish(stopped_by_request)?;
     recording.record(&tail)?;
-    plot_curve(opts, &pc)?;
+    let title = format!(
+        "{} ({} {}-{})",
+        config.run.env,
+        config.run.algo.name().to_uppercase(),
+        pc.cell.name(),
+        pc.hidden_size
+    );
+    plot_curve(&opts.run_dir, &title, TRAIN_AXES, config.run.target_return)?;
     let summary = TrainSummary {
         env: config.run.env.clone(),
         frames: state.frames,
@@ -259,31 +254,9 @@ fn train_on<B: AutodiffBackend>(
     Ok(summary)
 }
 
-/// `learning_curve.png` from `metrics.csv`.
-fn plot_curve(opts: &TrainOptions, pc: &PolicyConfig) -> anyhow::Result<()> {
-    let config = &opts.config;
-    let curve = read_curve(&opts.run_dir.join("metrics.csv"))?;
-    let title = format!(
-        "{} ({} {}-{})",
-        config.run.env,
-        config.run.algo.name().to_uppercase(),
-        pc.cell.name(),
-        pc.hidden_size
-    );
-    if let Some(note) = plot_learning_curve(
-        &curve,
-        &title,
-        TRAIN_AXES,
-        config.run.target_return,
-        &opts.run_dir.join("learning_curve.png"),
-    )? {
-        tracing::warn!("{note}");
-    }
-    Ok(())
-}
-
 /// The actors of a run: its collector section, the learner's policy architecture, the
-/// exploration of its algorithm; seeded anew after `updates` updates (a resumed run).
+/// exploration of its algorithm (PPO samples from its policy; DQN actors are epsilon-greedy with
+/// the schedule counted in policy versions, one per update, one update per chunk); seeded anew after `updates` updates (a resumed run).
 fn transport_config(
     opts: &TrainOptions,
     pc: &PolicyConfig,
@@ -307,28 +280,22 @@ fn transport_config(
         actor_program: opts.actor_program.clone(),
         slots: c.ring_slots,
         max_restarts: 5,
-        actor_args: exploration_args(config, chunk_frames),
-    }
-}
-
-/// The actors' action selection: PPO samples from its policy; DQN actors are epsilon-greedy
-/// with the schedule counted in policy versions (one per update, one update per chunk).
-fn exploration_args(config: &TrainConfig, chunk_frames: u64) -> Vec<String> {
-    match (config.run.algo, &config.dqn) {
-        (Algo::Dqn, Some(d)) => {
-            let schedule = EpsilonSchedule {
-                start: d.epsilon_start,
-                end: d.epsilon_end,
-                decay_versions: d.epsilon_decay_frames / chunk_frames.max(1),
-            };
-            vec![
-                "--exploration".into(),
-                "greedy".into(),
-                "--epsilon".into(),
-                schedule.to_string(),
-            ]
-        }
-        _ => Vec::new(),
+        actor_args: match (config.run.algo, &config.dqn) {
+            (Algo::Dqn, Some(d)) => {
+                let schedule = EpsilonSchedule {
+                    start: d.epsilon_start,
+                    end: d.epsilon_end,
+                    decay_versions: d.epsilon_decay_frames / chunk_frames.max(1),
+                };
+                vec![
+                    "--exploration".into(),
+                    "greedy".into(),
+                    "--epsilon".into(),
+                    schedule.to_string(),
+                ]
+            }
+            _ => Vec::new(),
+        },
     }
 }
 
@@ -466,19 +433,8 @@ struct Progress {
 impl Progress {
     fn start(opts: &TrainOptions, state: &TrainState) -> anyhow::Result<Self> {
         let total = opts.config.run.frames;
-        let bar = if opts.progress {
-            let bar = ProgressBar::new(total);
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{elapsed_precise} {bar:30} {pos:>8}/{len} frames  {msg}",
-                )
-                .expect("a valid template"),
-            );
-            bar.set_position(state.frames);
-            bar
-        } else {
-            ProgressBar::hidden()
-        };
+        let bar = progress_bar(opts.progress, total, "{pos:>8}/{len} frames");
+        bar.set_position(state.frames);
         Ok(Progress {
             metrics: MetricsWriter::open(&opts.run_dir.join("metrics.csv"))?,
             bar,
