@@ -63,7 +63,9 @@ impl ShmTransport {
         let mut weights = WeightPublisher::create(&run_dir.weights_segment(), initial_blob.len())?;
         weights.publish(1, initial_blob)?;
         summary.policy_version = 1;
-        let slot_bytes = encoded_chunk_len(&schema)?;
+        let slot_bytes = Chunk::zeros(&schema, ChunkMeta::new(0, 0, 0, 0))
+            .encode(&schema)?
+            .len();
         let server = ControlServer::start(&run_dir.control_socket())?;
         let (supervisor, events) = Supervisor::start(SupervisorConfig {
             program: config.actor_program.clone(),
@@ -221,7 +223,12 @@ impl ShmTransport {
     }
 
     fn actors_changed(&mut self, events: &[ActorEvent]) {
-        mark_dead(events, &mut self.rings);
+        for ring in &mut self.rings {
+            ring.dead |= events.iter().any(|e| {
+                matches!(*e, ActorEvent::Exited { actor_id, incarnation, .. }
+                    if (actor_id, incarnation) == (ring.actor_id, ring.incarnation))
+            });
+        }
         log_events(events, &mut self.summary);
     }
 }
@@ -342,24 +349,6 @@ fn log_events(events: &[ActorEvent], summary: &mut CollectSummary) {
     }
 }
 
-fn mark_dead(events: &[ActorEvent], rings: &mut [RingSlot]) {
-    for e in events {
-        if let ActorEvent::Exited {
-            actor_id,
-            incarnation,
-            ..
-        } = e
-        {
-            for ring in rings
-                .iter_mut()
-                .filter(|r| r.actor_id == *actor_id && r.incarnation == *incarnation)
-            {
-                ring.dead = true;
-            }
-        }
-    }
-}
-
 /// Logs and records a ring whose writer died with a slot half written (never consumed).
 fn report_abandoned(incarnations: &mut Incarnations, ring: &RingSlot) {
     if ring.reader.abandoned_slot() {
@@ -381,12 +370,6 @@ fn incarnation(all: &mut Incarnations, actor_id: u32, incarnation: u32) -> &mut 
         })
 }
 
-/// Bytes of one encoded chunk of `schema` (the ring's slot size).
-fn encoded_chunk_len(schema: &ChunkSchema) -> anyhow::Result<usize> {
-    let meta = ChunkMeta::new(0, 0, 0, 0);
-    Ok(Chunk::zeros(schema, meta).encode(schema)?.len())
-}
-
 fn actor_args(config: &TransportConfig, socket: &Path) -> Vec<String> {
     let mut args = vec!["--connect".to_string(), socket.display().to_string()];
     args.extend(config.actor_args.iter().cloned());
@@ -402,7 +385,7 @@ fn actor_args(config: &TransportConfig, socket: &Path) -> Vec<String> {
             config
                 .encoder
                 .iter()
-                .map(|w| w.to_string())
+                .map(usize::to_string)
                 .collect::<Vec<_>>()
                 .join(","),
         ),
