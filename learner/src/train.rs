@@ -138,7 +138,10 @@ fn train_on<B: AutodiffBackend>(
     if version > 1 {
         transport.publish(version, &to_blob(learner.model(), version))?;
     }
-    let mut returns = Returns::resume(&state.recent_returns);
+    let mut returns = Returns {
+        open: HashMap::new(),
+        recent: state.recent_returns.iter().copied().collect(),
+    };
     let mut admission = Admission {
         sync: c.mode == CollectorMode::Sync,
         max_policy_lag: c.max_policy_lag,
@@ -154,7 +157,10 @@ fn train_on<B: AutodiffBackend>(
             stopped_by_request = true;
             break;
         }
-        if progress.past(opts.max_seconds) {
+        if opts
+            .max_seconds
+            .is_some_and(|m| progress.started.elapsed().as_secs_f64() >= m)
+        {
             tracing::info!("time limit reached");
             break;
         }
@@ -185,7 +191,7 @@ fn train_on<B: AutodiffBackend>(
             version += 1;
             transport.publish(version, &to_blob(learner.model(), version))?;
             state.policy_version = version;
-            admission.next_version();
+            admission.taken.clear(); // sync mode: every actor's next chunk is wanted
 
             // Report: metrics.csv, the progress bar, the log.
             let now = progress.wall();
@@ -335,11 +341,6 @@ impl Admission {
         true
     }
 
-    /// New weights were published: in sync mode every actor's next chunk is wanted.
-    fn next_version(&mut self) {
-        self.taken.clear();
-    }
-
     /// The mean lag of the chunks admitted since the last call.
     fn take_mean_lag(&mut self) -> f64 {
         let mean = self.lag_sum as f64 / self.lag_n.max(1) as f64;
@@ -356,14 +357,6 @@ struct Returns {
 }
 
 impl Returns {
-    /// Continues with the recent returns of a checkpoint.
-    fn resume(recent: &[f64]) -> Self {
-        Returns {
-            open: HashMap::new(),
-            recent: recent.iter().copied().collect(),
-        }
-    }
-
     /// Adds a chunk's rewards; returns how many episodes ended in it.
     fn add(&mut self, chunk: &Chunk) -> u64 {
         let mut ended = 0;
@@ -448,11 +441,6 @@ impl Progress {
     /// Wall seconds of the whole run so far.
     fn wall(&self) -> f64 {
         self.earlier_s + self.started.elapsed().as_secs_f64()
-    }
-
-    /// This process has run for `max_seconds`.
-    fn past(&self, max_seconds: Option<f64>) -> bool {
-        max_seconds.is_some_and(|m| self.started.elapsed().as_secs_f64() >= m)
     }
 
     /// Frames per second since the last call.
