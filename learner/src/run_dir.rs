@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use common::shm::{reclaim_stale, unique_run_id};
+use common::shm::unique_run_id;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -32,10 +32,6 @@ impl RunDir {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The control plane's Unix socket.
     pub fn control_socket(&self) -> PathBuf {
         self.path.join("control.sock")
@@ -50,15 +46,6 @@ impl RunDir {
     pub fn ring_segment(&self, actor_id: u32, incarnation: u32) -> String {
         format!("recur-{}-ring-{actor_id}-{incarnation}", self.run_id)
     }
-}
-
-/// Removes the segments of runs whose owner died (logging each); returns their names.
-pub fn reclaim_stale_segments() -> Vec<String> {
-    let reclaimed = reclaim_stale();
-    for name in &reclaimed {
-        tracing::warn!("removed shared-memory segment {name} left by a crashed run");
-    }
-    reclaimed
 }
 
 /// Creates `dir` (and its parents) and writes the run's resolved config to `dir/config.toml`.

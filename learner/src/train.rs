@@ -12,7 +12,7 @@ use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
 use common::checkpoint::{load_checkpoint, save_checkpoint};
 use common::chunk::Chunk;
-use common::policy::{chunk_schema, PolicyConfig};
+use common::policy::chunk_schema;
 use common::rollout::EpsilonSchedule;
 use common::weights::to_blob;
 use indicatif::ProgressBar;
@@ -130,8 +130,43 @@ fn train_on<B: AutodiffBackend>(
     }
     let mut recording = Recording::create(opts.save_replay.as_deref(), &config.run.env, &schema)?;
     let mut version = state.policy_version.max(1);
+    // The actors: the collector section, the learner's policy architecture, the algorithm's
+    // exploration (PPO samples from its policy; DQN actors are epsilon-greedy with the schedule
+    // counted in policy versions, one per update, one update per chunk); a resumed run seeds
+    // them anew.
+    let transport_config = TransportConfig {
+        env: config.run.env.clone(),
+        actors,
+        envs: c.envs_per_actor,
+        steps: c.steps,
+        cell: pc.cell,
+        hidden: pc.hidden_size,
+        layers: pc.num_layers,
+        encoder: pc.encoder.clone(),
+        seed: config.run.seed.wrapping_add(state.updates),
+        run_dir: opts.run_dir.clone(),
+        actor_program: opts.actor_program.clone(),
+        slots: c.ring_slots,
+        max_restarts: 5,
+        actor_args: match (config.run.algo, &config.dqn) {
+            (Algo::Dqn, Some(d)) => {
+                let schedule = EpsilonSchedule {
+                    start: d.epsilon_start,
+                    end: d.epsilon_end,
+                    decay_versions: d.epsilon_decay_frames / chunk_frames.max(1),
+                };
+                vec![
+                    "--exploration".into(),
+                    "greedy".into(),
+                    "--epsilon".into(),
+                    schedule.to_string(),
+                ]
+            }
+            _ => Vec::new(),
+        },
+    };
     let mut transport = ShmTransport::start(
-        &transport_config(opts, &pc, actors, chunk_frames, state.updates),
+        &transport_config,
         schema,
         &to_blob(learner.model(), version),
     )?;
@@ -258,51 +293,6 @@ fn train_on<B: AutodiffBackend>(
     };
     write_summary(&opts.run_dir, &summary)?;
     Ok(summary)
-}
-
-/// The actors of a run: its collector section, the learner's policy architecture, the
-/// exploration of its algorithm (PPO samples from its policy; DQN actors are epsilon-greedy with
-/// the schedule counted in policy versions, one per update, one update per chunk); seeded anew after `updates` updates (a resumed run).
-fn transport_config(
-    opts: &TrainOptions,
-    pc: &PolicyConfig,
-    actors: u32,
-    chunk_frames: u64,
-    updates: u64,
-) -> TransportConfig {
-    let config = &opts.config;
-    let c = &config.collector;
-    TransportConfig {
-        env: config.run.env.clone(),
-        actors,
-        envs: c.envs_per_actor,
-        steps: c.steps,
-        cell: pc.cell,
-        hidden: pc.hidden_size,
-        layers: pc.num_layers,
-        encoder: pc.encoder.clone(),
-        seed: config.run.seed.wrapping_add(updates),
-        run_dir: opts.run_dir.clone(),
-        actor_program: opts.actor_program.clone(),
-        slots: c.ring_slots,
-        max_restarts: 5,
-        actor_args: match (config.run.algo, &config.dqn) {
-            (Algo::Dqn, Some(d)) => {
-                let schedule = EpsilonSchedule {
-                    start: d.epsilon_start,
-                    end: d.epsilon_end,
-                    decay_versions: d.epsilon_decay_frames / chunk_frames.max(1),
-                };
-                vec![
-                    "--exploration".into(),
-                    "greedy".into(),
-                    "--epsilon".into(),
-                    schedule.to_string(),
-                ]
-            }
-            _ => Vec::new(),
-        },
-    }
 }
 
 /// Which chunks the algorithm gets: in async mode those at most `max_policy_lag` versions

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use common::chunk::{Chunk, ChunkMeta, ChunkSchema};
 use common::control::{schema_mismatch, Response};
-use common::shm::{RingConfig, RingReader, WeightPublisher};
+use common::shm::{reclaim_stale, RingConfig, RingReader, WeightPublisher};
 
 use super::{CollectSummary, IncarnationSummary, Transport, TransportConfig};
 use crate::control_server::{ControlServer, Registration};
-use crate::run_dir::{reclaim_stale_segments, RunDir};
+use crate::run_dir::RunDir;
 use crate::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
 
 struct RingSlot {
@@ -55,9 +55,14 @@ impl ShmTransport {
     ) -> anyhow::Result<Self> {
         let start = Instant::now();
         let run_dir = RunDir::create(&config.run_dir)?;
+        // Segments of runs whose owner died are removed before this run creates its own.
+        let reclaimed_segments = reclaim_stale();
+        for name in &reclaimed_segments {
+            tracing::warn!("removed shared-memory segment {name} left by a crashed run");
+        }
         let mut summary = CollectSummary {
             env: config.env.clone(),
-            reclaimed_segments: reclaim_stale_segments(),
+            reclaimed_segments,
             ..Default::default()
         };
         let mut weights = WeightPublisher::create(&run_dir.weights_segment(), initial_blob.len())?;
