@@ -231,7 +231,8 @@ fn train_on<B: AutodiffBackend>(
             // Report: metrics.csv, the progress bar, the log.
             let now = progress.wall();
             let mean_return = state.note_returns(&returns, config.run.target_return, now);
-            let fps = progress.frames_per_s(state.frames, now);
+            let fps = (state.frames - progress.last.0) as f64 / (now - progress.last.1).max(1e-9);
+            progress.last = (state.frames, now);
             let row = MetricsRow {
                 frames: state.frames,
                 wall_s: now,
@@ -431,13 +432,6 @@ impl Progress {
     /// Wall seconds of the whole run so far.
     fn wall(&self) -> f64 {
         self.earlier_s + self.started.elapsed().as_secs_f64()
-    }
-
-    /// Frames per second since the last call.
-    fn frames_per_s(&mut self, frames: u64, now: f64) -> f64 {
-        let fps = (frames - self.last.0) as f64 / (now - self.last.1).max(1e-9);
-        self.last = (frames, now);
-        fps
     }
 
     /// Writes an update's row, moves the bar, and logs every 10th update (25th without a bar).

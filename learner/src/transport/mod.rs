@@ -85,7 +85,6 @@ pub trait Transport {
     /// Broadcasts weight version `version` (actors adopt it at their next chunk boundary).
     fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()>;
 
-    /// The counts so far.
     fn stats(&self) -> &CollectSummary;
 
     /// A signal or a control-plane request asked the run to stop.
