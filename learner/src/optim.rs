@@ -2,7 +2,7 @@
 //! and the trained model with its Adam optimizer ([`Trainee`]: one gradient step with
 //! global-norm clipping, and the checkpoint bytes of both).
 
-use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
@@ -109,44 +109,38 @@ fn clip_global_norm<B: AutodiffBackend>(
     grads: &mut GradientsParams,
     max_norm: f32,
 ) -> f32 {
-    struct Ids(Vec<(ParamId, usize)>);
-    impl<M: Backend> ModuleVisitor<M> for Ids {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<M, D>>) {
-            self.0.push((param.id, D));
-        }
+    /// Sums the squared gradients (`scale` None), or multiplies them by `scale`.
+    struct Grads<'a> {
+        grads: &'a mut GradientsParams,
+        scale: Option<f32>,
+        sq: f64,
     }
-    let mut ids = Ids(Vec::new());
-    model.visit(&mut ids);
-    let mut sq = 0.0f64;
-    for &(id, rank) in &ids.0 {
-        sq += match rank {
-            1 => grads
-                .get::<B::InnerBackend, 1>(id)
-                .map_or(0.0, |g| host(g.powi_scalar(2).sum())[0] as f64),
-            2 => grads
-                .get::<B::InnerBackend, 2>(id)
-                .map_or(0.0, |g| host(g.powi_scalar(2).sum())[0] as f64),
-            _ => 0.0,
-        };
-    }
-    let norm = sq.sqrt() as f32;
-    if norm > max_norm && norm.is_finite() {
-        let scale = max_norm / (norm + 1e-6);
-        for &(id, rank) in &ids.0 {
-            match rank {
-                1 => {
-                    if let Some(g) = grads.remove::<B::InnerBackend, 1>(id) {
-                        grads.register(id, g * scale);
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Grads<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            match self.scale {
+                None => {
+                    if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
+                        self.sq += host(g.powi_scalar(2).sum())[0] as f64;
                     }
                 }
-                2 => {
-                    if let Some(g) = grads.remove::<B::InnerBackend, 2>(id) {
-                        grads.register(id, g * scale);
+                Some(scale) => {
+                    if let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+                        self.grads.register(param.id, g * scale);
                     }
                 }
-                _ => {}
             }
         }
+    }
+    let mut visitor = Grads {
+        grads,
+        scale: None,
+        sq: 0.0,
+    };
+    model.visit(&mut visitor);
+    let norm = visitor.sq.sqrt() as f32;
+    if norm > max_norm && norm.is_finite() {
+        visitor.scale = Some(max_norm / (norm + 1e-6));
+        model.visit(&mut visitor);
     }
     norm
 }

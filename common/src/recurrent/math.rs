@@ -1,7 +1,6 @@
 //! The cells' element-wise math on the host, shared by the fused kernel
 //! ([`fused`](super::fused)) and the actor's inference path (`policy::inference`): vectorizable
-//! `exp`,
-//! `sigmoid` and `tanh`, and the LSTM and GRU state updates.
+//! `exp`, `sigmoid` and `tanh`, and the LSTM and GRU state updates.
 //!
 //! libm's scalar `expf` is a function call per element; the cells evaluate `G*H` activations per
 //! row and step, as many as the GEMM has output elements, so a call each would cost as much as
@@ -35,7 +34,6 @@ pub(crate) fn exp(x: f32) -> f32 {
     y * f32::from_bits(((k + 127) << 23) as u32)
 }
 
-/// `1 / (1 + e^-x)`.
 #[inline(always)]
 pub(crate) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp(-x))
@@ -61,14 +59,12 @@ pub(crate) fn gru_hidden(z: f32, n: f32, h: f32) -> f32 {
     n + z * (h - n)
 }
 
-/// `v <- sigmoid(v)` element-wise.
 pub(crate) fn sigmoid_in_place(v: &mut [f32]) {
     for x in v {
         *x = sigmoid(*x);
     }
 }
 
-/// `v <- tanh(v)` element-wise.
 pub(crate) fn tanh_in_place(v: &mut [f32]) {
     for x in v {
         *x = tanh(*x);

@@ -85,15 +85,14 @@ impl ActorBench {
     pub fn checked(self) -> anyhow::Result<Self> {
         at_least_one("--threads", self.threads)?;
         each_at_least_one("--num-envs", "E", &self.num_envs)?;
-        Ok(if self.quick {
-            ActorBench {
-                num_envs: vec![1, 256],
-                iters: 2,
-                min_seconds: 0.2,
-                ..self
-            }
-        } else {
-            self
+        if !self.quick {
+            return Ok(self);
+        }
+        Ok(ActorBench {
+            num_envs: vec![1, 256],
+            iters: 2,
+            min_seconds: 0.2,
+            ..self
         })
     }
 

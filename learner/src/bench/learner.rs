@@ -113,16 +113,15 @@ impl LearnerBench {
             self.burn_in,
             self.slice_lens
         );
-        Ok(if self.quick {
-            LearnerBench {
-                slice_lens: vec![16],
-                batches: vec![8],
-                iters: 3,
-                warmup: 1,
-                ..self
-            }
-        } else {
-            self
+        if !self.quick {
+            return Ok(self);
+        }
+        Ok(LearnerBench {
+            slice_lens: vec![16],
+            batches: vec![8],
+            iters: 3,
+            warmup: 1,
+            ..self
         })
     }
 

@@ -215,16 +215,15 @@ impl RnnBench {
             !self.recomputes.is_empty(),
             "--recompute: give at least one of none, full"
         );
-        Ok(if self.quick {
-            RnnBench {
-                steps: vec![64.min(*self.steps.iter().min().unwrap_or(&64))],
-                reset_probs: vec![0.0, 0.1],
-                iters: 2,
-                warmup: 1,
-                ..self
-            }
-        } else {
-            self
+        if !self.quick {
+            return Ok(self);
+        }
+        Ok(RnnBench {
+            steps: vec![64.min(*self.steps.iter().min().unwrap_or(&64))],
+            reset_probs: vec![0.0, 0.1],
+            iters: 2,
+            warmup: 1,
+            ..self
         })
     }
 

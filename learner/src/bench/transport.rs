@@ -105,18 +105,17 @@ impl TransportBench {
     /// Checks the flags (an error names the flag), then applies `--quick`.
     pub fn checked(self) -> anyhow::Result<Self> {
         each_at_least_one("--producers", "count", &self.producers)?;
-        Ok(if self.quick {
-            TransportBench {
-                chunk_sizes: vec![1 << 20],
-                producers: vec![1],
-                iters: 3,
-                window_bytes: 64 << 20,
-                weight_sizes: vec![1 << 20],
-                weight_samples: 50,
-                ..self
-            }
-        } else {
-            self
+        if !self.quick {
+            return Ok(self);
+        }
+        Ok(TransportBench {
+            chunk_sizes: vec![1 << 20],
+            producers: vec![1],
+            iters: 3,
+            window_bytes: 64 << 20,
+            weight_sizes: vec![1 << 20],
+            weight_samples: 50,
+            ..self
         })
     }
 
