@@ -189,20 +189,6 @@ impl Supervisor {
         events
     }
 
-    /// Waits up to `grace` for actors to exit by themselves (after a shutdown request over the
-    /// control plane), then shuts the rest down.
-    pub fn wait_then_shutdown(&mut self, grace: Duration) -> Vec<ActorEvent> {
-        self.stopping = true;
-        let deadline = Instant::now() + grace;
-        let mut events = Vec::new();
-        while Instant::now() < deadline && self.slots.iter().any(|s| s.child.is_some()) {
-            events.extend(self.poll().unwrap_or_default());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        events.extend(self.shutdown(Duration::from_secs(2)));
-        events
-    }
-
     fn kill_all(&mut self, events: &mut Vec<ActorEvent>) {
         for slot in &mut self.slots {
             if let Some(mut child) = slot.child.take() {
