@@ -19,7 +19,7 @@ use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, ReplayConfig};
 use crate::eval::{evaluate, host_policy};
 use crate::metrics::{MetricsRow, MetricsWriter, REPLAY_AXES};
-use crate::policy::{fit_policy, on_train_device};
+use crate::policy::fit_policy;
 use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary};
 
 #[derive(Clone, Debug)]

@@ -16,25 +16,3 @@ pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> 
         .with_encoder(p.encoder.clone())
         .with_backend(p.backend))
 }
-
-/// Calls `$run::<B>($opts, &device)` with `B` the autodiff backend of train device `$device`
-/// (errs for a CUDA device in a build without the `cuda` feature).
-macro_rules! on_train_device {
-    ($device:expr, $run:ident($opts:expr)) => {
-        match $device {
-            common::backend::TrainDevice::Cpu => {
-                $run::<common::backend::CpuAutodiff>($opts, &common::backend::cpu_device())
-            }
-            #[cfg(feature = "cuda")]
-            common::backend::TrainDevice::Cuda(i) => {
-                let device = common::backend::cuda_device(i)?;
-                $run::<common::backend::CudaAutodiff>($opts, &device)
-            }
-            #[cfg(not(feature = "cuda"))]
-            device @ common::backend::TrainDevice::Cuda(_) => {
-                Err(common::backend::DeviceError::NotBuilt { device }.into())
-            }
-        }
-    };
-}
-pub(crate) use on_train_device;

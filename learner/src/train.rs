@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, AlgoConfig, CollectorMode, TrainConfig};
 use crate::metrics::{MetricsRow, MetricsWriter, TRAIN_AXES};
-use crate::policy::{fit_policy, on_train_device};
+use crate::policy::fit_policy;
 use crate::recording::Recording;
 use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary};
 use crate::supervisor::default_actor_count;
