@@ -6,6 +6,7 @@
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
+use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::dist::{categorical_log_prob, squashed_gaussian_log_prob_tensor};
 use common::policy::{ActionSpec, PolicyConfig};
@@ -70,10 +71,6 @@ impl<B: AutodiffBackend> Bc<B> {
 }
 
 impl<B: AutodiffBackend> Algorithm<B> for Bc<B> {
-    fn model(&self) -> &Model<B> {
-        &self.trainer.trainee.model
-    }
-
     fn add_chunk(&mut self, chunk: &Chunk) {
         self.trainer.storage.extend(chunk);
     }
@@ -93,6 +90,12 @@ impl<B: AutodiffBackend> Algorithm<B> for Bc<B> {
 
     fn off_policy(&self) -> bool {
         true
+    }
+}
+
+impl<B: AutodiffBackend> Checkpointed<B> for Bc<B> {
+    fn model(&self) -> &Model<B> {
+        &self.trainer.trainee.model
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {

@@ -17,6 +17,7 @@
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
+use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 
@@ -251,10 +252,6 @@ impl<B: AutodiffBackend> Dqn<B> {
 }
 
 impl<B: AutodiffBackend> Algorithm<B> for Dqn<B> {
-    fn model(&self) -> &Model<B> {
-        &self.trainer.trainee.model
-    }
-
     fn add_chunk(&mut self, chunk: &Chunk) {
         self.trainer.storage.extend(chunk);
     }
@@ -273,6 +270,12 @@ impl<B: AutodiffBackend> Algorithm<B> for Dqn<B> {
 
     fn off_policy(&self) -> bool {
         true
+    }
+}
+
+impl<B: AutodiffBackend> Checkpointed<B> for Dqn<B> {
+    fn model(&self) -> &Model<B> {
+        &self.trainer.trainee.model
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {

@@ -15,7 +15,7 @@ use common::checkpoint::save_checkpoint;
 use common::dataset::read_dataset;
 use serde::{Deserialize, Serialize};
 
-use crate::algo::{Learner, LearnerSpec};
+use crate::algo::{self, LearnerSpec};
 use crate::config::{Algo, ReplayConfig};
 use crate::eval::{evaluate, host_policy};
 use crate::metrics::{MetricsRow, MetricsWriter, REPLAY_AXES};
@@ -105,7 +105,7 @@ fn replay_on<B: AutodiffBackend>(
     );
     let pc = fit_policy(&env, &config.policy)?;
     let algo = config.algorithm();
-    let mut learner = Learner::<B>::on_device(
+    let mut learner = algo::build::<B>(
         &LearnerSpec {
             algo: &algo,
             policy: &pc,
@@ -143,7 +143,7 @@ fn replay_on<B: AutodiffBackend>(
     let mut next_chunk = 0usize;
     let mut eval_return = f64::NAN;
     let mut eval_episodes = 0u64;
-    let run_eval = |learner: &Learner<B>, updates: u64, summary: &mut ReplaySummary| {
+    let run_eval = |learner: &algo::Learner<B>, updates: u64, summary: &mut ReplaySummary| {
         let eval = evaluate(
             host_policy(&learner.model().valid())?,
             &env,
@@ -211,7 +211,7 @@ fn replay_on<B: AutodiffBackend>(
             u as f64 / train_s.max(1e-9)
         ));
         if r.checkpoint_every > 0 && u.is_multiple_of(r.checkpoint_every) {
-            save_checkpoint(&checkpoint, &learner, &summary, u)?;
+            save_checkpoint(&checkpoint, &*learner, &summary, u)?;
         }
         if let (Some(target), None) = (r.target_return, summary.updates_to_target) {
             if eval_now && eval_return >= target {
@@ -237,7 +237,7 @@ fn replay_on<B: AutodiffBackend>(
     summary.train_seconds = train_s;
     summary.updates_per_s = summary.updates as f64 / train_s.max(1e-9);
     summary.trained_frames_per_s = summary.trained_frames as f64 / train_s.max(1e-9);
-    save_checkpoint(&checkpoint, &learner, &summary, summary.updates)?;
+    save_checkpoint(&checkpoint, &*learner, &summary, summary.updates)?;
     let title = format!(
         "{env} replay ({} {}-{})",
         r.algo.name().to_uppercase(),

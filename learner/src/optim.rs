@@ -9,6 +9,7 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
+use common::checkpoint::Checkpointed;
 use common::chunk::Chunk;
 use common::policy::{Policy, PolicyConfig};
 
@@ -21,10 +22,7 @@ type Optim<B> = OptimizerAdaptor<Adam, Model<B>, B>;
 
 /// A learning algorithm as the training loop (online, with actors) and the learner-only replay
 /// loop drive it: chunks in, updates out, without knowing which algorithm runs.
-pub trait Algorithm<B: AutodiffBackend> {
-    /// The model being trained.
-    fn model(&self) -> &Model<B>;
-
+pub trait Algorithm<B: AutodiffBackend>: Checkpointed<B> {
     /// Stores a chunk (PPO also computes its advantages).
     fn add_chunk(&mut self, chunk: &Chunk);
 
@@ -36,12 +34,6 @@ pub trait Algorithm<B: AutodiffBackend> {
 
     /// Whether chunks of any policy version are kept (on-policy learners drop stale ones).
     fn off_policy(&self) -> bool;
-
-    /// The model record and the optimizer state, as bytes (checkpoints).
-    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)>;
-
-    /// Restores what [`save_state`](Self::save_state) wrote.
-    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()>;
 }
 
 /// A policy (or Q-network) under training on backend `B`.

@@ -15,6 +15,7 @@
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
+use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::dist::{
     categorical_entropy, categorical_log_prob, gaussian_entropy, squashed_gaussian_log_prob_tensor,
@@ -72,10 +73,6 @@ impl<B: AutodiffBackend> Ppo<B> {
 }
 
 impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
-    fn model(&self) -> &Model<B> {
-        &self.trainee.model
-    }
-
     /// Computes the chunk's advantages with the current critic and stores both.
     fn add_chunk(&mut self, chunk: &Chunk) {
         let s = &self.schema;
@@ -155,6 +152,12 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
 
     fn off_policy(&self) -> bool {
         false
+    }
+}
+
+impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
+    fn model(&self) -> &Model<B> {
+        &self.trainee.model
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {

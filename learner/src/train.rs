@@ -18,7 +18,7 @@ use common::weights::to_blob;
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
-use crate::algo::{Learner, LearnerSpec};
+use crate::algo::{self, LearnerSpec};
 use crate::config::{Algo, AlgoConfig, CollectorMode, TrainConfig};
 use crate::metrics::{MetricsRow, MetricsWriter, TRAIN_AXES};
 use crate::policy::fit_policy;
@@ -107,7 +107,7 @@ fn train_on<B: AutodiffBackend>(
     if let AlgoConfig::Ppo(ppo) = &mut algo {
         ppo.frames_per_update = frames_per_update;
     }
-    let mut learner = Learner::<B>::on_device(
+    let mut learner = algo::build::<B>(
         &LearnerSpec {
             algo: &algo,
             policy: &pc,
@@ -120,7 +120,7 @@ fn train_on<B: AutodiffBackend>(
     let mut state = TrainState::default();
     let checkpoint = opts.run_dir.join("checkpoint");
     if opts.resume {
-        state = load_checkpoint(&checkpoint, &mut learner)
+        state = load_checkpoint(&checkpoint, &mut *learner)
             .with_context(|| format!("resuming from {}", checkpoint.display()))?;
         tracing::info!(
             "resumed at update {} ({} frames)",
@@ -252,7 +252,7 @@ fn train_on<B: AutodiffBackend>(
                     wall_s: now,
                     ..state.clone()
                 };
-                save_checkpoint(&checkpoint, &learner, &snapshot, version)?;
+                save_checkpoint(&checkpoint, &*learner, &snapshot, version)?;
             }
             if config.run.stop_at_target && state.frames_to_target.is_some()
                 || state.frames >= config.run.frames
@@ -266,7 +266,7 @@ fn train_on<B: AutodiffBackend>(
     progress.bar.finish_and_clear();
     state.wall_s = progress.wall();
     state.recent_returns = returns.recent.iter().copied().collect();
-    save_checkpoint(&checkpoint, &learner, &state, version)?;
+    save_checkpoint(&checkpoint, &*learner, &state, version)?;
     let (transport_summary, tail) = transport.finish(stopped_by_request)?;
     recording.record(&tail)?;
     let title = format!(

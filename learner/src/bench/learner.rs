@@ -13,6 +13,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use common::backend::{cpu_device, CpuAutodiff};
 use common::chunk::Chunk;
 use common::policy::chunk_schema;
 use common::recurrent::{CellKind, RecurrentBackend};
@@ -20,10 +21,8 @@ use common::rollout::{init_policy, Actor, ActorConfig};
 use serde::Serialize;
 
 use super::{at_least_one, each_at_least_one, summarize};
-use crate::algo::{Learner, LearnerSpec};
-use crate::config::{
-    Algo, AlgoConfig, BcSection, DqnSection, InitialState, PolicySection, PpoSection,
-};
+use crate::algo::LearnerSpec;
+use crate::config::{Algo, AlgoConfig, PolicySection};
 use crate::policy::fit_policy;
 
 /// The grid and the measurement settings (the `recur-bench learner` flags).
@@ -186,63 +185,31 @@ impl LearnerBench {
         let pc = fit_policy(&self.env, &self.policy(backend))?;
         let schema = chunk_schema(&pc, batch, slice_len);
         let frames = batch * slice_len;
-        let ppo = PpoSection {
-            frames_per_update: frames,
-            epochs: 1,
-            slice_len,
-            num_slices: batch,
-            lr: 1e-3,
-            gamma: 0.99,
-            gae_lambda: 0.95,
-            clip_eps: 0.2,
-            value_coef: 0.5,
-            entropy_coef: 0.01,
-            max_grad_norm: 0.5,
-            clip_value: false,
-            reward_scale: 1.0,
-        };
-        let dqn = DqnSection {
-            slice_len,
-            burn_in: self.burn_in,
-            num_slices: batch,
-            lr: 1e-3,
-            gamma: 0.99,
-            n_step: 3,
-            double_q: true,
-            target_update_every: 100,
-            tau: None,
-            buffer_size: frames * data.len(),
-            learning_starts: 0,
-            updates_per_chunk: 1,
-            max_grad_norm: 10.0,
-            reward_scale: 1.0,
-            huber_delta: 1.0,
-            initial_state: InitialState::Stored,
-            cql_alpha: 0.0,
-            epsilon_start: 1.0,
-            epsilon_end: 0.05,
-            epsilon_decay_frames: 0,
-        };
-        let bc = BcSection {
-            slice_len,
-            burn_in: self.burn_in,
-            num_slices: batch,
-            lr: 1e-3,
-            max_grad_norm: 1.0,
-            initial_state: InitialState::Stored,
-        };
+        // Each section as a config file would hold it (keys left out take their defaults).
+        let slices = format!("slice_len = {slice_len}\nnum_slices = {batch}\nlr = 1e-3\n");
+        let (burn_in, buffer) = (self.burn_in, frames * data.len());
         let config = match algo {
-            Algo::Ppo => AlgoConfig::Ppo(ppo),
-            Algo::Dqn => AlgoConfig::Dqn(dqn),
-            Algo::Bc => AlgoConfig::Bc(bc),
+            Algo::Ppo => AlgoConfig::Ppo(toml::from_str(&format!(
+                "{slices}frames_per_update = {frames}\nepochs = 1\ngamma = 0.99\n\
+                 gae_lambda = 0.95\nclip_eps = 0.2\nvalue_coef = 0.5\nentropy_coef = 0.01\n\
+                 max_grad_norm = 0.5"
+            ))?),
+            Algo::Dqn => AlgoConfig::Dqn(toml::from_str(&format!(
+                "{slices}burn_in = {burn_in}\ngamma = 0.99\nn_step = 3\n\
+                 target_update_every = 100\nbuffer_size = {buffer}\nmax_grad_norm = 10.0"
+            ))?),
+            Algo::Bc => AlgoConfig::Bc(toml::from_str(&format!(
+                "{slices}burn_in = {burn_in}\nmax_grad_norm = 1.0"
+            ))?),
         };
-        let mut learner = Learner::new(&LearnerSpec {
+        let spec = LearnerSpec {
             algo: &config,
             policy: &pc,
             schema: &schema,
             capacity: frames * data.len(),
             seed: self.seed,
-        })?;
+        };
+        let mut learner = crate::algo::build::<CpuAutodiff>(&spec, &cpu_device())?;
         if algo != Algo::Ppo {
             for chunk in data {
                 learner.add_chunk(chunk);
