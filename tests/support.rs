@@ -198,3 +198,80 @@ pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
+
+/// The path of example `name` of package `package` (e.g. the T-maze actor of `recur-actor`),
+/// built first in the tests' profile (`cargo test -p recur-tests` builds no other package's
+/// examples).
+pub fn example(package: &str, name: &str) -> PathBuf {
+    let dir = binary_dir();
+    let key = format!("{package}/{name}");
+    let mut built = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.iter().any(|b| *b == key) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", package, "--example", name]);
+        if dir.file_name().is_some_and(|p| p == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("cargo runs");
+        assert!(status.success(), "building example {key} failed");
+        built.push(key);
+    }
+    let path = dir.join("examples").join(name);
+    assert!(path.exists(), "example {} was not built", path.display());
+    path
+}
+
+fn binary_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .to_path_buf()
+}
+
+/// Whether the gymnasium bridge's Python side is usable (`RECUR_PYTHON` or `python3` with
+/// gymnasium and numpy). When it is not, bridge tests say so on stderr and pass without
+/// running, unless `RECUR_REQUIRE_PYTHON` is set (`.ci/run` sets it), which makes them fail.
+pub fn gymnasium_available() -> bool {
+    let python = std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", "import gymnasium, numpy"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        let required = std::env::var_os("RECUR_REQUIRE_PYTHON").is_some();
+        assert!(
+            !required,
+            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import gymnasium and numpy \
+             (python3 -m pip install gymnasium numpy popgym)"
+        );
+        eprintln!(
+            "SKIPPED: {python} cannot import gymnasium and numpy; install them \
+             (python3 -m pip install gymnasium numpy popgym) to run the bridge tests"
+        );
+    }
+    ok
+}
+
+/// Whether `python3` (or `RECUR_PYTHON`) can import `module` (see [`gymnasium_available`]).
+pub fn python_module_available(module: &str) -> bool {
+    let python = std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        let required = std::env::var_os("RECUR_REQUIRE_PYTHON").is_some();
+        assert!(
+            !required,
+            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import {module}"
+        );
+        eprintln!("SKIPPED: {python} cannot import {module}");
+    }
+    ok
+}

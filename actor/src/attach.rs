@@ -7,10 +7,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use common::backend::Cpu;
 use common::control::{call, Request, Response};
-use common::policy::Policy;
-use common::rollout::{Actor, ActorConfig};
+use common::envs::EnvSpec;
+use common::rollout::Actor;
 use common::shm::{RingError, RingWriter, WeightSubscriber};
 use common::weights::from_blob;
 
@@ -28,21 +27,20 @@ pub enum Stop {
     LearnerGone { chunks: u64 },
 }
 
-/// Runs the actor attached to the learner serving `socket` until the run ends.
-pub fn run_attached(
-    socket: &Path,
-    config: ActorConfig,
-    policy: Policy<Cpu>,
-) -> anyhow::Result<Stop> {
+/// Runs `actor` attached to the learner serving `socket` until the run ends; registers with
+/// the spaces of `spec` (the learner checks them against the run's).
+pub fn run_attached(socket: &Path, mut actor: Actor, spec: &EnvSpec) -> anyhow::Result<Stop> {
+    let config = actor.config().clone();
     let mut stream = UnixStream::connect(socket)
         .with_context(|| format!("connecting to the learner at {}", socket.display()))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut actor = Actor::new(config.clone(), policy)?;
     let register = Request::Register {
         actor_id: config.actor_id,
         incarnation: config.incarnation,
         pid: std::process::id(),
         env: config.env.clone(),
+        observation_space: spec.observation_space.clone(),
+        action_space: spec.action_space.clone(),
         schema: actor.schema().clone(),
     };
     let (ring, weights) = match call(&mut stream, &register)? {

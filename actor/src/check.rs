@@ -6,7 +6,7 @@
 use burn::tensor::{Bool, Tensor, TensorData};
 use common::backend::{cpu_device, to_vec, Cpu};
 use common::chunk::{ActionColumn, Chunk};
-use common::envs::{ActionRef, Space};
+use common::envs::{ActionRef, Registry, Space};
 use common::policy::Policy;
 use common::recurrent::RecurrentState;
 use common::rollout::{Actor, ActorConfig, ActorError};
@@ -46,9 +46,10 @@ pub struct SpecReport {
     pub fields: Vec<&'static str>,
 }
 
-/// Rolls out `chunks` chunks of `steps` steps on `envs` environments of `env` with `policy`
-/// and checks every field.
+/// Rolls out `chunks` chunks of `steps` steps on `envs` environments of `env` (built by
+/// `registry`) with `policy` and checks every field.
 pub fn check_env_specs(
+    registry: &Registry,
     env: &str,
     policy: Policy<Cpu>,
     envs: usize,
@@ -65,7 +66,10 @@ pub fn check_env_specs(
         incarnation: 0,
         exploration: Default::default(),
     };
-    let mut actor = Actor::new(config, policy)?;
+    let envs_built = registry
+        .make_vec(env, envs, seed)
+        .map_err(ActorError::from)?;
+    let mut actor = Actor::with_envs(config, policy, envs_built)?;
     let mut checker = Checker::new(&actor);
     for _ in 0..chunks {
         let chunk = actor.collect()?;
@@ -95,13 +99,11 @@ pub struct Checker {
 
 impl Checker {
     pub fn new(actor: &Actor) -> Self {
-        let probe =
-            common::envs::VecEnv::new(&actor.config().env, 1, 0).expect("the actor's env exists");
         let e = actor.schema().envs;
         Checker {
             env: actor.config().env.clone(),
-            obs_space: probe.observation_space(),
-            action_space: probe.action_space(),
+            obs_space: actor.observation_space().clone(),
+            action_space: actor.action_space().clone(),
             last_done: vec![None; e],
             last_traj: vec![None; e],
             last_next: vec![None; e],

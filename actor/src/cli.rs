@@ -8,8 +8,9 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Parser;
 use common::checkpoint::load_checkpoint_policy;
-use common::dataset::DatasetWriter;
-use common::policy::policy_config_for;
+use common::dataset::{DatasetWriter, EnvSource};
+use common::envs::{is_gymnasium, EnvSpec, GymnasiumOptions, Registry};
+use common::policy::policy_config_for_spec;
 use common::recurrent::CellKind;
 use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Exploration};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -28,9 +29,20 @@ pub struct Cli {
     /// Check an environment's specs with a short rollout and exit.
     #[arg(long, value_name = "ENV", conflicts_with_all = ["env", "record"])]
     check_env: Option<String>,
-    /// Environment id: CartPole-v1, MaskedCartPole-v1, Pendulum-v1, RepeatPrevious-v0.
+    /// Print an environment's spaces and time limit as one JSON line and exit (the learner
+    /// asks a custom actor binary this before a run).
+    #[arg(long, value_name = "ENV", conflicts_with_all = ["env", "record", "check_env"])]
+    describe_env: Option<String>,
+    /// Environment id: a registered one (built in: CartPole-v1, MaskedCartPole-v1,
+    /// Pendulum-v1, RepeatPrevious-v0) or gymnasium:<id> (the gymnasium bridge).
     #[arg(long, default_value = "MaskedCartPole-v1")]
     env: String,
+    /// Python module imported before gymnasium.make (gymnasium ids; repeatable).
+    #[arg(long = "env-import", value_name = "MODULE")]
+    env_imports: Vec<String>,
+    /// Keyword arguments of gymnasium.make, a JSON object (gymnasium ids).
+    #[arg(long, value_name = "JSON")]
+    env_kwargs: Option<String>,
     /// Environments stepped together.
     #[arg(long, default_value_t = 64)]
     envs: usize,
@@ -96,8 +108,13 @@ fn parse_widths(s: &str) -> Result<Widths, String> {
         .map(Widths)
 }
 
-/// Runs what `cli` asks for.
+/// Runs what `cli` asks for with the built-in environments.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    run_with(cli, Registry::builtin())
+}
+
+/// Runs what `cli` asks for with the environments of `registry` (and gymnasium ids).
+pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
     // One actor is one thread: several actor processes share the machine, so the GEMM and
     // tensor thread pools stay at one thread unless the environment asks otherwise.
     for var in ["MATMUL_NUM_THREADS", "RAYON_NUM_THREADS"] {
@@ -108,8 +125,49 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.envs == 0 {
         bail!("--envs must be at least 1, got 0");
     }
+    let kwargs = match &cli.env_kwargs {
+        Some(text) => Some(
+            serde_json::from_str::<serde_json::Value>(text)
+                .ok()
+                .filter(|v| v.is_object())
+                .with_context(|| format!("--env-kwargs {text:?}: expected a JSON object"))?,
+        ),
+        None => None,
+    };
+    let registry = registry.with_gymnasium(GymnasiumOptions {
+        imports: cli.env_imports.clone(),
+        kwargs: kwargs.clone(),
+        ..GymnasiumOptions::default()
+    });
+    if let Some(env) = &cli.describe_env {
+        let spec = registry.spec(env)?;
+        println!("{}", serde_json::to_string(&finite_bounds(spec))?);
+        return Ok(());
+    }
     let env = cli.check_env.clone().unwrap_or_else(|| cli.env.clone());
-    let policy_config = policy_config_for(&env)?
+    if !registry.contains(&env) {
+        bail!(
+            "--env {env:?}: unknown environment; this actor knows {:?} and gymnasium:<id>",
+            registry.ids()
+        );
+    }
+    // Seed contract of the gymnasium bridge: env i of actor a first reset with
+    // seed + a * envs + i (a restarted incarnation shifts by incarnation << 32).
+    let env_seed = if is_gymnasium(&env) {
+        cli.seed
+            .wrapping_add(cli.actor_id as u64 * cli.envs as u64)
+            .wrapping_add((cli.incarnation as u64) << 32)
+    } else {
+        cli.seed ^ ((cli.actor_id as u64) << 32) ^ ((cli.incarnation as u64) << 48)
+    };
+    let envs = registry.make_vec(&env, cli.envs, env_seed)?;
+    let spec = EnvSpec {
+        id: env.clone(),
+        observation_space: envs.observation_space(),
+        action_space: envs.action_space(),
+        max_episode_steps: None,
+    };
+    let policy_config = policy_config_for_spec(&spec)
         .with_cell(cli.cell)
         .with_hidden_size(cli.hidden)
         .with_num_layers(cli.layers)
@@ -128,6 +186,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
     // The spec check runs before every actor start, and alone with --check-env.
     let report = check_env_specs(
+        &registry,
         &env,
         policy.clone(),
         cli.envs.min(8),
@@ -159,7 +218,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         exploration,
     };
     if let Some(socket) = &cli.connect {
-        let (chunks, why) = match run_attached(socket, config, policy)? {
+        let actor = Actor::with_envs(config, policy, envs)?;
+        let (chunks, why) = match run_attached(socket, actor, &spec)? {
             Stop::Shutdown { chunks } => (chunks, "the run ended"),
             Stop::LearnerGone { chunks } => (chunks, "the learner is gone"),
         };
@@ -169,7 +229,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         ));
         return Ok(());
     }
-    let mut actor = Actor::new(config, policy.clone())?;
+    let mut actor = Actor::with_envs(config, policy.clone(), envs)?;
     // The chunks carry the checkpoint's version (an epsilon schedule reads it too).
     actor.set_policy(policy, version);
     if version > 0 {
@@ -179,15 +239,37 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             exploration.schedule()
         ));
     }
-    run_standalone(&mut actor, &cli)
+    let source = EnvSource {
+        imports: cli.env_imports.clone(),
+        kwargs,
+        seed: Some(cli.seed),
+    };
+    run_standalone(&mut actor, &cli, &source)
+}
+
+/// `spec` with infinite bounds replaced by the largest finite `f32` (JSON has no infinity).
+fn finite_bounds(mut spec: EnvSpec) -> EnvSpec {
+    for space in [&mut spec.observation_space, &mut spec.action_space] {
+        if let common::envs::Space::Box { low, high } = space {
+            for x in low.iter_mut().chain(high.iter_mut()) {
+                *x = x.clamp(f32::MIN, f32::MAX);
+            }
+        }
+    }
+    spec
 }
 
 /// Collects `--frames` frames (whole chunks) with `actor`, recording them into `--record` if
 /// given, with a progress bar; prints what was done.
-fn run_standalone(actor: &mut Actor, cli: &Cli) -> anyhow::Result<()> {
+fn run_standalone(actor: &mut Actor, cli: &Cli, source: &EnvSource) -> anyhow::Result<()> {
     let env = actor.config().env.clone();
     let mut writer = match &cli.record {
-        Some(dir) => Some(DatasetWriter::create(dir, &env, actor.schema())?),
+        Some(dir) => Some(DatasetWriter::create_with_source(
+            dir,
+            &env,
+            actor.schema(),
+            source,
+        )?),
         None => None,
     };
     let per_chunk = (cli.envs * cli.steps) as u64;

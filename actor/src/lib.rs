@@ -11,4 +11,20 @@ pub mod attach;
 pub mod check;
 pub mod cli;
 
+pub use common::envs::Registry;
 pub use common::rollout::{Actor, ActorConfig, ActorError, Episode};
+
+/// The `recur-actor` program with the environments of `registry`: parses the command line and
+/// runs it. A user crate registers its own [`Env`](common::envs::Env)s and calls this from
+/// its `main`; the learner starts that binary (`collector.actor_bin`).
+///
+/// ```no_run
+/// fn main() -> anyhow::Result<()> {
+///     let registry = actor::Registry::builtin(); // + registry.register("MyTask-v0", ...)
+///     actor::main_with(registry)
+/// }
+/// ```
+pub fn main_with(registry: Registry) -> anyhow::Result<()> {
+    use clap::Parser;
+    cli::run_with(cli::Cli::parse(), registry)
+}

@@ -15,8 +15,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::chunk::ChunkSchema;
+use crate::envs::Space;
 
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 pub const MAX_FRAME: usize = 1 << 20;
 
 /// What an actor asks.
@@ -29,6 +30,9 @@ pub enum Request {
         incarnation: u32,
         pid: u32,
         env: String,
+        /// The spaces of the actor's environment, as its registry builds it.
+        observation_space: Space,
+        action_space: Space,
         schema: ChunkSchema,
     },
     /// Sent about once a second; the answer says whether to shut down.
@@ -206,6 +210,8 @@ mod tests {
             incarnation: 1,
             pid: 42,
             env: "CartPole-v1".into(),
+            observation_space: Space::Discrete { n: 2 },
+            action_space: Space::Discrete { n: 2 },
             schema: schema(),
         };
         write_frame(&mut a, &req).unwrap();
@@ -225,7 +231,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("protocol version 9") && err.contains("speaks 1"),
+            err.contains("protocol version 9") && err.contains("speaks 2"),
             "{err}"
         );
         let huge = ((MAX_FRAME + 1) as u32).to_le_bytes();

@@ -57,6 +57,24 @@ pub struct DatasetMeta {
     /// A writer starts the next chunk file once the current one holds this many bytes.
     #[serde(default)]
     pub max_file_bytes: u64,
+    /// Python modules imported before `gymnasium.make` (gymnasium ids).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_imports: Vec<String>,
+    /// Keyword arguments of `gymnasium.make` (gymnasium ids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_kwargs: Option<serde_json::Value>,
+    /// The run seed: gymnasium env `i` of actor `a` was first reset with
+    /// `seed + a * schema.envs + i`, later without a seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+/// Where a dataset's environments come from, beyond the id (recorded in `dataset.json`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EnvSource {
+    pub imports: Vec<String>,
+    pub kwargs: Option<serde_json::Value>,
+    pub seed: Option<u64>,
 }
 
 /// One `index.bin` record: where a chunk lies.
@@ -162,6 +180,16 @@ impl DatasetWriter {
         Self::create_with_file_size(dir, env, schema, DEFAULT_MAX_FILE_BYTES)
     }
 
+    /// [`create`](Self::create), also recording the environment's imports, kwargs and seed.
+    pub fn create_with_source(
+        dir: &Path,
+        env: &str,
+        schema: &ChunkSchema,
+        source: &EnvSource,
+    ) -> Result<Self, DatasetError> {
+        Self::create_full(dir, env, schema, DEFAULT_MAX_FILE_BYTES, source)
+    }
+
     /// [`create`](Self::create) with chunk files of about `max_file_bytes` each (a file
     /// always holds at least one chunk).
     pub fn create_with_file_size(
@@ -169,6 +197,16 @@ impl DatasetWriter {
         env: &str,
         schema: &ChunkSchema,
         max_file_bytes: u64,
+    ) -> Result<Self, DatasetError> {
+        Self::create_full(dir, env, schema, max_file_bytes, &EnvSource::default())
+    }
+
+    fn create_full(
+        dir: &Path,
+        env: &str,
+        schema: &ChunkSchema,
+        max_file_bytes: u64,
+        source: &EnvSource,
     ) -> Result<Self, DatasetError> {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         let meta_path = dir.join(META_FILE);
@@ -185,6 +223,9 @@ impl DatasetWriter {
             schema: schema.clone(),
             schema_hash: schema.hash(),
             max_file_bytes,
+            env_imports: source.imports.clone(),
+            env_kwargs: source.kwargs.clone(),
+            seed: source.seed,
         };
         let index = create_with_header(&dir.join(INDEX_FILE), &file_header(INDEX_MAGIC))?;
         let file = create_with_header(&dir.join(chunk_file_name(0)), &file_header(FILE_MAGIC))?;

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::backend::{cpu_device, Cpu};
 use crate::chunk::{traj_id, ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSchema};
-use crate::envs::{EnvError, VecActions, VecEnv};
+use crate::envs::{EnvError, Space, VecActions, VecEnv, VectorEnv};
 use crate::policy::dist::{
     argmax, sample_categorical, sample_squashed_gaussian, squashed_gaussian_log_prob,
     squashed_gaussian_mode,
@@ -160,6 +160,20 @@ pub enum ActorError {
     Mismatch { env: String, what: String },
     #[error("an actor runs in sequential mode, but this thread was switched to recurrent mode")]
     RecurrentMode,
+    /// An environment produced NaN or Inf: the chunk is refused, never sent.
+    #[error(
+        "chunk {chunk} refused: `{field}` of environment {env_index} of {env} holds {value} \
+         at step {step} of the chunk (actor step {actor_step}; finite values only)"
+    )]
+    NonFinite {
+        env: String,
+        field: &'static str,
+        env_index: usize,
+        step: usize,
+        actor_step: u64,
+        chunk: u64,
+        value: f32,
+    },
 }
 
 /// A finished episode.
@@ -173,7 +187,11 @@ pub struct Episode {
 /// One actor: environments, policy, per-environment recurrent state.
 pub struct Actor {
     config: ActorConfig,
-    env: VecEnv,
+    env: Box<dyn VectorEnv>,
+    observation_space: Space,
+    action_space: Space,
+    /// Vector steps taken.
+    steps_taken: u64,
     policy: Policy<Cpu>,
     /// The same weights for the per-step calls.
     fast: InferencePolicy,
@@ -199,8 +217,20 @@ pub struct Actor {
 }
 
 impl Actor {
-    /// Starts `config.num_envs` environments (all at an episode start) with `policy`.
+    /// Starts `config.num_envs` built-in environments `config.env` (all at an episode start)
+    /// with `policy`.
     pub fn new(config: ActorConfig, policy: Policy<Cpu>) -> Result<Self, ActorError> {
+        let env = VecEnv::new(&config.env, config.num_envs.max(1), config.seed)?;
+        Self::with_envs(config, policy, Box::new(env))
+    }
+
+    /// [`Actor::new`] with environments built elsewhere (a [`crate::envs::Registry`]: user
+    /// environments, the gymnasium bridge); `env.num_envs()` must equal `config.num_envs`.
+    pub fn with_envs(
+        config: ActorConfig,
+        policy: Policy<Cpu>,
+        mut env: Box<dyn VectorEnv>,
+    ) -> Result<Self, ActorError> {
         let bad = |key, value: String, expected: &str| ActorError::Config {
             key,
             value,
@@ -219,19 +249,27 @@ impl Actor {
         if config.actor_id >= 2048 {
             return Err(bad("actor_id", config.actor_id.to_string(), "below 2048"));
         }
-        let mut env = VecEnv::new(&config.env, config.num_envs, config.seed)?;
+        if env.num_envs() != config.num_envs {
+            return Err(bad(
+                "num_envs",
+                config.num_envs.to_string(),
+                &format!("the {} environments given", env.num_envs()),
+            ));
+        }
+        let observation_space = env.observation_space();
+        let action_space = env.action_space();
         let pc = policy.config();
-        if pc.obs_dim != env.obs_dim() {
+        if pc.obs_dim != observation_space.dim() {
             return Err(ActorError::Mismatch {
                 env: config.env.clone(),
                 what: format!(
                     "policy obs_dim = {}, observation space has {}",
                     pc.obs_dim,
-                    env.obs_dim()
+                    observation_space.dim()
                 ),
             });
         }
-        let wanted = action_spec(&env.action_space());
+        let wanted = action_spec(&action_space);
         if pc.action != wanted {
             return Err(ActorError::Mismatch {
                 env: config.env.clone(),
@@ -242,7 +280,7 @@ impl Actor {
             });
         }
         let schema = chunk_schema(pc, config.num_envs, config.steps);
-        let obs = env.reset().to_vec();
+        let obs = env.reset()?.to_vec();
         let e = config.num_envs;
         let state_len = e * schema.num_layers * schema.hidden_size;
         let primer = policy.core.primer();
@@ -264,10 +302,23 @@ impl Actor {
             policy_version: 0,
             config,
             env,
+            observation_space,
+            action_space,
+            steps_taken: 0,
             policy,
             schema,
             obs,
         })
+    }
+
+    /// The space of one environment's observation.
+    pub fn observation_space(&self) -> &Space {
+        &self.observation_space
+    }
+
+    /// The space of one environment's action.
+    pub fn action_space(&self) -> &Space {
+        &self.action_space
     }
 
     pub fn schema(&self) -> &ChunkSchema {
@@ -351,7 +402,24 @@ impl Actor {
                 ActionKind::Discrete => VecActions::Discrete(&self.discrete),
                 ActionKind::Continuous { .. } => VecActions::Continuous(&self.continuous),
             };
-            let out = self.env.step(actions);
+            let out = self.env.step(actions)?;
+            self.steps_taken += 1;
+            for (field, values) in [
+                ("next.observation", &out.next_obs),
+                ("observation", &out.obs),
+            ] {
+                if let Some(i) = values.iter().position(|x| !x.is_finite()) {
+                    return Err(ActorError::NonFinite {
+                        env: self.config.env.clone(),
+                        field,
+                        env_index: i / d,
+                        step: t,
+                        actor_step: self.steps_taken,
+                        chunk: self.seq,
+                        value: values[i],
+                    });
+                }
+            }
             for env in 0..e {
                 let p = env * t_len + t;
                 chunk.next_observation[p * d..(p + 1) * d]

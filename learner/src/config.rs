@@ -95,11 +95,22 @@ pub struct RunSection {
     /// `--features cuda`). Actors always run on the CPU.
     #[serde(default)]
     pub device: TrainDevice,
+    /// Python modules imported before `gymnasium.make` (`gymnasium:` ids only), e.g.
+    /// `["popgym"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_imports: Vec<String>,
+    /// Keyword arguments of `gymnasium.make` (`gymnasium:` ids only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_kwargs: Option<toml::Table>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CollectorSection {
+    /// The actor executable (a user crate's binary calling `actor::main_with`); default: the
+    /// `recur-actor` next to the learner (`--actor-bin` overrides both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor_bin: Option<String>,
     #[serde(default = "default_mode")]
     pub mode: CollectorMode,
     pub envs_per_actor: usize,
@@ -428,13 +439,7 @@ impl TrainConfig {
     /// Checks every range; errors name the key and the value.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
         let v = Checker { origin };
-        if !common::envs::ENV_IDS.contains(&self.run.env.as_str()) {
-            return v.fail(
-                "run.env",
-                format!("{:?}", self.run.env),
-                &format!("one of {:?}", common::envs::ENV_IDS),
-            );
-        }
+        v.environment(&self.run, &self.collector)?;
         v.check("run.frames", self.run.frames, Range::AtLeastOne)?;
         if let Some(a) = self.run.actors {
             if !(1..2048).contains(&a) {
@@ -553,6 +558,71 @@ struct Checker<'a> {
 }
 
 impl Checker<'_> {
+    /// `run.env` (a built-in id, `gymnasium:<id>`, or any id when `collector.actor_bin` names
+    /// the user's actor, which reports the spaces), `run.env_imports` and `run.env_kwargs`
+    /// (gymnasium ids only), `collector.actor_bin`.
+    fn environment(
+        &self,
+        run: &RunSection,
+        collector: &CollectorSection,
+    ) -> Result<(), ConfigError> {
+        use common::envs::{is_gymnasium, GYMNASIUM_PREFIX};
+        let env = run.env.as_str();
+        if let Some(bin) = &collector.actor_bin {
+            if bin.trim().is_empty() {
+                return self.fail(
+                    "collector.actor_bin",
+                    "\"\"",
+                    "a path to an actor executable",
+                );
+            }
+        }
+        if is_gymnasium(env) {
+            if env[GYMNASIUM_PREFIX.len()..].trim().is_empty() {
+                return self.fail(
+                    "run.env",
+                    format!("{env:?}"),
+                    "gymnasium:<id>, e.g. gymnasium:CartPole-v1",
+                );
+            }
+        } else {
+            if !run.env_imports.is_empty() {
+                return self.fail(
+                    "run.env_imports",
+                    format!("{:?}", run.env_imports),
+                    "imports only with a gymnasium:<id> env",
+                );
+            }
+            if run.env_kwargs.is_some() {
+                return self.fail(
+                    "run.env_kwargs",
+                    "a table",
+                    "kwargs only with a gymnasium:<id> env",
+                );
+            }
+            let known = common::envs::Registry::builtin();
+            if collector.actor_bin.is_none() && !known.contains(env) {
+                return self.fail(
+                    "run.env",
+                    format!("{env:?}"),
+                    &format!(
+                        "one of {:?}, gymnasium:<id>, or an id registered by the actor named in \
+                         collector.actor_bin",
+                        known.ids()
+                    ),
+                );
+            }
+        }
+        if let Some(m) = run
+            .env_imports
+            .iter()
+            .find(|m| m.trim().is_empty() || m.contains(char::is_whitespace))
+        {
+            return self.fail("run.env_imports", format!("{m:?}"), "Python module names");
+        }
+        Ok(())
+    }
+
     fn fail(
         &self,
         key: &str,
@@ -940,5 +1010,47 @@ max_grad_norm = 0.5
         assert!(err.contains("`replay.updates` = 0"), "{err}");
         let err = replay_err(&bc.replace("algo = \"bc\"", "algo = \"dqn\""));
         assert!(err.contains("`dqn` = missing"), "{err}");
+    }
+
+    #[test]
+    fn own_environments_are_accepted_where_an_actor_can_build_them() {
+        // Unknown ids: refused with the known ones, unless a custom actor builds them.
+        let err = train_err(&GOOD.replace("MaskedCartPole-v1", "TMaze-v0"));
+        assert!(
+            err.contains("`run.env` = \"TMaze-v0\"")
+                && err.contains("CartPole-v1")
+                && err.contains("collector.actor_bin"),
+            "{err}"
+        );
+        let custom = GOOD.replace("MaskedCartPole-v1", "TMaze-v0").replace(
+            "[collector]",
+            "[collector]\nactor_bin = \"target/release/examples/tmaze\"",
+        );
+        let c = TrainConfig::parse(&custom, "x.toml").unwrap();
+        assert_eq!(
+            c.collector.actor_bin.as_deref(),
+            Some("target/release/examples/tmaze")
+        );
+        assert_eq!(TrainConfig::parse(&c.to_toml(), "resolved").unwrap(), c);
+        // Gymnasium ids with imports and kwargs.
+        let gym = GOOD.replace(
+            "env = \"MaskedCartPole-v1\"",
+            "env = \"gymnasium:popgym-RepeatPreviousEasy-v0\"\nenv_imports = [\"popgym\"]\n\
+             env_kwargs = { foo = 1 }",
+        );
+        let c = TrainConfig::parse(&gym, "x.toml").unwrap();
+        assert_eq!(c.run.env_imports, ["popgym"]);
+        assert_eq!(TrainConfig::parse(&c.to_toml(), "resolved").unwrap(), c);
+        // Imports and kwargs only with gymnasium ids; an empty gymnasium id.
+        let err = train_err(&GOOD.replace(
+            "frames = 1000000",
+            "frames = 1000000\nenv_imports = [\"popgym\"]",
+        ));
+        assert!(
+            err.contains("`run.env_imports`") && err.contains("gymnasium"),
+            "{err}"
+        );
+        let err = train_err(&GOOD.replace("MaskedCartPole-v1", "gymnasium:"));
+        assert!(err.contains("`run.env` = \"gymnasium:\""), "{err}");
     }
 }

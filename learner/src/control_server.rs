@@ -12,6 +12,7 @@ use common::chunk::ChunkSchema;
 use common::control::{
     decode_frame, encode_frame, frame_len, FrameError, LearnerStats, Request, Response,
 };
+use common::envs::Space;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
@@ -22,6 +23,9 @@ pub struct Registration {
     pub incarnation: u32,
     pub pid: u32,
     pub env: String,
+    /// The spaces the actor's environment reports.
+    pub observation_space: Space,
+    pub action_space: Space,
     pub schema: ChunkSchema,
     pub reply: oneshot::Sender<Response>,
 }
@@ -150,6 +154,8 @@ async fn connection(
                 incarnation,
                 pid,
                 env,
+                observation_space,
+                action_space,
                 schema,
             }) => {
                 let (reply, answer) = oneshot::channel();
@@ -158,6 +164,8 @@ async fn connection(
                     incarnation,
                     pid,
                     env,
+                    observation_space,
+                    action_space,
                     schema,
                     reply,
                 };

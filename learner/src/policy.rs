@@ -1,10 +1,15 @@
 //! The policy a run trains: a config's `[policy]` section fitted to its environment (the
 //! observation and action sizes come from the environment registry).
 
-use common::policy::policy_config_for;
-use common::policy::PolicyConfig;
+use std::path::Path;
+use std::process::Command;
 
-use crate::config::PolicySection;
+use anyhow::Context;
+use common::envs::EnvSpec;
+use common::policy::PolicyConfig;
+use common::policy::{policy_config_for, policy_config_for_spec};
+
+use crate::config::{PolicySection, RunSection};
 
 /// The policy a `[policy]` section describes, fitted to environment `env` (training and
 /// replay configs alike).
@@ -15,4 +20,58 @@ pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> 
         .with_num_layers(p.num_layers)
         .with_encoder(p.encoder.clone())
         .with_backend(p.backend))
+}
+
+/// The policy a `[policy]` section describes, fitted to the spaces of `spec`.
+pub fn fit_policy_spec(spec: &EnvSpec, p: &PolicySection) -> PolicyConfig {
+    policy_config_for_spec(spec)
+        .with_cell(p.cell)
+        .with_hidden_size(p.hidden_size)
+        .with_num_layers(p.num_layers)
+        .with_encoder(p.encoder.clone())
+        .with_backend(p.backend)
+}
+
+/// The actor arguments that select `run.env`'s gymnasium imports and kwargs.
+pub fn env_args(run: &RunSection) -> Vec<String> {
+    let mut args = Vec::new();
+    for m in &run.env_imports {
+        args.push("--env-import".to_string());
+        args.push(m.clone());
+    }
+    if let Some(kwargs) = &run.env_kwargs {
+        args.push("--env-kwargs".to_string());
+        args.push(serde_json::to_string(kwargs).expect("a TOML table is JSON"));
+    }
+    args
+}
+
+/// Asks the actor executable `program` for the spaces of `run.env`
+/// (`program --describe-env ENV`): the run's policy is built for what the actors will run,
+/// user-registered and gymnasium environments included.
+pub fn describe_env(program: &Path, run: &RunSection) -> anyhow::Result<EnvSpec> {
+    let output = Command::new(program)
+        .arg("--describe-env")
+        .arg(&run.env)
+        .args(env_args(run))
+        .output()
+        .with_context(|| format!("starting {} --describe-env", program.display()))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(
+        output.status.success(),
+        "the actor {} cannot build environment {:?} ({}):\n{}",
+        program.display(),
+        run.env,
+        output.status,
+        stderr.trim_end()
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).with_context(|| {
+        format!(
+            "{} --describe-env {:?} printed {line:?}, expected the spaces as JSON",
+            program.display(),
+            run.env
+        )
+    })
 }

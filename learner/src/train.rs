@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{self, LearnerSpec};
 use crate::config::{Algo, AlgoConfig, CollectorMode, TrainConfig};
 use crate::metrics::{MetricsRow, MetricsWriter, TRAIN_AXES};
-use crate::policy::fit_policy;
+use crate::policy::{describe_env, env_args, fit_policy_spec};
 use crate::recording::Recording;
 use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary};
 use crate::supervisor::default_actor_count;
@@ -101,7 +101,10 @@ fn train_on<B: AutodiffBackend>(
         (CollectorMode::Async, Some(ppo)) => ppo.frames_per_update,
         (CollectorMode::Async, None) => chunk_frames as usize,
     };
-    let pc = fit_policy(&config.run.env, &config.policy)?;
+    // The actors' own view of the environment: the policy is built for those spaces, and a
+    // registering actor that reports others is refused.
+    let spec = describe_env(&opts.actor_program, &config.run)?;
+    let pc = fit_policy_spec(&spec, &config.policy);
     let schema = chunk_schema(&pc, c.envs_per_actor, c.steps);
     let mut algo = config.algorithm();
     if let AlgoConfig::Ppo(ppo) = &mut algo {
@@ -148,22 +151,26 @@ fn train_on<B: AutodiffBackend>(
         actor_program: opts.actor_program.clone(),
         slots: c.ring_slots,
         max_restarts: 5,
-        actor_args: match (config.run.algo, &config.dqn) {
-            (Algo::Dqn, Some(d)) => {
-                let schedule = EpsilonSchedule {
-                    start: d.epsilon_start,
-                    end: d.epsilon_end,
-                    decay_versions: d.epsilon_decay_frames / chunk_frames.max(1),
-                };
-                vec![
-                    "--exploration".into(),
-                    "greedy".into(),
-                    "--epsilon".into(),
-                    schedule.to_string(),
-                ]
-            }
-            _ => Vec::new(),
-        },
+        spec: Some(spec),
+        actor_args: env_args(&config.run)
+            .into_iter()
+            .chain(match (config.run.algo, &config.dqn) {
+                (Algo::Dqn, Some(d)) => {
+                    let schedule = EpsilonSchedule {
+                        start: d.epsilon_start,
+                        end: d.epsilon_end,
+                        decay_versions: d.epsilon_decay_frames / chunk_frames.max(1),
+                    };
+                    vec![
+                        "--exploration".into(),
+                        "greedy".into(),
+                        "--epsilon".into(),
+                        schedule.to_string(),
+                    ]
+                }
+                _ => Vec::new(),
+            })
+            .collect(),
     };
     let mut transport = ShmTransport::start(
         &transport_config,

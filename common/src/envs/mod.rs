@@ -34,20 +34,24 @@
 //! same random streams.
 
 mod cartpole;
+pub mod gymnasium;
 mod pendulum;
+mod registry;
 mod repeat_previous;
 mod space;
 mod time_limit;
 mod vector;
 
 pub use cartpole::{CartPole, MaskedCartPole};
+pub use gymnasium::{GymVecEnv, GymnasiumOptions};
 pub use pendulum::Pendulum;
+pub use registry::{is_gymnasium, EnvSpec, Registry, VectorEnv, GYMNASIUM_PREFIX};
 pub use repeat_previous::RepeatPrevious;
 pub use space::{ActionRef, Space};
 pub use time_limit::TimeLimit;
 pub use vector::{episode_seed, VecActions, VecEnv, VecStep};
 
-/// The ids [`make`] knows, in the order they are documented.
+/// The built-in ids ([`make`] and [`Registry::builtin`]), in the order they are documented.
 pub const ENV_IDS: &[&str] = &[
     "CartPole-v1",
     "MaskedCartPole-v1",
@@ -93,13 +97,41 @@ pub trait Env: Send {
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
     /// [`make`] got an id it does not know.
-    #[error("unknown environment id {id:?}; expected one of {known:?}")]
+    #[error("unknown environment id {id:?}; expected one of {known:?} or gymnasium:<id>")]
     UnknownId {
         /// The id asked for.
         id: String,
-        /// The ids that exist ([`ENV_IDS`]).
-        known: &'static [&'static str],
+        /// The ids that exist (the registry's).
+        known: Vec<String>,
     },
+    /// [`Registry::register`] refused an id.
+    #[error("cannot register environment {id:?}: {reason}")]
+    Registration { id: String, reason: String },
+    /// The Python interpreter, numpy or gymnasium is missing.
+    #[error(
+        "{id}: the gymnasium bridge needs Python 3 with gymnasium and numpy \
+         (`{python} -m pip install gymnasium numpy`, or point RECUR_PYTHON at an interpreter \
+         that has them); starting {python:?} failed: {error}"
+    )]
+    PythonMissing {
+        id: String,
+        python: String,
+        error: String,
+    },
+    /// The gymnasium side raised (import, `gymnasium.make`, a step): the Python exception.
+    #[error("{id}: {message}")]
+    Gymnasium { id: String, message: String },
+    /// An observation or action space the bridge cannot flatten or act in.
+    #[error("{id}: {which} space {space} is not supported (supported: {supported})")]
+    UnsupportedSpace {
+        id: String,
+        which: &'static str,
+        space: String,
+        supported: &'static str,
+    },
+    /// A gymnasium worker died or hung.
+    #[error("{id}: {message}")]
+    WorkerFailed { id: String, message: String },
     /// [`VecEnv::new`] was asked for no environments.
     #[error("num_envs must be at least 1, got {num_envs}")]
     NoEnvs {
@@ -135,6 +167,11 @@ pub fn max_episode_steps(id: &str) -> Result<u64, EnvError> {
 /// # Errors
 /// [`EnvError::UnknownId`] naming `id` and the known ids.
 pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
+    make_builtin(id)
+}
+
+/// What [`Registry::builtin`] registers for `id`.
+fn make_builtin(id: &str) -> Result<Box<dyn Env>, EnvError> {
     let limit = max_episode_steps(id)?;
     Ok(match id {
         "CartPole-v1" => Box::new(TimeLimit::new(CartPole::new(), limit)?),
@@ -148,7 +185,7 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
 fn unknown(id: &str) -> EnvError {
     EnvError::UnknownId {
         id: id.to_owned(),
-        known: ENV_IDS,
+        known: ENV_IDS.iter().map(|s| s.to_string()).collect(),
     }
 }
 

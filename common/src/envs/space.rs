@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 /// The set of valid observations or actions of an environment.
 ///
 /// Only the two kinds recur's environments need: a 1-D box of `f32` and a discrete range.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Space {
     /// `dim` real values, value `i` in `[low[i], high[i]]` (`low.len() == high.len() == dim`).
     Box {

@@ -55,7 +55,7 @@ pub struct VecStep {
 }
 
 impl VecStep {
-    fn new(num_envs: usize, obs_dim: usize) -> Self {
+    pub(crate) fn new(num_envs: usize, obs_dim: usize) -> Self {
         Self {
             next_obs: vec![0.0; num_envs * obs_dim],
             reward: vec![0.0; num_envs],
@@ -119,6 +119,19 @@ impl VecEnv {
         let envs = (0..num_envs)
             .map(|_| make(id))
             .collect::<Result<Vec<_>, _>>()?;
+        Self::from_envs(id, envs, seed)
+    }
+
+    /// `envs` (copies of one environment, e.g. from a [`super::Registry`]) as a `VecEnv`
+    /// named `id`, seeded as [`VecEnv::new`].
+    ///
+    /// # Errors
+    /// [`EnvError::NoEnvs`] when `envs` is empty.
+    pub fn from_envs(id: &str, envs: Vec<Box<dyn Env>>, seed: u64) -> Result<Self, EnvError> {
+        let num_envs = envs.len();
+        if num_envs == 0 {
+            return Err(EnvError::NoEnvs { num_envs });
+        }
         let observation_space = envs[0].observation_space();
         let action_space = envs[0].action_space();
         let obs_dim = observation_space.dim();

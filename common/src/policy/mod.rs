@@ -18,7 +18,7 @@ use burn::tensor::{Bool, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use crate::chunk::{ActionKind, Chunk, ChunkSchema};
-use crate::envs::{EnvError, Space, VecEnv};
+use crate::envs::{EnvError, EnvSpec, Registry, Space};
 use crate::recurrent::{
     set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentError,
     RecurrentMode, RecurrentState,
@@ -64,13 +64,18 @@ pub fn action_spec(space: &Space) -> ActionSpec {
     }
 }
 
-/// A policy config fitted to environment `env` (observation and action spaces).
+/// A policy config fitted to environment `env` of the built-in registry (gymnasium ids
+/// start a worker to read the spaces).
 pub fn policy_config_for(env: &str) -> Result<PolicyConfig, EnvError> {
-    let probe = VecEnv::new(env, 1, 0)?;
-    Ok(PolicyConfig::new(
-        probe.obs_dim(),
-        action_spec(&probe.action_space()),
-    ))
+    Ok(policy_config_for_spec(&Registry::builtin().spec(env)?))
+}
+
+/// A policy config fitted to an environment's spaces.
+pub fn policy_config_for_spec(spec: &EnvSpec) -> PolicyConfig {
+    PolicyConfig::new(
+        spec.observation_space.dim(),
+        action_spec(&spec.action_space),
+    )
 }
 
 /// The chunk layout of an actor running `policy` with `envs` environments and `steps` steps

@@ -41,6 +41,7 @@
 //! [`RingError::PeerGone`] instead of waiting forever; segments of a crashed run are removed
 //! by the next run's [`reclaim_stale`]. The only `unsafe` code of recur lives in this module.
 
+pub mod bridge;
 pub mod ring;
 pub mod segment;
 pub mod weights;

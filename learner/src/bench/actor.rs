@@ -6,12 +6,18 @@
 //! "steps_per_s":..,"us_per_step":..,"median_ms":..,"iters":..,"threads":..}` where
 //! `us_per_step` is the time of one batched step of all `envs` environments (policy call,
 //! sampling, env steps and chunk filling) and `steps_per_s` counts environment steps.
+//!
+//! A `gymnasium:<id>` env runs through the bridge (one Python worker), and gets two more rows
+//! per E, gymnasium's own `SyncVectorEnv` and `AsyncVectorEnv` stepping the same E envs with
+//! random actions in the same run (`cell` = `"gymnasium_sync"` / `"gymnasium_async"`, `hidden`
+//! 0), then one `{"bench":"actor_ratio","env":..,"envs":..,"cell":..,"vs":..,"ratio":..}` row
+//! per bridge row and baseline: the bridge's steps/s over the baseline's (also on stderr).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::envs::{Space, VecActions, VecEnv};
-use common::policy::policy_config_for;
+use common::envs::{is_gymnasium, GymnasiumOptions, Registry, Space, VecActions, VectorEnv};
+use common::policy::policy_config_for_spec;
 use common::recurrent::{CellKind, RecurrentError};
 use common::rollout::{init_policy, Actor, ActorConfig};
 use rand::rngs::StdRng;
@@ -56,6 +62,9 @@ pub struct ActorBench {
     pub quick: bool,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Python modules imported before gymnasium.make (gymnasium:<id> envs; repeatable).
+    #[arg(long = "env-import", value_name = "MODULE")]
+    pub env_imports: Vec<String>,
 }
 
 /// A `--cells` value: a cell, or `none` for no policy.
@@ -138,9 +147,86 @@ impl ActorBench {
                     out.flush()?;
                     rows.push(row);
                 }
+                if is_gymnasium(env) {
+                    self.gymnasium_baselines(env, e, &mut rows, out)?;
+                }
             }
         }
         Ok(rows)
+    }
+
+    /// gymnasium's `SyncVectorEnv` and `AsyncVectorEnv` on `E` copies of `env`, random actions;
+    /// rows for both and the bridge rows' ratios to them.
+    fn gymnasium_baselines(
+        &self,
+        env: &str,
+        e: usize,
+        rows: &mut Vec<ActorRow>,
+        out: &mut impl Write,
+    ) -> anyhow::Result<()> {
+        let options = GymnasiumOptions::default();
+        let config = serde_json::json!({
+            "id": env.strip_prefix(common::envs::GYMNASIUM_PREFIX).unwrap_or(env),
+            "imports": self.env_imports,
+            "kwargs": serde_json::json!({}),
+            "envs": e,
+            "seed": self.seed,
+            "iters": self.iters.max(1),
+            "min_seconds": self.min_seconds,
+        });
+        let output = std::process::Command::new(&options.python)
+            .arg("-c")
+            .arg(include_str!("gym_vector_bench.py"))
+            .arg(config.to_string())
+            .output()?;
+        anyhow::ensure!(
+            output.status.success(),
+            "gymnasium baseline for {env} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let rates: serde_json::Value = serde_json::from_slice(
+            output
+                .stdout
+                .split(|&b| b == b'\n')
+                .rfind(|l| !l.is_empty())
+                .unwrap_or_default(),
+        )?;
+        let bridge: Vec<ActorRow> = rows
+            .iter()
+            .filter(|r| r.env == env && r.envs == e)
+            .cloned()
+            .collect();
+        for (key, cell) in [("sync", "gymnasium_sync"), ("async", "gymnasium_async")] {
+            let steps_per_s = rates[key].as_f64().unwrap_or(f64::NAN);
+            let row = ActorRow {
+                bench: "actor",
+                env: env.to_string(),
+                envs: e,
+                cell,
+                hidden: 0,
+                steps_per_s,
+                us_per_step: 1e6 * e as f64 / steps_per_s,
+                median_ms: 1e3 * e as f64 * self.steps as f64 / steps_per_s,
+                iters: self.iters,
+                threads: self.threads,
+            };
+            writeln!(out, "{}", serde_json::to_string(&row)?)?;
+            for b in &bridge {
+                let ratio = b.steps_per_s / steps_per_s;
+                eprintln!(
+                    "{env} E={e}: bridge ({}) {:.0} steps/s = {ratio:.2}x gymnasium {cell} {steps_per_s:.0}",
+                    b.cell, b.steps_per_s
+                );
+                let line = serde_json::json!({
+                    "bench": "actor_ratio", "env": env, "envs": e, "cell": b.cell,
+                    "vs": cell, "ratio": ratio,
+                });
+                writeln!(out, "{line}")?;
+            }
+            out.flush()?;
+            rows.push(row);
+        }
+        Ok(())
     }
 }
 
@@ -152,7 +238,7 @@ enum Runner {
 
 /// Environments stepped with uniformly random actions.
 struct RandomEnvs {
-    env: VecEnv,
+    env: Box<dyn VectorEnv>,
     rng: StdRng,
     discrete: Vec<i64>,
     continuous: Vec<f32>,
@@ -165,9 +251,20 @@ impl Runner {
         cell: Option<CellKind>,
         bench: &ActorBench,
     ) -> anyhow::Result<Self> {
+        let registry = Registry::builtin().with_gymnasium(GymnasiumOptions {
+            imports: bench.env_imports.clone(),
+            ..GymnasiumOptions::default()
+        });
+        let mut venv = registry.make_vec(env, e, bench.seed)?;
         Ok(match cell {
             Some(cell) => {
-                let config = policy_config_for(env)?
+                let spec = common::envs::EnvSpec {
+                    id: env.to_string(),
+                    observation_space: venv.observation_space(),
+                    action_space: venv.action_space(),
+                    max_episode_steps: None,
+                };
+                let config = policy_config_for_spec(&spec)
                     .with_cell(cell)
                     .with_hidden_size(bench.hidden);
                 let policy = init_policy(&config, bench.seed)?;
@@ -180,11 +277,10 @@ impl Runner {
                     incarnation: 0,
                     exploration: Default::default(),
                 };
-                Runner::Actor(Box::new(Actor::new(config, policy)?))
+                Runner::Actor(Box::new(Actor::with_envs(config, policy, venv)?))
             }
             None => {
-                let mut venv = VecEnv::new(env, e, bench.seed)?;
-                venv.reset();
+                venv.reset()?;
                 let dim = match venv.action_space() {
                     Space::Box { low, .. } => low.len(),
                     Space::Discrete { .. } => 1,
@@ -228,7 +324,7 @@ impl Runner {
                             VecActions::Continuous(continuous)
                         }
                     };
-                    std::hint::black_box(env.step(actions));
+                    std::hint::black_box(env.step(actions)?);
                 }
             }
         }

@@ -163,11 +163,15 @@ fn main() -> anyhow::Result<()> {
             }
             config.validate(&config_path.display().to_string())?;
             let run_dir = run_dir.unwrap_or_else(|| run_dir::default_path(&config.run.env));
+            let program = actor_program(
+                a.actor_bin
+                    .or_else(|| config.collector.actor_bin.as_ref().map(PathBuf::from)),
+            )?;
             let opts = TrainOptions {
                 config,
                 run_dir: run_dir.clone(),
                 resume: a.resume.is_some(),
-                actor_program: actor_program(a.actor_bin)?,
+                actor_program: program,
                 progress: !a.quiet,
                 max_seconds: a.max_seconds,
                 save_replay: a.save_replay,
@@ -252,6 +256,7 @@ fn main() -> anyhow::Result<()> {
                     slots: a.slots,
                     max_restarts: a.max_restarts,
                     actor_args: Vec::new(),
+                    spec: None,
                 },
                 frames: a.frames,
                 publish_every: a.publish_every,

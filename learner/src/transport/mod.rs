@@ -8,6 +8,7 @@ mod shm;
 use std::path::PathBuf;
 
 use common::chunk::Chunk;
+use common::envs::EnvSpec;
 use common::recurrent::CellKind;
 use serde::Serialize;
 
@@ -32,8 +33,11 @@ pub struct TransportConfig {
     /// Ring slots per actor.
     pub slots: usize,
     pub max_restarts: u32,
-    /// Extra actor arguments (exploration).
+    /// Extra actor arguments (exploration, gymnasium imports and kwargs).
     pub actor_args: Vec<String>,
+    /// The environment's spaces the run was built for: a registering actor that reports
+    /// others is refused, both named. `None`: not checked.
+    pub spec: Option<EnvSpec>,
 }
 
 /// What one actor incarnation delivered.

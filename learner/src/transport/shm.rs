@@ -116,6 +116,18 @@ impl ShmTransport {
                 "env {:?} (the run has {:?})",
                 reg.env, self.config.env
             ))
+        } else if let Some(spec) = self.config.spec.as_ref().filter(|s| {
+            s.observation_space != reg.observation_space || s.action_space != reg.action_space
+        }) {
+            refuse(format!(
+                "env {:?}: the actor reports observation space {}, action space {}; the run was \
+                 built for observation space {}, action space {}",
+                reg.env,
+                reg.observation_space.describe(),
+                reg.action_space.describe(),
+                spec.observation_space.describe(),
+                spec.action_space.describe()
+            ))
         } else if let Some(reason) = schema_mismatch(&self.schema, &reg.schema) {
             refuse(reason)
         } else if self

@@ -1,0 +1,231 @@
+"""recur's gymnasium worker: steps E gymnasium environments for one actor.
+
+Started by the actor (common/src/envs/gymnasium.rs) as `python -c <this file> CONFIG_JSON`.
+Needs only gymnasium and numpy. Protocol (the actor is the only peer):
+
+1. The worker imports `imports`, builds E envs with gymnasium.make(id, **kwargs) and writes one
+   JSON line on the protocol pipe (the original stdout; sys.stdout is redirected to stderr so
+   that environments that print cannot corrupt it): the flattened spaces, or an error.
+2. The actor answers with one JSON line on stdin: the shared-memory file, the array offsets
+   and the first-reset seeds (seed contract: env i of actor a is first reset with
+   seed = s + a * E + i; later resets pass no seed).
+3. Then one command byte at a time on stdin: b"R" reset all, b"S" step all (actions read from
+   shared memory), b"Q" quit. Each is answered with b"K" when the arrays are written, or b"E"
+   followed by one JSON line describing the error.
+
+Observations are flattened into float32: Box (any shape, C order), Discrete (one-hot),
+MultiDiscrete (concatenated one-hots), Tuple and Dict (their parts in order).
+"""
+
+import json
+import os
+import sys
+import traceback
+
+PROTO = os.fdopen(os.dup(1), "wb", buffering=0)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+F32_MAX = 3.4028234663852886e38
+
+
+def write_all(data):
+    view = memoryview(data)
+    while view:
+        view = view[PROTO.write(view):]
+
+
+def send(obj):
+    write_all((json.dumps(obj) + "\n").encode())
+
+
+def fail(kind, message):
+    send({"ok": False, "kind": kind, "error": message})
+    sys.exit(3)
+
+
+def clamp(v):
+    v = float(v)
+    if v != v:
+        return 0.0
+    return max(-F32_MAX, min(F32_MAX, v))
+
+
+try:
+    import numpy as np
+except Exception:  # noqa: BLE001
+    fail("missing", traceback.format_exc(limit=1))
+try:
+    import gymnasium as gym
+    from gymnasium import spaces
+except Exception:  # noqa: BLE001
+    fail("missing", traceback.format_exc(limit=1))
+
+
+class Unsupported(Exception):
+    pass
+
+
+def describe(space):
+    return repr(space)
+
+
+def flattener(space):
+    """(size, low, high, write(value, out_view)) for an observation space."""
+    if isinstance(space, spaces.Box):
+        size = int(np.prod(space.shape)) if space.shape else 1
+        low = [clamp(x) for x in np.broadcast_to(space.low, space.shape).reshape(-1)]
+        high = [clamp(x) for x in np.broadcast_to(space.high, space.shape).reshape(-1)]
+
+        def write(v, out):
+            out[:] = np.asarray(v, dtype=np.float32).reshape(-1)
+
+        return size, low, high, write
+    if isinstance(space, spaces.Discrete):
+        n, start = int(space.n), int(space.start)
+
+        def write(v, out):
+            out[:] = 0.0
+            out[int(v) - start] = 1.0
+
+        return n, [0.0] * n, [1.0] * n, write
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = [int(x) for x in np.asarray(space.nvec).reshape(-1)]
+        starts = [int(x) for x in np.asarray(space.start).reshape(-1)]
+        offsets = np.cumsum([0] + nvec[:-1])
+        size = sum(nvec)
+
+        def write(v, out):
+            out[:] = 0.0
+            idx = np.asarray(v).reshape(-1) - starts + offsets
+            out[idx] = 1.0
+
+        return size, [0.0] * size, [1.0] * size, write
+    if isinstance(space, (spaces.Tuple, spaces.Dict)):
+        if isinstance(space, spaces.Tuple):
+            keys = list(range(len(space.spaces)))
+            parts = list(space.spaces)
+        else:
+            keys = list(space.spaces.keys())
+            parts = [space.spaces[k] for k in keys]
+        subs = [flattener(p) for p in parts]
+        size = sum(s[0] for s in subs)
+        low = [x for s in subs for x in s[1]]
+        high = [x for s in subs for x in s[2]]
+        bounds = np.cumsum([0] + [s[0] for s in subs])
+
+        def write(v, out):
+            for j, (k, s) in enumerate(zip(keys, subs)):
+                s[3](v[k], out[bounds[j]:bounds[j + 1]])
+
+        return size, low, high, write
+    raise Unsupported(describe(space))
+
+
+def action_codec(space):
+    """(JSON description for the actor, decode(i64 row, f32 row) -> gymnasium action)."""
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return {"kind": "discrete", "n": int(space.n)}, lambda ints, _f: start + int(ints[0])
+    if isinstance(space, spaces.Box) and len(space.shape) <= 1:
+        lo = np.broadcast_to(space.low, space.shape).reshape(-1)
+        hi = np.broadcast_to(space.high, space.shape).reshape(-1)
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+            raise Unsupported(describe(space) + " (a Box action space needs finite bounds)")
+        dtype, shape = space.dtype, space.shape
+        desc = {"kind": "box", "low": [float(x) for x in lo], "high": [float(x) for x in hi]}
+        return desc, lambda _i, f: np.asarray(f, dtype=dtype).reshape(shape)
+    if isinstance(space, spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1:
+        starts = np.asarray(space.start, dtype=np.int64)
+        dtype = space.dtype
+        desc = {"kind": "multidiscrete", "nvec": [int(x) for x in space.nvec]}
+        return desc, lambda ints, _f: (np.asarray(ints, dtype=np.int64) + starts).astype(dtype)
+    raise Unsupported(describe(space))
+
+
+def main():
+    config = json.loads(sys.argv[1])
+    env_id, num_envs = config["id"], int(config["num_envs"])
+    for module in config.get("imports", []):
+        try:
+            __import__(module)
+        except Exception:  # noqa: BLE001
+            fail("import", "importing %r failed:\n%s" % (module, traceback.format_exc()))
+    kwargs = config.get("kwargs") or {}
+    try:
+        envs = [gym.make(env_id, **kwargs) for _ in range(num_envs)]
+    except Exception:  # noqa: BLE001
+        fail("make", "gymnasium.make(%r, **%r) failed:\n%s" % (env_id, kwargs, traceback.format_exc()))
+    try:
+        obs_size, low, high, write_obs = flattener(envs[0].observation_space)
+    except Unsupported as e:
+        fail("space", "observation space %s is not supported (Box, Discrete, MultiDiscrete, "
+             "Tuple and Dict of these are)" % e)
+    try:
+        action_desc, decode = action_codec(envs[0].action_space)
+    except Unsupported as e:
+        fail("space", "action space %s is not supported (Discrete, Box with finite bounds, "
+             "MultiDiscrete are)" % e)
+    spec = envs[0].spec
+    send({
+        "ok": True,
+        "observation_space": {"low": low, "high": high},
+        "action_space": action_desc,
+        "max_episode_steps": spec.max_episode_steps if spec is not None else None,
+        "observation_space_repr": describe(envs[0].observation_space),
+        "action_space_repr": describe(envs[0].action_space),
+    })
+
+    layout = json.loads(sys.stdin.buffer.readline())
+    import mmap
+
+    fd = os.open(layout["path"], os.O_RDWR)
+    mem = mmap.mmap(fd, 0)
+    os.close(fd)
+    base = int(layout["body_offset"])
+    a_dim = int(layout["action_dim"])
+
+    def view(dtype, key, count):
+        return np.frombuffer(mem, dtype=dtype, count=count, offset=base + int(layout[key]))
+
+    act_i = view(np.int64, "actions_i64", num_envs * a_dim).reshape(num_envs, a_dim)
+    act_f = view(np.float32, "actions_f32", num_envs * a_dim).reshape(num_envs, a_dim)
+    obs = view(np.float32, "obs", num_envs * obs_size).reshape(num_envs, obs_size)
+    next_obs = view(np.float32, "next_obs", num_envs * obs_size).reshape(num_envs, obs_size)
+    reward = view(np.float64, "reward", num_envs)
+    terminated = view(np.uint8, "terminated", num_envs)
+    truncated = view(np.uint8, "truncated", num_envs)
+    seeds = layout.get("seeds")
+    stdin = sys.stdin.buffer
+    while True:
+        cmd = stdin.read(1)
+        if cmd in (b"", b"Q"):
+            return
+        try:
+            if cmd == b"R":
+                for i, env in enumerate(envs):
+                    o, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
+                    write_obs(o, obs[i])
+                seeds = None
+            elif cmd == b"S":
+                for i, env in enumerate(envs):
+                    o, r, term, trunc, _ = env.step(decode(act_i[i], act_f[i]))
+                    reward[i] = r
+                    terminated[i] = bool(term)
+                    truncated[i] = bool(trunc)
+                    write_obs(o, next_obs[i])
+                    if term or trunc:
+                        o, _ = env.reset()
+                        write_obs(o, obs[i])
+                    else:
+                        obs[i] = next_obs[i]
+            else:
+                raise ValueError("unknown command %r" % cmd)
+        except Exception:  # noqa: BLE001
+            write_all(b"E")
+            send({"ok": False, "kind": "step", "error": traceback.format_exc()})
+            continue
+        write_all(b"K")
+
+
+main()

@@ -1,0 +1,557 @@
+//! The gymnasium bridge: `gymnasium:<id>` environments stepped by a Python worker process
+//! (`gym_worker.py`, shipped inside this crate, needs only gymnasium and numpy) that the actor
+//! owns. Actions, observations, rewards and flags of all `E` environments cross once per
+//! vector step through a shared-memory segment ([`crate::shm::bridge`]); a command byte on the
+//! worker's stdin and an answer byte on its stdout hand the turn back and forth.
+//!
+//! Semantics match [`VecEnv`](super::VecEnv): `terminated` and `truncated` apart (gymnasium's
+//! `TimeLimit` gives `truncated`), `next_obs` is the true final observation at a done and `obs`
+//! the reset one, `is_init` true exactly there.
+//!
+//! **Seed contract**: environment `i` of a [`GymVecEnv`] started with `seed` is first reset
+//! with `seed + i` (the actor passes `seed = s + a * envs_per_actor` for run seed `s` and
+//! actor `a`); later resets pass no seed, as gymnasium's vector envs do. A dataset recorded
+//! through the bridge therefore replays exactly in gymnasium.
+//!
+//! Failures are [`EnvError`]s naming the env id: Python or gymnasium missing (what to
+//! install), an import or `gymnasium.make` that raises (the Python traceback), an unsupported
+//! space, a worker that dies or does not answer within [`GymnasiumOptions::timeout`].
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use serde::Deserialize;
+
+use super::registry::{EnvSpec, VectorEnv, GYMNASIUM_PREFIX};
+use super::{EnvError, Space, VecActions, VecStep};
+use crate::shm::bridge::{BridgeArrays, BridgeLayout};
+use crate::shm::unique_run_id;
+
+/// The worker's source, run with `python -c`.
+const WORKER_SOURCE: &str = include_str!("gym_worker.py");
+
+/// The interpreter when `RECUR_PYTHON` is unset.
+pub const DEFAULT_PYTHON: &str = "python3";
+
+/// How the bridge starts its Python workers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GymnasiumOptions {
+    /// The interpreter (`RECUR_PYTHON`, default `python3`).
+    pub python: String,
+    /// Modules imported before `gymnasium.make` (how POPGym and rl_zoo3 register their ids).
+    pub imports: Vec<String>,
+    /// Keyword arguments of `gymnasium.make` (a JSON object).
+    pub kwargs: Option<serde_json::Value>,
+    /// How long a worker may take to answer one command (and to start), `RECUR_GYM_TIMEOUT_S`
+    /// seconds, default 60.
+    pub timeout: Duration,
+}
+
+impl Default for GymnasiumOptions {
+    /// The interpreter from `RECUR_PYTHON` and the timeout from `RECUR_GYM_TIMEOUT_S`; no
+    /// imports, no kwargs.
+    fn default() -> Self {
+        GymnasiumOptions {
+            python: std::env::var("RECUR_PYTHON").unwrap_or_else(|_| DEFAULT_PYTHON.into()),
+            imports: Vec::new(),
+            kwargs: None,
+            timeout: Duration::from_secs_f64(
+                std::env::var("RECUR_GYM_TIMEOUT_S")
+                    .ok()
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .filter(|s| s.is_finite() && *s > 0.0)
+                    .unwrap_or(60.0),
+            ),
+        }
+    }
+}
+
+/// The worker's first answer.
+#[derive(Deserialize)]
+struct Hello {
+    ok: bool,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    error: String,
+    observation_space: Option<BoxBounds>,
+    action_space: Option<ActionDesc>,
+    max_episode_steps: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct BoxBounds {
+    low: Vec<f32>,
+    high: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+enum ActionDesc {
+    Discrete { n: usize },
+    Box { low: Vec<f32>, high: Vec<f32> },
+    Multidiscrete { nvec: Vec<usize> },
+}
+
+static SEGMENTS: AtomicU64 = AtomicU64::new(0);
+
+/// `E` gymnasium environments in one Python worker process, as a [`VectorEnv`].
+pub struct GymVecEnv {
+    id: String,
+    spec: EnvSpec,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    arrays: BridgeArrays,
+    timeout: Duration,
+    action_dim: usize,
+    discrete: bool,
+    started: bool,
+    steps: u64,
+    last: VecStep,
+    reward64: Vec<f64>,
+    flags: (Vec<u8>, Vec<u8>),
+    running_return: Vec<f64>,
+    running_length: Vec<u64>,
+}
+
+impl GymVecEnv {
+    /// Starts the worker for `id` (`gymnasium:<gymnasium id>`) with `num_envs` environments,
+    /// env `i` first reset with `seed + i`.
+    ///
+    /// # Errors
+    /// [`EnvError::PythonMissing`], [`EnvError::Gymnasium`] (import, make, unsupported space,
+    /// worker failure), [`EnvError::NoEnvs`].
+    pub fn start(
+        id: &str,
+        options: &GymnasiumOptions,
+        num_envs: usize,
+        seed: u64,
+    ) -> Result<Self, EnvError> {
+        if num_envs == 0 {
+            return Err(EnvError::NoEnvs { num_envs });
+        }
+        let gym_id = id.strip_prefix(GYMNASIUM_PREFIX).unwrap_or(id);
+        let err = |message: String| EnvError::Gymnasium {
+            id: id.to_string(),
+            message,
+        };
+        let config = serde_json::json!({
+            "id": gym_id,
+            "imports": options.imports,
+            "kwargs": options.kwargs.clone().unwrap_or(serde_json::json!({})),
+            "num_envs": num_envs,
+        });
+        let mut child = Command::new(&options.python)
+            .arg("-c")
+            .arg(WORKER_SOURCE)
+            .arg(config.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| EnvError::PythonMissing {
+                id: id.to_string(),
+                python: options.python.clone(),
+                error: e.to_string(),
+            })?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut bridge = Partial {
+            id: id.to_string(),
+            child,
+            stdout,
+            timeout: options.timeout,
+        };
+        let line = bridge.read_line("starting")?;
+        let hello: Hello = serde_json::from_slice(&line).map_err(|e| {
+            err(format!(
+                "the worker's first answer does not parse ({e}): {}",
+                String::from_utf8_lossy(&line)
+            ))
+        })?;
+        if !hello.ok {
+            bridge.kill();
+            return Err(match hello.kind.as_str() {
+                "missing" => EnvError::PythonMissing {
+                    id: id.to_string(),
+                    python: options.python.clone(),
+                    error: hello.error.trim().to_string(),
+                },
+                _ => err(hello.error.trim_end().to_string()),
+            });
+        }
+        let (Some(obs), Some(action)) = (hello.observation_space, hello.action_space) else {
+            return Err(err("the worker did not report its spaces".into()));
+        };
+        let (action_space, action_dim, discrete) = match action {
+            ActionDesc::Discrete { n } => (Space::Discrete { n }, 1, true),
+            ActionDesc::Box { low, high } => {
+                let k = low.len();
+                (Space::Box { low, high }, k, false)
+            }
+            ActionDesc::Multidiscrete { nvec } => {
+                bridge.kill();
+                return Err(EnvError::UnsupportedSpace {
+                    id: id.to_string(),
+                    which: "action",
+                    space: format!("MultiDiscrete({nvec:?})"),
+                    supported: "Discrete and Box (a factorized MultiDiscrete head is not built)",
+                });
+            }
+        };
+        let spec = EnvSpec {
+            id: id.to_string(),
+            observation_space: Space::Box {
+                low: obs.low,
+                high: obs.high,
+            },
+            action_space,
+            max_episode_steps: hello.max_episode_steps,
+        };
+        let d = spec.observation_space.dim();
+        let layout = BridgeLayout::new(num_envs, d, action_dim);
+        let name = format!(
+            "recur-{}-gym-{}",
+            unique_run_id(),
+            SEGMENTS.fetch_add(1, Ordering::Relaxed)
+        );
+        let arrays = BridgeArrays::create(&name, layout).map_err(|e| err(e.to_string()))?;
+        let seeds: Vec<u64> = (0..num_envs as u64).map(|i| seed.wrapping_add(i)).collect();
+        let mut handshake = serde_json::to_value(arrays.layout()).expect("layout serialises");
+        handshake["path"] = serde_json::json!(arrays.path());
+        handshake["seeds"] = serde_json::json!(seeds);
+        let Partial {
+            child,
+            stdout,
+            timeout,
+            ..
+        } = bridge;
+        let mut env = GymVecEnv {
+            id: id.to_string(),
+            spec,
+            child,
+            stdin,
+            stdout,
+            arrays,
+            timeout,
+            action_dim,
+            discrete,
+            started: false,
+            steps: 0,
+            last: VecStep::new(num_envs, d),
+            reward64: vec![0.0; num_envs],
+            flags: (vec![0; num_envs], vec![0; num_envs]),
+            running_return: vec![0.0; num_envs],
+            running_length: vec![0; num_envs],
+        };
+        let mut line = handshake.to_string().into_bytes();
+        line.push(b'\n');
+        env.send(&line, "handshake")?;
+        Ok(env)
+    }
+
+    /// The spaces the worker reported (observation flattened to a Box).
+    pub fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+
+    /// The worker's process id.
+    pub fn worker_pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn send(&mut self, bytes: &[u8], what: &str) -> Result<(), EnvError> {
+        if self
+            .stdin
+            .write_all(bytes)
+            .and_then(|_| self.stdin.flush())
+            .is_err()
+        {
+            return Err(self.dead(what));
+        }
+        Ok(())
+    }
+
+    /// One command and its answer.
+    fn command(&mut self, cmd: u8, what: &str) -> Result<(), EnvError> {
+        self.send(&[cmd], what)?;
+        let mut answer = [0u8; 1];
+        read_exact_timeout(&mut self.stdout, &mut answer, self.timeout)
+            .map_err(|e| self.failure(e, what))?;
+        match answer[0] {
+            b'K' => Ok(()),
+            b'E' => {
+                let line =
+                    read_line(&mut self.stdout, self.timeout).map_err(|e| self.failure(e, what))?;
+                let text = serde_json::from_slice::<Hello>(&line)
+                    .map(|h| h.error)
+                    .unwrap_or_else(|_| String::from_utf8_lossy(&line).into_owned());
+                Err(EnvError::Gymnasium {
+                    id: self.id.clone(),
+                    message: format!("{what} raised in the worker:\n{}", text.trim_end()),
+                })
+            }
+            other => Err(EnvError::Gymnasium {
+                id: self.id.clone(),
+                message: format!("{what}: the worker answered {other:#x}, expected K or E"),
+            }),
+        }
+    }
+
+    fn failure(&mut self, e: ReadError, what: &str) -> EnvError {
+        match e {
+            ReadError::Eof => self.dead(what),
+            ReadError::Timeout => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                EnvError::WorkerFailed {
+                    id: self.id.clone(),
+                    message: format!(
+                        "the Python worker (pid {}) did not answer {what} within {:.1} s \
+                         (RECUR_GYM_TIMEOUT_S); it was killed",
+                        self.child.id(),
+                        self.timeout.as_secs_f64()
+                    ),
+                }
+            }
+            ReadError::Io(e) => EnvError::WorkerFailed {
+                id: self.id.clone(),
+                message: format!("reading the worker's answer to {what}: {e}"),
+            },
+        }
+    }
+
+    fn dead(&mut self, what: &str) -> EnvError {
+        let status = wait_briefly(&mut self.child);
+        EnvError::WorkerFailed {
+            id: self.id.clone(),
+            message: format!(
+                "the Python worker (pid {}) exited during {what} ({status}); its stderr is above",
+                self.child.id()
+            ),
+        }
+    }
+}
+
+impl VectorEnv for GymVecEnv {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn num_envs(&self) -> usize {
+        self.last.reward.len()
+    }
+
+    fn observation_space(&self) -> Space {
+        self.spec.observation_space.clone()
+    }
+
+    fn action_space(&self) -> Space {
+        self.spec.action_space.clone()
+    }
+
+    fn reset(&mut self) -> Result<&[f32], EnvError> {
+        self.command(b'R', "reset")?;
+        let last = &mut self.last;
+        self.arrays.read_obs(&mut last.obs);
+        last.next_obs.fill(0.0);
+        last.reward.fill(0.0);
+        last.terminated.fill(false);
+        last.truncated.fill(false);
+        last.done.fill(false);
+        last.is_init.fill(true);
+        last.episode_return.fill(None);
+        last.episode_length.fill(None);
+        self.running_return.fill(0.0);
+        self.running_length.fill(0);
+        self.started = true;
+        Ok(&self.last.obs)
+    }
+
+    fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError> {
+        assert!(self.started, "GymVecEnv({}): step before reset", self.id);
+        let e = self.num_envs();
+        match (actions, self.discrete) {
+            (VecActions::Discrete(a), true) => {
+                assert_eq!(a.len(), e * self.action_dim, "{}: action count", self.id);
+                self.arrays.write_actions_i64(a);
+            }
+            (VecActions::Continuous(a), false) => {
+                assert_eq!(a.len(), e * self.action_dim, "{}: action count", self.id);
+                self.arrays.write_actions_f32(a);
+            }
+            (a, _) => panic!(
+                "GymVecEnv({}): actions {a:?} do not match the action space {}",
+                self.id,
+                self.spec.action_space.describe()
+            ),
+        }
+        self.steps += 1;
+        let what = format!("step {}", self.steps);
+        self.command(b'S', &what)?;
+        let last = &mut self.last;
+        let (term, trunc) = &mut self.flags;
+        self.arrays.read_step(
+            &mut last.obs,
+            &mut last.next_obs,
+            &mut self.reward64,
+            term,
+            trunc,
+        );
+        for j in 0..e {
+            let (t, u) = (term[j] != 0, trunc[j] != 0);
+            let done = t || u;
+            last.reward[j] = self.reward64[j] as f32;
+            last.terminated[j] = t;
+            last.truncated[j] = u;
+            last.done[j] = done;
+            last.is_init[j] = done;
+            self.running_return[j] += self.reward64[j];
+            self.running_length[j] += 1;
+            if done {
+                last.episode_return[j] = Some(self.running_return[j]);
+                last.episode_length[j] = Some(self.running_length[j]);
+                self.running_return[j] = 0.0;
+                self.running_length[j] = 0;
+            } else {
+                last.episode_return[j] = None;
+                last.episode_length[j] = None;
+            }
+        }
+        Ok(&self.last)
+    }
+}
+
+impl Drop for GymVecEnv {
+    /// Asks the worker to quit, then makes sure it is gone (no orphans).
+    fn drop(&mut self) {
+        let _ = self.stdin.write_all(b"Q");
+        let _ = self.stdin.flush();
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(20));
+            if !matches!(self.child.try_wait(), Ok(Some(_))) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+    }
+}
+
+/// The worker before its arrays exist (the first answer), or a borrowed reader.
+struct Partial {
+    id: String,
+    child: Child,
+    stdout: ChildStdout,
+    timeout: Duration,
+}
+
+impl Partial {
+    fn read_line(&mut self, what: &str) -> Result<Vec<u8>, EnvError> {
+        read_line(&mut self.stdout, self.timeout).map_err(|e| {
+            let message = match e {
+                ReadError::Eof => format!(
+                    "the Python worker exited while {what} ({}); its stderr is above",
+                    wait_briefly(&mut self.child)
+                ),
+                ReadError::Timeout => {
+                    self.kill();
+                    format!(
+                        "the Python worker did not answer within {:.1} s while {what} \
+                         (RECUR_GYM_TIMEOUT_S); it was killed",
+                        self.timeout.as_secs_f64()
+                    )
+                }
+                ReadError::Io(e) => format!("reading the worker's answer: {e}"),
+            };
+            EnvError::WorkerFailed {
+                id: self.id.clone(),
+                message,
+            }
+        })
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug)]
+enum ReadError {
+    Eof,
+    Timeout,
+    Io(std::io::Error),
+}
+
+/// Fills `buf` from `r`, waiting at most `timeout` in total.
+fn read_exact_timeout(
+    r: &mut ChildStdout,
+    buf: &mut [u8],
+    timeout: Duration,
+) -> Result<(), ReadError> {
+    let deadline = Instant::now() + timeout;
+    let mut filled = 0;
+    while filled < buf.len() {
+        wait_readable(r, deadline)?;
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => return Err(ReadError::Eof),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ReadError::Io(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Reads one `\n`-terminated line (without it), byte by byte so nothing after it is consumed.
+fn read_line(r: &mut ChildStdout, timeout: Duration) -> Result<Vec<u8>, ReadError> {
+    let deadline = Instant::now() + timeout;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        wait_readable(r, deadline)?;
+        match r.read(&mut byte) {
+            Ok(0) => return Err(ReadError::Eof),
+            Ok(_) if byte[0] == b'\n' => return Ok(line),
+            Ok(_) => line.push(byte[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ReadError::Io(e)),
+        }
+    }
+}
+
+/// Waits until `r` has bytes (or its writer is gone), at most until `deadline`.
+fn wait_readable(r: &ChildStdout, deadline: Instant) -> Result<(), ReadError> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        let mut fds = [PollFd::new(r.as_fd(), PollFlags::POLLIN)];
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(0) => return Err(ReadError::Timeout),
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(ReadError::Io(e.into())),
+        }
+    }
+}
+
+/// The worker's exit status, waiting up to a second for it.
+fn wait_briefly(child: &mut Child) -> String {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.to_string(),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => return "still running".into(),
+            Err(e) => return format!("status unknown: {e}"),
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! The environment registry: id -> constructor, spaces and time limit. The actor, the spec
+//! check and the learner's config validation all ask it which environments exist; the four
+//! built-in tasks register through the same public API a user crate calls.
+//!
+//! ```
+//! use common::envs::{ActionRef, Env, Registry, Space, StepResult};
+//!
+//! /// A one-step task: answer 1 to get a reward.
+//! struct Guess;
+//! impl Env for Guess {
+//!     fn id(&self) -> &str { "Guess-v0" }
+//!     fn observation_space(&self) -> Space { Space::Box { low: vec![0.0], high: vec![1.0] } }
+//!     fn action_space(&self) -> Space { Space::Discrete { n: 2 } }
+//!     fn reset(&mut self, _seed: u64, obs: &mut [f32]) { obs[0] = 1.0 }
+//!     fn step(&mut self, a: ActionRef<'_>, obs: &mut [f32]) -> StepResult {
+//!         obs[0] = 0.0;
+//!         let reward = f64::from(matches!(a, ActionRef::Discrete(1)));
+//!         StepResult { reward, terminated: true, truncated: false }
+//!     }
+//! }
+//!
+//! let mut registry = Registry::builtin();
+//! registry.register("Guess-v0", None, || Guess)?;
+//! let spec = registry.spec("Guess-v0")?;
+//! assert_eq!(spec.action_space, Space::Discrete { n: 2 });
+//! let mut envs = registry.make_vec("Guess-v0", 4, 0)?;
+//! envs.reset()?;
+//! # Ok::<(), common::envs::EnvError>(())
+//! ```
+//!
+//! Ids starting with [`GYMNASIUM_PREFIX`] are not registered: they are gymnasium ids, built by
+//! Python workers through the [bridge](super::gymnasium) with the registry's
+//! [`GymnasiumOptions`].
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::gymnasium::{GymVecEnv, GymnasiumOptions};
+use super::{
+    max_episode_steps, Env, EnvError, Space, TimeLimit, VecActions, VecEnv, VecStep, ENV_IDS,
+};
+
+/// Ids of the form `gymnasium:<gymnasium id>` run through the gymnasium bridge.
+pub const GYMNASIUM_PREFIX: &str = "gymnasium:";
+
+/// What the registry knows about an environment without stepping it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EnvSpec {
+    /// The id the environment is made by.
+    pub id: String,
+    /// One observation (flat `f32`).
+    pub observation_space: Space,
+    /// One action.
+    pub action_space: Space,
+    /// The time limit (`truncated` on that step), if any.
+    pub max_episode_steps: Option<u64>,
+}
+
+impl EnvSpec {
+    /// `observation Box(..), action Discrete(..)`, for error messages.
+    pub fn describe_spaces(&self) -> String {
+        format!(
+            "observation {}, action {}",
+            self.observation_space.describe(),
+            self.action_space.describe()
+        )
+    }
+}
+
+/// `E` environments stepped in lockstep with per-environment auto-reset: the actor's view of
+/// its environments, whether Rust envs ([`VecEnv`]) or gymnasium workers ([`GymVecEnv`]).
+///
+/// Flat buffers are environment-major (see [`VecStep`]). After a `done`, `next_obs` holds the
+/// true final observation and `obs` the reset one (`is_init` true there).
+pub trait VectorEnv: Send {
+    /// The environment id.
+    fn id(&self) -> &str;
+    /// `E`.
+    fn num_envs(&self) -> usize;
+    /// The space of one environment's observation.
+    fn observation_space(&self) -> Space;
+    /// The space of one environment's action.
+    fn action_space(&self) -> Space;
+    /// Resets every environment; the first observations `[E * D]` (all `is_init`).
+    ///
+    /// # Errors
+    /// A gymnasium worker that fails, crashes or does not answer in time.
+    fn reset(&mut self) -> Result<&[f32], EnvError>;
+    /// Steps environment `j` with action `j`; ended episodes are reset at once.
+    ///
+    /// # Errors
+    /// As [`VectorEnv::reset`].
+    fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError>;
+}
+
+impl VectorEnv for VecEnv {
+    fn id(&self) -> &str {
+        VecEnv::id(self)
+    }
+    fn num_envs(&self) -> usize {
+        VecEnv::num_envs(self)
+    }
+    fn observation_space(&self) -> Space {
+        VecEnv::observation_space(self)
+    }
+    fn action_space(&self) -> Space {
+        VecEnv::action_space(self)
+    }
+    fn reset(&mut self) -> Result<&[f32], EnvError> {
+        Ok(VecEnv::reset(self))
+    }
+    fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError> {
+        Ok(VecEnv::step(self, actions))
+    }
+}
+
+type Constructor = Arc<dyn Fn() -> Box<dyn Env> + Send + Sync>;
+
+#[derive(Clone)]
+struct Entry {
+    spec: EnvSpec,
+    make: Constructor,
+}
+
+/// Environment ids and how to build them. Cheap to clone (constructors are shared).
+#[derive(Clone)]
+pub struct Registry {
+    entries: Vec<Entry>,
+    gymnasium: GymnasiumOptions,
+}
+
+impl Default for Registry {
+    /// [`Registry::builtin`].
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("ids", &self.ids())
+            .field("gymnasium", &self.gymnasium)
+            .finish()
+    }
+}
+
+impl Registry {
+    /// A registry without any environment (gymnasium ids still work).
+    pub fn empty() -> Self {
+        Registry {
+            entries: Vec::new(),
+            gymnasium: GymnasiumOptions::default(),
+        }
+    }
+
+    /// The built-in environments ([`ENV_IDS`]), registered with [`Registry::register_boxed`].
+    pub fn builtin() -> Self {
+        let mut r = Self::empty();
+        for &id in ENV_IDS {
+            let limit = max_episode_steps(id).expect("a built-in id has a time limit");
+            // The built-in constructors already wrap their TimeLimit.
+            r.register_boxed(id, Some(limit), move || {
+                super::make_builtin(id).expect("a built-in id builds")
+            })
+            .expect("built-in ids are unique");
+        }
+        r
+    }
+
+    /// The options gymnasium ids are built with (interpreter, imports, kwargs).
+    pub fn with_gymnasium(mut self, options: GymnasiumOptions) -> Self {
+        self.gymnasium = options;
+        self
+    }
+
+    /// The options gymnasium ids are built with.
+    pub fn gymnasium(&self) -> &GymnasiumOptions {
+        &self.gymnasium
+    }
+
+    /// Registers `id`, built by `make` and wrapped in a [`TimeLimit`] of
+    /// `max_episode_steps` when given. One environment is built at once to read its spaces.
+    ///
+    /// # Errors
+    /// [`EnvError::Registration`] when `id` is taken, empty, or starts with
+    /// [`GYMNASIUM_PREFIX`]; [`EnvError::ZeroTimeLimit`] for a limit of 0.
+    pub fn register<E: Env + 'static>(
+        &mut self,
+        id: &str,
+        max_episode_steps: Option<u64>,
+        make: impl Fn() -> E + Send + Sync + 'static,
+    ) -> Result<&mut Self, EnvError> {
+        if max_episode_steps == Some(0) {
+            return Err(EnvError::ZeroTimeLimit {
+                max_episode_steps: 0,
+            });
+        }
+        let constructor: Constructor = match max_episode_steps {
+            Some(limit) => Arc::new(move || {
+                Box::new(TimeLimit::new(make(), limit).expect("limit checked above"))
+                    as Box<dyn Env>
+            }),
+            None => Arc::new(move || Box::new(make()) as Box<dyn Env>),
+        };
+        self.insert(id, max_episode_steps, constructor)
+    }
+
+    /// Registers `id` built by `make` as is (the constructor applies any time limit itself;
+    /// `max_episode_steps` only documents it in the [`EnvSpec`]).
+    ///
+    /// # Errors
+    /// As [`Registry::register`].
+    pub fn register_boxed(
+        &mut self,
+        id: &str,
+        max_episode_steps: Option<u64>,
+        make: impl Fn() -> Box<dyn Env> + Send + Sync + 'static,
+    ) -> Result<&mut Self, EnvError> {
+        self.insert(id, max_episode_steps, Arc::new(make))
+    }
+
+    fn insert(
+        &mut self,
+        id: &str,
+        max_episode_steps: Option<u64>,
+        make: Constructor,
+    ) -> Result<&mut Self, EnvError> {
+        let refuse = |reason: &str| {
+            Err(EnvError::Registration {
+                id: id.to_string(),
+                reason: reason.to_string(),
+            })
+        };
+        if id.trim().is_empty() {
+            return refuse("an id must not be empty");
+        }
+        if id.starts_with(GYMNASIUM_PREFIX) {
+            return refuse("ids starting with \"gymnasium:\" name gymnasium environments");
+        }
+        if self.contains(id) {
+            return refuse("already registered");
+        }
+        let probe = make();
+        let spec = EnvSpec {
+            id: id.to_string(),
+            observation_space: probe.observation_space(),
+            action_space: probe.action_space(),
+            max_episode_steps,
+        };
+        self.entries.push(Entry { spec, make });
+        Ok(self)
+    }
+
+    /// The registered ids, in registration order (gymnasium ids are not listed).
+    pub fn ids(&self) -> Vec<String> {
+        self.entries.iter().map(|e| e.spec.id.clone()).collect()
+    }
+
+    /// Whether `id` is registered, or a gymnasium id.
+    pub fn contains(&self, id: &str) -> bool {
+        is_gymnasium(id) || self.entries.iter().any(|e| e.spec.id == id)
+    }
+
+    fn entry(&self, id: &str) -> Result<&Entry, EnvError> {
+        self.entries
+            .iter()
+            .find(|e| e.spec.id == id)
+            .ok_or_else(|| EnvError::UnknownId {
+                id: id.to_string(),
+                known: self.ids(),
+            })
+    }
+
+    /// One registered environment (not gymnasium ids: those only run vectorised).
+    ///
+    /// # Errors
+    /// [`EnvError::UnknownId`] naming `id` and the registered ids.
+    pub fn make(&self, id: &str) -> Result<Box<dyn Env>, EnvError> {
+        Ok((self.entry(id)?.make)())
+    }
+
+    /// The spaces and time limit of `id`. For a gymnasium id this starts a Python worker
+    /// with one environment (seconds).
+    ///
+    /// # Errors
+    /// [`EnvError::UnknownId`]; for gymnasium ids whatever the worker reports.
+    pub fn spec(&self, id: &str) -> Result<EnvSpec, EnvError> {
+        if is_gymnasium(id) {
+            return Ok(GymVecEnv::start(id, &self.gymnasium, 1, 0)?.spec().clone());
+        }
+        Ok(self.entry(id)?.spec.clone())
+    }
+
+    /// `num_envs` environments `id` stepped together. Rust environments: a [`VecEnv`] whose
+    /// env `j`, episode `n` is reset with [`super::episode_seed`]`(seed, j, n)`. Gymnasium ids:
+    /// a [`GymVecEnv`] whose env `j` is first reset with `seed + j` and later without a seed.
+    ///
+    /// # Errors
+    /// [`EnvError::NoEnvs`], [`EnvError::UnknownId`], and the bridge's errors.
+    pub fn make_vec(
+        &self,
+        id: &str,
+        num_envs: usize,
+        seed: u64,
+    ) -> Result<Box<dyn VectorEnv>, EnvError> {
+        if num_envs == 0 {
+            return Err(EnvError::NoEnvs { num_envs });
+        }
+        if is_gymnasium(id) {
+            return Ok(Box::new(GymVecEnv::start(
+                id,
+                &self.gymnasium,
+                num_envs,
+                seed,
+            )?));
+        }
+        let entry = self.entry(id)?;
+        let envs = (0..num_envs).map(|_| (entry.make)()).collect();
+        Ok(Box::new(VecEnv::from_envs(id, envs, seed)?))
+    }
+}
+
+/// Whether `id` names a gymnasium environment (`gymnasium:<id>`).
+pub fn is_gymnasium(id: &str) -> bool {
+    id.starts_with(GYMNASIUM_PREFIX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envs::{ActionRef, CartPole, StepResult};
+
+    #[test]
+    fn builtins_are_registered_with_their_limits() {
+        let r = Registry::builtin();
+        assert_eq!(r.ids(), ENV_IDS);
+        for &id in ENV_IDS {
+            let spec = r.spec(id).unwrap();
+            assert_eq!(spec.max_episode_steps, Some(max_episode_steps(id).unwrap()));
+            let env = r.make(id).unwrap();
+            assert_eq!(env.observation_space(), spec.observation_space);
+        }
+        assert!(r.contains("gymnasium:CartPole-v1"));
+    }
+
+    struct Blind;
+    impl Env for Blind {
+        fn id(&self) -> &str {
+            "Blind-v0"
+        }
+        fn observation_space(&self) -> Space {
+            Space::Box {
+                low: vec![0.0],
+                high: vec![1.0],
+            }
+        }
+        fn action_space(&self) -> Space {
+            Space::Discrete { n: 3 }
+        }
+        fn reset(&mut self, _seed: u64, obs: &mut [f32]) {
+            obs[0] = 0.0;
+        }
+        fn step(&mut self, _: ActionRef<'_>, obs: &mut [f32]) -> StepResult {
+            obs[0] = 1.0;
+            StepResult {
+                reward: 1.0,
+                terminated: false,
+                truncated: false,
+            }
+        }
+    }
+
+    #[test]
+    fn user_envs_register_with_a_time_limit() {
+        let mut r = Registry::empty();
+        r.register("Blind-v0", Some(3), || Blind).unwrap();
+        let mut envs = r.make_vec("Blind-v0", 2, 0).unwrap();
+        assert_eq!(envs.action_space(), Space::Discrete { n: 3 });
+        envs.reset().unwrap();
+        let flags: Vec<bool> = (0..3)
+            .map(|_| envs.step(VecActions::Discrete(&[0, 1])).unwrap().truncated[0])
+            .collect();
+        assert_eq!(flags, [false, false, true]);
+    }
+
+    #[test]
+    fn registration_errors_name_the_id() {
+        let mut r = Registry::builtin();
+        let taken = r
+            .register("CartPole-v1", None, CartPole::new)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            taken.contains("\"CartPole-v1\"") && taken.contains("already"),
+            "{taken}"
+        );
+        let gym = r
+            .register("gymnasium:X", None, CartPole::new)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(gym.contains("gymnasium"), "{gym}");
+        let unknown = Registry::empty().make("Nope-v0").err().unwrap().to_string();
+        assert!(unknown.contains("\"Nope-v0\""), "{unknown}");
+        assert!(matches!(
+            r.register("Z", Some(0), CartPole::new),
+            Err(EnvError::ZeroTimeLimit { .. })
+        ));
+    }
+}

@@ -1,0 +1,220 @@
+//! The gymnasium bridge's shared arrays: one segment per actor holding the actions the actor
+//! writes and the observations, rewards and flags its Python worker writes, for all `E`
+//! environments of one vector step (`numpy` views on the Python side, no pickling).
+//!
+//! Access is turn-based, not concurrent: the actor writes the actions, sends a command byte on
+//! the worker's stdin, and touches the arrays again only after the worker's answer byte on its
+//! stdout (`common::envs::gymnasium`). The pipe's write/read pair orders the two sides' memory
+//! accesses (the kernel synchronises them); the fences below make the intent explicit.
+
+use std::sync::atomic::{fence, Ordering};
+
+use serde::Serialize;
+
+use super::segment::{Segment, ShmError, HEADER_LEN, SHM_DIR};
+
+/// Byte offsets of the arrays inside the segment's body, each 64-byte aligned. Sent to the
+/// worker as JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BridgeLayout {
+    pub envs: usize,
+    pub obs_dim: usize,
+    /// Values per action (1 for Discrete, the box's length, the number of MultiDiscrete
+    /// components).
+    pub action_dim: usize,
+    /// `[E, action_dim]` i64: discrete and multi-discrete actions (0-based).
+    pub actions_i64: usize,
+    /// `[E, action_dim]` f32: box actions.
+    pub actions_f32: usize,
+    /// `[E, obs_dim]` f32: what the policy sees next (the reset observation after a done).
+    pub obs: usize,
+    /// `[E, obs_dim]` f32: the observation the step produced (the true final one at a done).
+    pub next_obs: usize,
+    /// `[E]` f64.
+    pub reward: usize,
+    /// `[E]` u8.
+    pub terminated: usize,
+    /// `[E]` u8.
+    pub truncated: usize,
+    /// Body bytes.
+    pub total: usize,
+    /// Where the body starts in the file (the segment header's length).
+    pub body_offset: usize,
+}
+
+impl BridgeLayout {
+    /// The layout for `envs` environments of `obs_dim` observation values and `action_dim`
+    /// action values.
+    pub fn new(envs: usize, obs_dim: usize, action_dim: usize) -> Self {
+        let mut at = 0usize;
+        let mut take = |bytes: usize| {
+            let start = at;
+            at = (at + bytes).div_ceil(64) * 64;
+            start
+        };
+        let actions_i64 = take(envs * action_dim * 8);
+        let actions_f32 = take(envs * action_dim * 4);
+        let obs = take(envs * obs_dim * 4);
+        let next_obs = take(envs * obs_dim * 4);
+        let reward = take(envs * 8);
+        let terminated = take(envs);
+        let truncated = take(envs);
+        BridgeLayout {
+            envs,
+            obs_dim,
+            action_dim,
+            actions_i64,
+            actions_f32,
+            obs,
+            next_obs,
+            reward,
+            terminated,
+            truncated,
+            total: at.max(64),
+            body_offset: HEADER_LEN,
+        }
+    }
+}
+
+/// The arrays of one actor's bridge, in a segment this process owns (unlinked on drop).
+pub struct BridgeArrays {
+    segment: Segment,
+    layout: BridgeLayout,
+}
+
+impl BridgeArrays {
+    /// Creates segment `name` (starting with `recur-`) sized for `layout`.
+    ///
+    /// # Errors
+    /// Whatever [`Segment::create`] reports, naming the segment.
+    pub fn create(name: &str, layout: BridgeLayout) -> Result<Self, ShmError> {
+        let segment = Segment::create(name, layout.total)?;
+        Ok(BridgeArrays { segment, layout })
+    }
+
+    pub fn layout(&self) -> &BridgeLayout {
+        &self.layout
+    }
+
+    /// The file the worker maps (`/dev/shm/<name>`).
+    pub fn path(&self) -> String {
+        format!("{SHM_DIR}/{}", self.segment.name())
+    }
+
+    /// Copies `src` to body offset `offset`.
+    fn write<T: Copy>(&mut self, offset: usize, src: &[T]) {
+        let bytes = std::mem::size_of_val(src);
+        assert!(
+            offset + bytes <= self.layout.total && offset.is_multiple_of(std::mem::align_of::<T>()),
+            "internal: bridge write of {bytes} bytes at {offset} outside the layout"
+        );
+        // SAFETY: the range lies inside the body (checked above; the body holds
+        // `layout.total` bytes) and is aligned for T (the body is page-aligned plus 64, and
+        // offsets are multiples of 64). The worker does not touch the arrays while the actor
+        // holds the turn (`&mut self`, no command outstanding), so nothing writes concurrently.
+        // `src` is a Rust slice, never inside the mapping, so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr() as *const u8,
+                self.segment.body_ptr().add(offset),
+                bytes,
+            );
+        }
+    }
+
+    /// Copies from body offset `offset` into `dst`.
+    fn read<T: Copy>(&self, offset: usize, dst: &mut [T]) {
+        let bytes = std::mem::size_of_val(dst);
+        assert!(
+            offset + bytes <= self.layout.total && offset.is_multiple_of(std::mem::align_of::<T>()),
+            "internal: bridge read of {bytes} bytes at {offset} outside the layout"
+        );
+        // SAFETY: in bounds and aligned as in `write`. T is one of f32, f64, i64, u8, for which
+        // every bit pattern is a valid value, so whatever the worker wrote is readable. The
+        // worker has answered the last command and writes nothing until the next one.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.segment.body_ptr().add(offset) as *const u8,
+                dst.as_mut_ptr() as *mut u8,
+                bytes,
+            );
+        }
+    }
+
+    /// Writes discrete / multi-discrete actions `[E * action_dim]`.
+    pub fn write_actions_i64(&mut self, actions: &[i64]) {
+        assert_eq!(actions.len(), self.layout.envs * self.layout.action_dim);
+        self.write(self.layout.actions_i64, actions);
+        // Release: the actions are written before the command byte that hands over the turn.
+        fence(Ordering::Release);
+    }
+
+    /// Writes box actions `[E * action_dim]`.
+    pub fn write_actions_f32(&mut self, actions: &[f32]) {
+        assert_eq!(actions.len(), self.layout.envs * self.layout.action_dim);
+        self.write(self.layout.actions_f32, actions);
+        fence(Ordering::Release);
+    }
+
+    /// Reads what the worker wrote for the last command: `obs`, `next_obs` (`[E * D]`),
+    /// rewards and flags (`[E]`).
+    pub fn read_step(
+        &self,
+        obs: &mut [f32],
+        next_obs: &mut [f32],
+        reward: &mut [f64],
+        terminated: &mut [u8],
+        truncated: &mut [u8],
+    ) {
+        // Acquire: read after the answer byte that handed the turn back.
+        fence(Ordering::Acquire);
+        self.read(self.layout.obs, obs);
+        self.read(self.layout.next_obs, next_obs);
+        self.read(self.layout.reward, reward);
+        self.read(self.layout.terminated, terminated);
+        self.read(self.layout.truncated, truncated);
+    }
+
+    /// Reads the observations `[E * D]` after a reset.
+    pub fn read_obs(&self, obs: &mut [f32]) {
+        fence(Ordering::Acquire);
+        self.read(self.layout.obs, obs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::unique_run_id;
+
+    #[test]
+    fn layout_is_aligned_and_disjoint() {
+        let l = BridgeLayout::new(3, 5, 2);
+        let offsets = [
+            l.actions_i64,
+            l.actions_f32,
+            l.obs,
+            l.next_obs,
+            l.reward,
+            l.terminated,
+            l.truncated,
+        ];
+        assert!(offsets.iter().all(|o| o % 64 == 0));
+        assert!(offsets.windows(2).all(|w| w[0] < w[1]));
+        assert!(l.truncated + 3 <= l.total);
+    }
+
+    #[test]
+    fn arrays_round_trip_through_the_file() {
+        let name = format!("recur-{}-bridge-test", unique_run_id());
+        let mut a = BridgeArrays::create(&name, BridgeLayout::new(2, 3, 1)).unwrap();
+        a.write_actions_i64(&[4, -1]);
+        // The file another process maps holds the bytes at body_offset + offset.
+        let bytes = std::fs::read(a.path()).unwrap();
+        let at = a.layout().body_offset + a.layout().actions_i64;
+        assert_eq!(&bytes[at..at + 8], &4i64.to_le_bytes());
+        let mut obs = vec![1.0f32; 6];
+        a.read_obs(&mut obs);
+        assert_eq!(obs, [0.0; 6]);
+    }
+}

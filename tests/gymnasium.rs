@@ -1,0 +1,377 @@
+//! The gymnasium bridge across real processes: `recur-actor --env gymnasium:<id>` with its
+//! Python worker. CartPole-v1 recorded through the bridge replays bit for bit in gymnasium
+//! under the seed contract; every supported space kind flattens as documented and unsupported
+//! ones are refused; each failure (unknown id, failing import, Python or gymnasium missing,
+//! NaN observation, worker crash, worker hang) ends in a clear error; a crashed worker's actor
+//! is restarted by the learner's supervisor and the run completes.
+//!
+//! Needs Python with gymnasium and numpy (tests/python holds the test environments). Without
+//! them these tests report SKIPPED on stderr, or fail when `RECUR_REQUIRE_PYTHON=1` (CI).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use recur_tests::{binary, gymnasium_available, run_with_deadline, temp_dir, Watched};
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn python() -> String {
+    std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// `recur-actor` with the test environments importable.
+fn actor(args: &[&str]) -> Command {
+    let mut cmd = Command::new(binary("recur-actor"));
+    cmd.args(args)
+        .env("PYTHONPATH", root().join("tests/python"))
+        .env("RUST_BACKTRACE", "0");
+    cmd
+}
+
+fn run(cmd: Command) -> (bool, String) {
+    let out: Output = run_with_deadline(cmd, Duration::from_secs(180));
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn python_json(args: &[&str]) -> Value {
+    let mut cmd = Command::new(python());
+    cmd.args(args)
+        .env("PYTHONPATH", root().join("tests/python"));
+    let out = run_with_deadline(cmd, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{args:?} failed:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+#[test]
+fn cartpole_recorded_through_the_bridge_replays_bit_exactly_in_gymnasium() {
+    if !gymnasium_available() {
+        return;
+    }
+    let dir = temp_dir("gym-cartpole-record");
+    let data = dir.join("data");
+    // Actor 1 of a run seeded 7 with 4 envs: env i is first reset with 7 + 1 * 4 + i.
+    let (ok, out) = run(actor(&[
+        "--env",
+        "gymnasium:CartPole-v1",
+        "--envs",
+        "4",
+        "--steps",
+        "64",
+        "--frames",
+        "4096",
+        "--seed",
+        "7",
+        "--actor-id",
+        "1",
+        "--record",
+        data.to_str().unwrap(),
+    ]));
+    assert!(ok, "{out}");
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("dataset.json")).unwrap()).unwrap();
+    assert_eq!(meta["env"], "gymnasium:CartPole-v1");
+    assert_eq!(meta["seed"], 7);
+    let replay = root().join("tests/python/replay_cartpole.py");
+    let r = python_json(&[replay.to_str().unwrap(), data.to_str().unwrap()]);
+    assert_eq!(r["steps"], 4096, "{r}");
+    assert!(r["episodes"].as_u64().unwrap() > 20, "{r}");
+    // The numpy reader agrees with the writer's counts.
+    let sums = python_json(&[
+        root().join("scripts/read_dataset.py").to_str().unwrap(),
+        data.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(sums["chunks"], 16, "{sums}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Records `frames` frames of RecurTest/Spaces-v0 with `obs` and `action` kinds.
+fn record_spaces(dir: &Path, obs: &str, action: &str) -> (bool, String, PathBuf) {
+    let data = dir.join(format!("{obs}-{action}"));
+    let kwargs = format!(r#"{{"obs": "{obs}", "action": "{action}"}}"#);
+    let (ok, out) = run(actor(&[
+        "--env",
+        "gymnasium:RecurTest/Spaces-v0",
+        "--env-import",
+        "recur_test_envs",
+        "--env-kwargs",
+        &kwargs,
+        "--envs",
+        "3",
+        "--steps",
+        "8",
+        "--frames",
+        "48",
+        "--record",
+        data.to_str().unwrap(),
+    ]));
+    (ok, out, data)
+}
+
+/// Checks every recorded observation of a Spaces-v0 dataset against `expected_obs` and every
+/// reward against the recorded action; prints the steps checked.
+const CHECK_SPACES: &str = r#"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from read_dataset import read_dataset
+from recur_test_envs import expected_obs
+meta, chunks, _ = read_dataset(sys.argv[2])
+kind = meta["env_kwargs"]["obs"]
+assert meta["env_imports"] == ["recur_test_envs"], meta
+n = 0
+for c in chunks:
+    e, t_len = c["is_init"].shape
+    for i in range(e):
+        for t in range(t_len):
+            step = (c["seq"] * t_len + t) % 5  # episodes last 5 steps
+            want = np.asarray(expected_obs(kind, step), np.float32)
+            assert np.array_equal(c["observation"][i, t], want), (kind, i, t, c["observation"][i, t], want)
+            nxt = np.asarray(expected_obs(kind, step + 1), np.float32)
+            assert np.array_equal(c["next.observation"][i, t], nxt), (kind, "next", i, t)
+            assert c["is_init"][i, t] == (step == 0)
+            assert c["next.terminated"][i, t] == (step == 4) and c["next.truncated"][i, t] == 0
+            a = c["action"][i, t]
+            assert np.isclose(c["next.reward"][i, t], np.sum(a), atol=1e-5), (a, c["next.reward"][i, t])
+            n += 1
+print(json.dumps({"checked": n}))
+"#;
+
+#[test]
+fn every_supported_space_kind_flattens_as_documented() {
+    if !gymnasium_available() {
+        return;
+    }
+    let dir = temp_dir("gym-spaces");
+    let scripts = root().join("scripts");
+    for (obs, action) in [
+        ("box", "discrete"),
+        ("box2d", "box"),
+        ("discrete", "discrete"),
+        ("multidiscrete", "box"),
+        ("tuple", "discrete"),
+        ("dict", "discrete"),
+    ] {
+        let (ok, out, data) = record_spaces(&dir, obs, action);
+        assert!(ok, "{obs}/{action}: {out}");
+        let r = python_json(&[
+            "-c",
+            CHECK_SPACES,
+            scripts.to_str().unwrap(),
+            data.to_str().unwrap(),
+        ]);
+        assert_eq!(r["checked"], 48, "{obs}/{action}: {r}");
+    }
+    // Refused before any step, naming the env id and the space.
+    for (obs, action, space) in [
+        ("text", "discrete", "Text("),
+        ("box", "multidiscrete", "MultiDiscrete"),
+    ] {
+        let (ok, out, _) = record_spaces(&dir, obs, action);
+        assert!(!ok, "{obs}/{action} was accepted: {out}");
+        assert!(
+            out.contains("gymnasium:RecurTest/Spaces-v0")
+                && out.contains(space)
+                && out.contains("not supported"),
+            "{obs}/{action}: {out}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bridge_failures_are_clear_errors() {
+    if !gymnasium_available() {
+        return;
+    }
+    let dir = temp_dir("gym-failures");
+    let expect_failure = |args: &[&str], env: &[(&str, &str)], needles: &[&str]| {
+        let mut cmd = actor(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let (ok, out) = run(cmd);
+        assert!(!ok, "{args:?} succeeded: {out}");
+        for n in needles {
+            assert!(out.contains(n), "{args:?}: no {n:?} in\n{out}");
+        }
+    };
+    // Unknown id: the Python exception.
+    expect_failure(
+        &["--env", "gymnasium:NoSuchEnv-v0", "--frames", "64"],
+        &[],
+        &["gymnasium:NoSuchEnv-v0", "gymnasium.make", "NoSuchEnv"],
+    );
+    // A failing import: the module and the exception.
+    expect_failure(
+        &[
+            "--env",
+            "gymnasium:CartPole-v1",
+            "--env-import",
+            "no_such_module_xyz",
+        ],
+        &[],
+        &["no_such_module_xyz", "ModuleNotFoundError"],
+    );
+    // No interpreter at all, and one without gymnasium/numpy (site-packages hidden by -S).
+    let install = "pip install gymnasium numpy";
+    expect_failure(
+        &["--env", "gymnasium:CartPole-v1"],
+        &[("RECUR_PYTHON", "/nonexistent/python3")],
+        &["/nonexistent/python3", install],
+    );
+    let bare = dir.join("bare-python.sh");
+    std::fs::write(&bare, format!("#!/bin/sh\nexec {} -S \"$@\"\n", python())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bare, std::fs::Permissions::from_mode(0o755)).unwrap();
+    expect_failure(
+        &["--env", "gymnasium:CartPole-v1"],
+        &[("RECUR_PYTHON", bare.to_str().unwrap())],
+        &["No module named", install],
+    );
+    let faulty = |kwargs: &str| {
+        vec![
+            "--env".to_string(),
+            "gymnasium:RecurTest/Faulty-v0".into(),
+            "--env-import".into(),
+            "recur_test_envs".into(),
+            "--env-kwargs".into(),
+            kwargs.to_string(),
+            "--envs".into(),
+            "2".into(),
+            "--steps".into(),
+            "16".into(),
+            "--frames".into(),
+            "640".into(),
+        ]
+    };
+    let args = |v: &Vec<String>| v.clone();
+    // NaN in an observation: the chunk is refused naming field, env and step. Worker step 41
+    // (counted over its 2 envs) is env 0 of vector step 21: step 4 of the second chunk.
+    let nan = args(&faulty(r#"{"nan_at": 41}"#));
+    let nan: Vec<&str> = nan.iter().map(String::as_str).collect();
+    expect_failure(
+        &nan,
+        &[],
+        &[
+            "refused",
+            "`next.observation` of environment 0",
+            "NaN",
+            "step 4 of the chunk",
+            "actor step 21",
+        ],
+    );
+    // A worker that dies, and one that hangs (timeout from RECUR_GYM_TIMEOUT_S).
+    let crash = args(&faulty(r#"{"crash_at": 41}"#));
+    let crash: Vec<&str> = crash.iter().map(String::as_str).collect();
+    expect_failure(
+        &crash,
+        &[],
+        &[
+            "gymnasium:RecurTest/Faulty-v0",
+            "exited during step 21",
+            "exit status: 7",
+        ],
+    );
+    let hang = args(&faulty(r#"{"hang_at": 41}"#));
+    let hang: Vec<&str> = hang.iter().map(String::as_str).collect();
+    expect_failure(
+        &hang,
+        &[("RECUR_GYM_TIMEOUT_S", "2")],
+        &["did not answer step 21 within 2.0 s", "killed"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_crashed_worker_is_restarted_by_the_supervisor_and_the_run_completes() {
+    if !gymnasium_available() {
+        return;
+    }
+    let dir = temp_dir("gym-restart");
+    let once = dir.join("crashed-once");
+    let cfg = dir.join("faulty.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[run]
+env = "gymnasium:RecurTest/Faulty-v0"
+env_imports = ["recur_test_envs"]
+env_kwargs = {{ crash_at = 700, once_file = "{}" }}
+frames = 8192
+seed = 0
+actors = 1
+checkpoint_every = 1000
+
+[collector]
+envs_per_actor = 4
+steps = 32
+
+[policy]
+cell = "gru"
+hidden_size = 16
+encoder = [16]
+
+[ppo]
+frames_per_update = 512
+epochs = 1
+slice_len = 8
+num_slices = 16
+lr = 1e-3
+gamma = 0.99
+gae_lambda = 0.95
+clip_eps = 0.2
+value_coef = 0.5
+entropy_coef = 0.01
+max_grad_norm = 0.5
+"#,
+            once.display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.arg("train")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .arg("--quiet")
+        .env("PYTHONPATH", root().join("tests/python"))
+        .env("RUST_LOG", "info");
+    binary("recur-actor");
+    let (ok, stdout, lines) = Watched::spawn(cmd).finish(Duration::from_secs(300));
+    let log = lines.join("\n");
+    assert!(ok, "{log}");
+    assert!(once.exists(), "the worker never crashed:\n{log}");
+    assert!(log.contains("exited during step"), "{log}");
+    let s: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    // Incarnation 0 delivered its chunks before the crash, incarnation 1 the rest.
+    let incarnations = s["transport"]["incarnations"].as_array().unwrap();
+    assert!(incarnations.len() >= 2, "{s}");
+    assert!(
+        incarnations
+            .iter()
+            .all(|i| i["chunks"].as_u64().unwrap() > 0),
+        "{s}"
+    );
+    assert!(s["frames"].as_u64().unwrap() >= 8192, "{s}");
+    assert_eq!(s["transport"]["corrupted"], 0, "{s}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
