@@ -12,7 +12,7 @@ use common::envs::EnvSpec;
 use common::recurrent::CellKind;
 use serde::Serialize;
 
-pub use shm::ShmTransport;
+pub use shm::{ActorsGone, ShmTransport};
 
 /// The actors a transport starts and the channels it gives them.
 #[derive(Clone, Debug)]
@@ -32,7 +32,11 @@ pub struct TransportConfig {
     pub actor_program: PathBuf,
     /// Ring slots per actor.
     pub slots: usize,
+    /// Restarts per actor within `restart_window` before the supervisor gives up on it.
     pub max_restarts: u32,
+    pub restart_window: std::time::Duration,
+    /// The first restart's delay (doubled per recent restart, capped at 8 s).
+    pub restart_backoff: std::time::Duration,
     /// Extra actor arguments (exploration, gymnasium imports and kwargs).
     pub actor_args: Vec<String>,
     /// The environment's spaces the run was built for: a registering actor that reports
