@@ -37,6 +37,10 @@ pub trait Algorithm<B: AutodiffBackend> {
     /// Whether chunks of any policy version are kept (on-policy learners drop stale ones).
     fn off_policy(&self) -> bool;
 
+    /// The run's progress in `[0, 1]` (frames or updates done over the total), which
+    /// hyperparameter schedules follow; called before each update. Ignored by default.
+    fn set_progress(&mut self, _progress: f64) {}
+
     /// The model record and the optimizer state, as bytes (checkpoints).
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)>;
 

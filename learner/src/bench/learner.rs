@@ -151,6 +151,8 @@ impl LearnerBench {
             num_layers: 1,
             encoder: vec![64],
             backend,
+            obs_norm: false,
+            obs_clip: 10.0,
         }
     }
 
@@ -200,6 +202,10 @@ impl LearnerBench {
             max_grad_norm: 0.5,
             clip_value: false,
             reward_scale: 1.0,
+            reward_norm: false,
+            lr_schedule: Default::default(),
+            clip_schedule: Default::default(),
+            entropy_schedule: Default::default(),
         };
         let dqn = DqnSection {
             slice_len,
