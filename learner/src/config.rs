@@ -146,6 +146,13 @@ pub struct PolicySection {
     pub encoder: Vec<usize>,
     #[serde(default)]
     pub backend: RecurrentBackend,
+    /// Observation normalization (PPO): the learner keeps a running mean and variance of the
+    /// observations it trains on inside the model, so actors and learner normalize alike.
+    #[serde(default)]
+    pub obs_norm: bool,
+    /// Normalized observations are clipped to `[-obs_clip, obs_clip]`.
+    #[serde(default = "default_obs_clip")]
+    pub obs_clip: f32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -172,6 +179,54 @@ pub struct PpoSection {
     /// near 1 so the value loss does not swamp the shared recurrent core's gradient.
     #[serde(default = "unit")]
     pub reward_scale: f32,
+    /// Reward normalization: rewards (after `reward_scale`) are divided by the running
+    /// standard deviation of the discounted return (SB3's VecNormalize) and clipped to +-10.
+    #[serde(default)]
+    pub reward_norm: bool,
+    /// How `lr`, `clip_eps` and `entropy_coef` change over the run: `"constant"` (default) or
+    /// `"linear"` (from the value at frame 0 down to 0 at `run.frames`).
+    #[serde(default)]
+    pub lr_schedule: Schedule,
+    #[serde(default)]
+    pub clip_schedule: Schedule,
+    #[serde(default)]
+    pub entropy_schedule: Schedule,
+}
+
+/// How a hyperparameter changes with the run's progress (frames done / `run.frames`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    #[default]
+    Constant,
+    /// `value * (1 - progress)` (rl-zoo's `lin_<value>`).
+    Linear,
+}
+
+impl Schedule {
+    /// The value at `progress` in `[0, 1]` of a run that starts at `value`.
+    pub fn at(self, value: f64, progress: f64) -> f64 {
+        match self {
+            Schedule::Constant => value,
+            Schedule::Linear => value * (1.0 - progress.clamp(0.0, 1.0)),
+        }
+    }
+}
+
+/// `[eval]`: greedy evaluation during training (rl-zoo's EvalCallback) on environments of
+/// their own seeds, in a thread beside the training loop, on the weights of the moment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSection {
+    /// Evaluate every this many frames (and at the end of the run); 0 = never.
+    pub every_frames: u64,
+    /// Greedy episodes per evaluation (one per environment, all in parallel).
+    #[serde(default = "default_eval_episodes_train")]
+    pub episodes: usize,
+    /// The evaluation environments' seed base [default: run.seed + 1_000_000, apart from
+    /// the actors' seeds].
+    #[serde(default)]
+    pub seed: Option<u64>,
 }
 
 /// Recurrent DQN (R2D2-style): slices from the stored state with optional burn-in, double-Q
@@ -316,6 +371,8 @@ pub struct TrainConfig {
     pub ppo: Option<PpoSection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dqn: Option<DqnSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval: Option<EvalSection>,
 }
 
 /// `[replay]`: a learner-only run on a recorded dataset.
@@ -383,6 +440,8 @@ defaults! {
     default_restart_backoff: f64 = 0.2;
     one: usize = 1;
     default_encoder: Vec<usize> = vec![64];
+    default_obs_clip: f32 = 10.0;
+    default_eval_episodes_train: usize = 10;
 }
 
 /// A config that cannot be used.
@@ -488,7 +547,8 @@ impl TrainConfig {
         }
         let chunk = c.envs_per_actor * c.steps;
         v.algorithm("run.algo", self.run.algo, self.selected(), Some(chunk))?;
-        v.train_bounds(self)
+        v.train_bounds(self)?;
+        v.learning_quality(self.run.algo, &self.policy, self.eval.as_ref())
     }
 }
 
@@ -520,7 +580,8 @@ impl ReplayConfig {
         v.device("replay.device", r.device, &self.policy)?;
         v.policy(&self.policy)?;
         v.algorithm("replay.algo", r.algo, self.selected(), None)?;
-        v.replay_bounds(self)
+        v.replay_bounds(self)?;
+        v.learning_quality(r.algo, &self.policy, None)
     }
 }
 
@@ -754,6 +815,33 @@ impl Checker<'_> {
         self.check("ppo.max_grad_norm", o.max_grad_norm, Range::Positive)?;
         self.check("ppo.value_coef", o.value_coef, Range::NonNegative)?;
         self.check("ppo.entropy_coef", o.entropy_coef, Range::NonNegative)
+    }
+
+    /// Observation normalization (PPO's), its clip, and the `[eval]` section.
+    fn learning_quality(
+        &self,
+        algo: Algo,
+        p: &PolicySection,
+        eval: Option<&EvalSection>,
+    ) -> Result<(), ConfigError> {
+        if p.obs_norm && algo != Algo::Ppo {
+            return self.fail(
+                "policy.obs_norm",
+                true,
+                &format!(
+                    "false with algo \"{}\" (the normalizer is kept by PPO)",
+                    algo.name()
+                ),
+            );
+        }
+        self.check("policy.obs_clip", p.obs_clip, Range::Positive)?;
+        if let Some(e) = eval {
+            self.check("eval.episodes", e.episodes, Range::AtLeastOne)?;
+            if e.episodes > 10_000 {
+                return self.fail("eval.episodes", e.episodes, "at most 10000");
+            }
+        }
+        Ok(())
     }
 
     /// The slice training of section `[name]`.

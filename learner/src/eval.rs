@@ -1,20 +1,236 @@
 //! In-process evaluation: a local actor runs the policy greedily (argmax of the head: the
-//! Q-network's action, the policy's mode) for a number of episodes.
+//! Q-network's action, the policy's mode) for a number of episodes; [`EvalWorker`] does it
+//! during a training run, in a thread of its own on snapshots of the weights, and writes
+//! `eval.csv`.
 
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use anyhow::Context;
 use burn::tensor::backend::Backend;
 use common::backend::{cpu_device, Cpu};
-use common::policy::Policy;
-use common::rollout::{Actor, ActorConfig, EpsilonSchedule, Exploration};
+use common::policy::{Policy, PolicyConfig};
+use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Exploration};
 use common::weights::{from_blob, to_blob};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Returns of one evaluation.
 #[derive(Clone, Debug, Serialize)]
 pub struct Evaluation {
     pub episodes: usize,
     pub mean_return: f64,
+    /// Population standard deviation of the episodes' returns.
+    pub std_return: f64,
     pub min_return: f64,
     pub max_return: f64,
+}
+
+/// A row of `eval.csv`: the weights of the moment `frames` / `wall_s` of training, evaluated.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvalRow {
+    pub frames: u64,
+    pub wall_s: f64,
+    pub eval_return_mean: f64,
+    pub eval_return_std: f64,
+    pub episodes: usize,
+}
+
+/// What an [`EvalWorker`] evaluates.
+#[derive(Clone, Debug)]
+pub struct EvalPlan {
+    pub env: String,
+    pub policy: PolicyConfig,
+    pub episodes: usize,
+    /// Seed base of the evaluation environments (the same for every evaluation).
+    pub seed: u64,
+    /// Evaluate every this many frames (0: only at the end).
+    pub every_frames: u64,
+    /// `eval.csv` (appended to; header when new).
+    pub csv: PathBuf,
+}
+
+/// Greedy evaluation beside training (rl-zoo's EvalCallback): the training loop hands over a
+/// weight blob whenever `every_frames` more frames are trained ([`EvalWorker::due`] /
+/// [`EvalWorker::submit`]); a thread evaluates each in order on the CPU, off the training
+/// loop, and appends its row to `eval.csv`. [`EvalWorker::finish`] waits for the queue.
+pub struct EvalWorker {
+    tx: Option<crossbeam_channel::Sender<(u64, f64, Vec<u8>)>>,
+    handle: Option<JoinHandle<anyhow::Result<Vec<EvalRow>>>>,
+    every: u64,
+    next: u64,
+}
+
+impl EvalWorker {
+    /// Starts the thread; a resumed run (`frames` > 0) evaluates next at the following
+    /// multiple of `every_frames`.
+    pub fn start(plan: EvalPlan, frames: u64) -> anyhow::Result<Self> {
+        let (tx, rx) = crossbeam_channel::unbounded::<(u64, f64, Vec<u8>)>();
+        let mut writer = EvalWriter::open(&plan.csv)?;
+        let every = plan.every_frames;
+        let handle = std::thread::Builder::new()
+            .name("eval".into())
+            .spawn(move || {
+                let mut rows = Vec::new();
+                for (frames, wall_s, blob) in rx {
+                    let policy = from_blob(init_policy(&plan.policy, 0)?, &blob)?.0;
+                    let e = evaluate(policy, &plan.env, plan.episodes, plan.seed)?;
+                    let row = EvalRow {
+                        frames,
+                        wall_s,
+                        eval_return_mean: e.mean_return,
+                        eval_return_std: e.std_return,
+                        episodes: e.episodes,
+                    };
+                    tracing::info!(
+                        "eval at {frames} frames ({wall_s:.1} s): greedy return {:.2} +- {:.2} over {} episodes",
+                        row.eval_return_mean,
+                        row.eval_return_std,
+                        row.episodes
+                    );
+                    writer.write(&row)?;
+                    rows.push(row);
+                }
+                Ok(rows)
+            })?;
+        Ok(EvalWorker {
+            tx: Some(tx),
+            handle: Some(handle),
+            every,
+            next: next_due(frames, every),
+        })
+    }
+
+    /// Whether the weights after `frames` trained frames are due for an evaluation.
+    pub fn due(&self, frames: u64) -> bool {
+        frames >= self.next
+    }
+
+    /// Queues an evaluation of `blob`, the weights after `frames` frames and `wall_s` seconds.
+    pub fn submit(&mut self, frames: u64, wall_s: f64, blob: Vec<u8>) {
+        self.next = next_due(frames, self.every);
+        if let Some(tx) = &self.tx {
+            // A send fails only when the thread ended on an error, which finish() reports.
+            let _ = tx.send((frames, wall_s, blob));
+        }
+    }
+
+    /// Queues the final weights (unless that point was just evaluated), waits for every
+    /// queued evaluation and returns the rows of this process.
+    pub fn finish(mut self, last: Option<(u64, f64, Vec<u8>)>) -> anyhow::Result<Vec<EvalRow>> {
+        if let Some((frames, wall_s, blob)) = last {
+            self.submit(frames, wall_s, blob);
+        }
+        drop(self.tx.take());
+        let handle = self.handle.take().expect("finish runs once");
+        handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("the evaluation thread panicked"))?
+            .context("evaluation during training")
+    }
+}
+
+/// The first row whose mean return reaches `target`: its frames and wall seconds.
+pub fn first_at_target(rows: &[EvalRow], target: Option<f64>) -> Option<(u64, f64)> {
+    let target = target?;
+    rows.iter()
+        .find(|r| r.eval_return_mean >= target)
+        .map(|r| (r.frames, r.wall_s))
+}
+
+/// Reads the rows of an `eval.csv` (missing file: none; rows cut short are skipped).
+pub fn read_eval_rows(path: &Path) -> Vec<EvalRow> {
+    let Ok(mut reader) = csv::Reader::from_path(path) else {
+        return Vec::new();
+    };
+    reader
+        .deserialize::<EvalRow>()
+        .filter_map(Result::ok)
+        .collect()
+}
+
+/// Appends rows to `eval.csv` (header when the file is new).
+struct EvalWriter {
+    csv: csv::Writer<std::fs::File>,
+}
+
+impl EvalWriter {
+    fn open(path: &Path) -> anyhow::Result<Self> {
+        let new = !path.exists();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        Ok(EvalWriter {
+            csv: csv::WriterBuilder::new().has_headers(new).from_writer(file),
+        })
+    }
+
+    fn write(&mut self, row: &EvalRow) -> anyhow::Result<()> {
+        self.csv.serialize(row)?;
+        Ok(self.csv.flush()?)
+    }
+}
+
+/// What `recur-learner eval` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckpointEvaluation {
+    pub checkpoint: String,
+    pub env: String,
+    /// The weights' policy version.
+    pub version: u64,
+    pub seed: u64,
+    #[serde(flatten)]
+    pub evaluation: Evaluation,
+}
+
+/// Evaluates the policy of a checkpoint (a run directory or its `checkpoint/`) greedily on
+/// `episodes` environments of `env` (default: `run.env` of the run's `config.toml`).
+pub fn evaluate_checkpoint(
+    dir: &Path,
+    env: Option<&str>,
+    episodes: usize,
+    seed: u64,
+) -> anyhow::Result<CheckpointEvaluation> {
+    if episodes == 0 {
+        anyhow::bail!("--episodes 0: at least one episode");
+    }
+    let (policy, version) = common::checkpoint::load_checkpoint_policy(dir)?;
+    let env = match env {
+        Some(e) => e.to_string(),
+        None => run_env(dir)?,
+    };
+    let evaluation = evaluate(policy, &env, episodes, seed)?;
+    Ok(CheckpointEvaluation {
+        checkpoint: dir.display().to_string(),
+        env,
+        version,
+        seed,
+        evaluation,
+    })
+}
+
+/// `run.env` of the `config.toml` of run directory `dir` (or of the run holding checkpoint
+/// directory `dir`).
+fn run_env(dir: &Path) -> anyhow::Result<String> {
+    let path = [dir.join("config.toml"), dir.join("../config.toml")]
+        .into_iter()
+        .find(|p| p.exists())
+        .with_context(|| {
+            format!(
+                "{} holds no config.toml to name the environment: pass --env",
+                dir.display()
+            )
+        })?;
+    let text = std::fs::read_to_string(&path)?;
+    let value: toml::Value =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    value
+        .get("run")
+        .and_then(|r| r.get("env"))
+        .and_then(|e| e.as_str())
+        .map(str::to_string)
+        .with_context(|| format!("{} has no run.env: pass --env", path.display()))
 }
 
 /// Steps per evaluation chunk, and the most chunks an evaluation may take.
@@ -60,9 +276,12 @@ pub fn evaluate(
         }
         if first.iter().all(Option::is_some) {
             let returns: Vec<f64> = first.into_iter().flatten().collect();
+            let mean = returns.iter().sum::<f64>() / episodes as f64;
+            let var = returns.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / episodes as f64;
             return Ok(Evaluation {
                 episodes,
-                mean_return: returns.iter().sum::<f64>() / episodes as f64,
+                mean_return: mean,
+                std_return: var.sqrt(),
                 min_return: returns.iter().copied().fold(f64::INFINITY, f64::min),
                 max_return: returns.iter().copied().fold(f64::NEG_INFINITY, f64::max),
             });
@@ -75,9 +294,62 @@ pub fn evaluate(
     )
 }
 
+/// The first multiple of `every` after `frames` (never, with `every` = 0).
+fn next_due(frames: u64, every: u64) -> u64 {
+    frames
+        .checked_div(every)
+        .map_or(u64::MAX, |n| (n + 1) * every)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The worker evaluates every submitted snapshot in order, plus the final one, and
+    /// eval.csv holds the same rows.
+    #[test]
+    fn worker_evaluates_snapshots_and_writes_eval_csv() {
+        let dir = std::env::temp_dir().join(format!("recur-eval-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let csv = dir.join("eval.csv");
+        let _ = std::fs::remove_file(&csv);
+        let pc = common::policy::policy_config_for("CartPole-v1").unwrap();
+        let policy = pc.init_seeded::<Cpu>(1, &cpu_device()).unwrap();
+        let mut worker = EvalWorker::start(
+            EvalPlan {
+                env: "CartPole-v1".into(),
+                policy: pc,
+                episodes: 3,
+                seed: 5,
+                every_frames: 100,
+                csv: csv.clone(),
+            },
+            0,
+        )
+        .unwrap();
+        assert!(!worker.due(99) && worker.due(100));
+        worker.submit(120, 1.0, to_blob(&policy, 2));
+        assert!(!worker.due(199) && worker.due(200));
+        let rows = worker
+            .finish(Some((250, 2.0, to_blob(&policy, 3))))
+            .unwrap();
+        assert_eq!(
+            rows.iter().map(|r| r.frames).collect::<Vec<_>>(),
+            [120, 250]
+        );
+        // The same weights on the same seeds: the same greedy returns.
+        assert_eq!(rows[0].eval_return_mean, rows[1].eval_return_mean);
+        assert!(rows
+            .iter()
+            .all(|r| r.episodes == 3 && r.eval_return_mean >= 1.0));
+        assert_eq!(read_eval_rows(&csv), rows);
+        assert_eq!(
+            first_at_target(&rows, Some(rows[0].eval_return_mean)),
+            Some((120, 1.0))
+        );
+        assert_eq!(first_at_target(&rows, Some(1e9)), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     use burn::module::AutodiffModule;
     use common::backend::CpuAutodiff;
     use common::policy::policy_config_for;

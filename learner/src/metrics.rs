@@ -170,11 +170,13 @@ const FONT_FILES: [&str; 3] = [
     "/usr/share/fonts/TTF/DejaVuSans.ttf",
 ];
 
-/// Draws the learning curve (mean return over frames) into `out` (PNG). Axis labels need a
+/// Draws the learning curve (mean return over frames, blue) and the greedy evaluations
+/// (`eval`, green points joined by a line; may be empty) into `out` (PNG). Axis labels need a
 /// TrueType font (DejaVu Sans from the system); without one the curve is drawn unlabelled and
 /// the returned note says so.
 pub fn plot_learning_curve(
     curve: &[(f64, f64)],
+    eval: &[(f64, f64)],
     title: &str,
     axes: Axes,
     target: Option<f64>,
@@ -195,9 +197,10 @@ pub fn plot_learning_curve(
     }
     let root = BitMapBackend::new(out, (900, 540)).into_drawing_area();
     root.fill(&WHITE)?;
-    let max_x = curve.iter().map(|p| p.0).fold(1.0, f64::max);
+    let max_x = curve.iter().chain(eval).map(|p| p.0).fold(1.0, f64::max);
     let (mut lo, mut hi) = curve
         .iter()
+        .chain(eval)
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
             (lo.min(p.1), hi.max(p.1))
         });
@@ -229,6 +232,11 @@ pub fn plot_learning_curve(
         chart.draw_series(LineSeries::new(vec![(0.0, t), (max_x, t)], RED.mix(0.5)))?;
     }
     chart.draw_series(LineSeries::new(curve.iter().copied(), BLUE.stroke_width(2)))?;
+    if !eval.is_empty() {
+        let green = GREEN.mix(0.9);
+        chart.draw_series(LineSeries::new(eval.iter().copied(), green.stroke_width(2)))?;
+        chart.draw_series(eval.iter().map(|&p| Circle::new(p, 4, green.filled())))?;
+    }
     root.present()?;
     Ok(note)
 }

@@ -34,6 +34,10 @@ pub trait Algorithm<B: AutodiffBackend>: Checkpointed<B> {
 
     /// Whether chunks of any policy version are kept (on-policy learners drop stale ones).
     fn off_policy(&self) -> bool;
+
+    /// The run's progress in `[0, 1]` (frames or updates done over the total), which
+    /// hyperparameter schedules follow; called before each update. Ignored by default.
+    fn set_progress(&mut self, _progress: f64) {}
 }
 
 /// A policy (or Q-network) under training on backend `B`.

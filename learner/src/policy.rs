@@ -19,7 +19,9 @@ pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> 
         .with_hidden_size(p.hidden_size)
         .with_num_layers(p.num_layers)
         .with_encoder(p.encoder.clone())
-        .with_backend(p.backend))
+        .with_backend(p.backend)
+        .with_obs_norm(p.obs_norm)
+        .with_obs_clip(p.obs_clip))
 }
 
 /// The policy a `[policy]` section describes, fitted to the spaces of `spec`.

@@ -10,7 +10,12 @@
 //!    (truncation, chunk end); GAE; the chunk and its advantages go to storage.
 //! 2. [`Ppo::update`]: for each epoch, the SliceSampler tiles the stored trajectories into
 //!    slices (no replacement, padded to `slice_len` with a mask); each minibatch runs in
-//!    recurrent mode and takes one optimizer step.
+//!    recurrent mode and takes one optimizer step (`lr`, `clip_eps`, `entropy_coef` at the
+//!    run's progress on their schedules).
+//! 3. With `policy.obs_norm`, the observations just trained on are folded into the model's
+//!    normalizer *after* the epochs, so the epochs see the statistics the actors used and the
+//!    next weights carry the new ones. With `ppo.reward_norm`, rewards are divided by the
+//!    running std of the discounted return (per trajectory, updated chunk by chunk).
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
@@ -21,6 +26,7 @@ use common::policy::dist::{
     categorical_entropy, categorical_log_prob, gaussian_entropy, squashed_gaussian_log_prob_tensor,
 };
 use common::policy::{ActionSpec, Policy, PolicyConfig};
+use std::collections::HashMap;
 
 use crate::batch::{gather, step_at_cut, tensor3, SliceBatch};
 use crate::config::{InitialState, PpoSection};
@@ -42,6 +48,48 @@ pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
     sampler: SliceSampler,
     /// The inference copy of the model (same device), refreshed after each update.
     critic: Policy<B::InnerBackend>,
+    /// Keep the model's observation normalizer up to date, clipping at this bound.
+    obs_norm: Option<f32>,
+    /// Running discounted returns and their variance (`ppo.reward_norm`).
+    returns: ReturnNorm,
+    /// The run's progress in `[0, 1]` (schedules).
+    progress: f64,
+}
+
+/// Reward normalization by the running standard deviation of the discounted return
+/// (SB3's VecNormalize `norm_reward`): one running return per trajectory, reset at `done`.
+#[derive(Default)]
+struct ReturnNorm {
+    open: HashMap<i64, f64>,
+    mean: f64,
+    var: f64,
+    count: f64,
+}
+
+impl ReturnNorm {
+    /// Folds a chunk's rewards (`[E, T]`, row-major) into the running returns' statistics and
+    /// returns the factor that divides rewards (`1 / sqrt(var + 1e-8)`).
+    fn update(&mut self, chunk: &Chunk, gamma: f64) -> f32 {
+        let mut batch = Vec::with_capacity(chunk.next_reward.len());
+        for p in 0..chunk.next_reward.len() {
+            let ret = self.open.entry(chunk.traj_ids[p]).or_insert(0.0);
+            *ret = *ret * gamma + chunk.next_reward[p] as f64;
+            batch.push(*ret);
+            if chunk.next_done[p] == 1 {
+                self.open.remove(&chunk.traj_ids[p]);
+            }
+        }
+        let n = batch.len() as f64;
+        let mean_b = batch.iter().sum::<f64>() / n;
+        let var_b = batch.iter().map(|x| (x - mean_b).powi(2)).sum::<f64>() / n;
+        let total = self.count + n;
+        let delta = mean_b - self.mean;
+        self.mean += delta * n / total;
+        self.var =
+            (self.var * self.count + var_b * n + delta * delta * self.count * n / total) / total;
+        self.count = total;
+        (1.0 / (self.var + 1e-8).sqrt()) as f32
+    }
 }
 
 impl<B: AutodiffBackend> Ppo<B> {
@@ -60,6 +108,9 @@ impl<B: AutodiffBackend> Ppo<B> {
             seed ^ 0x5a1ce,
         ))?;
         Ok(Ppo {
+            obs_norm: policy.obs_norm.then_some(policy.obs_clip),
+            returns: ReturnNorm::default(),
+            progress: 0.0,
             critic: trainee.inference(),
             storage: ReplayStorage::new(schema, ppo.frames_per_update),
             advantage: Vec::new(),
@@ -106,11 +157,20 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
         }
         let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
         let done: Vec<bool> = chunk.next_done.iter().map(|&x| x == 1).collect();
-        let reward: Vec<f32> = chunk
-            .next_reward
-            .iter()
-            .map(|r| r * self.config.reward_scale)
-            .collect();
+        let reward: Vec<f32> = if self.config.reward_norm {
+            let scale = self.returns.update(chunk, self.config.gamma as f64);
+            chunk
+                .next_reward
+                .iter()
+                .map(|r| (r * scale).clamp(-10.0, 10.0) * self.config.reward_scale)
+                .collect()
+        } else {
+            chunk
+                .next_reward
+                .iter()
+                .map(|r| r * self.config.reward_scale)
+                .collect()
+        };
         let adv = gae(&GaeInput {
             steps: t,
             reward: &reward,
@@ -143,6 +203,11 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
             }
         }
         let stats = UpdateStats::mean(&minibatches);
+        if let Some(clip) = self.obs_norm {
+            let mut obs = self.trainee.model.obs_stats();
+            obs.merge(&self.storage.observation[..self.storage.len() * self.schema.obs_dim]);
+            self.trainee.model = self.trainee.model.clone().with_obs_stats(&obs, clip);
+        }
         self.storage.clear();
         self.advantage.clear();
         self.value_target.clear();
@@ -152,6 +217,10 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
 
     fn off_policy(&self) -> bool {
         false
+    }
+
+    fn set_progress(&mut self, progress: f64) {
+        self.progress = progress;
     }
 }
 
@@ -222,14 +291,17 @@ impl<B: AutodiffBackend> Ppo<B> {
         let masked_mean = |x: Tensor<B, 3>| (x * mask_t.clone()).sum() / count;
         let log_ratio = logp - old_logp;
         let ratio = log_ratio.clone().exp();
-        let eps = self.config.clip_eps;
+        let c = &self.config;
+        let eps = c.clip_schedule.at(c.clip_eps as f64, self.progress) as f32;
+        let entropy_coef = c.entropy_schedule.at(c.entropy_coef as f64, self.progress) as f32;
+        let lr = c.lr_schedule.at(c.lr, self.progress);
         let surrogate = (ratio.clone() * adv_t.clone())
             .min_pair(ratio.clone().clamp(1.0 - eps, 1.0 + eps) * adv_t);
         let policy_loss = masked_mean(surrogate).neg();
         let value_loss = masked_mean((out.value - target).powi_scalar(2)) * 0.5;
         let entropy_mean = masked_mean(entropy);
         let loss = policy_loss.clone() + value_loss.clone() * self.config.value_coef
-            - entropy_mean.clone() * self.config.entropy_coef;
+            - entropy_mean.clone() * entropy_coef;
 
         // Diagnostics, without autodiff.
         let lr_host = host(log_ratio.inner());
@@ -252,9 +324,7 @@ impl<B: AutodiffBackend> Ppo<B> {
             grad_norm: 0.0,
             ..UpdateStats::default()
         };
-        let grad_norm = self
-            .trainee
-            .step(loss, self.config.lr, self.config.max_grad_norm);
+        let grad_norm = self.trainee.step(loss, lr, self.config.max_grad_norm);
         Ok(UpdateStats { grad_norm, ..stats })
     }
 }

@@ -178,11 +178,16 @@ pub fn write_summary(dir: &Path, summary: &impl Serialize) -> anyhow::Result<()>
     )
 }
 
-/// Draws `dir/learning_curve.png` from `dir/metrics.csv` (a missing font is logged, not an error).
+/// Draws `dir/learning_curve.png` from `dir/metrics.csv` and `dir/eval.csv` when there is one
+/// (a missing font is logged, not an error).
 pub fn plot_curve(dir: &Path, title: &str, axes: Axes, target: Option<f64>) -> anyhow::Result<()> {
     let curve = read_curve(&dir.join("metrics.csv"))?;
+    let eval: Vec<(f64, f64)> = crate::eval::read_eval_rows(&dir.join("eval.csv"))
+        .iter()
+        .map(|r| (r.frames as f64, r.eval_return_mean))
+        .collect();
     let out = dir.join("learning_curve.png");
-    if let Some(note) = plot_learning_curve(&curve, title, axes, target, &out)? {
+    if let Some(note) = plot_learning_curve(&curve, &eval, title, axes, target, &out)? {
         tracing::warn!("{note}");
     }
     Ok(())

@@ -1,7 +1,8 @@
 //! `recur-learner train`: the whole job. Actors collect through the transport; the learner
 //! computes advantages with its recurrent critic, runs PPO updates, broadcasts the new weights,
 //! and keeps the run directory: `config.toml` (resolved), `metrics.csv`, `learning_curve.png`,
-//! `checkpoint/` (model, optimizer, weights, counters; rewritten atomically), `summary.json`.
+//! `checkpoint/` (model, optimizer, weights, counters; rewritten atomically), `summary.json`,
+//! and with `[eval]` `eval.csv` (greedy evaluations beside training, [`crate::eval`]).
 //! SIGINT/SIGTERM end the run cleanly with a final checkpoint; `--resume RUN_DIR` continues it.
 
 use std::collections::{HashMap, VecDeque};
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::algo::{self, LearnerSpec};
 use crate::config::{Algo, AlgoConfig, CollectorMode, TrainConfig};
+use crate::eval::{first_at_target, EvalPlan, EvalWorker};
 use crate::metrics::{truncate_metrics, MetricsRow, MetricsWriter, TRAIN_AXES};
 use crate::policy::{describe_env, env_args, fit_policy_spec};
 use crate::recording::Recording;
@@ -58,6 +60,12 @@ pub struct TrainSummary {
     pub target_return: Option<f64>,
     pub frames_to_target: Option<u64>,
     pub seconds_to_target: Option<f64>,
+    /// The last greedy evaluation (`[eval]`): mean return and the frames it was taken at.
+    pub final_eval_return: Option<f64>,
+    pub final_eval_frames: Option<u64>,
+    /// The first greedy evaluation reaching `target_return`: frames and training seconds.
+    pub eval_frames_to_target: Option<u64>,
+    pub eval_seconds_to_target: Option<f64>,
     pub dropped_chunks: u64,
     pub stopped_by_request: bool,
     /// Why the run ended early because its actors were gone for good (the last actor exit).
@@ -253,6 +261,23 @@ fn train_on<B: AutodiffBackend>(
         ..Default::default()
     };
     let mut progress = Progress::start(opts, &state)?;
+    let mut eval = match &config.eval {
+        Some(e) => Some(EvalWorker::start(
+            EvalPlan {
+                env: config.run.env.clone(),
+                policy: pc.clone(),
+                episodes: e.episodes,
+                seed: e
+                    .seed
+                    .unwrap_or_else(|| config.run.seed.wrapping_add(1_000_000)),
+                every_frames: e.every_frames,
+                csv: opts.run_dir.join("eval.csv"),
+            },
+            state.frames,
+        )?),
+        None => None,
+    };
+    let mut last_eval_frames = None;
     let mut stopped_by_request = false;
     let mut pending: VecDeque<Chunk> = VecDeque::new();
     let mut actors_gone: Option<ActorsGone> = None;
@@ -301,7 +326,8 @@ fn train_on<B: AutodiffBackend>(
                 continue;
             }
 
-            // Update, and publish the new weights to the actors.
+            // Update, and publish the new weights to the actors (and to the evaluation).
+            learner.set_progress(state.frames as f64 / config.run.frames as f64);
             let stats = learner.update()?;
             state.updates += 1;
             version += 1;
@@ -314,6 +340,10 @@ fn train_on<B: AutodiffBackend>(
                 )
             })?;
             transport.publish(version, &blob)?;
+            if let Some(eval) = eval.as_mut().filter(|e| e.due(state.frames)) {
+                eval.submit(state.frames, progress.wall(), blob);
+                last_eval_frames = Some(state.frames);
+            }
             state.policy_version = version;
             admission.taken.clear(); // sync mode: every actor's next chunk is wanted
 
@@ -358,6 +388,22 @@ fn train_on<B: AutodiffBackend>(
     save_checkpoint(&checkpoint, &*learner, algo_name, &state, version)?;
     let (transport_summary, tail) = transport.finish(stopped_by_request)?;
     recording.record(&tail)?;
+    let eval_rows = match eval {
+        Some(worker) => {
+            let last = (last_eval_frames != Some(state.frames)).then(|| {
+                (
+                    state.frames,
+                    state.wall_s,
+                    to_blob(learner.model(), version),
+                )
+            });
+            worker.finish(last)?
+        }
+        None => Vec::new(),
+    };
+    // A resumed run's earlier evaluations are in eval.csv too.
+    let all_rows = crate::eval::read_eval_rows(&opts.run_dir.join("eval.csv"));
+    let eval_target = first_at_target(&all_rows, config.run.target_return);
     let title = format!(
         "{} ({} {}-{})",
         config.run.env,
@@ -377,6 +423,10 @@ fn train_on<B: AutodiffBackend>(
         target_return: config.run.target_return,
         frames_to_target: state.frames_to_target,
         seconds_to_target: state.seconds_to_target,
+        final_eval_return: eval_rows.last().map(|r| r.eval_return_mean),
+        final_eval_frames: eval_rows.last().map(|r| r.frames),
+        eval_frames_to_target: eval_target.map(|t| t.0),
+        eval_seconds_to_target: eval_target.map(|t| t.1),
         dropped_chunks: admission.dropped,
         stopped_by_request,
         actors_gone: actors_gone.as_ref().map(|g| g.last_exit.clone()),

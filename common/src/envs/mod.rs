@@ -26,6 +26,7 @@
 //! | `CartPole-v1` | `[x, x_dot, theta, theta_dot]` | `Discrete(2)` | out of bounds, or 500 steps |
 //! | `MaskedCartPole-v1` | `[x, theta]` (velocities hidden) | `Discrete(2)` | as CartPole |
 //! | `Pendulum-v1` | `[cos theta, sin theta, theta_dot]` | `Box([-2], [2])` torque | 200 steps |
+//! | `MaskedPendulum-v1` | `[cos theta, sin theta]` (velocity hidden) | as Pendulum | 200 steps |
 //! | `RepeatPrevious-v0` | one-hot suit `[4]` | `Discrete(4)` suit | 51 steps |
 //!
 //! Dynamics follow gymnasium 1.4 exactly (float64 state, float32 observations; checked against
@@ -44,7 +45,7 @@ mod vector;
 
 pub use cartpole::{CartPole, MaskedCartPole};
 pub use gymnasium::{GymVecEnv, GymnasiumOptions};
-pub use pendulum::Pendulum;
+pub use pendulum::{MaskedPendulum, Pendulum};
 pub use registry::{is_gymnasium, EnvSpec, Registry, VectorEnv, GYMNASIUM_PREFIX};
 pub use repeat_previous::RepeatPrevious;
 pub use space::{ActionRef, Space};
@@ -56,6 +57,7 @@ pub const ENV_IDS: &[&str] = &[
     "CartPole-v1",
     "MaskedCartPole-v1",
     "Pendulum-v1",
+    "MaskedPendulum-v1",
     "RepeatPrevious-v0",
 ];
 
@@ -155,7 +157,7 @@ pub enum EnvError {
 pub fn max_episode_steps(id: &str) -> Result<u64, EnvError> {
     match id {
         "CartPole-v1" | "MaskedCartPole-v1" => Ok(500),
-        "Pendulum-v1" => Ok(200),
+        "Pendulum-v1" | "MaskedPendulum-v1" => Ok(200),
         "RepeatPrevious-v0" => Ok(RepeatPrevious::EPISODE_STEPS),
         _ => Err(unknown(id)),
     }
@@ -177,6 +179,7 @@ fn make_builtin(id: &str) -> Result<Box<dyn Env>, EnvError> {
         "CartPole-v1" => Box::new(TimeLimit::new(CartPole::new(), limit)?),
         "MaskedCartPole-v1" => Box::new(TimeLimit::new(MaskedCartPole::new(), limit)?),
         "Pendulum-v1" => Box::new(TimeLimit::new(Pendulum::new(), limit)?),
+        "MaskedPendulum-v1" => Box::new(TimeLimit::new(MaskedPendulum::new(), limit)?),
         "RepeatPrevious-v0" => Box::new(TimeLimit::new(RepeatPrevious::new(), limit)?),
         _ => return Err(unknown(id)),
     })

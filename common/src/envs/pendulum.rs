@@ -1,4 +1,5 @@
-//! Pendulum-v1 as gymnasium 1.4 implements it: swing a pendulum up and hold it upright.
+//! Pendulum-v1 as gymnasium 1.4 implements it: swing a pendulum up and hold it upright; and
+//! MaskedPendulum-v1, the same task with the angular velocity hidden.
 
 use std::f64::consts::PI;
 
@@ -129,9 +130,81 @@ impl Env for Pendulum {
     }
 }
 
+/// Pendulum-v1 with the angular velocity hidden (observation `[cos theta, sin theta]`): the
+/// policy must infer it from successive angles (rl-zoo's `PendulumNoVel-v1`). Same dynamics,
+/// reward, reset and 200-step limit as [`Pendulum`].
+#[derive(Clone, Debug, Default)]
+pub struct MaskedPendulum {
+    pendulum: Pendulum,
+}
+
+impl MaskedPendulum {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The float64 state `[theta, theta_dot]`.
+    pub fn state(&self) -> [f64; 2] {
+        self.pendulum.state()
+    }
+
+    /// `[cos theta, sin theta]` (float32).
+    pub fn observation(&self) -> [f32; 2] {
+        let [c, s, _] = self.pendulum.observation();
+        [c, s]
+    }
+}
+
+impl Env for MaskedPendulum {
+    fn id(&self) -> &str {
+        "MaskedPendulum-v1"
+    }
+
+    /// `Box([-1, -1], [1, 1])`.
+    fn observation_space(&self) -> Space {
+        Space::Box {
+            low: vec![-1.0, -1.0],
+            high: vec![1.0, 1.0],
+        }
+    }
+
+    fn action_space(&self) -> Space {
+        self.pendulum.action_space()
+    }
+
+    fn reset(&mut self, seed: u64, obs: &mut [f32]) {
+        self.pendulum.reset(seed, &mut [0.0; 3]);
+        write_obs(self.id(), obs, &self.observation());
+    }
+
+    fn step(&mut self, action: ActionRef<'_>, obs: &mut [f32]) -> StepResult {
+        let r = self.pendulum.step(action, &mut [0.0; 3]);
+        write_obs(self.id(), obs, &self.observation());
+        r
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn masked_pendulum_is_pendulum_without_theta_dot() {
+        let (mut full, mut masked) = (Pendulum::new(), MaskedPendulum::new());
+        let (mut a, mut b) = ([0.0f32; 3], [0.0f32; 2]);
+        full.reset(7, &mut a);
+        masked.reset(7, &mut b);
+        assert_eq!(b, [a[0], a[1]]);
+        for k in 0..30 {
+            let u = [(k as f32 * 0.37).sin() * 2.5];
+            let ra = full.step(ActionRef::Continuous(&u), &mut a);
+            let rb = masked.step(ActionRef::Continuous(&u), &mut b);
+            assert_eq!(ra, rb);
+            assert_eq!(b, [a[0], a[1]]);
+            assert_eq!(masked.state(), full.state());
+            assert!(masked.observation_space().contains_obs(&b));
+        }
+    }
 
     #[test]
     fn angle_normalize_is_floored() {

@@ -71,6 +71,8 @@ pub struct InferencePolicy {
     hidden: usize,
     layers: usize,
     action: ActionSpec,
+    /// The normalizer's rows (mean, variance, count, clip), `[4 * obs_dim]`.
+    obs_norm: Vec<f32>,
     encoder: Vec<Dense>,
     core: Vec<CellWeights>,
     policy_head: Dense,
@@ -124,6 +126,7 @@ impl InferencePolicy {
             hidden: core.hidden_size(),
             layers: core.num_layers(),
             action: policy.action().clone(),
+            obs_norm: host(policy.obs_norm.val()),
             encoder: policy.encoder.iter().map(dense).collect(),
             core: cells,
             policy_head: dense(&policy.policy_head),
@@ -180,9 +183,18 @@ impl InferencePolicy {
                 "an LSTM step needs rs_c [N, L, H]"
             );
         }
-        // Encoder.
+        // Normalizer (as Policy::normalize), then the encoder.
         self.x.clear();
         self.x.extend_from_slice(obs);
+        let d = self.obs_dim;
+        let (mean, rest) = self.obs_norm.split_at(d);
+        let (var, rest) = rest.split_at(d);
+        let clip = &rest[d..2 * d];
+        for row in self.x.chunks_exact_mut(d) {
+            for j in 0..d {
+                row[j] = ((row[j] - mean[j]) / (var[j] + 1e-8).sqrt()).clamp(-clip[j], clip[j]);
+            }
+        }
         for layer in &self.encoder {
             layer.forward(&self.x, n, &mut self.y);
             for v in &mut self.y {
@@ -334,6 +346,18 @@ mod tests {
                     let policy = config
                         .init_seeded::<Cpu>(k as u64 + 10 * layers as u64, &device)
                         .unwrap();
+                    // Two layers: a normalizer that shifts, scales and clips (observations
+                    // reach +-2, normalized ones are clipped at 1.5).
+                    let policy = if layers == 2 {
+                        let stats = crate::policy::ObsStats {
+                            mean: vec![0.5, -0.2, 0.0, 1.0, 0.1],
+                            var: vec![0.25, 1.0, 4.0, 0.5, 2.0],
+                            count: 100.0,
+                        };
+                        policy.with_obs_stats(&stats, 1.5)
+                    } else {
+                        policy
+                    };
                     let mut fast = InferencePolicy::from_policy(&policy);
                     let n = 7;
                     let lh = layers * 24;

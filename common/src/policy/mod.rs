@@ -1,5 +1,5 @@
-//! The policy network shared by actor and learner: observation encoder MLP -> LSTM or GRU core
-//! -> policy head (categorical logits for a discrete action space, mean and log-std of a
+//! The policy network shared by actor and learner: observation normalizer -> encoder MLP ->
+//! LSTM or GRU core -> policy head (categorical logits for a discrete action space, mean and log-std of a
 //! tanh-squashed Gaussian for a box) and value head.
 //!
 //! The actor runs it in sequential mode ([`Policy::forward`] on `[E, obs_dim]`, one step of
@@ -11,7 +11,7 @@ pub mod dist;
 pub mod inference;
 
 use burn::config::Config;
-use burn::module::{Initializer, Module};
+use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData};
@@ -114,6 +114,50 @@ pub struct PolicyConfig {
     /// Recurrent-mode backend of the core.
     #[config(default = "RecurrentBackend::Auto")]
     pub backend: RecurrentBackend,
+    /// Whether the learner keeps [`Policy::obs_norm`] up to date (running mean and variance
+    /// of the observations it trains on). Off, the normalizer stays the identity.
+    #[config(default = false)]
+    pub obs_norm: bool,
+    /// Normalized observations are clipped to `[-obs_clip, obs_clip]` (with `obs_norm`).
+    #[config(default = 10.0)]
+    pub obs_clip: f32,
+}
+
+/// Rows of [`Policy::obs_norm`]: running mean, running variance, sample count (every column
+/// the same) and clip bound of each observation feature.
+pub const OBS_NORM_ROWS: usize = 4;
+
+/// Running observation statistics (Chan et al.'s parallel mean/variance merge), what the
+/// learner folds the observations it trains on into.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObsStats {
+    pub mean: Vec<f32>,
+    pub var: Vec<f32>,
+    pub count: f64,
+}
+
+impl ObsStats {
+    /// Merges a batch of observations (`[N, dim]`, row-major) into the statistics.
+    pub fn merge(&mut self, obs: &[f32]) {
+        let dim = self.mean.len();
+        let n = (obs.len() / dim) as f64;
+        if n == 0.0 {
+            return;
+        }
+        for j in 0..dim {
+            let column = obs.iter().skip(j).step_by(dim).map(|&x| x as f64);
+            let mean_b = column.clone().sum::<f64>() / n;
+            let var_b = column.map(|x| (x - mean_b).powi(2)).sum::<f64>() / n;
+            let (mean_a, var_a) = (self.mean[j] as f64, self.var[j] as f64);
+            let total = self.count + n;
+            let delta = mean_b - mean_a;
+            let mean = mean_a + delta * n / total;
+            let m2 = var_a * self.count + var_b * n + delta * delta * self.count * n / total;
+            self.mean[j] = mean as f32;
+            self.var[j] = (m2 / total) as f32;
+        }
+        self.count += n;
+    }
 }
 
 /// Policy head outputs and the value for a batch, plus the recurrent state to carry on.
@@ -129,9 +173,14 @@ pub struct PolicyOutput<B: Backend, const D: usize, const DS: usize> {
     pub next: RecurrentState<B, DS>,
 }
 
-/// Encoder MLP -> recurrent core -> policy and value heads.
+/// Observation normalizer -> encoder MLP -> recurrent core -> policy and value heads.
 #[derive(Module, Debug)]
 pub struct Policy<B: Backend> {
+    /// `[OBS_NORM_ROWS, obs_dim]`: mean, variance, count, clip (see [`OBS_NORM_ROWS`]). A
+    /// parameter so that weight blobs and checkpoints carry it, but no gradient reaches it
+    /// (the forward detaches it); the learner sets it ([`Policy::with_obs_stats`]). Initially
+    /// the identity: mean 0, variance 1, no clip.
+    pub obs_norm: Param<Tensor<B, 2>>,
     pub encoder: Vec<Linear<B>>,
     pub core: RecurrentCore<B>,
     pub policy_head: Linear<B>,
@@ -220,7 +269,14 @@ impl PolicyConfig {
         let value_head = LinearConfig::new(self.hidden_size, 1)
             .with_initializer(Initializer::XavierUniform { gain: 1.0 })
             .init(device);
+        let d = self.obs_dim;
+        let identity = [0.0, 1.0, 0.0, f32::MAX].iter().flat_map(|&v| vec![v; d]);
+        let obs_norm = Param::from_tensor(Tensor::from_data(
+            TensorData::new(identity.collect::<Vec<f32>>(), [OBS_NORM_ROWS, d]),
+            device,
+        ));
         Ok(Policy {
+            obs_norm,
             encoder,
             core,
             policy_head,
@@ -247,10 +303,65 @@ impl<B: Backend> Policy<B> {
         &self.config.action
     }
 
+    /// Normalizes, then encodes `obs` `[.., obs_dim]`.
     fn encode<const D: usize>(&self, obs: Tensor<B, D>) -> Tensor<B, D> {
         self.encoder
             .iter()
-            .fold(obs, |x, layer| layer.forward(x).tanh())
+            .fold(self.normalize(obs), |x, layer| layer.forward(x).tanh())
+    }
+
+    /// `clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)` per feature, with the statistics
+    /// held out of autodiff.
+    pub fn normalize<const D: usize>(&self, obs: Tensor<B, D>) -> Tensor<B, D> {
+        let d = self.config.obs_dim;
+        let stats = self.obs_norm.val().detach();
+        let dims = obs.dims();
+        let mut shape = [1usize; D];
+        shape[D - 1] = d;
+        let row = |i: usize| {
+            stats
+                .clone()
+                .slice([i..i + 1, 0..d])
+                .reshape(shape)
+                .expand(dims)
+        };
+        let clip = row(3);
+        ((obs - row(0)) / (row(1) + 1e-8).sqrt())
+            .max_pair(clip.clone().neg())
+            .min_pair(clip)
+    }
+
+    /// The observation statistics the normalizer holds.
+    pub fn obs_stats(&self) -> ObsStats {
+        let d = self.config.obs_dim;
+        let v = crate::backend::to_vec(self.obs_norm.val());
+        ObsStats {
+            mean: v[..d].to_vec(),
+            var: v[d..2 * d].to_vec(),
+            count: v[2 * d] as f64,
+        }
+    }
+
+    /// The policy with its normalizer set to `stats`, clipping at `clip`.
+    pub fn with_obs_stats(mut self, stats: &ObsStats, clip: f32) -> Self {
+        let d = self.config.obs_dim;
+        let mut values = Vec::with_capacity(OBS_NORM_ROWS * d);
+        values.extend_from_slice(&stats.mean);
+        values.extend_from_slice(&stats.var);
+        values.extend(std::iter::repeat_n(stats.count as f32, d));
+        values.extend(std::iter::repeat_n(clip, d));
+        let (id, tensor, mapper) = self.obs_norm.consume();
+        let new = Tensor::from_data(
+            TensorData::new(values, [OBS_NORM_ROWS, d]),
+            &tensor.device(),
+        );
+        let new = if tensor.is_require_grad() {
+            new.require_grad()
+        } else {
+            new
+        };
+        self.obs_norm = Param::from_mapped_value(id, new, mapper);
+        self
     }
 
     /// One call on `N` rows: `obs` `[N, obs_dim]`, `is_init` `[N]`, `state` `[N, L, H]`. In
@@ -332,4 +443,65 @@ fn check_obs(dims: &[usize], obs_dim: usize) -> Result<(), RecurrentError> {
         got: dims.to_vec(),
         expected: format!("[.., {obs_dim}] (obs_dim = {obs_dim})"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{cpu_device, to_vec, Cpu};
+
+    /// Merging batches one by one gives the statistics of all of them at once.
+    #[test]
+    fn obs_stats_merge_equals_the_whole_batch() {
+        let data: Vec<f32> = (0..60)
+            .map(|i| ((i * 37) % 11) as f32 * 0.3 - 1.0)
+            .collect();
+        let fresh = || ObsStats {
+            mean: vec![0.0; 3],
+            var: vec![1.0; 3],
+            count: 0.0,
+        };
+        let mut whole = fresh();
+        whole.merge(&data);
+        let mut parts = fresh();
+        for part in data.chunks(9) {
+            parts.merge(part);
+        }
+        for j in 0..3 {
+            let col: Vec<f64> = data.iter().skip(j).step_by(3).map(|&x| x as f64).collect();
+            let mean = col.iter().sum::<f64>() / 20.0;
+            let var = col.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 20.0;
+            for s in [&whole, &parts] {
+                assert!((s.mean[j] as f64 - mean).abs() < 1e-5, "{s:?}");
+                assert!((s.var[j] as f64 - var).abs() < 1e-5, "{s:?}");
+            }
+        }
+        assert_eq!(parts.count, 20.0);
+    }
+
+    /// The normalizer starts as the identity and, once set, shifts, scales and clips; its
+    /// statistics read back.
+    #[test]
+    fn normalizer_is_identity_until_set() {
+        let device = cpu_device();
+        let config = PolicyConfig::new(2, ActionSpec::Discrete { n: 2 });
+        let policy = config.init_seeded::<Cpu>(0, &device).unwrap();
+        let obs = Tensor::<Cpu, 2>::from_data(
+            TensorData::new(vec![3.0f32, -1e6, 0.5, 7.0], [2, 2]),
+            &device,
+        );
+        assert_eq!(to_vec(policy.normalize(obs.clone())), to_vec(obs.clone()));
+        let stats = ObsStats {
+            mean: vec![1.0, 0.0],
+            var: vec![4.0, 1.0],
+            count: 8.0,
+        };
+        let policy = policy.with_obs_stats(&stats, 5.0);
+        assert_eq!(policy.obs_stats(), stats);
+        let got = to_vec(policy.normalize(obs));
+        let want = [1.0f32, -5.0, -0.25, 5.0];
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-5, "{got:?}");
+        }
+    }
 }

@@ -150,6 +150,8 @@ impl LearnerBench {
             num_layers: 1,
             encoder: vec![64],
             backend,
+            obs_norm: false,
+            obs_clip: 10.0,
         }
     }
 

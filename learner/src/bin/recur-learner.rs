@@ -31,6 +31,25 @@ enum Command {
     /// Start actor processes and receive their chunks through shared memory, verifying each
     /// (counts, checksums, sequence numbers), without training; writes RUN_DIR/summary.json.
     Collect(CollectArgs),
+    /// Greedy evaluation of a checkpoint: N episodes (one per environment, in parallel) on
+    /// environments of their own seeds; prints one JSON line.
+    Eval(EvalArgs),
+}
+
+#[derive(clap::Args)]
+struct EvalArgs {
+    /// A run directory (holding checkpoint/) or a checkpoint directory.
+    #[arg(long, value_name = "RUN_DIR")]
+    checkpoint: PathBuf,
+    /// Episodes (environments).
+    #[arg(long, default_value_t = 100)]
+    episodes: usize,
+    /// Seed base of the evaluation environments.
+    #[arg(long, default_value_t = 1_000_000)]
+    seed: u64,
+    /// Environment [default: run.env of RUN_DIR/config.toml].
+    #[arg(long)]
+    env: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -291,6 +310,15 @@ fn main() -> anyhow::Result<()> {
                 summary.rejected,
                 run_dir.join("summary.json").display()
             );
+        }
+        Command::Eval(a) => {
+            let line = learner::eval::evaluate_checkpoint(
+                &a.checkpoint,
+                a.env.as_deref(),
+                a.episodes,
+                a.seed,
+            )?;
+            println!("{}", serde_json::to_string(&line)?);
         }
     }
     Ok(())
