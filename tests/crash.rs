@@ -251,7 +251,7 @@ fn attached_actors_at_the_end_of_a_run() {
 /// The tiny config whose first update needs more frames than any test waits for.
 fn no_update_soon(t: String) -> String {
     t.replace("mode = \"sync\"", "mode = \"async\"")
-        .replace("frames_per_update = 64", "frames_per_update = 64_000_000")
+        .replace("frames_per_update = 64", "frames_per_update = 1_280_000")
 }
 
 /// SIGTERM ends a run cleanly in every phase: during setup, before the first update, while
@@ -575,7 +575,7 @@ fn a_run_directory_is_locked_and_never_clobbered() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("can be written by other users") && err.contains("1777"),
+        err.contains("can be written by every user") && err.contains("1777"),
         "{err}"
     );
     let mode = std::fs::metadata(&shared).unwrap().permissions().mode() & 0o7777;
@@ -723,5 +723,138 @@ fn soak_learner_sigkills_each_followed_by_resume() {
         "{kills} kills, {fallbacks} fallbacks to the previous checkpoint, {} updates",
         updates.len()
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `recur-learner replay` ends cleanly on SIGTERM too: exit 0 with its final checkpoint and
+/// summary, long before its updates are done.
+#[test]
+fn sigterm_ends_a_replay_run_cleanly() {
+    let dir = temp_dir("crash-replay");
+    let data = dir.join("data");
+    let mut cmd = Command::new(binary("recur-actor"));
+    cmd.args([
+        "--env",
+        "RepeatPrevious-v0",
+        "--envs",
+        "16",
+        "--steps",
+        "32",
+    ])
+    .args([
+        "--frames", "2048", "--cell", "gru", "--hidden", "16", "--seed", "5",
+    ])
+    .arg("--record")
+    .arg(&data);
+    let out = recur_tests::run_with_deadline(cmd, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = dir.join("run");
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.args([
+        "replay",
+        "--dataset",
+        data.to_str().unwrap(),
+        "--algo",
+        "bc",
+    ])
+    .args([
+        "--updates",
+        "100000000",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--quiet",
+    ])
+    .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+    .env("RUST_LOG", "info");
+    let run = Watched::spawn(cmd);
+    wait_rows(&run, &run_dir, 2);
+    signal(&run, Signal::SIGTERM);
+    let (ok, _, lines) = run.finish(Duration::from_secs(120));
+    assert!(ok, "{}", lines.join("\n"));
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert!(
+        summary["updates"].as_u64().unwrap() < 100_000_000,
+        "{summary}"
+    );
+    assert!(run_dir.join("checkpoint/manifest.json").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An update that produces non-finite weights (here: `ppo.lr = 1e38` overflows within a few
+/// updates) stops the run with an error naming the update; the weights are neither published
+/// nor checkpointed (every checkpoint on disk holds finite weights).
+#[test]
+fn non_finite_weights_are_never_published_or_checkpointed() {
+    let dir = temp_dir("crash-nan");
+    let config = tiny_config(&dir, |t| t.replace("lr = 1e-3", "lr = 1e38"));
+    let run_dir = dir.join("run");
+    let (ok, _, lines) = Watched::spawn(new_run(&config, &run_dir, &["--frames", "6400"]))
+        .finish(Duration::from_secs(120));
+    let text = lines.join("\n");
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("produced weights that are not finite"),
+        "{text}"
+    );
+    for ckpt in ["checkpoint", "checkpoint.old"] {
+        let Ok(blob) = std::fs::read(run_dir.join(ckpt).join("weights.bin")) else {
+            continue;
+        };
+        assert!(
+            blob[32..]
+                .chunks_exact(4)
+                .all(|b| f32::from_le_bytes(b.try_into().unwrap()).is_finite()),
+            "{ckpt} holds non-finite weights"
+        );
+    }
+    nothing_left(&lines);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The natural end of a run (its frames reached) whose chunks all come from an attached
+/// `recur-actor --connect`: the run's own actor slot holds a program that never registers
+/// (`sleep`), so the run cannot end before the attached actor delivers. At the end the attached
+/// actor is told to stop (exit 0), the silent child is killed after the grace period, and the
+/// learner exits within 30 s of its last update with its summary.
+#[test]
+fn an_attached_actor_at_the_natural_end_of_a_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("crash-attached-end");
+    let config = tiny_config(&dir, |t| t);
+    let silent = dir.join("silent-actor");
+    std::fs::write(&silent, "#!/bin/sh\nexec sleep 1000\n").unwrap();
+    std::fs::set_permissions(&silent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run_dir = dir.join("run");
+    let run = Watched::spawn(new_run(
+        &config,
+        &run_dir,
+        &["--frames", "640", "--actor-bin", silent.to_str().unwrap()],
+    ));
+    run.wait_for("the control socket", Duration::from_secs(60), |l| {
+        l.contains("actor 0/0 started")
+    });
+    let attached = attached_actor(&run_dir.join("control.sock"), 7);
+    wait_rows(&run, &run_dir, 10);
+    let last_update = Instant::now();
+    let (ok, stdout, lines) = run.finish(Duration::from_secs(30));
+    assert!(ok, "{}", lines.join("\n"));
+    eprintln!(
+        "the learner exited {:?} after its last update",
+        last_update.elapsed()
+    );
+    assert!(last_update.elapsed() < Duration::from_secs(30));
+    let s = last_json(&stdout);
+    assert_eq!(s["updates"], 10, "{s}");
+    assert_eq!(s["stopped_by_request"], false, "{s}");
+    assert!(run_dir.join("summary.json").exists());
+    let (attached_ok, _, attached_lines) = attached.finish(Duration::from_secs(20));
+    assert!(attached_ok, "{}", attached_lines.join("\n"));
+    nothing_left(&lines);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -20,7 +20,7 @@ use crate::config::{Algo, ReplayConfig};
 use crate::eval::{evaluate, host_policy};
 use crate::metrics::{MetricsRow, MetricsWriter, REPLAY_AXES};
 use crate::policy::fit_policy;
-use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary};
+use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary, RunDir};
 
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {
@@ -71,6 +71,10 @@ fn replay_on<B: AutodiffBackend>(
     let config = &opts.config;
     let r = &config.replay;
     let started = Instant::now();
+    // SIGINT/SIGTERM end the run cleanly (final evaluation and checkpoint); the run directory
+    // is locked for the run's life, and one that holds a run is refused.
+    let signals = crate::signals::install()?;
+    let _run_dir = RunDir::create(&opts.run_dir, false)?;
     let data = read_dataset(&opts.dataset)
         .with_context(|| format!("reading dataset {}", opts.dataset.display()))?;
     if data.ignored_tail_bytes > 0 {
@@ -158,6 +162,10 @@ fn replay_on<B: AutodiffBackend>(
         anyhow::Ok(eval)
     };
     while summary.updates < r.updates {
+        if signals.raised() {
+            tracing::info!("stopped by a signal");
+            break;
+        }
         if opts
             .max_seconds
             .is_some_and(|m| started.elapsed().as_secs_f64() >= m)
