@@ -959,6 +959,8 @@ max_grad_norm = 0.5
                 "cartpole.toml",
                 "masked_cartpole.toml",
                 "pendulum.toml",
+                "popgym_position_only_cartpole.toml",
+                "popgym_repeat_previous.toml",
                 "repeat_previous.toml",
                 "repeat_previous_dqn.toml"
             ]

@@ -195,13 +195,8 @@ impl GymVecEnv {
                 (Space::Box { low, high }, k, false)
             }
             ActionDesc::Multidiscrete { nvec } => {
-                bridge.kill();
-                return Err(EnvError::UnsupportedSpace {
-                    id: id.to_string(),
-                    which: "action",
-                    space: format!("MultiDiscrete({nvec:?})"),
-                    supported: "Discrete and Box (a factorized MultiDiscrete head is not built)",
-                });
+                let k = nvec.len();
+                (Space::MultiDiscrete { nvec }, k, true)
             }
         };
         let spec = EnvSpec {
