@@ -98,6 +98,30 @@ fn cartpole_recorded_through_the_bridge_replays_bit_exactly_in_gymnasium() {
         "--json",
     ]);
     assert_eq!(sums["chunks"], 16, "{sums}");
+
+    // Split over 3 workers (envs 0, 1 and 2..4), the data is the same.
+    let split = dir.join("split");
+    let mut cmd = actor(&[
+        "--env",
+        "gymnasium:CartPole-v1",
+        "--envs",
+        "4",
+        "--steps",
+        "64",
+        "--frames",
+        "1024",
+        "--seed",
+        "7",
+        "--actor-id",
+        "1",
+        "--record",
+        split.to_str().unwrap(),
+    ]);
+    cmd.env("RECUR_GYM_WORKERS", "3");
+    let (ok, out) = run(cmd);
+    assert!(ok, "{out}");
+    let r = python_json(&[replay.to_str().unwrap(), split.to_str().unwrap()]);
+    assert_eq!(r["steps"], 1024, "{r}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -206,7 +206,7 @@ pub fn example(package: &str, name: &str) -> PathBuf {
     let dir = binary_dir();
     let key = format!("{package}/{name}");
     let mut built = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    if !built.iter().any(|b| *b == key) {
+    if !built.contains(&key) {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "--quiet", "-p", package, "--example", name]);
