@@ -22,6 +22,8 @@ def columns(schema):
     cols = [("observation", "<f4", obs)]
     if action == "discrete":
         cols.append(("action", "<i8", ()))
+    elif "multidiscrete" in action:
+        cols.append(("action", "<i8", (action["multidiscrete"]["dim"],)))
     else:
         cols.append(("action", "<f4", (action["continuous"]["dim"],)))
     cols += [("sample_log_prob", "<f4", ()), ("state_value", "<f4", ()), ("is_init", "u1", ()), ("rs_h", "<f4", state)]

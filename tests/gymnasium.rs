@@ -98,6 +98,30 @@ fn cartpole_recorded_through_the_bridge_replays_bit_exactly_in_gymnasium() {
         "--json",
     ]);
     assert_eq!(sums["chunks"], 16, "{sums}");
+
+    // Split over 3 workers (envs 0, 1 and 2..4), the data is the same.
+    let split = dir.join("split");
+    let mut cmd = actor(&[
+        "--env",
+        "gymnasium:CartPole-v1",
+        "--envs",
+        "4",
+        "--steps",
+        "64",
+        "--frames",
+        "1024",
+        "--seed",
+        "7",
+        "--actor-id",
+        "1",
+        "--record",
+        split.to_str().unwrap(),
+    ]);
+    cmd.env("RECUR_GYM_WORKERS", "3");
+    let (ok, out) = run(cmd);
+    assert!(ok, "{out}");
+    let r = python_json(&[replay.to_str().unwrap(), split.to_str().unwrap()]);
+    assert_eq!(r["steps"], 1024, "{r}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -167,6 +191,7 @@ fn every_supported_space_kind_flattens_as_documented() {
         ("multidiscrete", "box"),
         ("tuple", "discrete"),
         ("dict", "discrete"),
+        ("box", "multidiscrete"),
     ] {
         let (ok, out, data) = record_spaces(&dir, obs, action);
         assert!(ok, "{obs}/{action}: {out}");
@@ -181,7 +206,7 @@ fn every_supported_space_kind_flattens_as_documented() {
     // Refused before any step, naming the env id and the space.
     for (obs, action, space) in [
         ("text", "discrete", "Text("),
-        ("box", "multidiscrete", "MultiDiscrete"),
+        ("box", "unbounded", "finite bounds"),
     ] {
         let (ok, out, _) = record_spaces(&dir, obs, action);
         assert!(!ok, "{obs}/{action} was accepted: {out}");
@@ -373,5 +398,70 @@ max_grad_norm = 0.5
     );
     assert!(s["frames"].as_u64().unwrap() >= 8192, "{s}");
     assert_eq!(s["transport"]["corrupted"], 0, "{s}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_bad_gymnasium_env_fails_the_run_before_any_actor_starts() {
+    if !gymnasium_available() {
+        return;
+    }
+    let dir = temp_dir("gym-learner-refuses");
+    let cfg = dir.join("bad.toml");
+    std::fs::write(
+        &cfg,
+        r#"
+[run]
+env = "gymnasium:RecurTest/Spaces-v0"
+env_imports = ["recur_test_envs"]
+env_kwargs = { obs = "text" }
+frames = 4096
+
+[collector]
+envs_per_actor = 2
+steps = 8
+
+[policy]
+cell = "gru"
+hidden_size = 8
+
+[ppo]
+frames_per_update = 16
+epochs = 1
+slice_len = 8
+num_slices = 2
+lr = 1e-3
+gamma = 0.99
+gae_lambda = 0.95
+clip_eps = 0.2
+value_coef = 0.5
+entropy_coef = 0.01
+max_grad_norm = 0.5
+"#,
+    )
+    .unwrap();
+    binary("recur-actor");
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.arg("train")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .arg("--quiet")
+        .env("PYTHONPATH", root().join("tests/python"))
+        .env("RUST_LOG", "info");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("gymnasium:RecurTest/Spaces-v0")
+            && stderr.contains("Text(")
+            && stderr.contains("not supported"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains(" started (pid "),
+        "an actor started: {stderr}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -162,6 +162,11 @@ impl Checker {
                     }
                 }
                 let action_ok = match &chunk.action {
+                    ActionColumn::Discrete(a) if s.action_dim() > 1 => {
+                        let k = s.action_dim();
+                        self.action_space
+                            .contains_action(ActionRef::MultiDiscrete(&a[p * k..(p + 1) * k]))
+                    }
                     ActionColumn::Discrete(a) => {
                         self.action_space.contains_action(ActionRef::Discrete(a[p]))
                     }
@@ -173,15 +178,20 @@ impl Checker {
                 };
                 if !action_ok {
                     let observed = match &chunk.action {
-                        ActionColumn::Discrete(a) => a[p].to_string(),
+                        ActionColumn::Discrete(a) if s.action_dim() == 1 => a[p].to_string(),
+                        ActionColumn::Discrete(a) => {
+                            format!("{:?}", &a[p * s.action_dim()..(p + 1) * s.action_dim()])
+                        }
                         ActionColumn::Continuous(a) => {
                             format!("{:?}", &a[p * s.action_dim()..(p + 1) * s.action_dim()])
                         }
                     };
                     return Err(at("action", self.action_space.describe(), observed));
                 }
-                if matches!(self.action_space, Space::Discrete { .. })
-                    && chunk.sample_log_prob[p] > 1e-6
+                if matches!(
+                    self.action_space,
+                    Space::Discrete { .. } | Space::MultiDiscrete { .. }
+                ) && chunk.sample_log_prob[p] > 1e-6
                 {
                     return Err(at(
                         "sample_log_prob",

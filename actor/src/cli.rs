@@ -161,12 +161,14 @@ pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
         cli.seed ^ ((cli.actor_id as u64) << 32) ^ ((cli.incarnation as u64) << 48)
     };
     let envs = registry.make_vec(&env, cli.envs, env_seed)?;
-    let spec = EnvSpec {
+    // The spaces as `--describe-env` reports them (infinite bounds clamped), so that the
+    // learner compares like with like at registration.
+    let spec = finite_bounds(EnvSpec {
         id: env.clone(),
         observation_space: envs.observation_space(),
         action_space: envs.action_space(),
         max_episode_steps: None,
-    };
+    });
     let policy_config = policy_config_for_spec(&spec)
         .with_cell(cli.cell)
         .with_hidden_size(cli.hidden)

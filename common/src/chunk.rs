@@ -50,6 +50,8 @@ pub enum ActionKind {
     Discrete,
     /// `dim` floats per step.
     Continuous { dim: usize },
+    /// `dim` `i64` indices per step (one per component of a multi-discrete action).
+    MultiDiscrete { dim: usize },
 }
 
 /// The fixed layout of a run's chunks.
@@ -112,7 +114,7 @@ impl ChunkSchema {
     pub fn action_dim(&self) -> usize {
         match self.action {
             ActionKind::Discrete => 1,
-            ActionKind::Continuous { dim } => dim,
+            ActionKind::Continuous { dim } | ActionKind::MultiDiscrete { dim } => dim,
         }
     }
 
@@ -198,7 +200,7 @@ impl ChunkMeta {
 /// Actions of a chunk.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ActionColumn {
-    /// `[E, T]`
+    /// `[E, T]`, or `[E, T, dim]` for [`ActionKind::MultiDiscrete`].
     Discrete(Vec<i64>),
     /// `[E, T, action_dim]`
     Continuous(Vec<f32>),
@@ -274,6 +276,7 @@ impl Chunk {
             action: match schema.action {
                 ActionKind::Discrete => ActionColumn::Discrete(vec![0; n]),
                 ActionKind::Continuous { dim } => ActionColumn::Continuous(vec![0.0; n * dim]),
+                ActionKind::MultiDiscrete { dim } => ActionColumn::Discrete(vec![0; n * dim]),
             },
             sample_log_prob: vec![0.0; n],
             state_value: vec![0.0; n],
@@ -518,6 +521,9 @@ impl Field {
         match (self.per_step, s.action) {
             _ if !self.present(s) => None,
             (PerStep::Action, ActionKind::Continuous { dim }) => Some((ColumnType::F32, vec![dim])),
+            (PerStep::Action, ActionKind::MultiDiscrete { dim }) => {
+                Some((ColumnType::I64, vec![dim]))
+            }
             (PerStep::Scalar | PerStep::Action, _) => Some((self.dtype, vec![])),
             (PerStep::Obs, _) => Some((self.dtype, vec![s.obs_dim])),
             (PerStep::State | PerStep::CellState, _) => {

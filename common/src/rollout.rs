@@ -291,7 +291,7 @@ impl Actor {
             rs_h: zeros("rs_h").expect("every primer declares rs_h"),
             rs_c: zeros("rs_c"),
             episode: vec![0; e],
-            discrete: vec![0; e],
+            discrete: vec![0; e * schema.action_dim()],
             continuous: vec![0.0; e * schema.action_dim()],
             eps: vec![0.0; schema.action_dim()],
             finished: Vec::new(),
@@ -390,7 +390,11 @@ impl Actor {
                     self.episode[env],
                 );
                 match &mut chunk.action {
-                    ActionColumn::Discrete(a) => a[p] = self.discrete[env],
+                    ActionColumn::Discrete(a) => {
+                        let k = s.action_dim();
+                        a[p * k..(p + 1) * k]
+                            .copy_from_slice(&self.discrete[env * k..(env + 1) * k]);
+                    }
                     ActionColumn::Continuous(a) => {
                         let k = s.action_dim();
                         a[p * k..(p + 1) * k]
@@ -399,7 +403,9 @@ impl Actor {
                 }
             }
             let actions = match s.action {
-                ActionKind::Discrete => VecActions::Discrete(&self.discrete),
+                ActionKind::Discrete | ActionKind::MultiDiscrete { .. } => {
+                    VecActions::Discrete(&self.discrete)
+                }
                 ActionKind::Continuous { .. } => VecActions::Continuous(&self.continuous),
             };
             let out = self.env.step(actions)?;
@@ -499,6 +505,40 @@ impl Actor {
                     };
                 }
             }
+            ActionSpec::MultiDiscrete { nvec } => {
+                let k = nvec.len();
+                let choices: f32 = nvec.iter().map(|&n| n as f32).product();
+                for env in 0..e {
+                    let head = &head[env * k_head(nvec)..(env + 1) * k_head(nvec)];
+                    let action = &mut self.discrete[env * k..(env + 1) * k];
+                    let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
+                    let mut policy_logp = 0.0f32;
+                    let mut greedy_match = true;
+                    let mut at = 0;
+                    for (j, &n) in nvec.iter().enumerate() {
+                        let logits = &head[at..at + n];
+                        at += n;
+                        let a = if random {
+                            self.rng.random_range(0..n)
+                        } else if greedy {
+                            argmax(logits)
+                        } else {
+                            sample_categorical(logits, self.rng.random::<f32>()).0
+                        };
+                        greedy_match &= a == argmax(logits);
+                        policy_logp += categorical_log_prob_host(logits, a);
+                        action[j] = a as i64;
+                    }
+                    if greedy {
+                        policy_logp = if greedy_match { 0.0 } else { f32::NEG_INFINITY };
+                    }
+                    self.log_prob[env] = if epsilon > 0.0 {
+                        ((1.0 - epsilon) * policy_logp.exp() + epsilon / choices).ln()
+                    } else {
+                        policy_logp
+                    };
+                }
+            }
             ActionSpec::Continuous { low, high } => {
                 let a = low.len();
                 for env in 0..e {
@@ -525,6 +565,11 @@ impl Actor {
         }
         Ok(())
     }
+}
+
+/// Head outputs per environment of a multi-discrete policy: the sum of `nvec`.
+fn k_head(nvec: &[usize]) -> usize {
+    nvec.iter().sum()
 }
 
 /// The log-probability of `a` under the categorical distribution with `logits`.

@@ -160,14 +160,25 @@ impl<'a> SliceBatch<'a> {
 
     /// The discrete actions of columns `from..len`, `[rows, len - from, 1]`, on `device`.
     pub fn action_index<B: Backend>(&self, from: usize, device: &B::Device) -> Tensor<B, 3, Int> {
+        self.action_indices(from, 1, device)
+    }
+
+    /// The `k` discrete indices per step of columns `from..len` (multi-discrete actions),
+    /// `[rows, len - from, k]`, on `device`.
+    pub fn action_indices<B: Backend>(
+        &self,
+        from: usize,
+        k: usize,
+        device: &B::Device,
+    ) -> Tensor<B, 3, Int> {
         let idx: Vec<i64> = self
-            .gather(&self.storage.action, 1)
+            .gather(&self.storage.action, k)
             .into_iter()
             .map(|a| a as i64)
             .collect();
-        let idx = columns(&idx, self.rows, self.len, 1, from, self.len);
+        let idx = columns(&idx, self.rows, self.len, k, from, self.len);
         Tensor::from_data(
-            TensorData::new(idx, [self.rows, self.len - from, 1]),
+            TensorData::new(idx, [self.rows, self.len - from, k]),
             device,
         )
     }

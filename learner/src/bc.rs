@@ -8,7 +8,9 @@ use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
-use common::policy::dist::{categorical_log_prob, squashed_gaussian_log_prob_tensor};
+use common::policy::dist::{
+    categorical_log_prob, multi_categorical_log_prob, squashed_gaussian_log_prob_tensor,
+};
 use common::policy::{ActionSpec, PolicyConfig};
 
 use crate::batch::{columns, tensor3, SliceTrainer};
@@ -45,6 +47,11 @@ impl<B: AutodiffBackend> Bc<B> {
             ActionSpec::Discrete { .. } => {
                 categorical_log_prob(out.head, sb.action_index(burn, &device))
             }
+            ActionSpec::MultiDiscrete { nvec } => multi_categorical_log_prob(
+                out.head,
+                sb.action_indices(burn, nvec.len(), &device),
+                nvec,
+            ),
             ActionSpec::Continuous { low, high } => {
                 let (rows, a) = (sb.rows, low.len());
                 let acts = columns(&sb.gather(&t.storage.action, a), rows, len, a, burn, len);

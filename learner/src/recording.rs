@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use common::chunk::{Chunk, ChunkSchema};
-use common::dataset::DatasetWriter;
+use common::dataset::{DatasetWriter, EnvSource};
 
 /// A dataset being recorded, or none.
 pub struct Recording(Option<DatasetWriter>);
@@ -13,8 +13,19 @@ impl Recording {
     /// Records into a new dataset at `dir` (which must not hold one), or nowhere when `dir`
     /// is `None`.
     pub fn create(dir: Option<&Path>, env: &str, schema: &ChunkSchema) -> anyhow::Result<Self> {
+        Self::create_with_source(dir, env, schema, &EnvSource::default())
+    }
+
+    /// [`create`](Self::create), recording the env's imports, kwargs and the actors' seed in
+    /// `dataset.json`.
+    pub fn create_with_source(
+        dir: Option<&Path>,
+        env: &str,
+        schema: &ChunkSchema,
+        source: &EnvSource,
+    ) -> anyhow::Result<Self> {
         Ok(Recording(match dir {
-            Some(dir) => Some(DatasetWriter::create(dir, env, schema)?),
+            Some(dir) => Some(DatasetWriter::create_with_source(dir, env, schema, source)?),
             None => None,
         }))
     }

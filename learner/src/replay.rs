@@ -115,7 +115,11 @@ impl ReplayStorage {
                 self.observation[q * d..(q + 1) * d]
                     .copy_from_slice(&chunk.observation[p * d..(p + 1) * d]);
                 match &chunk.action {
-                    ActionColumn::Discrete(v) => self.action[q] = v[p] as f32,
+                    ActionColumn::Discrete(v) => {
+                        for j in 0..a {
+                            self.action[q * a + j] = v[p * a + j] as f32;
+                        }
+                    }
                     ActionColumn::Continuous(v) => {
                         self.action[q * a..(q + 1) * a].copy_from_slice(&v[p * a..(p + 1) * a])
                     }

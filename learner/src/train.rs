@@ -198,7 +198,20 @@ fn train_on<B: AutodiffBackend>(
         write_summary(&opts.run_dir, &summary)?;
         return Ok(summary);
     }
-    let mut recording = Recording::create(opts.save_replay.as_deref(), &config.run.env, &schema)?;
+    let mut recording = Recording::create_with_source(
+        opts.save_replay.as_deref(),
+        &config.run.env,
+        &schema,
+        &common::dataset::EnvSource {
+            imports: config.run.env_imports.clone(),
+            kwargs: config
+                .run
+                .env_kwargs
+                .as_ref()
+                .map(|t| serde_json::to_value(t).expect("a TOML table is JSON")),
+            seed: Some(config.run.seed.wrapping_add(state.updates)),
+        },
+    )?;
     let mut version = state.policy_version.max(1);
     // The actors: the collector section, the learner's policy architecture, the algorithm's
     // exploration (PPO samples from its policy; DQN actors are epsilon-greedy with the schedule

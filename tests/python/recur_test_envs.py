@@ -3,7 +3,8 @@
 Imported with `--env-import recur_test_envs` (PYTHONPATH=tests/python), registers:
 
 - `RecurTest/Spaces-v0`: observation and action spaces chosen by kwargs (`obs`: box, box2d,
-  discrete, multidiscrete, tuple, dict, text; `action`: discrete, box, multidiscrete).
+  discrete, multidiscrete, tuple, dict, text; `action`: discrete, box, multidiscrete,
+  unbounded).
   Observation at step t of an episode is a deterministic function of t (`expected_obs`), the
   reward is the sum of the action's values, episodes last `length` steps (terminated).
 - `RecurTest/Faulty-v0`: a 2-value Box observation counting steps, Discrete(2) actions; at step
@@ -32,6 +33,7 @@ ACTION_SPACES = {
     "discrete": lambda: spaces.Discrete(3),
     "box": lambda: spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 2.0], np.float32)),
     "multidiscrete": lambda: spaces.MultiDiscrete([2, 3]),
+    "unbounded": lambda: spaces.Box(-np.inf, np.inf, (1,), np.float32),
 }
 
 

@@ -1,8 +1,10 @@
-//! The gymnasium bridge: `gymnasium:<id>` environments stepped by a Python worker process
+//! The gymnasium bridge: `gymnasium:<id>` environments stepped by Python worker processes
 //! (`gym_worker.py`, shipped inside this crate, needs only gymnasium and numpy) that the actor
-//! owns. Actions, observations, rewards and flags of all `E` environments cross once per
-//! vector step through a shared-memory segment ([`crate::shm::bridge`]); a command byte on the
-//! worker's stdin and an answer byte on its stdout hand the turn back and forth.
+//! owns: one by default, or `RECUR_GYM_WORKERS` of them, each stepping a contiguous share of
+//! the `E` environments in parallel. Actions, observations, rewards and flags cross once per
+//! vector step through one shared-memory segment per worker ([`crate::shm::bridge`]); a
+//! command byte on each worker's stdin and an answer byte on its stdout hand the turn back and
+//! forth.
 //!
 //! Semantics match [`VecEnv`](super::VecEnv): `terminated` and `truncated` apart (gymnasium's
 //! `TimeLimit` gives `truncated`), `next_obs` is the true final observation at a done and `obs`
@@ -49,6 +51,8 @@ pub struct GymnasiumOptions {
     /// How long a worker may take to answer one command (and to start), `RECUR_GYM_TIMEOUT_S`
     /// seconds, default 60.
     pub timeout: Duration,
+    /// Python worker processes per actor (`RECUR_GYM_WORKERS`, default 1; at most `E`).
+    pub workers: usize,
 }
 
 impl Default for GymnasiumOptions {
@@ -66,6 +70,11 @@ impl Default for GymnasiumOptions {
                     .filter(|s| s.is_finite() && *s > 0.0)
                     .unwrap_or(60.0),
             ),
+            workers: std::env::var("RECUR_GYM_WORKERS")
+                .ok()
+                .and_then(|s| s.parse::<usize>().ok())
+                .filter(|&w| w >= 1)
+                .unwrap_or(1),
         }
     }
 }
@@ -99,14 +108,164 @@ enum ActionDesc {
 
 static SEGMENTS: AtomicU64 = AtomicU64::new(0);
 
-/// `E` gymnasium environments in one Python worker process, as a [`VectorEnv`].
-pub struct GymVecEnv {
-    id: String,
-    spec: EnvSpec,
+/// One Python worker: its process, pipes, arrays and the environments it steps.
+struct Worker {
     child: Child,
     stdin: ChildStdin,
     stdout: ChildStdout,
-    arrays: BridgeArrays,
+    arrays: Option<BridgeArrays>,
+    /// The environments it steps (a contiguous range of the vector's).
+    envs: std::ops::Range<usize>,
+}
+
+impl Worker {
+    /// Starts a worker for `num_envs` environments of `gym_id`.
+    fn spawn(
+        id: &str,
+        gym_id: &str,
+        options: &GymnasiumOptions,
+        envs: std::ops::Range<usize>,
+    ) -> Result<Self, EnvError> {
+        let config = serde_json::json!({
+            "id": gym_id,
+            "imports": options.imports,
+            "kwargs": options.kwargs.clone().unwrap_or(serde_json::json!({})),
+            "num_envs": envs.len(),
+        });
+        let mut child = Command::new(&options.python)
+            .arg("-c")
+            .arg(WORKER_SOURCE)
+            .arg(config.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| EnvError::PythonMissing {
+                id: id.to_string(),
+                python: options.python.clone(),
+                error: e.to_string(),
+            })?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        Ok(Worker {
+            child,
+            stdin,
+            stdout,
+            arrays: None,
+            envs,
+        })
+    }
+
+    fn arrays(&self) -> &BridgeArrays {
+        self.arrays
+            .as_ref()
+            .expect("arrays exist after the handshake")
+    }
+
+    fn arrays_mut(&mut self) -> &mut BridgeArrays {
+        self.arrays
+            .as_mut()
+            .expect("arrays exist after the handshake")
+    }
+
+    fn send(&mut self, id: &str, bytes: &[u8], what: &str) -> Result<(), EnvError> {
+        if self
+            .stdin
+            .write_all(bytes)
+            .and_then(|_| self.stdin.flush())
+            .is_err()
+        {
+            return Err(self.dead(id, what));
+        }
+        Ok(())
+    }
+
+    /// Waits for the answer to the command sent last.
+    fn answer(&mut self, id: &str, what: &str, timeout: Duration) -> Result<(), EnvError> {
+        let mut answer = [0u8; 1];
+        read_exact_timeout(&mut self.stdout, &mut answer, timeout)
+            .map_err(|e| self.failure(id, e, what, timeout))?;
+        match answer[0] {
+            b'K' => Ok(()),
+            b'E' => {
+                let line = self.read_line(id, what, timeout)?;
+                let text = serde_json::from_slice::<Hello>(&line)
+                    .map(|h| h.error)
+                    .unwrap_or_else(|_| String::from_utf8_lossy(&line).into_owned());
+                Err(EnvError::Gymnasium {
+                    id: id.to_string(),
+                    message: format!("{what} raised in the worker:\n{}", text.trim_end()),
+                })
+            }
+            other => Err(EnvError::Gymnasium {
+                id: id.to_string(),
+                message: format!("{what}: the worker answered {other:#x}, expected K or E"),
+            }),
+        }
+    }
+
+    fn read_line(&mut self, id: &str, what: &str, timeout: Duration) -> Result<Vec<u8>, EnvError> {
+        read_line(&mut self.stdout, timeout).map_err(|e| self.failure(id, e, what, timeout))
+    }
+
+    fn failure(&mut self, id: &str, e: ReadError, what: &str, timeout: Duration) -> EnvError {
+        match e {
+            ReadError::Eof => self.dead(id, what),
+            ReadError::Timeout => {
+                self.kill();
+                EnvError::WorkerFailed {
+                    id: id.to_string(),
+                    message: format!(
+                        "the Python worker (pid {}) did not answer {what} within {:.1} s \
+                         (RECUR_GYM_TIMEOUT_S); it was killed",
+                        self.child.id(),
+                        timeout.as_secs_f64()
+                    ),
+                }
+            }
+            ReadError::Io(e) => EnvError::WorkerFailed {
+                id: id.to_string(),
+                message: format!("reading the worker's answer to {what}: {e}"),
+            },
+        }
+    }
+
+    fn dead(&mut self, id: &str, what: &str) -> EnvError {
+        let status = wait_briefly(&mut self.child);
+        EnvError::WorkerFailed {
+            id: id.to_string(),
+            message: format!(
+                "the Python worker (pid {}) exited during {what} ({status}); its stderr is above",
+                self.child.id()
+            ),
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    /// Asks the worker to quit, then makes sure it is gone (no orphans).
+    fn drop(&mut self) {
+        let _ = self.stdin.write_all(b"Q");
+        let _ = self.stdin.flush();
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(20));
+            if !matches!(self.child.try_wait(), Ok(Some(_))) {
+                self.kill();
+            }
+        }
+    }
+}
+
+/// `E` gymnasium environments in Python worker processes, as a [`VectorEnv`].
+pub struct GymVecEnv {
+    id: String,
+    spec: EnvSpec,
+    workers: Vec<Worker>,
     timeout: Duration,
     action_dim: usize,
     discrete: bool,
@@ -120,8 +279,8 @@ pub struct GymVecEnv {
 }
 
 impl GymVecEnv {
-    /// Starts the worker for `id` (`gymnasium:<gymnasium id>`) with `num_envs` environments,
-    /// env `i` first reset with `seed + i`.
+    /// Starts the workers for `id` (`gymnasium:<gymnasium id>`) with `num_envs` environments
+    /// in all, env `i` first reset with `seed + i`.
     ///
     /// # Errors
     /// [`EnvError::PythonMissing`], [`EnvError::Gymnasium`] (import, make, unsupported space,
@@ -140,51 +299,39 @@ impl GymVecEnv {
             id: id.to_string(),
             message,
         };
-        let config = serde_json::json!({
-            "id": gym_id,
-            "imports": options.imports,
-            "kwargs": options.kwargs.clone().unwrap_or(serde_json::json!({})),
-            "num_envs": num_envs,
-        });
-        let mut child = Command::new(&options.python)
-            .arg("-c")
-            .arg(WORKER_SOURCE)
-            .arg(config.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| EnvError::PythonMissing {
-                id: id.to_string(),
-                python: options.python.clone(),
-                error: e.to_string(),
+        let w = options.workers.clamp(1, num_envs);
+        let mut workers = (0..w)
+            .map(|k| {
+                Worker::spawn(
+                    id,
+                    gym_id,
+                    options,
+                    k * num_envs / w..(k + 1) * num_envs / w,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut hello = None;
+        for worker in &mut workers {
+            let line = worker.read_line(id, "starting", options.timeout)?;
+            let h: Hello = serde_json::from_slice(&line).map_err(|e| {
+                err(format!(
+                    "the worker's first answer does not parse ({e}): {}",
+                    String::from_utf8_lossy(&line)
+                ))
             })?;
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut bridge = Partial {
-            id: id.to_string(),
-            child,
-            stdout,
-            timeout: options.timeout,
-        };
-        let line = bridge.read_line("starting")?;
-        let hello: Hello = serde_json::from_slice(&line).map_err(|e| {
-            err(format!(
-                "the worker's first answer does not parse ({e}): {}",
-                String::from_utf8_lossy(&line)
-            ))
-        })?;
-        if !hello.ok {
-            bridge.kill();
-            return Err(match hello.kind.as_str() {
-                "missing" => EnvError::PythonMissing {
-                    id: id.to_string(),
-                    python: options.python.clone(),
-                    error: hello.error.trim().to_string(),
-                },
-                _ => err(hello.error.trim_end().to_string()),
-            });
+            if !h.ok {
+                return Err(match h.kind.as_str() {
+                    "missing" => EnvError::PythonMissing {
+                        id: id.to_string(),
+                        python: options.python.clone(),
+                        error: h.error.trim().to_string(),
+                    },
+                    _ => err(h.error.trim_end().to_string()),
+                });
+            }
+            hello.get_or_insert(h);
         }
+        let hello = hello.expect("at least one worker");
         let (Some(obs), Some(action)) = (hello.observation_space, hello.action_space) else {
             return Err(err("the worker did not report its spaces".into()));
         };
@@ -195,13 +342,8 @@ impl GymVecEnv {
                 (Space::Box { low, high }, k, false)
             }
             ActionDesc::Multidiscrete { nvec } => {
-                bridge.kill();
-                return Err(EnvError::UnsupportedSpace {
-                    id: id.to_string(),
-                    which: "action",
-                    space: format!("MultiDiscrete({nvec:?})"),
-                    supported: "Discrete and Box (a factorized MultiDiscrete head is not built)",
-                });
+                let k = nvec.len();
+                (Space::MultiDiscrete { nvec }, k, true)
             }
         };
         let spec = EnvSpec {
@@ -214,31 +356,32 @@ impl GymVecEnv {
             max_episode_steps: hello.max_episode_steps,
         };
         let d = spec.observation_space.dim();
-        let layout = BridgeLayout::new(num_envs, d, action_dim);
-        let name = format!(
-            "recur-{}-gym-{}",
-            unique_run_id(),
-            SEGMENTS.fetch_add(1, Ordering::Relaxed)
-        );
-        let arrays = BridgeArrays::create(&name, layout).map_err(|e| err(e.to_string()))?;
-        let seeds: Vec<u64> = (0..num_envs as u64).map(|i| seed.wrapping_add(i)).collect();
-        let mut handshake = serde_json::to_value(arrays.layout()).expect("layout serialises");
-        handshake["path"] = serde_json::json!(arrays.path());
-        handshake["seeds"] = serde_json::json!(seeds);
-        let Partial {
-            child,
-            stdout,
-            timeout,
-            ..
-        } = bridge;
-        let mut env = GymVecEnv {
+        for worker in &mut workers {
+            let layout = BridgeLayout::new(worker.envs.len(), d, action_dim);
+            let name = format!(
+                "recur-{}-gym-{}",
+                unique_run_id(),
+                SEGMENTS.fetch_add(1, Ordering::Relaxed)
+            );
+            let arrays = BridgeArrays::create(&name, layout).map_err(|e| err(e.to_string()))?;
+            let seeds: Vec<u64> = worker
+                .envs
+                .clone()
+                .map(|i| seed.wrapping_add(i as u64))
+                .collect();
+            let mut handshake = serde_json::to_value(arrays.layout()).expect("layout serialises");
+            handshake["path"] = serde_json::json!(arrays.path());
+            handshake["seeds"] = serde_json::json!(seeds);
+            worker.arrays = Some(arrays);
+            let mut line = handshake.to_string().into_bytes();
+            line.push(b'\n');
+            worker.send(id, &line, "handshake")?;
+        }
+        Ok(GymVecEnv {
             id: id.to_string(),
             spec,
-            child,
-            stdin,
-            stdout,
-            arrays,
-            timeout,
+            workers,
+            timeout: options.timeout,
             action_dim,
             discrete,
             started: false,
@@ -248,93 +391,28 @@ impl GymVecEnv {
             flags: (vec![0; num_envs], vec![0; num_envs]),
             running_return: vec![0.0; num_envs],
             running_length: vec![0; num_envs],
-        };
-        let mut line = handshake.to_string().into_bytes();
-        line.push(b'\n');
-        env.send(&line, "handshake")?;
-        Ok(env)
+        })
     }
 
-    /// The spaces the worker reported (observation flattened to a Box).
+    /// The spaces the workers reported (observation flattened to a Box).
     pub fn spec(&self) -> &EnvSpec {
         &self.spec
     }
 
-    /// The worker's process id.
-    pub fn worker_pid(&self) -> u32 {
-        self.child.id()
+    /// The workers' process ids.
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.workers.iter().map(|w| w.child.id()).collect()
     }
 
-    fn send(&mut self, bytes: &[u8], what: &str) -> Result<(), EnvError> {
-        if self
-            .stdin
-            .write_all(bytes)
-            .and_then(|_| self.stdin.flush())
-            .is_err()
-        {
-            return Err(self.dead(what));
+    /// One command to every worker (they run in parallel), then every answer.
+    fn command(&mut self, cmd: u8, what: &str) -> Result<(), EnvError> {
+        for worker in &mut self.workers {
+            worker.send(&self.id, &[cmd], what)?;
+        }
+        for worker in &mut self.workers {
+            worker.answer(&self.id, what, self.timeout)?;
         }
         Ok(())
-    }
-
-    /// One command and its answer.
-    fn command(&mut self, cmd: u8, what: &str) -> Result<(), EnvError> {
-        self.send(&[cmd], what)?;
-        let mut answer = [0u8; 1];
-        read_exact_timeout(&mut self.stdout, &mut answer, self.timeout)
-            .map_err(|e| self.failure(e, what))?;
-        match answer[0] {
-            b'K' => Ok(()),
-            b'E' => {
-                let line =
-                    read_line(&mut self.stdout, self.timeout).map_err(|e| self.failure(e, what))?;
-                let text = serde_json::from_slice::<Hello>(&line)
-                    .map(|h| h.error)
-                    .unwrap_or_else(|_| String::from_utf8_lossy(&line).into_owned());
-                Err(EnvError::Gymnasium {
-                    id: self.id.clone(),
-                    message: format!("{what} raised in the worker:\n{}", text.trim_end()),
-                })
-            }
-            other => Err(EnvError::Gymnasium {
-                id: self.id.clone(),
-                message: format!("{what}: the worker answered {other:#x}, expected K or E"),
-            }),
-        }
-    }
-
-    fn failure(&mut self, e: ReadError, what: &str) -> EnvError {
-        match e {
-            ReadError::Eof => self.dead(what),
-            ReadError::Timeout => {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                EnvError::WorkerFailed {
-                    id: self.id.clone(),
-                    message: format!(
-                        "the Python worker (pid {}) did not answer {what} within {:.1} s \
-                         (RECUR_GYM_TIMEOUT_S); it was killed",
-                        self.child.id(),
-                        self.timeout.as_secs_f64()
-                    ),
-                }
-            }
-            ReadError::Io(e) => EnvError::WorkerFailed {
-                id: self.id.clone(),
-                message: format!("reading the worker's answer to {what}: {e}"),
-            },
-        }
-    }
-
-    fn dead(&mut self, what: &str) -> EnvError {
-        let status = wait_briefly(&mut self.child);
-        EnvError::WorkerFailed {
-            id: self.id.clone(),
-            message: format!(
-                "the Python worker (pid {}) exited during {what} ({status}); its stderr is above",
-                self.child.id()
-            ),
-        }
     }
 }
 
@@ -358,7 +436,13 @@ impl VectorEnv for GymVecEnv {
     fn reset(&mut self) -> Result<&[f32], EnvError> {
         self.command(b'R', "reset")?;
         let last = &mut self.last;
-        self.arrays.read_obs(&mut last.obs);
+        let d = self.spec.observation_space.dim();
+        for worker in &self.workers {
+            let r = &worker.envs;
+            worker
+                .arrays()
+                .read_obs(&mut last.obs[r.start * d..r.end * d]);
+        }
         last.next_obs.fill(0.0);
         last.reward.fill(0.0);
         last.terminated.fill(false);
@@ -379,11 +463,23 @@ impl VectorEnv for GymVecEnv {
         match (actions, self.discrete) {
             (VecActions::Discrete(a), true) => {
                 assert_eq!(a.len(), e * self.action_dim, "{}: action count", self.id);
-                self.arrays.write_actions_i64(a);
+                let k = self.action_dim;
+                for worker in &mut self.workers {
+                    let r = worker.envs.clone();
+                    worker
+                        .arrays_mut()
+                        .write_actions_i64(&a[r.start * k..r.end * k]);
+                }
             }
             (VecActions::Continuous(a), false) => {
                 assert_eq!(a.len(), e * self.action_dim, "{}: action count", self.id);
-                self.arrays.write_actions_f32(a);
+                let k = self.action_dim;
+                for worker in &mut self.workers {
+                    let r = worker.envs.clone();
+                    worker
+                        .arrays_mut()
+                        .write_actions_f32(&a[r.start * k..r.end * k]);
+                }
             }
             (a, _) => panic!(
                 "GymVecEnv({}): actions {a:?} do not match the action space {}",
@@ -396,13 +492,17 @@ impl VectorEnv for GymVecEnv {
         self.command(b'S', &what)?;
         let last = &mut self.last;
         let (term, trunc) = &mut self.flags;
-        self.arrays.read_step(
-            &mut last.obs,
-            &mut last.next_obs,
-            &mut self.reward64,
-            term,
-            trunc,
-        );
+        let d = self.spec.observation_space.dim();
+        for worker in &self.workers {
+            let r = worker.envs.clone();
+            worker.arrays().read_step(
+                &mut last.obs[r.start * d..r.end * d],
+                &mut last.next_obs[r.start * d..r.end * d],
+                &mut self.reward64[r.clone()],
+                &mut term[r.clone()],
+                &mut trunc[r],
+            );
+        }
         for j in 0..e {
             let (t, u) = (term[j] != 0, trunc[j] != 0);
             let done = t || u;
@@ -424,60 +524,6 @@ impl VectorEnv for GymVecEnv {
             }
         }
         Ok(&self.last)
-    }
-}
-
-impl Drop for GymVecEnv {
-    /// Asks the worker to quit, then makes sure it is gone (no orphans).
-    fn drop(&mut self) {
-        let _ = self.stdin.write_all(b"Q");
-        let _ = self.stdin.flush();
-        if !matches!(self.child.try_wait(), Ok(Some(_))) {
-            std::thread::sleep(Duration::from_millis(20));
-            if !matches!(self.child.try_wait(), Ok(Some(_))) {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-            }
-        }
-    }
-}
-
-/// The worker before its arrays exist (the first answer), or a borrowed reader.
-struct Partial {
-    id: String,
-    child: Child,
-    stdout: ChildStdout,
-    timeout: Duration,
-}
-
-impl Partial {
-    fn read_line(&mut self, what: &str) -> Result<Vec<u8>, EnvError> {
-        read_line(&mut self.stdout, self.timeout).map_err(|e| {
-            let message = match e {
-                ReadError::Eof => format!(
-                    "the Python worker exited while {what} ({}); its stderr is above",
-                    wait_briefly(&mut self.child)
-                ),
-                ReadError::Timeout => {
-                    self.kill();
-                    format!(
-                        "the Python worker did not answer within {:.1} s while {what} \
-                         (RECUR_GYM_TIMEOUT_S); it was killed",
-                        self.timeout.as_secs_f64()
-                    )
-                }
-                ReadError::Io(e) => format!("reading the worker's answer: {e}"),
-            };
-            EnvError::WorkerFailed {
-                id: self.id.clone(),
-                message,
-            }
-        })
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 /// The set of valid observations or actions of an environment.
 ///
-/// Only the two kinds recur's environments need: a 1-D box of `f32` and a discrete range.
+/// A 1-D box of `f32`, a discrete range, and (actions only) several discrete ranges.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Space {
     /// `dim` real values, value `i` in `[low[i], high[i]]` (`low.len() == high.len() == dim`).
@@ -19,6 +19,12 @@ pub enum Space {
         /// Number of choices.
         n: usize,
     },
+    /// `nvec.len()` integers, integer `j` in `0..nvec[j]` (gymnasium's `MultiDiscrete`; the
+    /// policy's head is a factorized categorical, one per component).
+    MultiDiscrete {
+        /// Choices per component.
+        nvec: Vec<usize>,
+    },
 }
 
 /// One action handed to [`super::Env::step`], borrowed from the caller's buffer.
@@ -28,6 +34,8 @@ pub enum ActionRef<'a> {
     Discrete(i64),
     /// A point of a [`Space::Box`]: `dim` values.
     Continuous(&'a [f32]),
+    /// One index per component of a [`Space::MultiDiscrete`].
+    MultiDiscrete(&'a [i64]),
 }
 
 impl Space {
@@ -37,6 +45,7 @@ impl Space {
         match self {
             Space::Box { low, .. } => low.len(),
             Space::Discrete { .. } => 1,
+            Space::MultiDiscrete { nvec } => nvec.len(),
         }
     }
 
@@ -53,6 +62,12 @@ impl Space {
             Space::Discrete { n } => {
                 x.len() == 1 && x[0].fract() == 0.0 && x[0] >= 0.0 && (x[0] as f64) < *n as f64
             }
+            Space::MultiDiscrete { nvec } => {
+                x.len() == nvec.len()
+                    && x.iter()
+                        .zip(nvec)
+                        .all(|(v, n)| v.fract() == 0.0 && *v >= 0.0 && (*v as f64) < *n as f64)
+            }
         }
     }
 
@@ -65,6 +80,12 @@ impl Space {
                 i >= 0 && usize::try_from(i).is_ok_and(|i| i < *n)
             }
             (Space::Box { .. }, ActionRef::Continuous(x)) => self.contains_obs(x),
+            (Space::MultiDiscrete { nvec }, ActionRef::MultiDiscrete(a)) => {
+                a.len() == nvec.len()
+                    && a.iter()
+                        .zip(nvec)
+                        .all(|(&i, n)| i >= 0 && usize::try_from(i).is_ok_and(|i| i < *n))
+            }
             _ => false,
         }
     }
@@ -74,6 +95,7 @@ impl Space {
     pub fn describe(&self) -> String {
         match self {
             Space::Discrete { n } => format!("Discrete({n})"),
+            Space::MultiDiscrete { nvec } => format!("MultiDiscrete({nvec:?})"),
             Space::Box { low, high } => {
                 let mut s = String::from("Box(low=");
                 write_bounds(&mut s, low);
@@ -145,6 +167,17 @@ mod tests {
         assert!(s.contains_obs(&[1.0]));
         assert!(!s.contains_obs(&[0.5]));
         assert!(!s.contains_obs(&[2.0]));
+    }
+
+    #[test]
+    fn multi_discrete_membership() {
+        let s = Space::MultiDiscrete { nvec: vec![2, 3] };
+        assert_eq!(s.dim(), 2);
+        assert!(s.contains_action(ActionRef::MultiDiscrete(&[1, 2])));
+        assert!(!s.contains_action(ActionRef::MultiDiscrete(&[2, 0])));
+        assert!(!s.contains_action(ActionRef::MultiDiscrete(&[0])));
+        assert!(!s.contains_action(ActionRef::Discrete(0)));
+        assert_eq!(s.describe(), "MultiDiscrete([2, 3])");
     }
 
     #[test]

@@ -21,7 +21,8 @@ fn splitmix64(x: u64) -> u64 {
 /// One action per environment, borrowed from the policy's output.
 #[derive(Clone, Copy, Debug)]
 pub enum VecActions<'a> {
-    /// For a [`Space::Discrete`] action space: `[E]` indices.
+    /// For a [`Space::Discrete`] action space: `[E]` indices; for a [`Space::MultiDiscrete`]
+    /// one: `[E * components]`, environment-major.
     Discrete(&'a [i64]),
     /// For a [`Space::Box`] action space: `[E * action_dim]`, environment-major.
     Continuous(&'a [f32]),
@@ -52,6 +53,21 @@ pub struct VecStep {
     pub episode_return: Vec<Option<f64>>,
     /// `[E]` length in steps of the episode that ended on this step, `None` elsewhere.
     pub episode_length: Vec<Option<u64>>,
+}
+
+impl VecActions<'_> {
+    /// Values held (indices or floats).
+    pub fn len(&self) -> usize {
+        match self {
+            VecActions::Discrete(a) => a.len(),
+            VecActions::Continuous(a) => a.len(),
+        }
+    }
+
+    /// Whether no value is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl VecStep {
@@ -244,22 +260,31 @@ impl VecEnv {
                 self.id,
                 a.len()
             ),
-            (VecActions::Continuous(a), Space::Box { .. }) => assert_eq!(
-                a.len(),
-                e * ad,
-                "VecEnv({}): {} continuous action values, expected {e} environments x {ad}",
-                self.id,
-                a.len()
-            ),
+            (VecActions::Continuous(_), Space::Box { .. })
+            | (VecActions::Discrete(_), Space::MultiDiscrete { .. })
+                if actions.len() != e * ad =>
+            {
+                panic!(
+                    "VecEnv({}): {} action values, expected {e} environments x {ad}",
+                    self.id,
+                    actions.len()
+                )
+            }
+            (VecActions::Continuous(_), Space::Box { .. })
+            | (VecActions::Discrete(_), Space::MultiDiscrete { .. }) => {}
             (actions, space) => panic!(
                 "VecEnv({}): actions {actions:?} do not match the action space {}",
                 self.id,
                 space.describe()
             ),
         }
+        let multi = matches!(self.action_space, Space::MultiDiscrete { .. });
         let last = &mut self.last;
         for (j, env) in self.envs.iter_mut().enumerate() {
             let action = match actions {
+                VecActions::Discrete(a) if multi => {
+                    ActionRef::MultiDiscrete(&a[j * ad..(j + 1) * ad])
+                }
                 VecActions::Discrete(a) => ActionRef::Discrete(a[j]),
                 VecActions::Continuous(a) => ActionRef::Continuous(&a[j * ad..(j + 1) * ad]),
             };
@@ -326,6 +351,7 @@ mod tests {
             let actions = match venv.action_space() {
                 Space::Discrete { .. } => VecActions::Discrete(&discrete),
                 Space::Box { .. } => VecActions::Continuous(&continuous),
+                Space::MultiDiscrete { .. } => unreachable!("no built-in multi-discrete env"),
             };
             let step = venv.step(actions).clone();
             for (j, env) in shadow.iter_mut().enumerate() {

@@ -109,6 +109,49 @@ pub fn categorical_entropy<B: Backend, const D: usize>(logits: Tensor<B, D>) -> 
     (logp.clone().exp() * logp).sum_dim(D - 1).neg()
 }
 
+/// Log-probability of multi-discrete `actions` `[.., K]` under the factorized categorical
+/// `logits` `[.., sum(nvec)]` (component `j`'s logits are the `nvec[j]` after those of the
+/// components before it): the sum of the components' log-probabilities, `[.., 1]`.
+pub fn multi_categorical_log_prob<B: Backend, const D: usize>(
+    logits: Tensor<B, D>,
+    actions: Tensor<B, D, Int>,
+    nvec: &[usize],
+) -> Tensor<B, D> {
+    let mut at = 0;
+    let mut total: Option<Tensor<B, D>> = None;
+    for (j, &n) in nvec.iter().enumerate() {
+        let part = categorical_log_prob(
+            logits.clone().narrow(D - 1, at, n),
+            actions.clone().narrow(D - 1, j, 1),
+        );
+        at += n;
+        total = Some(match total {
+            Some(t) => t + part,
+            None => part,
+        });
+    }
+    total.expect("at least one component")
+}
+
+/// Entropy of the factorized categorical `logits` `[.., sum(nvec)]`: the sum of the
+/// components' entropies, `[.., 1]`.
+pub fn multi_categorical_entropy<B: Backend, const D: usize>(
+    logits: Tensor<B, D>,
+    nvec: &[usize],
+) -> Tensor<B, D> {
+    let mut at = 0;
+    let mut total: Option<Tensor<B, D>> = None;
+    for &n in nvec {
+        let part = categorical_entropy(logits.clone().narrow(D - 1, at, n));
+        at += n;
+        total = Some(match total {
+            Some(t) => t + part,
+            None => part,
+        });
+    }
+    total.expect("at least one component")
+}
+
 /// Log-probability of box `actions` `[.., A]` under `head` `[.., 2A]`: `[.., 1]`; the same
 /// formula as [`squashed_gaussian_log_prob`].
 pub fn squashed_gaussian_log_prob_tensor<B: Backend, const D: usize>(
@@ -214,5 +257,30 @@ mod tests {
                 (squashed_gaussian_log_prob(&head, &[a as f32], &low, &high) as f64).exp() * width;
         }
         assert!((total - 1.0).abs() < 2e-3, "density integrates to {total}");
+    }
+
+    #[test]
+    fn multi_categorical_is_the_sum_of_its_components() {
+        let device = cpu_device();
+        let logits = vec![0.1f32, -0.3, 0.7, 1.0, 0.0, 2.0, -1.0];
+        let nvec = [3usize, 4];
+        let t = Tensor::<Cpu, 2>::from_data(TensorData::new(logits.clone(), [1, 7]), &device);
+        let a = Tensor::<Cpu, 2, Int>::from_data(TensorData::new(vec![2i64, 1], [1, 2]), &device);
+        let logp: Vec<f32> = multi_categorical_log_prob(t.clone(), a, &nvec)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let lp = |l: &[f32], i: usize| {
+            let m = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            l[i] - m - l.iter().map(|x| (x - m).exp()).sum::<f32>().ln()
+        };
+        let want = lp(&logits[..3], 2) + lp(&logits[3..], 1);
+        assert!((logp[0] - want).abs() < 1e-5, "{logp:?} vs {want}");
+        let ent: Vec<f32> = multi_categorical_entropy(t, &nvec)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let h = |l: &[f32]| -(0..l.len()).map(|i| lp(l, i).exp() * lp(l, i)).sum::<f32>();
+        assert!((ent[0] - h(&logits[..3]) - h(&logits[3..])).abs() < 1e-5);
     }
 }

@@ -33,6 +33,10 @@ pub enum ActionSpec {
     /// A vector in the box `[low, high]`; the head outputs the mean and log-std of a Gaussian
     /// whose sample is squashed by `tanh` and scaled into the box.
     Continuous { low: Vec<f32>, high: Vec<f32> },
+    /// One of `nvec[j]` choices per component `j`; the head outputs `nvec[j]` logits per
+    /// component, concatenated (a factorized categorical: components are independent given
+    /// the features, the log-probability is the sum of the components').
+    MultiDiscrete { nvec: Vec<usize> },
 }
 
 impl ActionSpec {
@@ -41,6 +45,7 @@ impl ActionSpec {
         match self {
             ActionSpec::Discrete { n } => *n,
             ActionSpec::Continuous { low, .. } => 2 * low.len(),
+            ActionSpec::MultiDiscrete { nvec } => nvec.iter().sum(),
         }
     }
 
@@ -49,6 +54,7 @@ impl ActionSpec {
         match self {
             ActionSpec::Discrete { .. } => 1,
             ActionSpec::Continuous { low, .. } => low.len(),
+            ActionSpec::MultiDiscrete { nvec } => nvec.len(),
         }
     }
 }
@@ -61,6 +67,7 @@ pub fn action_spec(space: &Space) -> ActionSpec {
             low: low.clone(),
             high: high.clone(),
         },
+        Space::MultiDiscrete { nvec } => ActionSpec::MultiDiscrete { nvec: nvec.clone() },
     }
 }
 
@@ -88,6 +95,7 @@ pub fn chunk_schema(policy: &PolicyConfig, envs: usize, steps: usize) -> ChunkSc
         action: match &policy.action {
             ActionSpec::Discrete { .. } => ActionKind::Discrete,
             ActionSpec::Continuous { low, .. } => ActionKind::Continuous { dim: low.len() },
+            ActionSpec::MultiDiscrete { nvec } => ActionKind::MultiDiscrete { dim: nvec.len() },
         },
         cell: policy.cell,
         num_layers: policy.num_layers,
@@ -229,6 +237,13 @@ impl PolicyConfig {
                     "action.n",
                     &n.to_string(),
                     "a discrete action space needs at least 2 actions",
+                ))
+            }
+            ActionSpec::MultiDiscrete { nvec } if nvec.is_empty() || nvec.contains(&0) => {
+                return Err(config_error(
+                    "action.nvec",
+                    &format!("{nvec:?}"),
+                    "at least one component, each with at least 1 choice",
                 ))
             }
             ActionSpec::Continuous { low, high } => {

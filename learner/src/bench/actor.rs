@@ -281,14 +281,11 @@ impl Runner {
             }
             None => {
                 venv.reset()?;
-                let dim = match venv.action_space() {
-                    Space::Box { low, .. } => low.len(),
-                    Space::Discrete { .. } => 1,
-                };
+                let dim = venv.action_space().dim();
                 Runner::Envs(Box::new(RandomEnvs {
                     env: venv,
                     rng: StdRng::seed_from_u64(bench.seed),
-                    discrete: vec![0; e],
+                    discrete: vec![0; e * dim],
                     continuous: vec![0.0; e * dim],
                 }))
             }
@@ -314,6 +311,12 @@ impl Runner {
                             discrete
                                 .iter_mut()
                                 .for_each(|a| *a = rng.random_range(0..n as i64));
+                            VecActions::Discrete(discrete)
+                        }
+                        Space::MultiDiscrete { nvec } => {
+                            for (i, a) in discrete.iter_mut().enumerate() {
+                                *a = rng.random_range(0..nvec[i % nvec.len()] as i64);
+                            }
                             VecActions::Discrete(discrete)
                         }
                         Space::Box { low, high } => {
