@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use common::backend::TrainDevice;
+use common::policy::CriticCore;
 use common::recurrent::{CellKind, RecurrentBackend};
 use serde::{Deserialize, Serialize};
 
@@ -132,6 +133,10 @@ pub struct PolicySection {
     /// Normalized observations are clipped to `[-obs_clip, obs_clip]`.
     #[serde(default = "default_obs_clip")]
     pub obs_clip: f32,
+    /// `"shared"` (default): the value head reads the actor's recurrent core; `"separate"`:
+    /// a core of its own (PPO).
+    #[serde(default)]
+    pub critic_core: CriticCore,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -743,6 +748,16 @@ impl Checker<'_> {
             );
         }
         self.check("policy.obs_clip", p.obs_clip, Range::Positive)?;
+        if p.critic_core == CriticCore::Separate && algo != Algo::Ppo {
+            return self.fail(
+                "policy.critic_core",
+                "\"separate\"",
+                &format!(
+                    "\"shared\" with algo \"{}\" (only PPO has a value head to train)",
+                    algo.name()
+                ),
+            );
+        }
         if let Some(e) = eval {
             self.check("eval.episodes", e.episodes, Range::AtLeastOne)?;
             if e.episodes > 10_000 {
