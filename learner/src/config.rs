@@ -974,6 +974,47 @@ max_grad_norm = 0.5
         );
     }
 
+    /// The learning-quality keys: schedules and normalization parse; bad values and
+    /// combinations are refused naming the key.
+    #[test]
+    fn learning_quality_keys_are_checked() {
+        let good = format!(
+            "{GOOD}reward_norm = true\nlr_schedule = \"linear\"\n\n[eval]\nevery_frames = 5000\n"
+        )
+        .replace(
+            "hidden_size = 64",
+            "hidden_size = 64\nobs_norm = true\ncritic_core = \"separate\"",
+        );
+        let c = TrainConfig::parse(&good, "x.toml").unwrap();
+        let ppo = c.ppo.as_ref().unwrap();
+        assert_eq!(ppo.lr_schedule, Schedule::Linear);
+        assert_eq!(ppo.clip_schedule, Schedule::Constant);
+        assert_eq!(Schedule::Linear.at(1e-3, 0.25), 0.75e-3);
+        assert_eq!(Schedule::Linear.at(1e-3, 2.0), 0.0);
+        assert_eq!(c.eval.as_ref().unwrap().episodes, 10);
+        assert!(c.policy.obs_norm && c.policy.critic_core == CriticCore::Separate);
+        assert_eq!(TrainConfig::parse(&c.to_toml(), "resolved").unwrap(), c);
+
+        let err = train_err(&good.replace("lr_schedule = \"linear\"", "lr_schedule = \"cosine\""));
+        assert!(err.contains("cosine") && err.contains("linear"), "{err}");
+        let err = train_err(&good.replace("obs_norm = true", "obs_norm = true\nobs_clip = 0.0"));
+        assert!(err.contains("`policy.obs_clip` = 0"), "{err}");
+        let err =
+            train_err(&good.replace("every_frames = 5000", "every_frames = 5000\nepisodes = 0"));
+        assert!(err.contains("`eval.episodes` = 0"), "{err}");
+        let dqn = include_str!("../../configs/repeat_previous_dqn.toml");
+        let err = train_err(&dqn.replace("hidden_size = 64", "hidden_size = 64\nobs_norm = true"));
+        assert!(
+            err.contains("`policy.obs_norm` = true") && err.contains("PPO"),
+            "{err}"
+        );
+        let err = train_err(&dqn.replace(
+            "hidden_size = 64",
+            "hidden_size = 64\ncritic_core = \"separate\"",
+        ));
+        assert!(err.contains("`policy.critic_core`"), "{err}");
+    }
+
     #[test]
     fn every_shipped_config_is_valid() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs");
@@ -991,6 +1032,7 @@ max_grad_norm = 0.5
             [
                 "cartpole.toml",
                 "masked_cartpole.toml",
+                "masked_pendulum.toml",
                 "pendulum.toml",
                 "repeat_previous.toml",
                 "repeat_previous_dqn.toml"
