@@ -249,3 +249,77 @@ fn sync_mode_has_zero_lag_and_ctrl_c_ends_the_run_with_a_checkpoint() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The default config (MaskedCartPole-v1, observation and reward normalization, linear
+/// schedules, `[eval]`): 50k frames learn (the greedy evaluation rises well above a random
+/// policy's ~25), eval.csv has one row per 5k frames plus the end, the normalizer's statistics
+/// travel in the checkpoint's weights, and `recur-learner eval` reads the run back.
+#[test]
+fn default_config_evaluates_during_training_and_from_the_checkpoint() {
+    let dir = temp_dir("train-eval");
+    let dir_s = dir.to_string_lossy().into_owned();
+    let (ok, stdout, lines) = Watched::spawn(train(&[
+        "--config",
+        "configs/masked_cartpole.toml",
+        "--run-dir",
+        &dir_s,
+        "--frames",
+        "50000",
+        "--seed",
+        "3",
+    ]))
+    .finish(Duration::from_secs(400));
+    assert!(ok, "training failed:\n{}", lines.join("\n"));
+    let s = last_json(&stdout);
+    let csv = std::fs::read_to_string(dir.join("eval.csv")).unwrap();
+    let mut rows = csv.lines();
+    assert_eq!(
+        rows.next(),
+        Some("frames,wall_s,eval_return_mean,eval_return_std,episodes")
+    );
+    let rows: Vec<Vec<f64>> = rows
+        .map(|l| l.split(',').map(|x| x.parse().unwrap()).collect())
+        .collect();
+    // One evaluation per 5k frames (at the first update past each multiple) and the end.
+    assert_eq!(rows.len(), 10, "{csv}");
+    for (k, row) in rows.iter().take(9).enumerate() {
+        let at = (k as f64 + 1.0) * 5000.0;
+        assert!(row[0] >= at && row[0] < at + 512.0, "{csv}");
+        assert_eq!(row[4], 20.0);
+    }
+    let last = rows.last().unwrap();
+    assert_eq!(last[0], s["frames"].as_f64().unwrap());
+    assert_eq!(s["final_eval_return"].as_f64(), Some(last[2]));
+    assert!(last[2] >= 150.0, "greedy return after 50k frames: {csv}");
+    if let Some(f) = s["eval_frames_to_target"].as_f64() {
+        assert!(rows.iter().any(|r| r[0] == f && r[2] >= 475.0), "{s}");
+    }
+
+    // The normalizer's statistics lead the weight blob (header of 32 bytes, then the
+    // [4, obs_dim = 2] rows mean, var, count, clip): set by the learner, not the identity.
+    let blob = std::fs::read(dir.join("checkpoint/weights.bin")).unwrap();
+    let value = |i: usize| f32::from_le_bytes(blob[32 + 4 * i..36 + 4 * i].try_into().unwrap());
+    assert!(
+        value(4) >= 50_000.0 && value(5) == value(4),
+        "count {}",
+        value(4)
+    );
+    assert_eq!(value(6), 10.0, "clip");
+    assert!(value(2) > 0.0 && value(2) != 1.0, "variance {}", value(2));
+
+    // recur-learner eval: one JSON line for the checkpoint.
+    let out = std::process::Command::new(binary("recur-learner"))
+        .args(["eval", "--checkpoint", &dir_s, "--episodes", "7"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e = last_json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(e["env"], "MaskedCartPole-v1");
+    assert_eq!(e["episodes"], 7);
+    assert!(e["mean_return"].as_f64().unwrap() >= 9.0, "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

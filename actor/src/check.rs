@@ -114,7 +114,7 @@ impl Checker {
     pub fn check(&mut self, actor: &Actor, chunk: &Chunk) -> Result<(), SpecMismatch> {
         let s = actor.schema();
         let (e, t_len, d, lh) = (s.envs, s.steps, s.obs_dim, s.num_layers * s.hidden_size);
-        let primer = actor.policy().core.primer();
+        let primer = actor.policy().primer();
         for entry in &primer.entries {
             if entry.shape != [s.num_layers, s.hidden_size] {
                 return Err(self.mismatch(
@@ -318,7 +318,7 @@ pub fn next_states(
 ) -> Vec<HostState> {
     let cfg = policy.config();
     let (n, d) = (envs * steps, cfg.obs_dim);
-    let (l, h) = (policy.core.num_layers(), policy.core.hidden_size());
+    let (l, h) = (cfg.state_layers(), policy.core.hidden_size());
     let device = cpu_device();
     let obs =
         Tensor::<Cpu, 2>::from_data(TensorData::new(chunk.observation.clone(), [n, d]), &device);

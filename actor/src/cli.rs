@@ -10,7 +10,7 @@ use clap::Parser;
 use common::checkpoint::load_checkpoint_policy;
 use common::dataset::{DatasetWriter, EnvSource};
 use common::envs::{is_gymnasium, EnvSpec, GymnasiumOptions, Registry};
-use common::policy::policy_config_for_spec;
+use common::policy::{policy_config_for_spec, CriticCore};
 use common::recurrent::CellKind;
 use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Exploration};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -67,6 +67,10 @@ pub struct Cli {
     /// Widths of the encoder MLP's hidden layers, comma-separated ("" for none).
     #[arg(long, default_value = "64", value_parser = parse_widths)]
     encoder: Widths,
+    /// Whether the policy's value head has a recurrent core of its own (`separate`) or
+    /// reads the actor's (`shared`); set by the learner to match its policy.
+    #[arg(long, default_value = "shared", value_parser = parse_critic_core)]
+    critic_core: CriticCore,
     /// Seeds the environments, the sampling and the initial weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -90,6 +94,16 @@ pub struct Cli {
     /// Attach to the learner serving this control socket (instead of running standalone).
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["record", "check_env"])]
     connect: Option<PathBuf>,
+}
+
+fn parse_critic_core(s: &str) -> Result<CriticCore, String> {
+    match s {
+        "shared" => Ok(CriticCore::Shared),
+        "separate" => Ok(CriticCore::Separate),
+        other => Err(format!(
+            "critic core {other:?}: expected \"shared\" or \"separate\""
+        )),
+    }
 }
 
 /// Encoder widths from the command line.
@@ -173,7 +187,8 @@ pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
         .with_cell(cli.cell)
         .with_hidden_size(cli.hidden)
         .with_num_layers(cli.layers)
-        .with_encoder(cli.encoder.0.clone());
+        .with_encoder(cli.encoder.0.clone())
+        .with_critic_core(cli.critic_core);
     let (policy, version) = match &cli.checkpoint {
         Some(dir) => load_checkpoint_policy(dir)?,
         None => (

@@ -283,7 +283,7 @@ impl Actor {
         let obs = env.reset()?.to_vec();
         let e = config.num_envs;
         let state_len = e * schema.num_layers * schema.hidden_size;
-        let primer = policy.core.primer();
+        let primer = policy.primer();
         let zeros = |key: &str| primer.entry(key).map(|_| vec![0.0f32; state_len]);
         Ok(Actor {
             rng: StdRng::seed_from_u64(config.seed ^ 0x5eed_ac70),

@@ -65,7 +65,7 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
         let pc = self.inference.config();
         let inputs = sb.inputs(
             self.slices.initial_state,
-            pc.num_layers,
+            pc.state_layers(),
             pc.hidden_size,
             pc.cell.has_cell_state(),
         );
@@ -108,7 +108,7 @@ fn check_initial_state(
 ) -> anyhow::Result<()> {
     if initial == InitialState::Stored
         && (policy.cell != schema.cell
-            || policy.num_layers != schema.num_layers
+            || policy.state_layers() != schema.num_layers
             || policy.hidden_size != schema.hidden_size)
     {
         anyhow::bail!(
@@ -119,7 +119,7 @@ fn check_initial_state(
             schema.num_layers,
             schema.hidden_size,
             policy.cell.name(),
-            policy.num_layers,
+            policy.state_layers(),
             policy.hidden_size
         );
     }
@@ -229,7 +229,7 @@ pub fn step_at_cut<M: Backend>(
     let pc = net.config();
     let m = obs.len() / pc.obs_dim;
     let device = net.policy_head.weight.val().device();
-    let state = |v| tensor3(v, m, pc.num_layers, pc.hidden_size, &device);
+    let state = |v| tensor3(v, m, pc.state_layers(), pc.hidden_size, &device);
     let _seq = set_recurrent_mode(RecurrentMode::Sequential);
     net.forward(
         Tensor::from_data(TensorData::new(obs, [m, pc.obs_dim]), &device),

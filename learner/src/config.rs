@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use common::backend::TrainDevice;
+use common::policy::CriticCore;
 use common::recurrent::{CellKind, RecurrentBackend};
 use serde::{Deserialize, Serialize};
 
@@ -153,6 +154,10 @@ pub struct PolicySection {
     /// Normalized observations are clipped to `[-obs_clip, obs_clip]`.
     #[serde(default = "default_obs_clip")]
     pub obs_clip: f32,
+    /// `"shared"` (default): the value head reads the actor's recurrent core; `"separate"`:
+    /// a core of its own (PPO).
+    #[serde(default)]
+    pub critic_core: CriticCore,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -835,6 +840,16 @@ impl Checker<'_> {
             );
         }
         self.check("policy.obs_clip", p.obs_clip, Range::Positive)?;
+        if p.critic_core == CriticCore::Separate && algo != Algo::Ppo {
+            return self.fail(
+                "policy.critic_core",
+                "\"separate\"",
+                &format!(
+                    "\"shared\" with algo \"{}\" (only PPO has a value head to train)",
+                    algo.name()
+                ),
+            );
+        }
         if let Some(e) = eval {
             self.check("eval.episodes", e.episodes, Range::AtLeastOne)?;
             if e.episodes > 10_000 {
@@ -1273,6 +1288,47 @@ max_grad_norm = 0.5
         );
     }
 
+    /// The learning-quality keys: schedules and normalization parse; bad values and
+    /// combinations are refused naming the key.
+    #[test]
+    fn learning_quality_keys_are_checked() {
+        let good = format!(
+            "{GOOD}reward_norm = true\nlr_schedule = \"linear\"\n\n[eval]\nevery_frames = 5000\n"
+        )
+        .replace(
+            "hidden_size = 64",
+            "hidden_size = 64\nobs_norm = true\ncritic_core = \"separate\"",
+        );
+        let c = TrainConfig::parse(&good, "x.toml").unwrap();
+        let ppo = c.ppo.as_ref().unwrap();
+        assert_eq!(ppo.lr_schedule, Schedule::Linear);
+        assert_eq!(ppo.clip_schedule, Schedule::Constant);
+        assert_eq!(Schedule::Linear.at(1e-3, 0.25), 0.75e-3);
+        assert_eq!(Schedule::Linear.at(1e-3, 2.0), 0.0);
+        assert_eq!(c.eval.as_ref().unwrap().episodes, 10);
+        assert!(c.policy.obs_norm && c.policy.critic_core == CriticCore::Separate);
+        assert_eq!(TrainConfig::parse(&c.to_toml(), "resolved").unwrap(), c);
+
+        let err = train_err(&good.replace("lr_schedule = \"linear\"", "lr_schedule = \"cosine\""));
+        assert!(err.contains("cosine") && err.contains("linear"), "{err}");
+        let err = train_err(&good.replace("obs_norm = true", "obs_norm = true\nobs_clip = 0.0"));
+        assert!(err.contains("`policy.obs_clip` = 0"), "{err}");
+        let err =
+            train_err(&good.replace("every_frames = 5000", "every_frames = 5000\nepisodes = 0"));
+        assert!(err.contains("`eval.episodes` = 0"), "{err}");
+        let dqn = include_str!("../../configs/repeat_previous_dqn.toml");
+        let err = train_err(&dqn.replace("hidden_size = 64", "hidden_size = 64\nobs_norm = true"));
+        assert!(
+            err.contains("`policy.obs_norm` = true") && err.contains("PPO"),
+            "{err}"
+        );
+        let err = train_err(&dqn.replace(
+            "hidden_size = 64",
+            "hidden_size = 64\ncritic_core = \"separate\"",
+        ));
+        assert!(err.contains("`policy.critic_core`"), "{err}");
+    }
+
     #[test]
     fn every_shipped_config_is_valid() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs");
@@ -1290,6 +1346,7 @@ max_grad_norm = 0.5
             [
                 "cartpole.toml",
                 "masked_cartpole.toml",
+                "masked_pendulum.toml",
                 "pendulum.toml",
                 "popgym_position_only_cartpole.toml",
                 "popgym_repeat_previous.toml",

@@ -236,7 +236,7 @@ impl<B: AutodiffBackend> Dqn<B> {
         let q = host(out.head);
         let (rows, len) = (sb.rows, sb.len);
         let pc = net.config();
-        let (d, lh) = (pc.obs_dim, pc.num_layers * pc.hidden_size);
+        let (d, lh) = (pc.obs_dim, pc.state_layers() * pc.hidden_size);
         let last: Vec<usize> = (0..rows).map(|r| r * len + sb.valid[r] - 1).collect();
         let stored: Vec<usize> = last.iter().map(|&p| sb.batch.positions[p]).collect();
         let next_obs = gather(&self.trainer.storage.next_observation, &stored, d);

@@ -96,7 +96,7 @@ impl EvalWorker {
             tx: Some(tx),
             handle: Some(handle),
             every,
-            next: next_due(frames, every),
+            next: next_multiple(frames, every),
         })
     }
 
@@ -107,7 +107,7 @@ impl EvalWorker {
 
     /// Queues an evaluation of `blob`, the weights after `frames` frames and `wall_s` seconds.
     pub fn submit(&mut self, frames: u64, wall_s: f64, blob: Vec<u8>) {
-        self.next = next_due(frames, self.every);
+        self.next = next_multiple(frames, self.every);
         if let Some(tx) = &self.tx {
             // A send fails only when the thread ended on an error, which finish() reports.
             let _ = tx.send((frames, wall_s, blob));
@@ -127,6 +127,13 @@ impl EvalWorker {
             .map_err(|_| anyhow::anyhow!("the evaluation thread panicked"))?
             .context("evaluation during training")
     }
+}
+
+/// The first multiple of `every` after `frames` (never, for `every` = 0).
+fn next_multiple(frames: u64, every: u64) -> u64 {
+    frames
+        .checked_div(every)
+        .map_or(u64::MAX, |k| (k + 1) * every)
 }
 
 /// The first row whose mean return reaches `target`: its frames and wall seconds.
@@ -292,13 +299,6 @@ pub fn evaluate(
         first.iter().filter(|r| r.is_none()).count(),
         MAX_CHUNKS * STEPS
     )
-}
-
-/// The first multiple of `every` after `frames` (never, with `every` = 0).
-fn next_due(frames: u64, every: u64) -> u64 {
-    frames
-        .checked_div(every)
-        .map_or(u64::MAX, |n| (n + 1) * every)
 }
 
 #[cfg(test)]

@@ -181,6 +181,7 @@ fn replay_on<B: AutodiffBackend>(
                 next_chunk = (next_chunk + 1) % data.chunks.len();
             }
         }
+        learner.set_progress(summary.updates as f64 / r.updates as f64);
         let stats = learner.update()?;
         train_s += t0.elapsed().as_secs_f64();
         summary.updates += 1;

@@ -21,7 +21,8 @@ pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> 
         .with_encoder(p.encoder.clone())
         .with_backend(p.backend)
         .with_obs_norm(p.obs_norm)
-        .with_obs_clip(p.obs_clip))
+        .with_obs_clip(p.obs_clip)
+        .with_critic_core(p.critic_core))
 }
 
 /// The policy a `[policy]` section describes, fitted to the spaces of `spec`.

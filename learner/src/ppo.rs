@@ -435,6 +435,10 @@ mod tests {
             max_grad_norm: 0.5,
             clip_value: false,
             reward_scale: 1.0,
+            reward_norm: false,
+            lr_schedule: Default::default(),
+            clip_schedule: Default::default(),
+            entropy_schedule: Default::default(),
         };
         let mut ppo = Ppo::<CpuAutodiff>::new(&pc, &config, &schema, 1, &cpu_device()).unwrap();
         let actor_config = ActorConfig {

@@ -13,7 +13,7 @@ use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
 use common::checkpoint::{load_checkpoint, save_checkpoint};
 use common::chunk::Chunk;
-use common::policy::chunk_schema;
+use common::policy::{chunk_schema, CriticCore};
 use common::rollout::EpsilonSchedule;
 use common::weights::{check_finite, to_blob};
 use indicatif::ProgressBar;
@@ -249,6 +249,10 @@ fn train_on<B: AutodiffBackend>(
                         "--epsilon".into(),
                         schedule.to_string(),
                     ]
+                }
+                // The critic core is part of the actors' policy (its state is in every chunk).
+                _ if pc.critic_core == CriticCore::Separate => {
+                    vec!["--critic-core".into(), "separate".into()]
                 }
                 _ => Vec::new(),
             })

@@ -69,12 +69,14 @@ pub struct InferencePolicy {
     cell: CellKind,
     obs_dim: usize,
     hidden: usize,
-    layers: usize,
     action: ActionSpec,
     /// The normalizer's rows (mean, variance, count, clip), `[4 * obs_dim]`.
     obs_norm: Vec<f32>,
     encoder: Vec<Dense>,
     core: Vec<CellWeights>,
+    /// The value head's own core (empty with a shared core); its state follows the actor
+    /// core's layers.
+    critic: Vec<CellWeights>,
     policy_head: Dense,
     value_head: Dense,
     // Scratch, reused across calls.
@@ -103,32 +105,33 @@ impl InferencePolicy {
     pub fn from_policy<B: Backend>(policy: &Policy<B>) -> Self {
         let core = &policy.core;
         let gh = core.cell().gates() * core.hidden_size();
-        let cells = core
-            .layers
-            .iter()
-            .map(|layer| {
-                let [_, inputs] = layer.weight_ih.val().dims();
-                let bias = |b: &Option<burn::module::Param<Tensor<B, 1>>>| {
-                    b.as_ref().map_or_else(|| vec![0.0; gh], |b| host(b.val()))
-                };
-                CellWeights {
-                    wih_t: host(layer.weight_ih.val().transpose()),
-                    whh_t: host(layer.weight_hh.val().transpose()),
-                    b_ih: bias(&layer.bias_ih),
-                    b_hh: bias(&layer.bias_hh),
-                    inputs,
-                }
-            })
-            .collect();
+        let cells = |core: &crate::recurrent::RecurrentCore<B>| {
+            core.layers
+                .iter()
+                .map(|layer| {
+                    let [_, inputs] = layer.weight_ih.val().dims();
+                    let bias = |b: &Option<burn::module::Param<Tensor<B, 1>>>| {
+                        b.as_ref().map_or_else(|| vec![0.0; gh], |b| host(b.val()))
+                    };
+                    CellWeights {
+                        wih_t: host(layer.weight_ih.val().transpose()),
+                        whh_t: host(layer.weight_hh.val().transpose()),
+                        b_ih: bias(&layer.bias_ih),
+                        b_hh: bias(&layer.bias_hh),
+                        inputs,
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
         InferencePolicy {
+            critic: policy.critic_core.as_ref().map(cells).unwrap_or_default(),
             cell: core.cell(),
             obs_dim: policy.config().obs_dim,
             hidden: core.hidden_size(),
-            layers: core.num_layers(),
             action: policy.action().clone(),
             obs_norm: host(policy.obs_norm.val()),
             encoder: policy.encoder.iter().map(dense).collect(),
-            core: cells,
+            core: cells(core),
             policy_head: dense(&policy.policy_head),
             value_head: dense(&policy.value_head),
             x: Vec::new(),
@@ -149,7 +152,8 @@ impl InferencePolicy {
     }
 
     /// One sequential-mode step of `N` rows: `obs` `[N, obs_dim]`, `is_init` `[N]`, incoming
-    /// state `rs_h` (and `rs_c` for an LSTM) `[N, L, H]`, zeroed where `is_init`.
+    /// state `rs_h` (and `rs_c` for an LSTM) `[N, S, H]` (`S` = the policy's state layers),
+    /// zeroed where `is_init`.
     ///
     /// Panics when a buffer's length does not match `N` (a caller bug, not input data).
     pub fn step(
@@ -161,7 +165,8 @@ impl InferencePolicy {
         out: &mut StepOutput,
     ) {
         let n = is_init.len();
-        let (hdim, lh) = (self.hidden, self.layers * self.hidden);
+        let state_layers = self.core.len() + self.critic.len();
+        let lh = state_layers * self.hidden;
         assert_eq!(
             obs.len(),
             n * self.obs_dim,
@@ -204,7 +209,40 @@ impl InferencePolicy {
         }
         out.next_h.resize(n * lh, 0.0);
         out.next_c.resize(if lstm { n * lh } else { 0 }, 0.0);
-        for (l, w) in self.core.iter().enumerate() {
+        // The actor core from the encoder output, then (separate critic) the critic core from
+        // the same encoder output, its state after the actor core's layers.
+        let encoded = (!self.critic.is_empty()).then(|| self.x.clone());
+        let cells = std::mem::take(&mut self.core);
+        self.run_core(&cells, 0, is_init, rs_h, rs_c, lstm, lh, out);
+        self.core = cells;
+        self.policy_head.forward(&self.x, n, &mut out.head);
+        if let Some(encoded) = encoded {
+            self.x = encoded;
+            let cells = std::mem::take(&mut self.critic);
+            let offset = self.core.len();
+            self.run_core(&cells, offset, is_init, rs_h, rs_c, lstm, lh, out);
+            self.critic = cells;
+        }
+        self.value_head.forward(&self.x, n, &mut out.value);
+    }
+
+    /// The layers `cells` on `self.x` (replaced by the last layer's output), reading and
+    /// writing the state at layers `offset..` of the `[N, S, H]` buffers (`lh` = `S * H`).
+    #[allow(clippy::too_many_arguments)]
+    fn run_core(
+        &mut self,
+        cells: &[CellWeights],
+        offset: usize,
+        is_init: &[bool],
+        rs_h: &[f32],
+        rs_c: Option<&[f32]>,
+        lstm: bool,
+        lh: usize,
+        out: &mut StepOutput,
+    ) {
+        let (n, hdim) = (is_init.len(), self.hidden);
+        for (k, w) in cells.iter().enumerate() {
+            let l = offset + k;
             // Incoming state of layer l, zeroed at is_init.
             let take = |src: &[f32], dst: &mut Vec<f32>| {
                 dst.resize(n * hdim, 0.0);
@@ -256,8 +294,6 @@ impl InferencePolicy {
             // The layer's output is the next layer's input (no dropout at inference).
             std::mem::swap(&mut self.x, &mut self.h);
         }
-        self.policy_head.forward(&self.x, n, &mut out.head);
-        self.value_head.forward(&self.x, n, &mut out.value);
     }
 }
 
@@ -317,7 +353,7 @@ fn gru_cell(gx: &[f32], gh: &[f32], b_ih: &[f32], b_hh: &[f32], h: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::backend::{cpu_device, Cpu};
-    use crate::policy::PolicyConfig;
+    use crate::policy::{CriticCore, PolicyConfig};
     use crate::recurrent::RecurrentState;
     use burn::tensor::{Bool, TensorData};
     use rand::rngs::StdRng;
@@ -337,12 +373,19 @@ mod tests {
         ];
         for (k, cell) in [CellKind::Lstm, CellKind::Gru].into_iter().enumerate() {
             for layers in [1, 2] {
-                for encoder in [vec![], vec![16], vec![8, 12]] {
+                for (e, encoder) in [vec![], vec![16], vec![8, 12]].into_iter().enumerate() {
+                    // A separate critic core on one encoder of each cell and depth.
+                    let critic = if e == 1 {
+                        CriticCore::Separate
+                    } else {
+                        CriticCore::Shared
+                    };
                     let config = PolicyConfig::new(5, actions[k].clone())
                         .with_cell(cell)
                         .with_num_layers(layers)
                         .with_hidden_size(24)
-                        .with_encoder(encoder.clone());
+                        .with_encoder(encoder.clone())
+                        .with_critic_core(critic);
                     let policy = config
                         .init_seeded::<Cpu>(k as u64 + 10 * layers as u64, &device)
                         .unwrap();
@@ -360,7 +403,8 @@ mod tests {
                     };
                     let mut fast = InferencePolicy::from_policy(&policy);
                     let n = 7;
-                    let lh = layers * 24;
+                    let sl = config.state_layers();
+                    let lh = sl * 24;
                     for _ in 0..3 {
                         let obs: Vec<f32> =
                             (0..n * 5).map(|_| rng.random_range(-2.0..2.0)).collect();
@@ -379,7 +423,7 @@ mod tests {
                         );
                         let t3 = |v: &Vec<f32>| {
                             Tensor::<Cpu, 3>::from_data(
-                                TensorData::new(v.clone(), [n, layers, 24]),
+                                TensorData::new(v.clone(), [n, sl, 24]),
                                 &device,
                             )
                         };
@@ -405,7 +449,7 @@ mod tests {
                                 .fold(0.0f32, f32::max);
                             assert!(
                                 worst < 1e-5,
-                                "{cell:?} L={layers} enc={encoder:?}: {what} differs by {worst}"
+                                "{cell:?} L={layers} enc={encoder:?} {critic:?}: {what} differs by {worst}"
                             );
                         };
                         close("head", &out.head, host(want.head));

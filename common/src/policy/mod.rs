@@ -98,7 +98,7 @@ pub fn chunk_schema(policy: &PolicyConfig, envs: usize, steps: usize) -> ChunkSc
             ActionSpec::MultiDiscrete { nvec } => ActionKind::MultiDiscrete { dim: nvec.len() },
         },
         cell: policy.cell,
-        num_layers: policy.num_layers,
+        num_layers: policy.state_layers(),
         hidden_size: policy.hidden_size,
     }
 }
@@ -129,6 +129,33 @@ pub struct PolicyConfig {
     /// Normalized observations are clipped to `[-obs_clip, obs_clip]` (with `obs_norm`).
     #[config(default = 10.0)]
     pub obs_clip: f32,
+    /// Whether the value head reads the actor's recurrent core (`shared`) or a core of its
+    /// own (`separate`, SB3's `enable_critic_lstm`) on the same encoder output.
+    #[config(default = "CriticCore::Shared")]
+    pub critic_core: CriticCore,
+}
+
+/// Where the value head's recurrent features come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CriticCore {
+    /// The actor's recurrent core (one state).
+    #[default]
+    Shared,
+    /// A second recurrent core of the same cell and sizes; its state follows the actor core's
+    /// layers in `rs_h` / `rs_c` (`[.., 2L, H]`).
+    Separate,
+}
+
+impl PolicyConfig {
+    /// Layers of the recurrent state an actor carries and a chunk stores: `num_layers`, twice
+    /// that with a separate critic core.
+    pub fn state_layers(&self) -> usize {
+        match self.critic_core {
+            CriticCore::Shared => self.num_layers,
+            CriticCore::Separate => 2 * self.num_layers,
+        }
+    }
 }
 
 /// Rows of [`Policy::obs_norm`]: running mean, running variance, sample count (every column
@@ -191,6 +218,8 @@ pub struct Policy<B: Backend> {
     pub obs_norm: Param<Tensor<B, 2>>,
     pub encoder: Vec<Linear<B>>,
     pub core: RecurrentCore<B>,
+    /// The value head's own core ([`CriticCore::Separate`]).
+    pub critic_core: Option<RecurrentCore<B>>,
     pub policy_head: Linear<B>,
     pub value_head: Linear<B>,
     #[module(skip)]
@@ -276,6 +305,10 @@ impl PolicyConfig {
             .with_num_layers(self.num_layers)
             .with_backend(self.backend);
         let core = RecurrentCore::new(&core_config, self.cell, device)?;
+        let critic_core = match self.critic_core {
+            CriticCore::Shared => None,
+            CriticCore::Separate => Some(RecurrentCore::new(&core_config, self.cell, device)?),
+        };
         // Small initial policy outputs: near-uniform actions at the start (as CleanRL's
         // 0.01-scaled policy head).
         let policy_head = LinearConfig::new(self.hidden_size, self.action.head_size())
@@ -294,6 +327,7 @@ impl PolicyConfig {
             obs_norm,
             encoder,
             core,
+            critic_core,
             policy_head,
             value_head,
             config: self.clone(),
@@ -379,10 +413,10 @@ impl<B: Backend> Policy<B> {
         self
     }
 
-    /// One call on `N` rows: `obs` `[N, obs_dim]`, `is_init` `[N]`, `state` `[N, L, H]`. In
-    /// sequential mode `N` environments take one step (state zeroed at `is_init`); in recurrent
-    /// mode the rows are one flat packed time axis (state replaced by the stored state at
-    /// `is_init`).
+    /// One call on `N` rows: `obs` `[N, obs_dim]`, `is_init` `[N]`, `state` `[N, S, H]`
+    /// (`S` = [`PolicyConfig::state_layers`]). In sequential mode `N` environments take one
+    /// step (state zeroed at `is_init`); in recurrent mode the rows are one flat packed time
+    /// axis (state replaced by the stored state at `is_init`).
     pub fn forward(
         &self,
         obs: Tensor<B, 2>,
@@ -390,17 +424,27 @@ impl<B: Backend> Policy<B> {
         state: RecurrentState<B, 3>,
     ) -> Result<PolicyOutput<B, 2, 3>, RecurrentError> {
         check_obs(&obs.dims(), self.config.obs_dim)?;
-        let out = self.core.forward(self.encode(obs), is_init, state)?;
+        let x = self.encode(obs);
+        let (actor_state, critic_state) = self.split_state(state);
+        let out = self.core.forward(x.clone(), is_init.clone(), actor_state)?;
+        let critic = match (&self.critic_core, critic_state) {
+            (Some(core), Some(state)) => Some(core.forward(x, is_init, state)?),
+            _ => None,
+        };
+        let (value_features, critic_next) = match critic {
+            Some(c) => (c.features, Some(c.next)),
+            None => (out.features.clone(), None),
+        };
         Ok(PolicyOutput {
             head: self.policy_head.forward(out.features.clone()),
-            value: self.value_head.forward(out.features.clone()),
+            value: self.value_head.forward(value_features),
             features: out.features,
-            next: out.next,
+            next: join_state(out.next, critic_next),
         })
     }
 
     /// One call on `[B, T]`: `obs` `[B, T, obs_dim]`, `is_init` `[B, T]`, stored `state`
-    /// `[B, T, L, H]` (recurrent mode: sequences with resets at `is_init`).
+    /// `[B, T, S, H]` (recurrent mode: sequences with resets at `is_init`).
     pub fn forward_batch(
         &self,
         obs: Tensor<B, 3>,
@@ -408,13 +452,74 @@ impl<B: Backend> Policy<B> {
         state: RecurrentState<B, 4>,
     ) -> Result<PolicyOutput<B, 3, 4>, RecurrentError> {
         check_obs(&obs.dims(), self.config.obs_dim)?;
-        let out = self.core.forward_batch(self.encode(obs), is_init, state)?;
+        let x = self.encode(obs);
+        let (actor_state, critic_state) = self.split_state(state);
+        let out = self
+            .core
+            .forward_batch(x.clone(), is_init.clone(), actor_state)?;
+        let critic = match (&self.critic_core, critic_state) {
+            (Some(core), Some(state)) => Some(core.forward_batch(x, is_init, state)?),
+            _ => None,
+        };
+        let (value_features, critic_next) = match critic {
+            Some(c) => (c.features, Some(c.next)),
+            None => (out.features.clone(), None),
+        };
         Ok(PolicyOutput {
             head: self.policy_head.forward(out.features.clone()),
-            value: self.value_head.forward(out.features.clone()),
+            value: self.value_head.forward(value_features),
             features: out.features,
-            next: out.next,
+            next: join_state(out.next, critic_next),
         })
+    }
+
+    /// The recurrent-state entries an actor carries: the core's, with
+    /// [`PolicyConfig::state_layers`] layers.
+    pub fn primer(&self) -> crate::recurrent::Primer {
+        let mut primer = self.core.primer();
+        for entry in &mut primer.entries {
+            entry.shape[0] = self.config.state_layers();
+        }
+        primer
+    }
+
+    /// The actor core's and the critic core's parts of a state `[.., S, H]` (the layer axis
+    /// is `D - 2`); the whole state and `None` with a shared core.
+    fn split_state<const D: usize>(
+        &self,
+        state: RecurrentState<B, D>,
+    ) -> (RecurrentState<B, D>, Option<RecurrentState<B, D>>) {
+        if self.critic_core.is_none() {
+            return (state, None);
+        }
+        let l = self.config.num_layers;
+        let part = |t: &Tensor<B, D>, from: usize| t.clone().narrow(D - 2, from, l);
+        let actor = RecurrentState {
+            rs_h: part(&state.rs_h, 0),
+            rs_c: state.rs_c.as_ref().map(|c| part(c, 0)),
+        };
+        let critic = RecurrentState {
+            rs_h: part(&state.rs_h, l),
+            rs_c: state.rs_c.as_ref().map(|c| part(c, l)),
+        };
+        (actor, Some(critic))
+    }
+}
+
+/// The actor core's next state followed by the critic core's (if any) on the layer axis.
+fn join_state<B: Backend, const D: usize>(
+    actor: RecurrentState<B, D>,
+    critic: Option<RecurrentState<B, D>>,
+) -> RecurrentState<B, D> {
+    match critic {
+        None => actor,
+        Some(critic) => RecurrentState {
+            rs_h: Tensor::cat(vec![actor.rs_h, critic.rs_h], D - 2),
+            rs_c: actor
+                .rs_c
+                .zip(critic.rs_c)
+                .map(|(a, c)| Tensor::cat(vec![a, c], D - 2)),
+        },
     }
 }
 
@@ -517,6 +622,87 @@ mod tests {
         let want = [1.0f32, -5.0, -0.25, 5.0];
         for (g, w) in got.iter().zip(want) {
             assert!((g - w).abs() < 1e-5, "{got:?}");
+        }
+    }
+
+    /// A separate critic core: stepping sequentially (state `[N, 2L, H]` carried between
+    /// steps) gives the heads and values that one recurrent-mode call over `[N, T]` gives from
+    /// the stored states, and the critic's half of the state differs from the actor's.
+    #[test]
+    fn separate_critic_core_sequential_equals_recurrent() {
+        let device = cpu_device();
+        let config = PolicyConfig::new(3, ActionSpec::Discrete { n: 2 })
+            .with_hidden_size(8)
+            .with_num_layers(2)
+            .with_critic_core(CriticCore::Separate);
+        let policy = config.init_seeded::<Cpu>(4, &device).unwrap();
+        let (n, t, sl, h) = (3, 5, config.state_layers(), 8);
+        assert_eq!(sl, 4);
+        assert_eq!(policy.primer().entries[0].shape, [4, 8]);
+        let obs: Vec<f32> = (0..n * t * 3)
+            .map(|i| ((i * 7) % 5) as f32 * 0.4 - 1.0)
+            .collect();
+        let mut state_h = vec![0.0f32; n * sl * h];
+        let mut state_c = vec![0.0f32; n * sl * h];
+        let (mut stored_h, mut stored_c) = (Vec::new(), Vec::new());
+        let (mut heads, mut values) = (vec![0.0f32; n * t * 2], vec![0.0f32; n * t]);
+        for step in 0..t {
+            let o: Vec<f32> = (0..n)
+                .flat_map(|e| obs[(e * t + step) * 3..(e * t + step + 1) * 3].to_vec())
+                .collect();
+            stored_h.push(state_h.clone());
+            stored_c.push(state_c.clone());
+            let t3 = |v: &Vec<f32>| {
+                Tensor::<Cpu, 3>::from_data(TensorData::new(v.clone(), [n, sl, h]), &device)
+            };
+            let out = policy
+                .forward(
+                    Tensor::from_data(TensorData::new(o, [n, 3]), &device),
+                    Tensor::from_data(TensorData::new(vec![step == 0; n], [n]), &device),
+                    RecurrentState::lstm(t3(&state_h), t3(&state_c)),
+                )
+                .unwrap();
+            let (hd, v) = (to_vec(out.head), to_vec(out.value));
+            for e in 0..n {
+                heads[(e * t + step) * 2..(e * t + step + 1) * 2]
+                    .copy_from_slice(&hd[e * 2..e * 2 + 2]);
+                values[e * t + step] = v[e];
+            }
+            state_h = to_vec(out.next.rs_h);
+            state_c = to_vec(out.next.rs_c.unwrap());
+        }
+        let per_layer = sl * h;
+        let (actor_half, critic_half) = state_h[..per_layer].split_at(per_layer / 2);
+        assert_ne!(actor_half, critic_half);
+        // Stored states as a chunk lays them out: [N, T, S, H].
+        let stored = |steps: &Vec<Vec<f32>>| {
+            let mut v = Vec::new();
+            for e in 0..n {
+                for s in steps {
+                    v.extend_from_slice(&s[e * per_layer..(e + 1) * per_layer]);
+                }
+            }
+            Tensor::<Cpu, 4>::from_data(TensorData::new(v, [n, t, sl, h]), &device)
+        };
+        let is_init: Vec<bool> = (0..n * t).map(|p| p % t == 0).collect();
+        let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
+        let out = policy
+            .forward_batch(
+                Tensor::from_data(TensorData::new(obs, [n, t, 3]), &device),
+                Tensor::from_data(TensorData::new(is_init, [n, t]), &device),
+                RecurrentState::lstm(stored(&stored_h), stored(&stored_c)),
+            )
+            .unwrap();
+        for (what, got, want) in [
+            ("head", to_vec(out.head), heads),
+            ("value", to_vec(out.value), values),
+        ] {
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(worst < 1e-5, "{what} differs by {worst}");
         }
     }
 }

@@ -152,6 +152,7 @@ impl LearnerBench {
             backend,
             obs_norm: false,
             obs_clip: 10.0,
+            critic_core: Default::default(),
         }
     }
 
