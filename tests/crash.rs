@@ -586,16 +586,27 @@ fn a_run_directory_is_locked_and_never_clobbered() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// An executable `dir/name` that answers the learner's `--describe-env` as recur-actor does
+/// (the learner asks before any actor starts) and runs the shell line `body` at every start.
+fn fake_actor(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    let script = format!(
+        "#!/bin/sh\n[ \"$1\" = --describe-env ] && exec {} \"$@\"\n{body}\n",
+        binary("recur-actor").display()
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
 /// Actors that die for good (here: an actor program that exits with code 3 at once): the run
 /// still writes its final checkpoint and summary, and its error names the last actor exit.
 #[test]
 fn actors_gone_for_good_still_leave_a_checkpoint_and_a_summary() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = temp_dir("crash-actors-gone");
     let config = tiny_config(&dir, |t| t);
-    let dying = dir.join("dying-actor");
-    std::fs::write(&dying, "#!/bin/sh\nexit 3\n").unwrap();
-    std::fs::set_permissions(&dying, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dying = fake_actor(&dir, "dying-actor", "exit 3");
     let run_dir = dir.join("run");
     let (ok, _, lines) = Watched::spawn(new_run(
         &config,
@@ -824,12 +835,9 @@ fn non_finite_weights_are_never_published_or_checkpointed() {
 /// learner exits within 30 s of its last update with its summary.
 #[test]
 fn an_attached_actor_at_the_natural_end_of_a_run() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = temp_dir("crash-attached-end");
     let config = tiny_config(&dir, |t| t);
-    let silent = dir.join("silent-actor");
-    std::fs::write(&silent, "#!/bin/sh\nexec sleep 1000\n").unwrap();
-    std::fs::set_permissions(&silent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let silent = fake_actor(&dir, "silent-actor", "exec sleep 1000");
     let run_dir = dir.join("run");
     let run = Watched::spawn(new_run(
         &config,
