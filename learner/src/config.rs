@@ -223,7 +223,7 @@ impl Schedule {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvalSection {
-    /// Evaluate every this many frames (and at the end of the run); 0 = never.
+    /// Evaluate every this many frames and at the end of the run (0: only at the end).
     pub every_frames: u64,
     /// Greedy episodes per evaluation (one per environment, all in parallel).
     #[serde(default = "default_eval_episodes_train")]
