@@ -1,6 +1,7 @@
 //! An actor attached to a learner: register over the control socket, then stream chunks into
 //! the actor's shared-memory ring and adopt new weights at chunk boundaries, until the learner
-//! says the run is over or disappears (the actor then exits within a few seconds: no orphans).
+//! says the run is over, disappears, or stops answering heartbeats (stopped or hung): the
+//! actor then exits within a few seconds (no orphans, no actor blocked on a dead run).
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -16,6 +17,8 @@ use common::weights::from_blob;
 
 /// How often the actor reports to the learner (and learns whether to stop).
 const HEARTBEAT: Duration = Duration::from_millis(250);
+/// How long the learner has to answer a control request before the actor gives up on it.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an actor waits for its first weights.
 const FIRST_WEIGHTS: Duration = Duration::from_secs(10);
 
@@ -36,7 +39,8 @@ pub fn run_attached(
 ) -> anyhow::Result<Stop> {
     let mut stream = UnixStream::connect(socket)
         .with_context(|| format!("connecting to the learner at {}", socket.display()))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_read_timeout(Some(HEARTBEAT_TIMEOUT))?;
+    stream.set_write_timeout(Some(HEARTBEAT_TIMEOUT))?;
     let mut actor = Actor::new(config.clone(), policy)?;
     let register = Request::Register {
         actor_id: config.actor_id,
@@ -76,14 +80,43 @@ pub fn run_attached(
         }
         let chunk = actor.collect()?;
         let bytes = chunk.encode(actor.schema())?;
-        // The learner owns the weight segment too: its liveness is the learner's.
-        let mut alive = || subscriber.owner_alive();
+        // While the ring is full the push asks `alive` about every 100 ms: the learner must
+        // still own the weight segment and, once per heartbeat period, answer a heartbeat
+        // within the socket's read timeout. A stopped (SIGSTOP) or hung learner answers no
+        // heartbeat: the actor exits within seconds instead of blocking on a full ring.
+        let mut stop = None;
+        let beat = Request::Heartbeat {
+            actor_id: config.actor_id,
+            incarnation: config.incarnation,
+            chunks_sent,
+            full_waits: ring.full_waits(),
+            policy_version: actor.policy_version(),
+        };
+        let mut alive = || {
+            if !subscriber.owner_alive() {
+                stop = Some(Stop::LearnerGone {
+                    chunks: chunks_sent,
+                });
+                return false;
+            }
+            if last_beat.elapsed() < HEARTBEAT {
+                return true;
+            }
+            last_beat = Instant::now();
+            match heartbeat(&mut stream, &beat, chunks_sent) {
+                None => true,
+                Some(s) => {
+                    stop = Some(s);
+                    false
+                }
+            }
+        };
         match ring.push(&bytes, Duration::from_secs(60), &mut alive) {
             Ok(_) => chunks_sent += 1,
             Err(RingError::PeerGone) => {
-                return Ok(Stop::LearnerGone {
+                return Ok(stop.unwrap_or(Stop::LearnerGone {
                     chunks: chunks_sent,
-                })
+                }))
             }
             Err(e) => return Err(e.into()),
         }
@@ -96,19 +129,19 @@ pub fn run_attached(
                 full_waits: ring.full_waits(),
                 policy_version: actor.policy_version(),
             };
-            match call(&mut stream, &beat) {
-                Ok(Response::Ack { shutdown: true }) => {
-                    return Ok(Stop::Shutdown {
-                        chunks: chunks_sent,
-                    })
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    return Ok(Stop::LearnerGone {
-                        chunks: chunks_sent,
-                    })
-                }
+            if let Some(stop) = heartbeat(&mut stream, &beat, chunks_sent) {
+                return Ok(stop);
             }
         }
+    }
+}
+
+/// One heartbeat: `None` to go on, else why the actor stops (the learner ended the run, or did
+/// not answer within the socket's read timeout).
+fn heartbeat(stream: &mut UnixStream, beat: &Request, chunks: u64) -> Option<Stop> {
+    match call(stream, beat) {
+        Ok(Response::Ack { shutdown: true }) => Some(Stop::Shutdown { chunks }),
+        Ok(_) => None,
+        Err(_) => Some(Stop::LearnerGone { chunks }),
     }
 }

@@ -1,30 +1,65 @@
-//! The checkpoint directory: what `recur-learner train` and `replay` write (atomically) and
-//! what a resumed run and `recur-actor --checkpoint` read.
+//! The checkpoint directory: what `recur-learner train` and `replay` write and what a resumed
+//! run and `recur-actor --checkpoint` read. One crash-safe format:
 //!
 //! ```text
 //! checkpoint/
-//!   model.bin     the model record (burn, full precision)
-//!   optim.bin     the optimizer state
-//!   weights.bin   the policy's weight blob (crate::weights), with its version
-//!   policy.json   the PolicyConfig
-//!   state.json    the run's counters
+//!   model.bin       the model record (burn, full precision)
+//!   optim.bin       the optimizer state
+//!   weights.bin     the policy's weight blob (crate::weights), with its version
+//!   policy.json     the PolicyConfig (the architecture)
+//!   state.json      the run's counters
+//!   manifest.json   format, algorithm, architecture, weight layout hash, and every file's
+//!                   length and CRC-32
+//! checkpoint.old/   the previous checkpoint, kept (the fallback)
 //! ```
+//!
+//! **Writing** ([`save_checkpoint`]): every file goes into `checkpoint.tmp/` and is fsynced, the
+//! manifest last; then `checkpoint.old/` is replaced by the current `checkpoint/`, and
+//! `checkpoint.tmp/` is renamed to `checkpoint/`; the directory is fsynced. A crash at any
+//! instant leaves a complete `checkpoint/` or a complete `checkpoint.old/` (or both). Weights
+//! that are not finite are never saved.
+//!
+//! **Loading** ([`load_checkpoint`]): the manifest's algorithm and architecture are checked
+//! against what the run is configured for before anything loads (a mismatch is an error, not a
+//! fallback); every file is checked against its length and CRC-32; then the state loads. A
+//! missing, truncated or corrupted `checkpoint/` falls back to `checkpoint.old/`, saying so.
+//! Errors name the file and what is wrong; nothing is written while loading.
+//!
+//! **Fault injection**: `RECUR_FAULT_CHECKPOINT=<save>:<step>[:term]` makes the process kill
+//! itself (SIGKILL; with `:term`, raise SIGTERM and go on) right after filesystem step `<step>`
+//! (1..=[`CHECKPOINT_STEPS`]) of its `<save>`-th checkpoint write, so tests can crash a write
+//! between any two steps without relying on timing.
 
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use burn::tensor::backend::Backend;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::backend::Cpu;
 use crate::policy::{Policy, PolicyConfig};
 use crate::rollout::init_policy;
-use crate::weights::{from_blob, to_blob};
+use crate::weights::{check_finite, from_blob, layout, layout_hash, to_blob};
 
 /// The files of a checkpoint directory an actor can run from.
 pub const CHECKPOINT_POLICY: &str = "policy.json";
 pub const CHECKPOINT_WEIGHTS: &str = "weights.bin";
+pub const CHECKPOINT_MANIFEST: &str = "manifest.json";
+const MODEL: &str = "model.bin";
+const OPTIM: &str = "optim.bin";
+const STATE: &str = "state.json";
+/// The manifest format this build writes and reads.
+pub const CHECKPOINT_FORMAT: u32 = 2;
+/// Filesystem steps of one checkpoint write (the fault-injection points):
+/// 1 `checkpoint.tmp/` created; 2-7 model.bin, optim.bin, weights.bin, policy.json,
+/// state.json, manifest.json written and fsynced; 8 `checkpoint.tmp/` fsynced;
+/// 9 `checkpoint.old/` removed; 10 `checkpoint/` renamed to `checkpoint.old/`;
+/// 11 `checkpoint.tmp/` renamed to `checkpoint/`; 12 the parent directory fsynced.
+/// Steps 9 and 10 happen only when a `checkpoint/` exists.
+pub const CHECKPOINT_STEPS: u32 = 12;
 
 /// What a checkpoint saves of a learner: the policy it trains and its model and optimizer
 /// state as bytes.
@@ -37,77 +72,451 @@ pub trait Checkpointed<B: Backend> {
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()>;
 }
 
-/// Writes the checkpoint directory atomically (a new directory renamed over the old one).
+/// `manifest.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    /// The algorithm whose model and optimizer state the checkpoint holds (`ppo`, `dqn`, `bc`).
+    pub algo: String,
+    /// The architecture.
+    pub policy: PolicyConfig,
+    /// The weight layout hash (crate::weights).
+    pub layout_hash: u64,
+    pub files: Vec<FileEntry>,
+}
+
+/// One file of a checkpoint: its length and CRC-32.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub name: String,
+    pub bytes: u64,
+    pub crc32: u32,
+}
+
+/// Why a checkpoint cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The checkpoint is unreadable (missing, truncated, corrupted): a fallback may help.
+    #[error("{path}: {problem}")]
+    Damaged { path: PathBuf, problem: String },
+    /// The checkpoint is sound but was written for another algorithm or architecture.
+    #[error("{path}: {problem}")]
+    Mismatch { path: PathBuf, problem: String },
+}
+
+fn damaged(path: &Path, problem: impl Into<String>) -> CheckpointError {
+    CheckpointError::Damaged {
+        path: path.to_path_buf(),
+        problem: problem.into(),
+    }
+}
+
+/// `dir` with `.tmp` / `.old` appended to its last component.
+fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    dir.with_file_name(name)
+}
+
+/// The previous checkpoint kept beside `dir`.
+pub fn previous(dir: &Path) -> PathBuf {
+    sibling(dir, ".old")
+}
+
+static SAVES: AtomicU64 = AtomicU64::new(0);
+
+/// The fault-injection point after step `step` of save number `save` (see the module docs).
+fn fault_point(save: u64, step: u32) {
+    let Ok(spec) = std::env::var("RECUR_FAULT_CHECKPOINT") else {
+        return;
+    };
+    let mut parts = spec.split(':');
+    let (Some(Ok(at_save)), Some(Ok(at_step))) = (
+        parts.next().map(str::parse::<u64>),
+        parts.next().map(str::parse::<u32>),
+    ) else {
+        return;
+    };
+    if (at_save, at_step) != (save, step) {
+        return;
+    }
+    use nix::sys::signal::{raise, Signal};
+    if parts.next() == Some("term") {
+        eprintln!("RECUR_FAULT_CHECKPOINT: SIGTERM after step {step} of checkpoint write {save}");
+        let _ = raise(Signal::SIGTERM);
+    } else {
+        eprintln!("RECUR_FAULT_CHECKPOINT: SIGKILL after step {step} of checkpoint write {save}");
+        let _ = raise(Signal::SIGKILL);
+    }
+}
+
+/// Writes `bytes` to a new file `path` and fsyncs it; errors name the path.
+fn write_synced(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {} ({} bytes)", path.display(), bytes.len()))
+}
+
+/// Fsyncs directory `dir` (so that the renames and creations in it are durable).
+pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing directory {}", dir.display()))
+}
+
+fn parent_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it (mode 0600), fsynced,
+/// renamed over `path`, the directory fsynced. A crash leaves the old file or the new one,
+/// never a torn or empty one. Errors name the path.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = sibling(path, ".tmp");
+    write_synced(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    sync_dir(parent_of(path))
+}
+
+/// Writes the checkpoint directory `dir` crash-safely (see the module docs). `algo` names the
+/// algorithm whose state it holds. Refuses weights that are not finite (nothing is written).
 pub fn save_checkpoint<B: Backend, S: Serialize>(
     dir: &Path,
     learner: &(impl Checkpointed<B> + ?Sized),
+    algo: &str,
     state: &S,
     version: u64,
 ) -> anyhow::Result<()> {
-    let tmp = dir.with_extension("tmp");
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp)?;
+    let weights = to_blob(learner.model(), version);
+    check_finite(&weights).with_context(|| {
+        format!(
+            "not writing checkpoint {}: the model's weights are not finite",
+            dir.display()
+        )
+    })?;
     let (model, optim) = learner.save_state()?;
-    std::fs::write(tmp.join("model.bin"), model)?;
-    std::fs::write(tmp.join("optim.bin"), optim)?;
-    std::fs::write(
-        tmp.join(CHECKPOINT_WEIGHTS),
-        to_blob(learner.model(), version),
-    )?;
-    std::fs::write(
-        tmp.join(CHECKPOINT_POLICY),
-        serde_json::to_string_pretty(learner.model().config())? + "\n",
-    )?;
-    std::fs::write(
-        tmp.join("state.json"),
-        serde_json::to_string_pretty(state)? + "\n",
-    )?;
-    let old = dir.with_extension("old");
-    let _ = std::fs::remove_dir_all(&old);
-    if dir.exists() {
-        std::fs::rename(dir, &old)?;
+    let config = learner.model().config();
+    let files: [(&str, Vec<u8>); 5] = [
+        (MODEL, model),
+        (OPTIM, optim),
+        (CHECKPOINT_WEIGHTS, weights),
+        (
+            CHECKPOINT_POLICY,
+            (serde_json::to_string_pretty(config)? + "\n").into_bytes(),
+        ),
+        (
+            STATE,
+            (serde_json::to_string_pretty(state)? + "\n").into_bytes(),
+        ),
+    ];
+    let save = SAVES.fetch_add(1, Ordering::SeqCst) + 1;
+    let mut step = 0;
+    let done = |step: &mut u32| {
+        *step += 1;
+        fault_point(save, *step);
+    };
+    let tmp = sibling(dir, ".tmp");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)
+            .with_context(|| format!("removing the unfinished {}", tmp.display()))?;
     }
-    std::fs::rename(&tmp, dir)?;
-    let _ = std::fs::remove_dir_all(&old);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+    }
+    done(&mut step);
+    let mut entries = Vec::new();
+    for (name, bytes) in &files {
+        write_synced(&tmp.join(name), bytes)?;
+        entries.push(FileEntry {
+            name: name.to_string(),
+            bytes: bytes.len() as u64,
+            crc32: crc32fast::hash(bytes),
+        });
+        done(&mut step);
+    }
+    let manifest = Manifest {
+        format: CHECKPOINT_FORMAT,
+        algo: algo.to_string(),
+        policy: config.clone(),
+        layout_hash: layout_hash(&layout(learner.model())),
+        files: entries,
+    };
+    write_synced(
+        &tmp.join(CHECKPOINT_MANIFEST),
+        (serde_json::to_string_pretty(&manifest)? + "\n").as_bytes(),
+    )?;
+    done(&mut step);
+    sync_dir(&tmp)?;
+    done(&mut step);
+    let old = previous(dir);
+    if dir.exists() {
+        // The current checkpoint becomes the previous one. (Without a current one, e.g. after
+        // a crash between the two renames, the previous one stays until the new one is in
+        // place.)
+        if old.exists() {
+            std::fs::remove_dir_all(&old).with_context(|| format!("removing {}", old.display()))?;
+        }
+        done(&mut step);
+        std::fs::rename(dir, &old)
+            .with_context(|| format!("renaming {} to {}", dir.display(), old.display()))?;
+        done(&mut step);
+    } else {
+        step += 2;
+    }
+    std::fs::rename(&tmp, dir)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), dir.display()))?;
+    done(&mut step);
+    sync_dir(parent_of(dir))?;
+    done(&mut step);
     Ok(())
 }
 
-/// Loads a checkpoint into `learner`; returns the counters.
+/// What a loaded checkpoint was.
+#[derive(Debug)]
+pub struct Loaded<S> {
+    /// The run's counters.
+    pub state: S,
+    /// The directory it came from (`checkpoint/`, or `checkpoint.old/` after a fallback).
+    pub from: PathBuf,
+    /// Why `checkpoint/` itself was not used (a fallback happened).
+    pub fell_back: Option<String>,
+}
+
+/// Loads the checkpoint `dir` (falling back to `dir.old`, see the module docs) into `learner`,
+/// after checking that it was written for `algo` and `policy` (the backend may differ).
+/// `Ok(None)`: neither exists (the run was stopped before its first checkpoint).
 pub fn load_checkpoint<B: Backend, S: DeserializeOwned>(
     dir: &Path,
     learner: &mut (impl Checkpointed<B> + ?Sized),
-) -> anyhow::Result<S> {
-    let read = |name: &str| {
-        std::fs::read(dir.join(name))
-            .with_context(|| format!("reading {}", dir.join(name).display()))
+    algo: &str,
+    policy: &PolicyConfig,
+) -> anyhow::Result<Option<Loaded<S>>> {
+    let old = previous(dir);
+    if !dir.exists() && !old.exists() {
+        return Ok(None);
+    }
+    let first = if dir.exists() {
+        match load_one(dir, learner, algo, policy) {
+            Ok(state) => {
+                return Ok(Some(Loaded {
+                    state,
+                    from: dir.to_path_buf(),
+                    fell_back: None,
+                }))
+            }
+            Err(e @ CheckpointError::Mismatch { .. }) => return Err(e.into()),
+            Err(e) => e.to_string(),
+        }
+    } else {
+        format!(
+            "{} is missing (the run was stopped while replacing it)",
+            dir.display()
+        )
     };
-    let state: S = serde_json::from_slice(&read("state.json")?)?;
-    learner.load_state(read("model.bin")?, read("optim.bin")?)?;
+    if !old.exists() {
+        anyhow::bail!("{first}; there is no previous checkpoint {}", old.display());
+    }
+    match load_one(&old, learner, algo, policy) {
+        Ok(state) => Ok(Some(Loaded {
+            state,
+            from: old,
+            fell_back: Some(first),
+        })),
+        Err(e) => anyhow::bail!("{first}; the previous checkpoint is unusable too: {e}"),
+    }
+}
+
+/// Reads and checks the manifest of checkpoint `dir`.
+pub fn read_manifest(dir: &Path) -> Result<Manifest, CheckpointError> {
+    let path = dir.join(CHECKPOINT_MANIFEST);
+    let text = std::fs::read(&path).map_err(|e| damaged(&path, format!("unreadable: {e}")))?;
+    let manifest: Manifest = serde_json::from_slice(&text)
+        .map_err(|e| damaged(&path, format!("not a checkpoint manifest: {e}")))?;
+    if manifest.format != CHECKPOINT_FORMAT {
+        return Err(CheckpointError::Mismatch {
+            path,
+            problem: format!(
+                "checkpoint format {} (this build reads format {CHECKPOINT_FORMAT})",
+                manifest.format
+            ),
+        });
+    }
+    Ok(manifest)
+}
+
+/// Reads file `name` of checkpoint `dir` and checks it against the manifest.
+pub fn read_verified(
+    dir: &Path,
+    manifest: &Manifest,
+    name: &str,
+) -> Result<Vec<u8>, CheckpointError> {
+    let path = dir.join(name);
+    let entry = manifest
+        .files
+        .iter()
+        .find(|f| f.name == name)
+        .ok_or_else(|| damaged(&path, "not listed in the manifest"))?;
+    let bytes = std::fs::read(&path).map_err(|e| damaged(&path, format!("unreadable: {e}")))?;
+    if bytes.len() as u64 != entry.bytes {
+        return Err(damaged(
+            &path,
+            format!(
+                "{} bytes where the manifest says {} (truncated or overwritten)",
+                bytes.len(),
+                entry.bytes
+            ),
+        ));
+    }
+    let crc = crc32fast::hash(&bytes);
+    if crc != entry.crc32 {
+        return Err(damaged(
+            &path,
+            format!(
+                "CRC-32 {crc:#010x} where the manifest says {:#010x} (the file is corrupted)",
+                entry.crc32
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// The fields in which two architectures differ (the backend is not architecture).
+fn architecture_diff(saved: &PolicyConfig, wanted: &PolicyConfig) -> Vec<String> {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(saved), serde_json::to_value(wanted))
+    else {
+        return vec!["the policy configs do not serialise".into()];
+    };
+    a.iter()
+        .filter(|(k, v)| k.as_str() != "backend" && b.get(k.as_str()) != Some(v))
+        .map(|(k, v)| {
+            format!(
+                "{k} = {v} (the config asks for {})",
+                b.get(k.as_str()).cloned().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+fn load_one<B: Backend, S: DeserializeOwned>(
+    dir: &Path,
+    learner: &mut (impl Checkpointed<B> + ?Sized),
+    algo: &str,
+    policy: &PolicyConfig,
+) -> Result<S, CheckpointError> {
+    let manifest = read_manifest(dir)?;
+    let mismatch = |problem: String| CheckpointError::Mismatch {
+        path: dir.to_path_buf(),
+        problem,
+    };
+    if manifest.algo != algo {
+        return Err(mismatch(format!(
+            "written by algorithm {:?}, the config trains {algo:?}",
+            manifest.algo
+        )));
+    }
+    let diff = architecture_diff(&manifest.policy, policy);
+    if !diff.is_empty() {
+        return Err(mismatch(format!(
+            "written for another architecture: {}; resume with the run's own config.toml, or \
+             start a new run",
+            diff.join(", ")
+        )));
+    }
+    let files: Vec<Vec<u8>> = [STATE, CHECKPOINT_WEIGHTS, MODEL, OPTIM]
+        .iter()
+        .map(|name| read_verified(dir, &manifest, name))
+        .collect::<Result<_, _>>()?;
+    let [state, weights, model, optim]: [Vec<u8>; 4] =
+        files.try_into().expect("four files were read");
+    let state: S = serde_json::from_slice(&state)
+        .map_err(|e| damaged(&dir.join(STATE), format!("does not parse: {e}")))?;
+    let weights_path = dir.join(CHECKPOINT_WEIGHTS);
+    check_finite(&weights).map_err(|e| damaged(&weights_path, e.to_string()))?;
+    let shapes = layout(learner.model());
+    if manifest.layout_hash != layout_hash(&shapes) {
+        return Err(mismatch(format!(
+            "weight layout {:#018x}, the configured policy has {:#018x}",
+            manifest.layout_hash,
+            layout_hash(&shapes)
+        )));
+    }
+    // burn's recorder panics on some malformed records: a panic here is a damaged file too.
+    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        learner.load_state(model, optim)
+    }));
+    match loaded {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            return Err(damaged(
+                &dir.join(MODEL),
+                format!("model or optimizer state ({OPTIM}) does not load: {e:#}"),
+            ))
+        }
+        Err(_) => {
+            return Err(damaged(
+                &dir.join(MODEL),
+                format!("model or optimizer state ({OPTIM}) does not load (the reader panicked)"),
+            ))
+        }
+    }
+    // The restored model must be the one whose weights the checkpoint published.
+    let restored = to_blob(learner.model(), 0);
+    if restored[32..] != weights[32..] {
+        return Err(damaged(
+            &dir.join(MODEL),
+            format!("does not hold the weights of {CHECKPOINT_WEIGHTS}"),
+        ));
+    }
     Ok(state)
 }
 
 /// Loads the policy of a checkpoint: `dir` is a checkpoint directory (`policy.json` and
 /// `weights.bin`, as written by `recur-learner train` and `replay`) or a run directory holding
-/// `checkpoint/`. Returns the policy and the weights' version.
+/// `checkpoint/` (or, after a crash, only `checkpoint.old/`). A manifest, when present, is
+/// checked. Returns the policy and the weights' version.
 pub fn load_checkpoint_policy(dir: &Path) -> anyhow::Result<(Policy<Cpu>, u64)> {
-    let dir = if dir.join("checkpoint").join(CHECKPOINT_WEIGHTS).exists() {
-        dir.join("checkpoint")
-    } else {
-        dir.to_path_buf()
+    let dir = [dir.join("checkpoint"), previous(&dir.join("checkpoint"))]
+        .into_iter()
+        .find(|d| d.join(CHECKPOINT_WEIGHTS).exists())
+        .unwrap_or_else(|| dir.to_path_buf());
+    let manifest = dir
+        .join(CHECKPOINT_MANIFEST)
+        .exists()
+        .then(|| read_manifest(&dir))
+        .transpose()?;
+    let read = |name: &str| -> anyhow::Result<Vec<u8>> {
+        match &manifest {
+            Some(m) => Ok(read_verified(&dir, m, name)?),
+            None => std::fs::read(dir.join(name)).with_context(|| {
+                format!(
+                    "reading {} (a checkpoint directory holds {CHECKPOINT_POLICY} and {CHECKPOINT_WEIGHTS})",
+                    dir.join(name).display()
+                )
+            }),
+        }
     };
     let config_path = dir.join(CHECKPOINT_POLICY);
-    let text = std::fs::read_to_string(&config_path).with_context(|| {
-        format!(
-            "reading {} (a checkpoint directory holds {CHECKPOINT_POLICY} and {CHECKPOINT_WEIGHTS})",
-            config_path.display()
-        )
-    })?;
-    let config: PolicyConfig = serde_json::from_str(&text)
+    let config: PolicyConfig = serde_json::from_slice(&read(CHECKPOINT_POLICY)?)
         .with_context(|| format!("parsing {}", config_path.display()))?;
     let policy = init_policy(&config, 0)?;
     let weights_path = dir.join(CHECKPOINT_WEIGHTS);
-    let blob = std::fs::read(&weights_path)
-        .with_context(|| format!("reading {}", weights_path.display()))?;
+    let blob = read(CHECKPOINT_WEIGHTS)?;
     let (policy, version) =
         from_blob(policy, &blob).with_context(|| format!("loading {}", weights_path.display()))?;
     Ok((policy, version))

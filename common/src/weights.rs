@@ -124,6 +124,21 @@ fn header(blob: &[u8]) -> Result<Header, WeightError> {
     Ok(h)
 }
 
+/// Checks that every value of a blob is finite (a NaN or infinite weight is never published or
+/// saved); the error names the parameter value's index.
+pub fn check_finite(blob: &[u8]) -> Result<(), WeightError> {
+    header(blob)?;
+    match blob[HEADER..]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .enumerate()
+        .find(|(_, x)| !x.is_finite())
+    {
+        Some((index, value)) => Err(WeightError::NonFinite { index, value }),
+        None => Ok(()),
+    }
+}
+
 /// Loads a blob into `module` (same architecture); returns the module and the blob's version.
 pub fn from_blob<B: Backend, M: Module<B>>(
     module: M,

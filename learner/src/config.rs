@@ -112,6 +112,16 @@ pub struct CollectorSection {
     /// bottleneck: a deep ring only fills with chunks of old weights.
     #[serde(default = "default_slots")]
     pub ring_slots: usize,
+    /// Restarts per actor within `restart_window_s` before the supervisor gives up on it; when
+    /// every actor is given up on, the run ends with its final checkpoint and summary.
+    #[serde(default = "default_max_restarts")]
+    pub max_restarts: u32,
+    /// The sliding window (seconds) restarts are counted in.
+    #[serde(default = "default_restart_window")]
+    pub restart_window_s: f64,
+    /// Delay before an actor's first restart (seconds), doubled per recent restart, at most 8 s.
+    #[serde(default = "default_restart_backoff")]
+    pub restart_backoff_s: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -357,6 +367,9 @@ defaults! {
     default_lag: u64 = 4;
     unit: f32 = 1.0;
     default_slots: usize = 2;
+    default_max_restarts: u32 = 5;
+    default_restart_window: f64 = 60.0;
+    default_restart_backoff: f64 = 0.2;
     one: usize = 1;
     default_encoder: Vec<usize> = vec![64];
 }
@@ -372,6 +385,14 @@ pub enum ConfigError {
     },
     #[error("config {path}: {message}")]
     Parse { path: String, message: String },
+    #[error("command-line flag {flag} {value}: `{key}` = {value} is invalid: {expected} (the flag overrides {path})")]
+    Flag {
+        path: String,
+        flag: String,
+        key: String,
+        value: String,
+        expected: String,
+    },
     #[error("config {path}: `{key}` = {value} is invalid: {expected}")]
     Invalid {
         path: String,
@@ -461,7 +482,8 @@ impl TrainConfig {
             );
         }
         let chunk = c.envs_per_actor * c.steps;
-        v.algorithm("run.algo", self.run.algo, self.selected(), Some(chunk))
+        v.algorithm("run.algo", self.run.algo, self.selected(), Some(chunk))?;
+        v.train_bounds(self)
     }
 }
 
@@ -492,7 +514,8 @@ impl ReplayConfig {
         v.check("replay.eval_episodes", r.eval_episodes, Range::AtLeastOne)?;
         v.device("replay.device", r.device, &self.policy)?;
         v.policy(&self.policy)?;
-        v.algorithm("replay.algo", r.algo, self.selected(), None)
+        v.algorithm("replay.algo", r.algo, self.selected(), None)?;
+        v.replay_bounds(self)
     }
 }
 
@@ -707,6 +730,212 @@ impl Checker<'_> {
         self.check("dqn.huber_delta", d.huber_delta, Range::NonNegative)?;
         self.check("dqn.epsilon_start", d.epsilon_start, Range::Probability)?;
         self.check("dqn.epsilon_end", d.epsilon_end, Range::Probability)
+    }
+}
+
+/// Validation after command-line overrides: `flags` maps each overriding flag to its key; an
+/// invalid value a flag set is blamed on the flag, not on the file.
+pub fn blame_flags(
+    result: Result<(), ConfigError>,
+    flags: &[(&str, &str)],
+) -> Result<(), ConfigError> {
+    match result {
+        Err(ConfigError::Invalid {
+            path,
+            key,
+            value,
+            expected,
+        }) => match flags.iter().find(|(_, k)| *k == key) {
+            Some((flag, _)) => Err(ConfigError::Flag {
+                path,
+                flag: flag.to_string(),
+                key,
+                value,
+                expected,
+            }),
+            None => Err(ConfigError::Invalid {
+                path,
+                key,
+                value,
+                expected,
+            }),
+        },
+        other => other,
+    }
+}
+
+/// Memory a run may plan to use: the machine's RAM (`MemTotal`), or 16 GiB where it cannot be
+/// read.
+fn memory_limit() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse::<u64>()
+                .ok()
+        })
+        .map_or(16 << 30, |kib| kib * 1024)
+}
+
+fn human(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
+}
+
+/// Bytes of one stored frame at least (its recurrent state and a few scalars; observations
+/// aside), and of the policy's parameters with their training copies (gradients, Adam's two
+/// moments, a target network, an inference copy: 6 copies of f32).
+fn frame_bytes(p: &PolicySection) -> u64 {
+    (2 * p.num_layers as u64 * p.hidden_size as u64 + 16) * 4
+}
+
+fn training_bytes(p: &PolicySection) -> u64 {
+    let gates = match p.cell {
+        CellKind::Lstm => 4,
+        CellKind::Gru => 3,
+    };
+    let h = p.hidden_size as u128;
+    let input = p.encoder.last().copied().unwrap_or(8) as u128;
+    let core = gates * h * (input + h + 2) * p.num_layers as u128;
+    let encoder: u128 = p
+        .encoder
+        .windows(2)
+        .map(|w| w[0] as u128 * w[1] as u128)
+        .sum::<u128>()
+        + p.encoder.first().copied().unwrap_or(0) as u128 * 64;
+    let params = core + encoder + h * 64;
+    u64::try_from(params * 4 * 6).unwrap_or(u64::MAX)
+}
+
+impl Checker<'_> {
+    /// `key` = `value` would make the run plan `bytes` of memory: refused above the machine's
+    /// RAM (before anything allocates, so that an allocation cannot abort the process).
+    fn memory(
+        &self,
+        key: &str,
+        value: impl std::fmt::Display,
+        bytes: u64,
+        what: &str,
+    ) -> Result<(), ConfigError> {
+        let limit = memory_limit();
+        if bytes <= limit {
+            return Ok(());
+        }
+        self.fail(
+            key,
+            value,
+            &format!(
+                "{what} would need {} of memory; this machine has {}",
+                human(bytes),
+                human(limit)
+            ),
+        )
+    }
+
+    fn finite(&self, key: &str, value: Option<f64>) -> Result<(), ConfigError> {
+        match value {
+            Some(v) if !v.is_finite() => self.fail(key, v, "a finite number"),
+            _ => Ok(()),
+        }
+    }
+
+    /// Finite floats and sizes a training run can allocate.
+    fn train_bounds(&self, c: &TrainConfig) -> Result<(), ConfigError> {
+        self.finite("run.target_return", c.run.target_return)?;
+        let col = &c.collector;
+        self.check(
+            "collector.restart_window_s",
+            col.restart_window_s,
+            Range::Positive,
+        )?;
+        self.check(
+            "collector.restart_backoff_s",
+            col.restart_backoff_s,
+            Range::NonNegative,
+        )?;
+        if let Some(p) = &c.ppo {
+            self.check("ppo.reward_scale", p.reward_scale, Range::Positive)?;
+        }
+        if let Some(d) = &c.dqn {
+            self.check("dqn.reward_scale", d.reward_scale, Range::Positive)?;
+        }
+        let p = &c.policy;
+        self.memory(
+            "policy.hidden_size",
+            p.hidden_size,
+            training_bytes(p),
+            "the policy with its training state",
+        )?;
+        let frame = frame_bytes(p);
+        let actors = c.run.actors.unwrap_or(1) as u64;
+        let rings = (actors as u128)
+            * col.ring_slots as u128
+            * col.envs_per_actor as u128
+            * col.steps as u128
+            * frame as u128;
+        // Blamed on the largest factor; the message lists them all.
+        let (key, value) = [
+            ("collector.ring_slots", col.ring_slots),
+            ("collector.envs_per_actor", col.envs_per_actor),
+            ("collector.steps", col.steps),
+        ]
+        .into_iter()
+        .max_by_key(|&(_, v)| v)
+        .expect("three factors");
+        self.memory(
+            key,
+            value,
+            u64::try_from(rings).unwrap_or(u64::MAX),
+            &format!(
+                "{actors} actors x {} ring slots x {} envs x {} steps of recurrent state",
+                col.ring_slots, col.envs_per_actor, col.steps
+            ),
+        )?;
+        if let Some(d) = &c.dqn {
+            self.memory(
+                "dqn.buffer_size",
+                d.buffer_size,
+                (d.buffer_size as u64).saturating_mul(frame),
+                "the replay buffer",
+            )?;
+        }
+        if let Some(o) = &c.ppo {
+            self.memory(
+                "ppo.frames_per_update",
+                o.frames_per_update,
+                (o.frames_per_update as u64)
+                    .saturating_mul(frame)
+                    .saturating_mul(4),
+                "one update's frames with their advantages and activations",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Finite floats and sizes a replay run can allocate.
+    fn replay_bounds(&self, c: &ReplayConfig) -> Result<(), ConfigError> {
+        self.finite("replay.target_return", c.replay.target_return)?;
+        if let Some(p) = &c.ppo {
+            self.check("ppo.reward_scale", p.reward_scale, Range::Positive)?;
+        }
+        if let Some(d) = &c.dqn {
+            self.check("dqn.reward_scale", d.reward_scale, Range::Positive)?;
+        }
+        self.memory(
+            "policy.hidden_size",
+            c.policy.hidden_size,
+            training_bytes(&c.policy),
+            "the policy with its training state",
+        )
     }
 }
 
@@ -940,5 +1169,72 @@ max_grad_norm = 0.5
         assert!(err.contains("`replay.updates` = 0"), "{err}");
         let err = replay_err(&bc.replace("algo = \"bc\"", "algo = \"dqn\""));
         assert!(err.contains("`dqn` = missing"), "{err}");
+    }
+
+    /// Issue 20: every float finite and in range, sizes that cannot abort an allocation, and
+    /// values set by a flag blamed on the flag.
+    #[test]
+    fn floats_are_finite_sizes_bounded_and_flags_blamed() {
+        for (from, to, key) in [
+            (
+                "max_grad_norm = 0.5",
+                "max_grad_norm = 0.5\nreward_scale = nan",
+                "`ppo.reward_scale` = NaN",
+            ),
+            (
+                "max_grad_norm = 0.5",
+                "max_grad_norm = 0.5\nreward_scale = -1.0",
+                "`ppo.reward_scale` = -1",
+            ),
+            (
+                "frames = 1000000",
+                "frames = 1000000\ntarget_return = nan",
+                "`run.target_return` = NaN",
+            ),
+            (
+                "frames = 1000000",
+                "frames = 1000000\ntarget_return = inf",
+                "`run.target_return` = inf",
+            ),
+            (
+                "steps = 32",
+                "steps = 32\nrestart_window_s = 0.0",
+                "`collector.restart_window_s` = 0",
+            ),
+        ] {
+            let err = train_err(&GOOD.replace(from, to));
+            assert!(err.contains(key) && err.contains("x.toml"), "{to}: {err}");
+        }
+        let err = train_err(&GOOD.replace("hidden_size = 64", "hidden_size = 1000000"));
+        assert!(
+            err.contains("`policy.hidden_size` = 1000000")
+                && err.contains("would need")
+                && err.contains("TiB of memory"),
+            "{err}"
+        );
+        let err = train_err(&GOOD.replace("steps = 32", "steps = 32\nring_slots = 1000000000"));
+        assert!(
+            err.contains("`collector.ring_slots` = 1000000000") && err.contains("of memory"),
+            "{err}"
+        );
+        // A value the file has is blamed on the file; one a flag set, on the flag.
+        let mut c = TrainConfig::parse(GOOD, "good.toml").unwrap();
+        c.run.actors = Some(3000);
+        let flags = [("--actors", "run.actors"), ("--frames", "run.frames")];
+        let err = blame_flags(c.validate("good.toml"), &flags)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("command-line flag --actors 3000: `run.actors` = 3000")
+                && err.contains("in 1..2048"),
+            "{err}"
+        );
+        let err = train_err(&GOOD.replace("frames = 1000000", "frames = 1000000\nactors = 3000"));
+        let c = TrainConfig::parse(GOOD, "good.toml").unwrap();
+        assert!(blame_flags(c.validate("good.toml"), &flags).is_ok());
+        assert!(
+            err.starts_with("config x.toml: `run.actors` = 3000"),
+            "{err}"
+        );
     }
 }

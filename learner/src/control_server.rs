@@ -1,7 +1,7 @@
 //! The learner's side of the control plane: a tokio runtime on its own thread serving the run's
 //! Unix socket (mode 0600 in the run directory). Registrations are handed to the learner's
 //! main loop (which owns the shared-memory segments) and answered with its reply; heartbeats,
-//! stats and shutdown requests are answered here. SIGINT/SIGTERM set the stop flag.
+//! stats and shutdown requests are answered here (signals are [`crate::signals`]'s).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +31,7 @@ pub struct Registration {
 pub struct Shared {
     /// The run is ending: heartbeats answer `shutdown = true`.
     pub shutdown: AtomicBool,
-    /// A signal or a `Shutdown` request asked the learner to stop.
+    /// A `Shutdown` request asked the learner to stop.
     pub stop_requested: AtomicBool,
     pub stats: Mutex<LearnerStats>,
     /// Last heartbeat per (actor, incarnation).
@@ -101,21 +101,9 @@ async fn serve(
     mut stop: oneshot::Receiver<()>,
 ) {
     let listener = UnixListener::from_std(listener).expect("a non-blocking listener");
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .expect("SIGINT handler");
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            _ = sigint.recv() => {
-                tracing::warn!("SIGINT: ending the run");
-                shared.stop_requested.store(true, Ordering::SeqCst);
-            }
-            _ = sigterm.recv() => {
-                tracing::warn!("SIGTERM: ending the run");
-                shared.stop_requested.store(true, Ordering::SeqCst);
-            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let (shared, registrations) = (Arc::clone(&shared), registrations.clone());

@@ -43,6 +43,7 @@ pub mod ppo;
 pub mod recording;
 pub mod replay;
 pub mod run_dir;
+pub mod signals;
 pub mod slice_sampler;
 pub mod supervisor;
 pub mod train;

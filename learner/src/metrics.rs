@@ -84,9 +84,11 @@ pub struct MetricsRow {
     pub q_mean: f32,
 }
 
-/// Appends rows to `metrics.csv` (header written when the file is new).
+/// Appends rows to `metrics.csv` (header written when the file is new). Errors name the file
+/// (a full disk too).
 pub struct MetricsWriter {
     csv: csv::Writer<std::fs::File>,
+    path: std::path::PathBuf,
 }
 
 impl MetricsWriter {
@@ -95,15 +97,60 @@ impl MetricsWriter {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(path)?;
+            .open(path)
+            .map_err(|e| named(path, e))?;
         let csv = csv::WriterBuilder::new().has_headers(new).from_writer(file);
-        Ok(MetricsWriter { csv })
+        Ok(MetricsWriter {
+            csv,
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn write(&mut self, row: &MetricsRow) -> std::io::Result<()> {
-        self.csv.serialize(row)?;
-        self.csv.flush()
+        self.csv
+            .serialize(row)
+            .map_err(std::io::Error::other)
+            .and_then(|()| self.csv.flush())
+            .map_err(|e| named(&self.path, e))
     }
+}
+
+/// `e` with `path` in its message.
+fn named(path: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+/// Drops the rows of `path` after update `updates` (those a killed run wrote after its last
+/// checkpoint, which a resumed run writes again), rewriting the file atomically; returns how
+/// many were dropped. A missing file drops nothing; a torn last line is dropped too.
+pub fn truncate_metrics(path: &Path, updates: u64) -> anyhow::Result<usize> {
+    use anyhow::Context;
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let mut lines = text.lines();
+    let Some(header) = lines.next() else {
+        return Ok(0);
+    };
+    let mut kept = vec![header];
+    let mut dropped = 0;
+    // `updates` is the third column (a contract of MetricsRow).
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        let keep = fields.len() == header.split(',').count()
+            && fields[2].parse::<u64>().is_ok_and(|u| u <= updates);
+        if keep {
+            kept.push(line);
+        } else {
+            dropped += 1;
+        }
+    }
+    if dropped > 0 || !text.ends_with('\n') {
+        common::checkpoint::write_atomic(path, (kept.join("\n") + "\n").as_bytes())?;
+    }
+    Ok(dropped)
 }
 
 /// Reads `(frames, mean_return)` from a metrics file (rows without a return, or cut short,
@@ -225,6 +272,23 @@ mod tests {
         assert_eq!(lines.len(), 3, "{text}");
         assert_eq!(lines[1].split(',').nth(6), Some("0.5"), "{text}");
         assert_eq!(read_curve(&path).unwrap(), [(20.0, 1.5)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A full disk (here /dev/full) is reported with the file's path.
+    #[test]
+    fn a_full_disk_names_the_metrics_file() {
+        let dir = std::env::temp_dir().join(format!("recur-metrics-full-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metrics.csv");
+        std::os::unix::fs::symlink("/dev/full", &path).unwrap();
+        let mut w = MetricsWriter::open(&path).unwrap();
+        let err = w.write(&MetricsRow::default()).unwrap_err().to_string();
+        assert!(
+            err.contains("metrics.csv") && err.contains("No space left on device"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

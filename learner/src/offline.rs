@@ -211,7 +211,7 @@ fn replay_on<B: AutodiffBackend>(
             u as f64 / train_s.max(1e-9)
         ));
         if r.checkpoint_every > 0 && u.is_multiple_of(r.checkpoint_every) {
-            save_checkpoint(&checkpoint, &learner, &summary, u)?;
+            save_checkpoint(&checkpoint, &learner, r.algo.name(), &summary, u)?;
         }
         if let (Some(target), None) = (r.target_return, summary.updates_to_target) {
             if eval_now && eval_return >= target {
@@ -237,7 +237,13 @@ fn replay_on<B: AutodiffBackend>(
     summary.train_seconds = train_s;
     summary.updates_per_s = summary.updates as f64 / train_s.max(1e-9);
     summary.trained_frames_per_s = summary.trained_frames as f64 / train_s.max(1e-9);
-    save_checkpoint(&checkpoint, &learner, &summary, summary.updates)?;
+    save_checkpoint(
+        &checkpoint,
+        &learner,
+        r.algo.name(),
+        &summary,
+        summary.updates,
+    )?;
     let title = format!(
         "{env} replay ({} {}-{})",
         r.algo.name().to_uppercase(),

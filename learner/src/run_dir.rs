@@ -1,5 +1,8 @@
-//! The run directory and the names a run gives its resources: the directory itself (mode 0700,
-//! so only the run's user reaches the control socket inside it), the control socket, and the
+//! The run directory and the names a run gives its resources: the directory itself (created
+//! with mode 0700, so only the run's user reaches the control socket inside it; an existing
+//! directory is never chmod'ed, and one others can write to is refused), its lock (`run.lock`,
+//! an exclusive `flock` held for the run's life and released by the kernel when the process
+//! dies, so two runs never share a directory), the control socket, and the
 //! shared-memory segments (`recur-<run id>-weights`, `recur-<run id>-ring-<actor>-<incarnation>`,
 //! unique per run), and the files every run writes there first and last (`config.toml`,
 //! `summary.json`). Segments left by a crashed run are reclaimed before a new run creates its own.
@@ -13,23 +16,93 @@ use serde::Serialize;
 
 use crate::metrics::{plot_learning_curve, read_curve, Axes};
 
-/// A run's directory and the run-unique id in its segment names.
+/// A run's directory, its lock and the run-unique id in its segment names.
 pub struct RunDir {
     path: PathBuf,
     run_id: String,
+    /// Holds the exclusive lock on `run.lock` while the run lives.
+    _lock: std::fs::File,
 }
 
+/// The files that say a directory holds a run (a new run there would overwrite them).
+const RUN_FILES: [&str; 5] = [
+    "config.toml",
+    "checkpoint",
+    "checkpoint.old",
+    "metrics.csv",
+    "summary.json",
+];
+
 impl RunDir {
-    /// Creates `path` (and its parents) with mode 0700 and draws a fresh run id.
-    pub fn create(path: &Path) -> anyhow::Result<Self> {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::create_dir_all(path)
-            .with_context(|| format!("creating run directory {}", path.display()))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+    /// Takes `path` for a run: creates it (parents too) with mode 0700 if it does not exist,
+    /// else checks that only its owner can write to it (it is never chmod'ed); locks it; and,
+    /// unless `resume`, refuses a directory that already holds a run. Draws a fresh run id.
+    pub fn create(path: &Path, resume: bool) -> anyhow::Result<Self> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        match std::fs::metadata(path) {
+            Ok(meta) => {
+                anyhow::ensure!(
+                    meta.is_dir(),
+                    "run directory {} exists and is not a directory",
+                    path.display()
+                );
+                let mode = meta.mode() & 0o7777;
+                let me = nix::unistd::Uid::effective().as_raw();
+                anyhow::ensure!(
+                    meta.uid() == me && mode & 0o022 == 0,
+                    "run directory {} {} (mode {mode:o}); recur does not change the mode of a \
+                     directory it did not create: pass a new directory inside it (e.g. {}), \
+                     which recur creates with mode 0700",
+                    path.display(),
+                    if meta.uid() != me {
+                        format!("belongs to uid {}, not to this user ({me})", meta.uid())
+                    } else {
+                        "can be written by other users".to_string()
+                    },
+                    path.join("run").display()
+                );
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(parent)
+                        .with_context(|| format!("creating {}", parent.display()))?;
+                }
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(path)
+                    .with_context(|| format!("creating run directory {}", path.display()))?;
+                // Ours: the umask cannot have widened it, but make 0700 exact.
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("reading run directory {}", path.display()))
+            }
+        }
+        let lock = lock(path)?;
+        if !resume {
+            let held: Vec<&str> = RUN_FILES
+                .into_iter()
+                .filter(|f| path.join(f).exists())
+                .collect();
+            anyhow::ensure!(
+                held.is_empty(),
+                "run directory {} already holds a run ({}): continue it with `--resume {}`, or \
+                 start the new run in another --run-dir",
+                path.display(),
+                held.join(", "),
+                path.display()
+            );
+        }
         Ok(RunDir {
             path: path.to_path_buf(),
             run_id: unique_run_id(),
+            _lock: lock,
         })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The control plane's Unix socket.
@@ -48,20 +121,61 @@ impl RunDir {
     }
 }
 
-/// Creates `dir` (and its parents) and writes the run's resolved config to `dir/config.toml`.
-pub fn write_config(dir: &Path, toml: &str) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::write(dir.join("config.toml"), toml)?;
-    Ok(())
+/// Takes the exclusive lock on `dir/run.lock` (and writes our pid into it, for the message a
+/// second run gets).
+fn lock(dir: &Path) -> anyhow::Result<std::fs::File> {
+    use std::io::{Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("run.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            anyhow::bail!(
+                "run directory {} is in use by another recur process (pid {}, holding {}): \
+                 wait for it to end, or pass another --run-dir",
+                dir.display(),
+                holder.trim(),
+                path.display()
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()))
+        }
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "{}", std::process::id())?;
+    Ok(file)
 }
 
-/// Writes a run's outcome to `dir/summary.json`.
+/// Writes `bytes` to `path` atomically: a temporary file beside it, fsynced, renamed over
+/// `path`, the directory fsynced. A crash leaves the old file or the new one, never a torn or
+/// empty one. Errors name the path (also a full disk).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    common::checkpoint::write_atomic(path, bytes)
+}
+
+/// Writes the run's resolved config to `dir/config.toml`, atomically (`dir` must exist).
+pub fn write_config(dir: &Path, toml: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    write_atomic(&dir.join("config.toml"), toml.as_bytes())
+}
+
+/// Writes a run's outcome to `dir/summary.json` (atomically).
 pub fn write_summary(dir: &Path, summary: &impl Serialize) -> anyhow::Result<()> {
-    std::fs::write(
-        dir.join("summary.json"),
-        serde_json::to_string_pretty(summary)? + "\n",
-    )?;
-    Ok(())
+    write_atomic(
+        &dir.join("summary.json"),
+        (serde_json::to_string_pretty(summary)? + "\n").as_bytes(),
+    )
 }
 
 /// Draws `dir/learning_curve.png` from `dir/metrics.csv` (a missing font is logged, not an error).

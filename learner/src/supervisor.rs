@@ -1,7 +1,9 @@
 //! The actor supervisor: spawns the actor processes of a run, notices when one dies, restarts
-//! it under a new incarnation id (with backoff, up to a restart limit), and kills them all when
-//! the run ends — also when the learner unwinds from a panic (drop guard).
+//! it under a new incarnation id (with backoff, up to `max_restarts` restarts per actor within a
+//! sliding `restart_window`), and kills them all when the run ends — also when the learner
+//! unwinds from a panic (drop guard).
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -17,9 +19,13 @@ pub struct SupervisorConfig {
     /// Arguments shared by every actor (`--connect`, env, policy options).
     pub args: Vec<String>,
     pub actors: u32,
-    /// Restarts allowed per actor before the supervisor gives up on it.
+    /// Restarts allowed per actor within `restart_window` before the supervisor gives up on it.
     pub max_restarts: u32,
-    /// First restart delay; doubled after each restart of the same actor, capped at 8 s.
+    /// The sliding window restarts are counted in (an actor that dies now and then over a long
+    /// run is restarted every time; one that dies in a loop is given up on).
+    pub restart_window: Duration,
+    /// First restart delay; doubled after each restart of the same actor within the window,
+    /// capped at 8 s.
     pub backoff: Duration,
 }
 
@@ -36,7 +42,8 @@ pub enum ActorEvent {
         incarnation: u32,
         status: String,
     },
-    /// The actor died more than `max_restarts` times; it is not started again.
+    /// The actor died more than `max_restarts` times within the restart window; it is not
+    /// started again.
     GaveUp { actor_id: u32, restarts: u32 },
 }
 
@@ -45,6 +52,8 @@ struct Slot {
     incarnation: u32,
     child: Option<Child>,
     restarts: u32,
+    /// When its recent restarts happened (those within the window).
+    recent: VecDeque<Instant>,
     /// When set, the actor is to be (re)started at that instant.
     start_at: Option<Instant>,
     given_up: bool,
@@ -67,6 +76,7 @@ impl Supervisor {
                     incarnation: 0,
                     child: None,
                     restarts: 0,
+                    recent: VecDeque::new(),
                     start_at: Some(Instant::now()),
                     given_up: false,
                 })
@@ -109,14 +119,24 @@ impl Supervisor {
                     status: describe(status),
                 });
                 if !self.stopping {
-                    if slot.restarts >= self.config.max_restarts {
+                    let window = self.config.restart_window;
+                    while slot
+                        .recent
+                        .front()
+                        .is_some_and(|&t| now.duration_since(t) > window)
+                    {
+                        slot.recent.pop_front();
+                    }
+                    if slot.recent.len() as u32 >= self.config.max_restarts {
                         slot.given_up = true;
                         events.push(ActorEvent::GaveUp {
                             actor_id: slot.actor_id,
                             restarts: slot.restarts,
                         });
                     } else {
-                        let delay = self.config.backoff * 2u32.pow(slot.restarts.min(4));
+                        let delay =
+                            self.config.backoff * 2u32.pow((slot.recent.len() as u32).min(4));
+                        slot.recent.push_back(now);
                         slot.restarts += 1;
                         slot.incarnation += 1;
                         slot.start_at = Some(now + delay.min(Duration::from_secs(8)));
@@ -251,6 +271,7 @@ mod tests {
             args: args.iter().map(|s| s.to_string()).collect(),
             actors: 2,
             max_restarts,
+            restart_window: Duration::from_secs(60),
             backoff: Duration::from_millis(10),
         }
     }
@@ -340,5 +361,28 @@ mod tests {
                 "actor {pid} outlived its supervisor"
             );
         }
+    }
+
+    /// Restarts are counted within the window: an actor whose deaths lie further apart than the
+    /// window is restarted every time, past `max_restarts`.
+    #[test]
+    fn restarts_outside_the_window_do_not_count() {
+        let mut c = config("sh", &["-c", "sleep 0.05; exit 1", "sh"], 1);
+        c.actors = 1;
+        c.restart_window = Duration::from_millis(1);
+        let (mut s, mut all) = Supervisor::start(c).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !all
+            .iter()
+            .any(|e| matches!(e, ActorEvent::Started { incarnation: 4, .. }))
+        {
+            assert!(Instant::now() < deadline, "{all:?}");
+            all.extend(s.poll().unwrap());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            !all.iter().any(|e| matches!(e, ActorEvent::GaveUp { .. })),
+            "{all:?}"
+        );
     }
 }

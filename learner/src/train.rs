@@ -14,18 +14,18 @@ use common::checkpoint::{load_checkpoint, save_checkpoint};
 use common::chunk::Chunk;
 use common::policy::chunk_schema;
 use common::rollout::EpsilonSchedule;
-use common::weights::to_blob;
+use common::weights::{check_finite, to_blob};
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{Learner, LearnerSpec};
 use crate::config::{Algo, AlgoConfig, CollectorMode, TrainConfig};
-use crate::metrics::{MetricsRow, MetricsWriter, TRAIN_AXES};
+use crate::metrics::{truncate_metrics, MetricsRow, MetricsWriter, TRAIN_AXES};
 use crate::policy::fit_policy;
 use crate::recording::Recording;
-use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary};
+use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary, RunDir};
 use crate::supervisor::default_actor_count;
-use crate::transport::{CollectSummary, ShmTransport, Transport, TransportConfig};
+use crate::transport::{ActorsGone, CollectSummary, ShmTransport, Transport, TransportConfig};
 
 /// How a training run is started.
 #[derive(Clone, Debug)]
@@ -60,6 +60,9 @@ pub struct TrainSummary {
     pub seconds_to_target: Option<f64>,
     pub dropped_chunks: u64,
     pub stopped_by_request: bool,
+    /// Why the run ended early because its actors were gone for good (the last actor exit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actors_gone: Option<String>,
     pub transport: CollectSummary,
 }
 
@@ -89,10 +92,14 @@ fn train_on<B: AutodiffBackend>(
     opts: &TrainOptions,
     device: &B::Device,
 ) -> anyhow::Result<TrainSummary> {
-    // Setup: the run directory, the pacing, the learner (resumed from its checkpoint), the
+    // Setup: the signal handlers (a signal from here on ends the run cleanly), the run
+    // directory (locked; a new run refuses one that holds a run), the pacing, the learner
+    // (resumed from its checkpoint, which is checked before anything is written), the
     // transport with its actors.
+    crate::signals::install()?;
     let config = &opts.config;
-    write_config(&opts.run_dir, &config.to_toml())?;
+    let run_dir = RunDir::create(&opts.run_dir, opts.resume)?;
+    tracing::info!("run directory {} (locked)", opts.run_dir.display());
     let c = &config.collector;
     let actors = config.run.actors.unwrap_or_else(default_actor_count);
     let chunk_frames = (c.envs_per_actor * c.steps) as u64;
@@ -119,14 +126,66 @@ fn train_on<B: AutodiffBackend>(
     )?;
     let mut state = TrainState::default();
     let checkpoint = opts.run_dir.join("checkpoint");
+    let algo_name = config.run.algo.name();
     if opts.resume {
-        state = load_checkpoint(&checkpoint, &mut learner)
-            .with_context(|| format!("resuming from {}", checkpoint.display()))?;
+        match load_checkpoint::<B, TrainState>(&checkpoint, &mut learner, algo_name, &pc)
+            .with_context(|| format!("resuming {}", opts.run_dir.display()))?
+        {
+            Some(loaded) => {
+                if let Some(why) = &loaded.fell_back {
+                    tracing::warn!(
+                        "{why}: resuming from the previous checkpoint {}",
+                        loaded.from.display()
+                    );
+                }
+                state = loaded.state;
+                tracing::info!(
+                    "resumed at update {} ({} frames) from {}",
+                    state.updates,
+                    state.frames,
+                    loaded.from.display()
+                );
+            }
+            None => tracing::warn!(
+                "{} holds no checkpoint (the run was stopped before its first one): starting \
+                 from update 0 with its config.toml",
+                opts.run_dir.display()
+            ),
+        }
+        let dropped = truncate_metrics(&opts.run_dir.join("metrics.csv"), state.updates)?;
+        if dropped > 0 {
+            tracing::warn!(
+                "metrics.csv: dropped {dropped} rows after update {} (written after the checkpoint)",
+                state.updates
+            );
+        }
+    }
+    write_config(&opts.run_dir, &config.to_toml())?;
+    if opts.resume && state.frames >= config.run.frames {
         tracing::info!(
-            "resumed at update {} ({} frames)",
-            state.updates,
-            state.frames
+            "the run is complete ({} of {} frames): nothing to train",
+            state.frames,
+            config.run.frames
         );
+        let returns = Returns {
+            open: HashMap::new(),
+            recent: state.recent_returns.iter().copied().collect(),
+        };
+        let summary = TrainSummary {
+            env: config.run.env.clone(),
+            frames: state.frames,
+            updates: state.updates,
+            seconds: state.wall_s,
+            episodes: state.episodes,
+            final_mean_return: returns.mean(),
+            best_mean_return: state.best_mean_return,
+            target_return: config.run.target_return,
+            frames_to_target: state.frames_to_target,
+            seconds_to_target: state.seconds_to_target,
+            ..Default::default()
+        };
+        write_summary(&opts.run_dir, &summary)?;
+        return Ok(summary);
     }
     let mut recording = Recording::create(opts.save_replay.as_deref(), &config.run.env, &schema)?;
     let mut version = state.policy_version.max(1);
@@ -147,7 +206,9 @@ fn train_on<B: AutodiffBackend>(
         run_dir: opts.run_dir.clone(),
         actor_program: opts.actor_program.clone(),
         slots: c.ring_slots,
-        max_restarts: 5,
+        max_restarts: c.max_restarts,
+        restart_window: Duration::from_secs_f64(c.restart_window_s),
+        restart_backoff: Duration::from_secs_f64(c.restart_backoff_s),
         actor_args: match (config.run.algo, &config.dqn) {
             (Algo::Dqn, Some(d)) => {
                 let schedule = EpsilonSchedule {
@@ -165,7 +226,8 @@ fn train_on<B: AutodiffBackend>(
             _ => Vec::new(),
         },
     };
-    let mut transport = ShmTransport::start(
+    let mut transport = ShmTransport::start_in(
+        run_dir,
         &transport_config,
         schema,
         &to_blob(learner.model(), version),
@@ -186,6 +248,7 @@ fn train_on<B: AutodiffBackend>(
     let mut progress = Progress::start(opts, &state)?;
     let mut stopped_by_request = false;
     let mut pending: VecDeque<Chunk> = VecDeque::new();
+    let mut actors_gone: Option<ActorsGone> = None;
 
     'run: while state.frames < config.run.frames {
         if transport.stop_requested() {
@@ -201,7 +264,18 @@ fn train_on<B: AutodiffBackend>(
         }
         // Receive: admit new actors, take their chunks (recorded as they arrive).
         transport.register();
-        let chunks = transport.receive()?;
+        let chunks = match transport.receive() {
+            Ok(chunks) => chunks,
+            Err(e) => match e.downcast::<ActorsGone>() {
+                // No actor left: end the run (final checkpoint, summary), then report it.
+                Ok(gone) => {
+                    tracing::error!("{gone}");
+                    actors_gone = Some(gone);
+                    break;
+                }
+                Err(e) => return Err(e),
+            },
+        };
         recording.record(&chunks)?;
         pending.extend(chunks);
         if pending.is_empty() {
@@ -224,7 +298,15 @@ fn train_on<B: AutodiffBackend>(
             let stats = learner.update()?;
             state.updates += 1;
             version += 1;
-            transport.publish(version, &to_blob(learner.model(), version))?;
+            let blob = to_blob(learner.model(), version);
+            check_finite(&blob).with_context(|| {
+                format!(
+                    "update {} produced weights that are not finite: not published, not \
+                     checkpointed (the last checkpoint is kept)",
+                    state.updates
+                )
+            })?;
+            transport.publish(version, &blob)?;
             state.policy_version = version;
             admission.taken.clear(); // sync mode: every actor's next chunk is wanted
 
@@ -252,7 +334,7 @@ fn train_on<B: AutodiffBackend>(
                     wall_s: now,
                     ..state.clone()
                 };
-                save_checkpoint(&checkpoint, &learner, &snapshot, version)?;
+                save_checkpoint(&checkpoint, &learner, algo_name, &snapshot, version)?;
             }
             if config.run.stop_at_target && state.frames_to_target.is_some()
                 || state.frames >= config.run.frames
@@ -266,7 +348,7 @@ fn train_on<B: AutodiffBackend>(
     progress.bar.finish_and_clear();
     state.wall_s = progress.wall();
     state.recent_returns = returns.recent.iter().copied().collect();
-    save_checkpoint(&checkpoint, &learner, &state, version)?;
+    save_checkpoint(&checkpoint, &learner, algo_name, &state, version)?;
     let (transport_summary, tail) = transport.finish(stopped_by_request)?;
     recording.record(&tail)?;
     let title = format!(
@@ -290,9 +372,16 @@ fn train_on<B: AutodiffBackend>(
         seconds_to_target: state.seconds_to_target,
         dropped_chunks: admission.dropped,
         stopped_by_request,
+        actors_gone: actors_gone.as_ref().map(|g| g.last_exit.clone()),
         transport: transport_summary,
     };
     write_summary(&opts.run_dir, &summary)?;
+    if let Some(gone) = actors_gone {
+        return Err(anyhow::Error::new(gone).context(format!(
+            "the run ended early; its final checkpoint and summary are in {}",
+            opts.run_dir.display()
+        )));
+    }
     Ok(summary)
 }
 

@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use common::recurrent::CellKind;
 use learner::collect::{run_collect, CollectConfig};
-use learner::config::{Algo, ReplayConfig, TrainConfig};
+use learner::config::{blame_flags, Algo, ReplayConfig, TrainConfig};
 use learner::offline::{replay, ReplayOptions};
 use learner::run_dir;
 use learner::supervisor::{actor_program, default_actor_count};
@@ -126,7 +126,7 @@ struct CollectArgs {
     /// Publish a new weight version every this many chunks (0 = only at start).
     #[arg(long, default_value_t = 64)]
     publish_every: u64,
-    /// Restarts per actor before giving up on it.
+    /// Restarts per actor within 60 s before giving up on it.
     #[arg(long, default_value_t = 5)]
     max_restarts: u32,
     /// Also write every received chunk to this new dataset directory.
@@ -161,7 +161,14 @@ fn main() -> anyhow::Result<()> {
             if let Some(f) = a.frames {
                 config.run.frames = f;
             }
-            config.validate(&config_path.display().to_string())?;
+            blame_flags(
+                config.validate(&config_path.display().to_string()),
+                &[
+                    ("--actors", "run.actors"),
+                    ("--seed", "run.seed"),
+                    ("--frames", "run.frames"),
+                ],
+            )?;
             let run_dir = run_dir.unwrap_or_else(|| run_dir::default_path(&config.run.env));
             let opts = TrainOptions {
                 config,
@@ -206,7 +213,14 @@ fn main() -> anyhow::Result<()> {
             if let Some(s) = a.seed {
                 config.replay.seed = s;
             }
-            config.validate(&config_path.display().to_string())?;
+            blame_flags(
+                config.validate(&config_path.display().to_string()),
+                &[
+                    ("--algo", "replay.algo"),
+                    ("--updates", "replay.updates"),
+                    ("--seed", "replay.seed"),
+                ],
+            )?;
             let run_dir = a.run_dir.unwrap_or_else(|| {
                 run_dir::default_path(&format!("replay-{}", config.replay.algo.name()))
             });
@@ -251,6 +265,8 @@ fn main() -> anyhow::Result<()> {
                     actor_program: actor_program(a.actor_bin)?,
                     slots: a.slots,
                     max_restarts: a.max_restarts,
+                    restart_window: std::time::Duration::from_secs(60),
+                    restart_backoff: std::time::Duration::from_millis(200),
                     actor_args: Vec::new(),
                 },
                 frames: a.frames,

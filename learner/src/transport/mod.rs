@@ -11,7 +11,7 @@ use common::chunk::Chunk;
 use common::recurrent::CellKind;
 use serde::Serialize;
 
-pub use shm::ShmTransport;
+pub use shm::{ActorsGone, ShmTransport};
 
 /// The actors a transport starts and the channels it gives them.
 #[derive(Clone, Debug)]
@@ -31,7 +31,11 @@ pub struct TransportConfig {
     pub actor_program: PathBuf,
     /// Ring slots per actor.
     pub slots: usize,
+    /// Restarts per actor within `restart_window` before the supervisor gives up on it.
     pub max_restarts: u32,
+    pub restart_window: std::time::Duration,
+    /// The first restart's delay (doubled per recent restart, capped at 8 s).
+    pub restart_backoff: std::time::Duration,
     /// Extra actor arguments (exploration).
     pub actor_args: Vec<String>,
 }

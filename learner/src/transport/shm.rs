@@ -16,11 +16,16 @@ use common::shm::{reclaim_stale, RingConfig, RingReader, WeightPublisher};
 use super::{CollectSummary, IncarnationSummary, Transport, TransportConfig};
 use crate::control_server::{ControlServer, Registration};
 use crate::run_dir::RunDir;
+use crate::signals::StopFlag;
 use crate::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
 
 struct RingSlot {
     actor_id: u32,
     incarnation: u32,
+    /// The registered process, and whether the supervisor spawned it (an attached
+    /// `recur-actor --connect` is not the learner's child: it is watched by pid).
+    pid: u32,
+    supervised: bool,
     reader: RingReader,
     /// The actor process has exited: drain what it published, then drop the ring.
     dead: bool,
@@ -43,6 +48,24 @@ pub struct ShmTransport {
     buf: Vec<u8>,
     summary: CollectSummary,
     start: Instant,
+    signals: StopFlag,
+    /// The last exit of an actor process (named when every actor is gone).
+    last_exit: Option<String>,
+}
+
+/// How long the end of a run waits for its actors to stop before it kills its own children and
+/// leaves attached actors (which it does not own) to notice on their own.
+const FINISH_GRACE: Duration = Duration::from_secs(10);
+
+/// Every actor of the run stopped for good (the supervisor gave up on them): the run cannot
+/// collect any more. A run loop ends the run (final checkpoint, summary) and reports it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "every actor stopped for good ({frames} frames had arrived); the last actor exit: {last_exit}"
+)]
+pub struct ActorsGone {
+    pub frames: u64,
+    pub last_exit: String,
 }
 
 impl ShmTransport {
@@ -53,8 +76,19 @@ impl ShmTransport {
         schema: ChunkSchema,
         initial_blob: &[u8],
     ) -> anyhow::Result<Self> {
+        let run_dir = RunDir::create(&config.run_dir, false)?;
+        Self::start_in(run_dir, config, schema, initial_blob)
+    }
+
+    /// [`start`](Self::start) in a run directory the caller already holds (locked).
+    pub fn start_in(
+        run_dir: RunDir,
+        config: &TransportConfig,
+        schema: ChunkSchema,
+        initial_blob: &[u8],
+    ) -> anyhow::Result<Self> {
         let start = Instant::now();
-        let run_dir = RunDir::create(&config.run_dir)?;
+        let signals = crate::signals::install()?;
         // Segments of runs whose owner died are removed before this run creates its own.
         let reclaimed_segments = reclaim_stale();
         for name in &reclaimed_segments {
@@ -77,7 +111,8 @@ impl ShmTransport {
             args: actor_args(config, server.path()),
             actors: config.actors,
             max_restarts: config.max_restarts,
-            backoff: Duration::from_millis(200),
+            restart_window: config.restart_window,
+            backoff: config.restart_backoff,
         })
         .with_context(|| format!("starting actors with {}", config.actor_program.display()))?;
         log_events(&events, &mut summary);
@@ -94,6 +129,8 @@ impl ShmTransport {
             buf: Vec::with_capacity(slot_bytes),
             summary,
             start,
+            signals,
+            last_exit: None,
         })
     }
 
@@ -143,9 +180,14 @@ impl ShmTransport {
                         reg.incarnation,
                         reg.pid
                     );
+                    let supervised = self.supervisor.running().iter().any(|&(a, i, pid)| {
+                        (a, i, pid) == (reg.actor_id, reg.incarnation, reg.pid)
+                    });
                     self.rings.push(RingSlot {
                         actor_id: reg.actor_id,
                         incarnation: reg.incarnation,
+                        pid: reg.pid,
+                        supervised,
                         reader,
                         dead: false,
                     });
@@ -233,8 +275,37 @@ impl ShmTransport {
                 matches!(*e, ActorEvent::Exited { actor_id, incarnation, .. }
                     if (actor_id, incarnation) == (ring.actor_id, ring.incarnation))
             });
+            // An attached actor is not our child: its exit shows as its pid gone.
+            if !ring.supervised && !ring.dead && !pid_alive(ring.pid) {
+                tracing::info!(
+                    "attached actor {}/{} (pid {}) exited",
+                    ring.actor_id,
+                    ring.incarnation,
+                    ring.pid
+                );
+                ring.dead = true;
+            }
+        }
+        for e in events {
+            if let ActorEvent::Exited {
+                actor_id,
+                incarnation,
+                status,
+            } = e
+            {
+                self.last_exit = Some(format!("actor {actor_id}/{incarnation}: {status}"));
+            }
         }
         log_events(events, &mut self.summary);
+    }
+
+    /// Refuses registrations that arrive while the run ends.
+    fn refuse_late_registrations(&mut self) {
+        for reg in self.server.registrations.try_iter() {
+            let _ = reg.reply.send(Response::Refused {
+                reason: "the run is ending".into(),
+            });
+        }
     }
 }
 
@@ -270,10 +341,14 @@ impl Transport for ShmTransport {
             stats.policy_version = self.summary.policy_version;
         }
         if self.supervisor.all_done() && self.rings.is_empty() {
-            anyhow::bail!(
-                "every actor stopped for good ({} frames had arrived)",
-                self.summary.frames
-            );
+            return Err(ActorsGone {
+                frames: self.summary.frames,
+                last_exit: self
+                    .last_exit
+                    .clone()
+                    .unwrap_or_else(|| "none recorded".into()),
+            }
+            .into());
         }
         Ok(chunks)
     }
@@ -289,18 +364,21 @@ impl Transport for ShmTransport {
     }
 
     fn stop_requested(&self) -> bool {
-        self.server.shared.stop_requested.load(Ordering::SeqCst)
+        self.signals.raised() || self.server.shared.stop_requested.load(Ordering::SeqCst)
     }
 
-    /// Actors stop at their next heartbeat (killed after 10 s); their rings are drained, then
-    /// the segments and the socket are removed.
+    /// Every registered actor (spawned or attached) is told to stop at its next heartbeat; their
+    /// rings are drained as they exit. After [`FINISH_GRACE`] the learner kills the actors it
+    /// spawned and stops waiting for attached ones (not its children: never killed); then the
+    /// segments and the socket are removed.
     fn finish(mut self, stopped_by_request: bool) -> anyhow::Result<(CollectSummary, Vec<Chunk>)> {
         self.summary.stopped_by_request = stopped_by_request;
         self.server.shared.shutdown.store(true, Ordering::SeqCst);
         self.supervisor.stop_restarting();
-        let ending = Instant::now();
+        let deadline = Instant::now() + FINISH_GRACE;
         let mut tail = Vec::new();
         loop {
+            self.refuse_late_registrations();
             self.drain_rings(&mut tail);
             self.supervise()?;
             if self.supervisor.running().is_empty() && self.rings.iter().all(|r| r.dead) {
@@ -311,14 +389,27 @@ impl Transport for ShmTransport {
                 }
                 break;
             }
-            if ending.elapsed() > Duration::from_secs(10) {
+            if Instant::now() >= deadline {
+                let own: Vec<u32> = self.supervisor.running().iter().map(|r| r.2).collect();
+                let attached: Vec<u32> = self
+                    .rings
+                    .iter()
+                    .filter(|r| !r.supervised && !r.dead)
+                    .map(|r| r.pid)
+                    .collect();
                 tracing::warn!(
-                    "actors did not stop within 10 s of the end of the run; killing them"
+                    "actors did not stop within {FINISH_GRACE:?} of the end of the run: killing \
+                     the learner's own {own:?}, no longer waiting for attached {attached:?}"
                 );
                 let events = self.supervisor.shutdown(Duration::from_secs(1));
                 self.actors_changed(&events);
+                self.drain_rings(&mut tail);
+                for ring in &mut self.rings {
+                    ring.dead = true;
+                }
+                continue;
             }
-            std::thread::sleep(Duration::from_micros(200));
+            std::thread::sleep(Duration::from_millis(1));
         }
         let mut summary = std::mem::take(&mut self.summary);
         summary.incarnations = std::mem::take(&mut self.incarnations)
@@ -364,6 +455,17 @@ fn report_abandoned(incarnations: &mut Incarnations, ring: &RingSlot) {
         );
         incarnation(incarnations, ring.actor_id, ring.incarnation).abandoned_slot = true;
     }
+}
+
+/// Whether process `pid` exists (a zombie counts: the supervisor reaps its own children).
+fn pid_alive(pid: u32) -> bool {
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
+    pid != 0
+        && !matches!(
+            kill(Pid::from_raw(pid as i32), None),
+            Err(nix::errno::Errno::ESRCH)
+        )
 }
 
 fn incarnation(all: &mut Incarnations, actor_id: u32, incarnation: u32) -> &mut IncarnationSummary {
