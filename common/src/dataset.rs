@@ -11,8 +11,13 @@
 //!
 //! Writers only append whole chunks and flush after each, so a crash mid-write leaves a
 //! readable prefix: the reader stops at the last complete chunk of the last file and reports
-//! how many trailing bytes it ignored; a chunk whose index record was not written yet is still
-//! read. Version 1 datasets (one `chunks.bin`, no index) are read too.
+//! how many trailing bytes it ignored (a cut-off tail is shorter than one chunk); a chunk whose
+//! index record was not written yet is still read. Anything else that does not read (a
+//! corrupted length, header or payload inside the data) is an error naming the file, the chunk
+//! and the byte; so is a `dataset.json` that disagrees with its chunks or its environment.
+//! Version 1 datasets (one `chunks.bin`, no index) are read too.
+//!
+//! A dataset directory recur creates has mode 0700, its files 0600 (like a run directory).
 //!
 //! The format is documented for Python in `docs/dataset-format.md`.
 
@@ -22,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::chunk::{Chunk, ChunkError, ChunkSchema};
+use crate::chunk::{Chunk, ChunkError, ChunkSchema, PREFIX_LEN};
 
 pub const FILE_MAGIC: [u8; 8] = *b"RECURDS1";
 pub const INDEX_MAGIC: [u8; 8] = *b"RECURIX1";
@@ -35,6 +40,8 @@ pub const V1_CHUNKS_FILE: &str = "chunks.bin";
 pub const FILE_HEADER: usize = 16;
 /// Bytes of one index record.
 pub const INDEX_RECORD: usize = 32;
+/// The most bytes a chunk header takes (bincode varints of a few counters: well under this).
+const MAX_HEADER: usize = 256;
 /// Default size at which a writer starts the next chunk file.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 256 << 20;
 
@@ -144,9 +151,11 @@ fn file_header(magic: [u8; 8]) -> Vec<u8> {
 
 /// Creates `path` (which must not exist) holding just `header`.
 fn create_with_header(path: &Path, header: &[u8]) -> Result<BufWriter<File>, DatasetError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let file = OpenOptions::new()
         .create_new(true)
         .write(true)
+        .mode(0o600)
         .open(path)
         .map_err(io(path))?;
     let mut file = BufWriter::new(file);
@@ -170,7 +179,18 @@ impl DatasetWriter {
         schema: &ChunkSchema,
         max_file_bytes: u64,
     ) -> Result<Self, DatasetError> {
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        if !dir.exists() {
+            use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(io(parent))?;
+            }
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .map_err(io(dir))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(io(dir))?;
+        }
         let meta_path = dir.join(META_FILE);
         if meta_path.exists() {
             return Err(DatasetError::Format {
@@ -189,7 +209,16 @@ impl DatasetWriter {
         let index = create_with_header(&dir.join(INDEX_FILE), &file_header(INDEX_MAGIC))?;
         let file = create_with_header(&dir.join(chunk_file_name(0)), &file_header(FILE_MAGIC))?;
         let text = serde_json::to_string_pretty(&meta).expect("metadata serialises");
-        std::fs::write(&meta_path, text + "\n").map_err(io(&meta_path))?;
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .mode(0o600)
+                .open(&meta_path)
+                .and_then(|mut f| f.write_all((text + "\n").as_bytes()))
+                .map_err(io(&meta_path))?;
+        }
         Ok(Self {
             dir: dir.to_path_buf(),
             schema: schema.clone(),
@@ -292,7 +321,38 @@ pub fn read_meta(dir: &Path) -> Result<DatasetMeta, DatasetError> {
             ),
         });
     }
+    check_meta(&meta_path, &meta)?;
     Ok(meta)
+}
+
+/// `dataset.json` must agree with itself and with its environment: the schema hash with the
+/// schema, the schema's observation width and action kind with the environment's.
+fn check_meta(path: &Path, meta: &DatasetMeta) -> Result<(), DatasetError> {
+    let refuse = |problem: String| DatasetError::Format {
+        path: path.to_path_buf(),
+        problem,
+    };
+    if meta.schema_hash != meta.schema.hash() {
+        return Err(refuse(format!(
+            "schema_hash {:#018x} does not match its schema (which hashes to {:#018x})",
+            meta.schema_hash,
+            meta.schema.hash()
+        )));
+    }
+    let policy = crate::policy::policy_config_for(&meta.env)
+        .map_err(|e| refuse(format!("env {:?}: {e}", meta.env)))?;
+    let env_schema = crate::policy::chunk_schema(&policy, meta.schema.envs, meta.schema.steps);
+    if env_schema.obs_dim != meta.schema.obs_dim || env_schema.action != meta.schema.action {
+        return Err(refuse(format!(
+            "env {:?} has observations of {} and actions {:?}, the schema {} and {:?}",
+            meta.env,
+            env_schema.obs_dim,
+            env_schema.action,
+            meta.schema.obs_dim,
+            meta.schema.action
+        )));
+    }
+    Ok(())
 }
 
 /// The complete records of `index.bin` (a record cut short by a crash is left out).
@@ -368,10 +428,31 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
         let mut offset = FILE_HEADER;
         while offset < bytes.len() {
             let rest = &bytes[offset..];
-            let len = match Chunk::encoded_len(rest) {
-                Ok(len) if len <= rest.len() => len,
-                // The prefix, header or payload runs past the end: a write cut short.
-                Ok(_) | Err(ChunkError::Bounds { .. }) => break,
+            // A write cut short leaves less than one chunk; more bytes than that which do not
+            // frame a chunk are corruption.
+            let could_be_tail = rest.len() < PREFIX_LEN + MAX_HEADER + meta.schema.payload_len();
+            let corrupt = |problem: String| DatasetError::Format {
+                path: path.clone(),
+                problem: format!("chunk {} at byte {offset}: {problem}", chunks.len()),
+            };
+            let len = match Chunk::peek_meta(rest) {
+                Ok((m, _)) if m.payload_len != meta.schema.payload_len() as u64 => {
+                    return Err(corrupt(format!(
+                        "payload_len {} where the schema's chunks hold {} bytes (corrupted)",
+                        m.payload_len,
+                        meta.schema.payload_len()
+                    )))
+                }
+                Ok((m, header_end)) if header_end + m.payload_len as usize <= rest.len() => {
+                    header_end + m.payload_len as usize
+                }
+                Ok(_) | Err(ChunkError::Bounds { .. }) if could_be_tail => break,
+                Ok(_) | Err(ChunkError::Bounds { .. }) => {
+                    return Err(corrupt(format!(
+                        "{} bytes remain but no chunk frames in them (a corrupted length)",
+                        rest.len()
+                    )))
+                }
                 Err(source) => {
                     return Err(DatasetError::Chunk {
                         path: path.clone(),
@@ -511,7 +592,7 @@ mod tests {
     fn a_write_cut_short_loses_only_the_partial_chunk() {
         let dir = std::env::temp_dir().join(format!("recur-dataset-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut w = DatasetWriter::create(&dir, "CartPole-v1", &schema()).unwrap();
+        let mut w = DatasetWriter::create(&dir, "MaskedCartPole-v1", &schema()).unwrap();
         for seq in 0..3 {
             w.append(&chunk(seq)).unwrap();
         }
@@ -578,7 +659,7 @@ mod tests {
         );
 
         // Recording into an existing dataset is refused.
-        assert!(DatasetWriter::create(&dir, "CartPole-v1", &schema()).is_err());
+        assert!(DatasetWriter::create(&dir, "MaskedCartPole-v1", &schema()).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -588,9 +669,13 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let one = chunk(0).encode(&schema()).unwrap().len() as u64;
         // Two chunks per file.
-        let mut w =
-            DatasetWriter::create_with_file_size(&dir, "CartPole-v1", &schema(), 16 + 2 * one)
-                .unwrap();
+        let mut w = DatasetWriter::create_with_file_size(
+            &dir,
+            "MaskedCartPole-v1",
+            &schema(),
+            16 + 2 * one,
+        )
+        .unwrap();
         for seq in 0..5 {
             w.append(&chunk(seq)).unwrap();
         }
@@ -617,6 +702,83 @@ mod tests {
             err.contains("chunks-00000.bin") && err.contains("later files follow"),
             "{err}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 20: a corrupted `payload_len` inside the data (chunk 10 of 80) is an error naming
+    /// file, chunk and byte, not a silent stop after 10 chunks; so is a corrupted header length
+    /// with a whole chunk's worth of bytes behind it. A `dataset.json` that disagrees with its
+    /// schema or environment is refused. The directory is 0700, its files 0600.
+    #[test]
+    fn corruption_inside_the_data_and_disagreeing_metadata_are_errors() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir =
+            std::env::temp_dir().join(format!("recur-dataset-corrupt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut w = DatasetWriter::create(&dir, "MaskedCartPole-v1", &schema()).unwrap();
+        for seq in 0..80 {
+            w.append(&chunk(seq)).unwrap();
+        }
+        drop(w);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        for f in [META_FILE, INDEX_FILE, &chunk_file_name(0)] {
+            assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+        }
+        let path = dir.join(chunk_file_name(0));
+        let clean = std::fs::read(&path).unwrap();
+        let data = read_dataset(&dir).unwrap();
+        assert_eq!(data.chunks.len(), 80);
+        let at = data.locations[10].offset as usize;
+        let (m, _) = Chunk::peek_meta(&clean[at..]).unwrap();
+        // Rewrite chunk 10's header with a wrong payload_len (fixed-width integers, as chunk
+        // headers are encoded: the header length stays).
+        let header_len = u32::from_le_bytes(clean[at + 12..at + 16].try_into().unwrap()) as usize;
+        let mut bad = m.clone();
+        assert!(m.payload_len < 65_000);
+        bad.payload_len = 65_000;
+        let config = bincode::config::standard()
+            .with_fixed_int_encoding()
+            .with_little_endian();
+        let encoded = bincode::serde::encode_to_vec(&bad, config).unwrap();
+        let mut bytes = clean.clone();
+        assert_eq!(encoded.len(), header_len);
+        bytes[at + 16..at + 16 + header_len].copy_from_slice(&encoded);
+        std::fs::write(&path, &bytes).unwrap();
+        let err = read_dataset(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("chunks-00000.bin")
+                && err.contains(&format!("chunk 10 at byte {at}"))
+                && err.contains("payload_len 65000"),
+            "{err}"
+        );
+        // A corrupted header length in chunk 10: the bytes behind it hold 70 chunks.
+        let mut bytes = clean.clone();
+        bytes[at + 12..at + 16].copy_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let err = read_dataset(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("chunks-00000.bin") && err.contains(&format!("chunk 10 at byte {at}")),
+            "{err}"
+        );
+        std::fs::write(&path, &clean).unwrap();
+        // dataset.json naming another environment (CartPole-v1: 4 observations, not 2).
+        let meta_path = dir.join(META_FILE);
+        let meta = std::fs::read_to_string(&meta_path).unwrap();
+        std::fs::write(&meta_path, meta.replace("MaskedCartPole-v1", "CartPole-v1")).unwrap();
+        let err = read_dataset(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("dataset.json") && err.contains("\"CartPole-v1\" has observations of 4"),
+            "{err}"
+        );
+        // ...or a schema that does not hash to its schema_hash.
+        std::fs::write(
+            &meta_path,
+            meta.replace("\"hidden_size\": 4", "\"hidden_size\": 8"),
+        )
+        .unwrap();
+        let err = read_dataset(&dir).unwrap_err().to_string();
+        assert!(err.contains("schema_hash"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
