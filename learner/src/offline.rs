@@ -20,7 +20,7 @@ use crate::config::{Algo, ReplayConfig};
 use crate::eval::{evaluate, host_policy};
 use crate::metrics::{MetricsRow, MetricsWriter, REPLAY_AXES};
 use crate::policy::fit_policy;
-use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary};
+use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary, RunDir};
 
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {
@@ -71,6 +71,8 @@ fn replay_on<B: AutodiffBackend>(
     let config = &opts.config;
     let r = &config.replay;
     let started = Instant::now();
+    // The run directory, locked for the run's life; one that holds a run is refused.
+    let _run_dir = RunDir::create(&opts.run_dir, false)?;
     let data = read_dataset(&opts.dataset)
         .with_context(|| format!("reading dataset {}", opts.dataset.display()))?;
     if data.ignored_tail_bytes > 0 {
