@@ -725,3 +725,63 @@ fn soak_learner_sigkills_each_followed_by_resume() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `recur-learner replay` ends cleanly on SIGTERM too: exit 0 with its final checkpoint and
+/// summary, long before its updates are done.
+#[test]
+fn sigterm_ends_a_replay_run_cleanly() {
+    let dir = temp_dir("crash-replay");
+    let data = dir.join("data");
+    let mut cmd = Command::new(binary("recur-actor"));
+    cmd.args([
+        "--env",
+        "RepeatPrevious-v0",
+        "--envs",
+        "16",
+        "--steps",
+        "32",
+    ])
+    .args([
+        "--frames", "2048", "--cell", "gru", "--hidden", "16", "--seed", "5",
+    ])
+    .arg("--record")
+    .arg(&data);
+    let out = recur_tests::run_with_deadline(cmd, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = dir.join("run");
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.args([
+        "replay",
+        "--dataset",
+        data.to_str().unwrap(),
+        "--algo",
+        "bc",
+    ])
+    .args([
+        "--updates",
+        "100000000",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--quiet",
+    ])
+    .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+    .env("RUST_LOG", "info");
+    let run = Watched::spawn(cmd);
+    wait_rows(&run, &run_dir, 2);
+    signal(&run, Signal::SIGTERM);
+    let (ok, _, lines) = run.finish(Duration::from_secs(120));
+    assert!(ok, "{}", lines.join("\n"));
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert!(
+        summary["updates"].as_u64().unwrap() < 100_000_000,
+        "{summary}"
+    );
+    assert!(run_dir.join("checkpoint/manifest.json").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -71,7 +71,9 @@ fn replay_on<B: AutodiffBackend>(
     let config = &opts.config;
     let r = &config.replay;
     let started = Instant::now();
-    // The run directory, locked for the run's life; one that holds a run is refused.
+    // SIGINT/SIGTERM end the run cleanly (final evaluation and checkpoint); the run directory
+    // is locked for the run's life, and one that holds a run is refused.
+    let signals = crate::signals::install()?;
     let _run_dir = RunDir::create(&opts.run_dir, false)?;
     let data = read_dataset(&opts.dataset)
         .with_context(|| format!("reading dataset {}", opts.dataset.display()))?;
@@ -160,6 +162,10 @@ fn replay_on<B: AutodiffBackend>(
         anyhow::Ok(eval)
     };
     while summary.updates < r.updates {
+        if signals.raised() {
+            tracing::info!("stopped by a signal");
+            break;
+        }
         if opts
             .max_seconds
             .is_some_and(|m| started.elapsed().as_secs_f64() >= m)
