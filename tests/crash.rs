@@ -785,3 +785,34 @@ fn sigterm_ends_a_replay_run_cleanly() {
     assert!(run_dir.join("checkpoint/manifest.json").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An update that produces non-finite weights (here: `ppo.lr = 1e38` overflows within a few
+/// updates) stops the run with an error naming the update; the weights are neither published
+/// nor checkpointed (every checkpoint on disk holds finite weights).
+#[test]
+fn non_finite_weights_are_never_published_or_checkpointed() {
+    let dir = temp_dir("crash-nan");
+    let config = tiny_config(&dir, |t| t.replace("lr = 1e-3", "lr = 1e38"));
+    let run_dir = dir.join("run");
+    let (ok, _, lines) = Watched::spawn(new_run(&config, &run_dir, &["--frames", "6400"]))
+        .finish(Duration::from_secs(120));
+    let text = lines.join("\n");
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("produced weights that are not finite"),
+        "{text}"
+    );
+    for ckpt in ["checkpoint", "checkpoint.old"] {
+        let Ok(blob) = std::fs::read(run_dir.join(ckpt).join("weights.bin")) else {
+            continue;
+        };
+        assert!(
+            blob[32..]
+                .chunks_exact(4)
+                .all(|b| f32::from_le_bytes(b.try_into().unwrap()).is_finite()),
+            "{ckpt} holds non-finite weights"
+        );
+    }
+    nothing_left(&lines);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
