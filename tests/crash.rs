@@ -816,3 +816,45 @@ fn non_finite_weights_are_never_published_or_checkpointed() {
     nothing_left(&lines);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The natural end of a run (its frames reached) whose chunks all come from an attached
+/// `recur-actor --connect`: the run's own actor slot holds a program that never registers
+/// (`sleep`), so the run cannot end before the attached actor delivers. At the end the attached
+/// actor is told to stop (exit 0), the silent child is killed after the grace period, and the
+/// learner exits within 30 s of its last update with its summary.
+#[test]
+fn an_attached_actor_at_the_natural_end_of_a_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("crash-attached-end");
+    let config = tiny_config(&dir, |t| t);
+    let silent = dir.join("silent-actor");
+    std::fs::write(&silent, "#!/bin/sh\nexec sleep 1000\n").unwrap();
+    std::fs::set_permissions(&silent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run_dir = dir.join("run");
+    let run = Watched::spawn(new_run(
+        &config,
+        &run_dir,
+        &["--frames", "640", "--actor-bin", silent.to_str().unwrap()],
+    ));
+    run.wait_for("the control socket", Duration::from_secs(60), |l| {
+        l.contains("actor 0/0 started")
+    });
+    let attached = attached_actor(&run_dir.join("control.sock"), 7);
+    wait_rows(&run, &run_dir, 10);
+    let last_update = Instant::now();
+    let (ok, stdout, lines) = run.finish(Duration::from_secs(30));
+    assert!(ok, "{}", lines.join("\n"));
+    eprintln!(
+        "the learner exited {:?} after its last update",
+        last_update.elapsed()
+    );
+    assert!(last_update.elapsed() < Duration::from_secs(30));
+    let s = last_json(&stdout);
+    assert_eq!(s["updates"], 10, "{s}");
+    assert_eq!(s["stopped_by_request"], false, "{s}");
+    assert!(run_dir.join("summary.json").exists());
+    let (attached_ok, _, attached_lines) = attached.finish(Duration::from_secs(20));
+    assert!(attached_ok, "{}", attached_lines.join("\n"));
+    nothing_left(&lines);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
