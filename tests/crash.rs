@@ -575,7 +575,7 @@ fn a_run_directory_is_locked_and_never_clobbered() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("can be written by other users") && err.contains("1777"),
+        err.contains("can be written by every user") && err.contains("1777"),
         "{err}"
     );
     let mode = std::fs::metadata(&shared).unwrap().permissions().mode() & 0o7777;

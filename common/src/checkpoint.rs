@@ -344,7 +344,18 @@ pub fn load_checkpoint<B: Backend, S: DeserializeOwned>(
 /// Reads and checks the manifest of checkpoint `dir`.
 pub fn read_manifest(dir: &Path) -> Result<Manifest, CheckpointError> {
     let path = dir.join(CHECKPOINT_MANIFEST);
-    let text = std::fs::read(&path).map_err(|e| damaged(&path, format!("unreadable: {e}")))?;
+    let text = std::fs::read(&path).map_err(|e| {
+        damaged(
+            &path,
+            if e.kind() == std::io::ErrorKind::NotFound {
+                "missing (an unfinished write, or a checkpoint of a recur before checkpoint \
+                 format 2, which cannot be resumed)"
+                    .to_string()
+            } else {
+                format!("unreadable: {e}")
+            },
+        )
+    })?;
     let manifest: Manifest = serde_json::from_slice(&text)
         .map_err(|e| damaged(&path, format!("not a checkpoint manifest: {e}")))?;
     if manifest.format != CHECKPOINT_FORMAT {

@@ -1,6 +1,6 @@
 //! The run directory and the names a run gives its resources: the directory itself (created
 //! with mode 0700, so only the run's user reaches the control socket inside it; an existing
-//! directory is never chmod'ed, and one others can write to is refused), its lock (`run.lock`,
+//! directory is never chmod'ed, and one every user can write to is refused), its lock (`run.lock`,
 //! an exclusive `flock` held for the run's life and released by the kernel when the process
 //! dies, so two runs never share a directory), the control socket, and the
 //! shared-memory segments (`recur-<run id>-weights`, `recur-<run id>-ring-<actor>-<incarnation>`,
@@ -35,7 +35,7 @@ const RUN_FILES: [&str; 5] = [
 
 impl RunDir {
     /// Takes `path` for a run: creates it (parents too) with mode 0700 if it does not exist,
-    /// else checks that only its owner can write to it (it is never chmod'ed); locks it; and,
+    /// else checks that it is ours and not world-writable (it is never chmod'ed); locks it; and,
     /// unless `resume`, refuses a directory that already holds a run. Draws a fresh run id.
     pub fn create(path: &Path, resume: bool) -> anyhow::Result<Self> {
         use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -49,7 +49,7 @@ impl RunDir {
                 let mode = meta.mode() & 0o7777;
                 let me = nix::unistd::Uid::effective().as_raw();
                 anyhow::ensure!(
-                    meta.uid() == me && mode & 0o022 == 0,
+                    meta.uid() == me && mode & 0o002 == 0,
                     "run directory {} {} (mode {mode:o}); recur does not change the mode of a \
                      directory it did not create: pass a new directory inside it (e.g. {}), \
                      which recur creates with mode 0700",
@@ -57,7 +57,7 @@ impl RunDir {
                     if meta.uid() != me {
                         format!("belongs to uid {}, not to this user ({me})", meta.uid())
                     } else {
-                        "can be written by other users".to_string()
+                        "can be written by every user".to_string()
                     },
                     path.join("run").display()
                 );
