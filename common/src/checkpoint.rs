@@ -532,3 +532,82 @@ pub fn load_checkpoint_policy(dir: &Path) -> anyhow::Result<(Policy<Cpu>, u64)> 
         from_blob(policy, &blob).with_context(|| format!("loading {}", weights_path.display()))?;
     Ok((policy, version))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("recur-ckpt-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn atomic_writes_replace_whole_files_and_name_the_path_on_a_full_disk() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp("atomic");
+        let path = dir.join("config.toml");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert!(!dir.join("config.toml.tmp").exists());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // A full disk (the temporary file is /dev/full): the error names it, and the old
+        // file is untouched.
+        std::os::unix::fs::symlink("/dev/full", dir.join("config.toml.tmp")).unwrap();
+        let err = format!("{:#}", write_atomic(&path, b"three").unwrap_err());
+        assert!(
+            err.contains("config.toml.tmp") && err.contains("No space left on device"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn verified_reads_name_the_file_and_the_problem() {
+        let dir = temp("verify");
+        let bytes = b"0123456789".to_vec();
+        std::fs::write(dir.join("a.bin"), &bytes).unwrap();
+        let manifest = Manifest {
+            format: CHECKPOINT_FORMAT,
+            algo: "ppo".into(),
+            policy: PolicyConfig::new(2, crate::policy::ActionSpec::Discrete { n: 2 }),
+            layout_hash: 0,
+            files: vec![FileEntry {
+                name: "a.bin".into(),
+                bytes: 10,
+                crc32: crc32fast::hash(&bytes),
+            }],
+        };
+        assert_eq!(read_verified(&dir, &manifest, "a.bin").unwrap(), bytes);
+        std::fs::write(dir.join("a.bin"), &bytes[..4]).unwrap();
+        let err = read_verified(&dir, &manifest, "a.bin")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("a.bin") && err.contains("4 bytes where the manifest says 10"),
+            "{err}"
+        );
+        let mut flipped = bytes.clone();
+        flipped[3] ^= 1;
+        std::fs::write(dir.join("a.bin"), &flipped).unwrap();
+        let err = read_verified(&dir, &manifest, "a.bin")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a.bin") && err.contains("CRC-32"), "{err}");
+        let err = read_verified(&dir, &manifest, "b.bin")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not listed in the manifest"), "{err}");
+        let err = read_manifest(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("manifest.json") && err.contains("missing"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
