@@ -862,6 +862,21 @@ impl Checker<'_> {
             col.restart_backoff_s,
             Range::NonNegative,
         )?;
+        // Durations: bounded so that they convert (and double) without overflow.
+        if col.restart_window_s > 1e9 {
+            return self.fail(
+                "collector.restart_window_s",
+                col.restart_window_s,
+                "at most 1e9 seconds",
+            );
+        }
+        if col.restart_backoff_s > 3600.0 {
+            return self.fail(
+                "collector.restart_backoff_s",
+                col.restart_backoff_s,
+                "at most 3600 seconds (doubled per restart, capped at 8 s)",
+            );
+        }
         if let Some(p) = &c.ppo {
             self.check("ppo.reward_scale", p.reward_scale, Range::Positive)?;
         }
@@ -1200,6 +1215,16 @@ max_grad_norm = 0.5
                 "steps = 32",
                 "steps = 32\nrestart_window_s = 0.0",
                 "`collector.restart_window_s` = 0",
+            ),
+            (
+                "steps = 32",
+                "steps = 32\nrestart_window_s = 2e9",
+                "`collector.restart_window_s` = 2000000000",
+            ),
+            (
+                "steps = 32",
+                "steps = 32\nrestart_backoff_s = 7200.0",
+                "`collector.restart_backoff_s` = 7200",
             ),
         ] {
             let err = train_err(&GOOD.replace(from, to));
