@@ -4,7 +4,7 @@
 #   scripts/train.sh [--config FILE] [--actors N] [--seed S] [--run-dir DIR] [--resume RUN_DIR]
 #                    [--frames N] [--max-seconds S] [--quiet]
 #
-# Defaults: configs/masked_cartpole.toml, one actor per core, run directory runs/<env>-<time>.
+# Defaults: configs/masked_cartpole.toml (2 actors), run directory runs/<env>-<time>.
 # The first call builds the release binaries (a few minutes); later calls start at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."

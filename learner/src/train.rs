@@ -182,19 +182,7 @@ fn train_on<B: AutodiffBackend>(
             open: HashMap::new(),
             recent: state.recent_returns.iter().copied().collect(),
         };
-        let summary = TrainSummary {
-            env: config.run.env.clone(),
-            frames: state.frames,
-            updates: state.updates,
-            seconds: state.wall_s,
-            episodes: state.episodes,
-            final_mean_return: returns.mean(),
-            best_mean_return: state.best_mean_return,
-            target_return: config.run.target_return,
-            frames_to_target: state.frames_to_target,
-            seconds_to_target: state.seconds_to_target,
-            ..Default::default()
-        };
+        let summary = TrainSummary::counted(config, &state, &returns);
         write_summary(&opts.run_dir, &summary)?;
         return Ok(summary);
     }
@@ -430,16 +418,6 @@ fn train_on<B: AutodiffBackend>(
     );
     plot_curve(&opts.run_dir, &title, TRAIN_AXES, config.run.target_return)?;
     let summary = TrainSummary {
-        env: config.run.env.clone(),
-        frames: state.frames,
-        updates: state.updates,
-        seconds: state.wall_s,
-        episodes: state.episodes,
-        final_mean_return: returns.mean(),
-        best_mean_return: state.best_mean_return,
-        target_return: config.run.target_return,
-        frames_to_target: state.frames_to_target,
-        seconds_to_target: state.seconds_to_target,
         final_eval_return: eval_rows.last().map(|r| r.eval_return_mean),
         final_eval_frames: eval_rows.last().map(|r| r.frames),
         eval_frames_to_target: eval_target.map(|t| t.0),
@@ -448,6 +426,7 @@ fn train_on<B: AutodiffBackend>(
         stopped_by_request,
         actors_gone: actors_gone.as_ref().map(|g| g.last_exit.clone()),
         transport: transport_summary,
+        ..TrainSummary::counted(config, &state, &returns)
     };
     write_summary(&opts.run_dir, &summary)?;
     if let Some(gone) = actors_gone {
@@ -500,6 +479,25 @@ impl Admission {
         let mean = self.lag_sum as f64 / self.lag_n.max(1) as f64;
         (self.lag_sum, self.lag_n) = (0, 0);
         mean
+    }
+}
+
+impl TrainSummary {
+    /// The fields the run's counters give (the others are filled in where they are known).
+    fn counted(config: &TrainConfig, state: &TrainState, returns: &Returns) -> Self {
+        TrainSummary {
+            env: config.run.env.clone(),
+            frames: state.frames,
+            updates: state.updates,
+            seconds: state.wall_s,
+            episodes: state.episodes,
+            final_mean_return: returns.mean(),
+            best_mean_return: state.best_mean_return,
+            target_return: config.run.target_return,
+            frames_to_target: state.frames_to_target,
+            seconds_to_target: state.seconds_to_target,
+            ..Default::default()
+        }
     }
 }
 
