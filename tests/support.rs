@@ -234,26 +234,7 @@ fn binary_dir() -> PathBuf {
 /// gymnasium and numpy). When it is not, bridge tests say so on stderr and pass without
 /// running, unless `RECUR_REQUIRE_PYTHON` is set (`.ci/run` sets it), which makes them fail.
 pub fn gymnasium_available() -> bool {
-    let python = std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import gymnasium, numpy"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let required = std::env::var_os("RECUR_REQUIRE_PYTHON").is_some();
-        assert!(
-            !required,
-            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import gymnasium and numpy \
-             (python3 -m pip install gymnasium numpy popgym)"
-        );
-        eprintln!(
-            "SKIPPED: {python} cannot import gymnasium and numpy; install them \
-             (python3 -m pip install gymnasium numpy popgym) to run the bridge tests"
-        );
-    }
-    ok
+    python_module_available("gymnasium, numpy")
 }
 
 /// Whether `python3` (or `RECUR_PYTHON`) can import `module` (see [`gymnasium_available`]).
@@ -269,9 +250,13 @@ pub fn python_module_available(module: &str) -> bool {
         let required = std::env::var_os("RECUR_REQUIRE_PYTHON").is_some();
         assert!(
             !required,
-            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import {module}"
+            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import {module} \
+             (python3 -m pip install gymnasium numpy popgym)"
         );
-        eprintln!("SKIPPED: {python} cannot import {module}");
+        eprintln!(
+            "SKIPPED: {python} cannot import {module}; install it \
+             (python3 -m pip install gymnasium numpy popgym) to run this test"
+        );
     }
     ok
 }

@@ -443,14 +443,7 @@ impl VectorEnv for GymVecEnv {
                 .arrays()
                 .read_obs(&mut last.obs[r.start * d..r.end * d]);
         }
-        last.next_obs.fill(0.0);
-        last.reward.fill(0.0);
-        last.terminated.fill(false);
-        last.truncated.fill(false);
-        last.done.fill(false);
-        last.is_init.fill(true);
-        last.episode_return.fill(None);
-        last.episode_length.fill(None);
+        last.after_reset();
         self.running_return.fill(0.0);
         self.running_length.fill(0);
         self.started = true;

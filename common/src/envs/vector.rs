@@ -84,6 +84,19 @@ impl VecStep {
             episode_length: vec![None; num_envs],
         }
     }
+
+    /// The step record after a reset of every environment (`obs` holds the first
+    /// observations): no transition yet, `is_init` everywhere.
+    pub(crate) fn after_reset(&mut self) {
+        self.next_obs.fill(0.0);
+        self.reward.fill(0.0);
+        self.terminated.fill(false);
+        self.truncated.fill(false);
+        self.done.fill(false);
+        self.is_init.fill(true);
+        self.episode_return.fill(None);
+        self.episode_length.fill(None);
+    }
 }
 
 /// `E` copies of one environment ([`make`]`(id)`, time limit included), stepped in lockstep;
@@ -213,14 +226,7 @@ impl VecEnv {
             self.running_return[j] = 0.0;
             self.running_length[j] = 0;
         }
-        last.next_obs.fill(0.0);
-        last.reward.fill(0.0);
-        last.terminated.fill(false);
-        last.truncated.fill(false);
-        last.done.fill(false);
-        last.is_init.fill(true);
-        last.episode_return.fill(None);
-        last.episode_length.fill(None);
+        last.after_reset();
         self.started = true;
         &self.last.obs
     }
