@@ -279,3 +279,45 @@ fn a_policy_that_does_not_fit_the_env_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_restored_actor_continues_exactly_where_the_saved_one_stood() {
+    for (env, cell) in CASES {
+        let mut a = actor(env, cell, 3, 40, 4);
+        for _ in 0..3 {
+            a.collect().unwrap();
+        }
+        let saved = a.save_state().expect("built-in envs are saved");
+        // Another seed and incarnation, the same weights: only the restored state can make its
+        // chunks equal.
+        let mut config = a.config().clone();
+        config.seed = 99;
+        config.incarnation = 2;
+        let mut b = Actor::new(config, a.policy().clone()).unwrap();
+        b.collect().unwrap();
+        assert_eq!(b.restore(&saved).unwrap(), a.policy_version());
+        for k in 0..4 {
+            let (x, mut y) = (a.collect().unwrap(), b.collect().unwrap());
+            assert_eq!((y.meta.incarnation, y.meta.seq), (2, x.meta.seq - 2));
+            (y.meta.incarnation, y.meta.seq) = (x.meta.incarnation, x.meta.seq);
+            // The episodes running at the save keep their trajectory ids; the ones that start
+            // later are the new incarnation's.
+            if k == 0 {
+                assert_eq!(x.traj_ids[0], y.traj_ids[0], "{env}");
+            }
+            let incarnation_bits = 0xffi64 << 44;
+            for (&i, &j) in x.traj_ids.iter().zip(&y.traj_ids) {
+                assert_eq!(i & !incarnation_bits, j & !incarnation_bits, "{env}");
+            }
+            y.traj_ids.clone_from(&x.traj_ids);
+            assert!(x == y, "{env}: chunk {k} after the restore differs");
+        }
+        // A state for another schema is refused, naming it.
+        let mut c = actor(env, cell, 2, 40, 4);
+        let err = c.restore(&saved).unwrap_err().to_string();
+        assert!(
+            err.contains("saved actor state") && err.contains("schema"),
+            "{err}"
+        );
+    }
+}

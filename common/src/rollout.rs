@@ -7,8 +7,9 @@
 //! contains a recurrent core. Between steps it copies `("next", state)` to `state`. It never
 //! touches the recurrent mode: its thread stays in the sequential default.
 
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha12Rng;
+use serde::{Deserialize, Serialize};
 
 use crate::backend::{cpu_device, Cpu};
 use crate::chunk::{traj_id, ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSchema};
@@ -207,8 +208,12 @@ pub struct Actor {
     rs_h: Vec<f32>,
     rs_c: Option<Vec<f32>>,
     episode: Vec<u64>,
-    rng: StdRng,
+    /// rand's `StdRng` generator, named so that its position can be saved.
+    rng: ChaCha12Rng,
     seq: u64,
+    /// Per environment: the incarnation under which its running episode started (its
+    /// trajectory id's; an actor restored from a saved state continues those episodes).
+    traj_incarnation: Vec<u32>,
     finished: Vec<Episode>,
     // Per-step scratch.
     discrete: Vec<i64>,
@@ -286,7 +291,8 @@ impl Actor {
         let primer = policy.primer();
         let zeros = |key: &str| primer.entry(key).map(|_| vec![0.0f32; state_len]);
         Ok(Actor {
-            rng: StdRng::seed_from_u64(config.seed ^ 0x5eed_ac70),
+            rng: ChaCha12Rng::seed_from_u64(config.seed ^ 0x5eed_ac70),
+            traj_incarnation: vec![config.incarnation; e],
             is_init: vec![true; e],
             rs_h: zeros("rs_h").expect("every primer declares rs_h"),
             rs_c: zeros("rs_c"),
@@ -349,6 +355,77 @@ impl Actor {
         std::mem::take(&mut self.finished)
     }
 
+    /// Everything the actor's next chunks depend on besides the weights: the environments'
+    /// states, the recurrent state, the current observations and `is_init`, the episode
+    /// counters and trajectory ids, the action sampler's position. [`Actor::restore`] on a
+    /// fresh actor of the same configuration continues exactly where this one stands (the
+    /// exact resume of `sync` runs). `None` when the environments cannot be saved
+    /// ([`VectorEnv::save_state`]: the gymnasium bridge).
+    pub fn save_state(&self) -> Option<Vec<u8>> {
+        let state = ActorState {
+            schema_hash: self.schema.hash(),
+            policy_version: self.policy_version,
+            envs: self.env.save_state()?,
+            steps_taken: self.steps_taken,
+            obs: self.obs.clone(),
+            is_init: self.is_init.clone(),
+            rs_h: self.rs_h.clone(),
+            rs_c: self.rs_c.clone(),
+            episode: self.episode.clone(),
+            traj_incarnation: self.traj_incarnation.clone(),
+            rng: (
+                self.rng.get_seed(),
+                self.rng.get_stream(),
+                self.rng.get_word_pos(),
+            ),
+        };
+        Some(crate::envs::encode_state(&state))
+    }
+
+    /// Continues from what [`Actor::save_state`] wrote (by an earlier incarnation, or before
+    /// the learner was restarted); returns the policy version of the last chunk collected
+    /// before the save. The chunk sequence numbers stay this incarnation's own.
+    ///
+    /// # Errors
+    /// A state written for another chunk schema, or one that does not decode.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<u64, ActorError> {
+        let state: ActorState = crate::envs::decode_state(&self.config.env, bytes)?;
+        let bad = |what: String| ActorError::Mismatch {
+            env: self.config.env.clone(),
+            what: format!("saved actor state: {what}"),
+        };
+        if state.schema_hash != self.schema.hash() {
+            return Err(bad(format!(
+                "written for chunk schema {:#x}, this actor's is {:#x}",
+                state.schema_hash,
+                self.schema.hash()
+            )));
+        }
+        let fits = state.obs.len() == self.obs.len()
+            && state.is_init.len() == self.is_init.len()
+            && state.rs_h.len() == self.rs_h.len()
+            && state.rs_c.as_ref().map(Vec::len) == self.rs_c.as_ref().map(Vec::len)
+            && state.episode.len() == self.episode.len()
+            && state.traj_incarnation.len() == self.traj_incarnation.len();
+        if !fits {
+            return Err(bad("its buffers do not have this actor's sizes".into()));
+        }
+        self.env.load_state(&state.envs)?;
+        self.steps_taken = state.steps_taken;
+        self.obs = state.obs;
+        self.is_init = state.is_init;
+        self.rs_h = state.rs_h;
+        self.rs_c = state.rs_c;
+        self.episode = state.episode;
+        self.traj_incarnation = state.traj_incarnation;
+        let (seed, stream, word_pos) = state.rng;
+        self.rng = ChaCha12Rng::from_seed(seed);
+        self.rng.set_stream(stream);
+        self.rng.set_word_pos(word_pos);
+        self.policy_version = state.policy_version;
+        Ok(state.policy_version)
+    }
+
     /// Collects the next chunk: `T` steps of every environment.
     pub fn collect(&mut self) -> Result<Chunk, ActorError> {
         if current_recurrent_mode() == Some(RecurrentMode::Recurrent) {
@@ -385,7 +462,7 @@ impl Actor {
                 chunk.state_value[p] = self.out.value[env];
                 chunk.traj_ids[p] = traj_id(
                     self.config.actor_id,
-                    self.config.incarnation,
+                    self.traj_incarnation[env],
                     env,
                     self.episode[env],
                 );
@@ -441,6 +518,7 @@ impl Actor {
                         length: out.episode_length[env].unwrap_or(0),
                     });
                     self.episode[env] += 1;
+                    self.traj_incarnation[env] = self.config.incarnation;
                 }
             }
             // ("next", state) -> state; the primer's zeros where an episode restarts.
@@ -567,6 +645,22 @@ impl Actor {
     }
 }
 
+/// What [`Actor::save_state`] writes.
+#[derive(Serialize, Deserialize)]
+struct ActorState {
+    schema_hash: u64,
+    policy_version: u64,
+    envs: Vec<u8>,
+    steps_taken: u64,
+    obs: Vec<f32>,
+    is_init: Vec<bool>,
+    rs_h: Vec<f32>,
+    rs_c: Option<Vec<f32>>,
+    episode: Vec<u64>,
+    traj_incarnation: Vec<u32>,
+    rng: ([u8; 32], u64, u128),
+}
+
 /// Head outputs per environment of a multi-discrete policy: the sum of `nvec`.
 fn k_head(nvec: &[usize]) -> usize {
     nvec.iter().sum()
@@ -580,7 +674,7 @@ fn categorical_log_prob_host(logits: &[f32], a: usize) -> f32 {
 }
 
 /// A standard normal draw (Box-Muller).
-fn standard_normal(rng: &mut StdRng) -> f32 {
+fn standard_normal(rng: &mut ChaCha12Rng) -> f32 {
     let u1: f64 = 1.0 - rng.random::<f64>(); // (0, 1]
     let u2: f64 = rng.random::<f64>();
     ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32

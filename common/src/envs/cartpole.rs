@@ -4,7 +4,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{write_obs, ActionRef, Env, Space, StepResult};
+use super::{write_obs, ActionRef, Env, EnvError, Space, StepResult};
 
 /// A pole hinged on a cart that moves along a frictionless track.
 ///
@@ -167,6 +167,18 @@ impl Env for CartPole {
         write_obs(self.id(), obs, &self.observation());
         r
     }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        Some(super::encode_state(&(
+            self.state,
+            self.steps_beyond_terminated,
+        )))
+    }
+
+    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
+        (self.state, self.steps_beyond_terminated) = super::decode_state(self.id(), state)?;
+        Ok(())
+    }
 }
 
 /// CartPole observed through `[x, theta]` only: the velocities are hidden, so a policy must
@@ -228,6 +240,14 @@ impl Env for MaskedCartPole {
         let r = self.cartpole.advance("MaskedCartPole-v1", action);
         write_obs(self.id(), obs, &self.observation());
         r
+    }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        self.cartpole.save_state()
+    }
+
+    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
+        self.cartpole.load_state(state)
     }
 }
 

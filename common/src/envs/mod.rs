@@ -93,6 +93,45 @@ pub trait Env: Send {
     /// On an action outside [`Env::action_space`] (the caller validates actions beforehand) or
     /// an `obs` buffer of the wrong length.
     fn step(&mut self, action: ActionRef<'_>, obs: &mut [f32]) -> StepResult;
+    /// The environment's state mid-episode as bytes, so that a resumed run continues the
+    /// episode exactly ([`Env::load_state`] restores it). `None` (the default): this
+    /// environment cannot be saved, and a resumed run starts new episodes.
+    fn save_state(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// Restores what [`Env::save_state`] wrote.
+    ///
+    /// # Errors
+    /// [`EnvError::State`] for bytes that are not such a state (or an environment that cannot
+    /// restore one: the default).
+    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
+        let _ = state;
+        Err(EnvError::State {
+            id: self.id().to_owned(),
+            reason: "this environment cannot restore a saved state".into(),
+        })
+    }
+}
+
+/// `value` as the bytes of an [`Env::save_state`].
+pub fn encode_state<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(value, bincode::config::standard()).expect("plain values encode")
+}
+
+/// What [`encode_state`] wrote, for environment `id`: the whole of `bytes`, or
+/// [`EnvError::State`].
+pub fn decode_state<T: serde::de::DeserializeOwned>(id: &str, bytes: &[u8]) -> Result<T, EnvError> {
+    match bincode::serde::decode_from_slice(bytes, bincode::config::standard()) {
+        Ok((value, used)) if used == bytes.len() => Ok(value),
+        Ok((_, used)) => Err(EnvError::State {
+            id: id.to_owned(),
+            reason: format!("{} bytes left over after the state", bytes.len() - used),
+        }),
+        Err(e) => Err(EnvError::State {
+            id: id.to_owned(),
+            reason: format!("not a saved state: {e}"),
+        }),
+    }
 }
 
 /// Errors of environment construction.
@@ -134,6 +173,9 @@ pub enum EnvError {
     /// A gymnasium worker died or hung.
     #[error("{id}: {message}")]
     WorkerFailed { id: String, message: String },
+    /// A saved state that does not restore ([`Env::load_state`]).
+    #[error("{id}: cannot restore the saved environment state: {reason}")]
+    State { id: String, reason: String },
     /// [`VecEnv::new`] was asked for no environments.
     #[error("num_envs must be at least 1, got {num_envs}")]
     NoEnvs {

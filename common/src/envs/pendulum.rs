@@ -6,7 +6,7 @@ use std::f64::consts::PI;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{write_obs, ActionRef, Env, Space, StepResult};
+use super::{write_obs, ActionRef, Env, EnvError, Space, StepResult};
 
 /// An inverted pendulum driven by a bounded torque at its pivot.
 ///
@@ -128,6 +128,15 @@ impl Env for Pendulum {
             truncated: false,
         }
     }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        Some(super::encode_state(&self.state))
+    }
+
+    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
+        self.state = super::decode_state(self.id(), state)?;
+        Ok(())
+    }
 }
 
 /// Pendulum-v1 with the angular velocity hidden (observation `[cos theta, sin theta]`): the
@@ -181,6 +190,14 @@ impl Env for MaskedPendulum {
         let r = self.pendulum.step(action, &mut [0.0; 3]);
         write_obs(self.id(), obs, &self.observation());
         r
+    }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        self.pendulum.save_state()
+    }
+
+    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
+        self.pendulum.load_state(state)
     }
 }
 

@@ -92,6 +92,22 @@ pub trait VectorEnv: Send {
     /// # Errors
     /// As [`VectorEnv::reset`].
     fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError>;
+    /// Every environment's state mid-episode, for an exact resume; `None` (the default) when
+    /// an environment cannot be saved (the gymnasium bridge's cannot).
+    fn save_state(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// Restores what [`VectorEnv::save_state`] wrote (after [`VectorEnv::reset`]).
+    ///
+    /// # Errors
+    /// [`EnvError::State`].
+    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
+        let _ = state;
+        Err(EnvError::State {
+            id: self.id().to_owned(),
+            reason: "these environments cannot restore a saved state".into(),
+        })
+    }
 }
 
 impl VectorEnv for VecEnv {
@@ -112,6 +128,12 @@ impl VectorEnv for VecEnv {
     }
     fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError> {
         Ok(VecEnv::step(self, actions))
+    }
+    fn save_state(&self) -> Option<Vec<u8>> {
+        VecEnv::save_state(self)
+    }
+    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
+        VecEnv::load_state(self, state)
     }
 }
 

@@ -4,7 +4,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use super::{write_obs, ActionRef, Env, Space, StepResult};
+use super::{write_obs, ActionRef, Env, EnvError, Space, StepResult};
 
 /// Name the suit of the card seen `K - 1` observations ago (POPGym RepeatPrevious, Easy).
 ///
@@ -120,6 +120,28 @@ impl Env for RepeatPrevious {
             terminated: false,
             truncated: i == Self::DECK_SIZE - 1,
         }
+    }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        Some(super::encode_state(&(self.suits.to_vec(), self.dealt)))
+    }
+
+    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
+        let (suits, dealt): (Vec<u8>, usize) = super::decode_state(self.id(), state)?;
+        let id = self.id().to_owned();
+        let bad = |reason: String| EnvError::State { id, reason };
+        let suits: [u8; 52] = match suits.try_into() {
+            Ok(s) => s,
+            Err(s) => {
+                let n = s.len();
+                return Err(bad(format!("{n} cards, expected {}", Self::DECK_SIZE)));
+            }
+        };
+        if dealt >= Self::DECK_SIZE || suits.iter().any(|&s| s as usize >= Self::SUITS) {
+            return Err(bad(format!("card {dealt} dealt or a suit out of range")));
+        }
+        (self.suits, self.dealt) = (suits, dealt);
+        Ok(())
     }
 }
 

@@ -81,6 +81,18 @@ impl<E: Env> Env for TimeLimit<E> {
         }
         r
     }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        let inner = self.env.save_state()?;
+        Some(super::encode_state(&(self.elapsed_steps, inner)))
+    }
+
+    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
+        let (elapsed, inner): (u64, Vec<u8>) = super::decode_state(self.id(), state)?;
+        self.env.load_state(&inner)?;
+        self.elapsed_steps = elapsed;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -323,11 +323,131 @@ impl VecEnv {
         }
         &self.last
     }
+
+    /// Every environment's state mid-episode with the vector's seed, episode counters and
+    /// running returns: what [`VecEnv::load_state`] needs to continue exactly. `None` when an
+    /// environment cannot be saved ([`Env::save_state`]).
+    pub fn save_state(&self) -> Option<Vec<u8>> {
+        let envs = self
+            .envs
+            .iter()
+            .map(|env| env.save_state())
+            .collect::<Option<Vec<_>>>()?;
+        Some(super::encode_state(&VecEnvState {
+            seed: self.seed,
+            episodes: self.episodes.clone(),
+            running_return: self.running_return.clone(),
+            running_length: self.running_length.clone(),
+            obs: self.last.obs.clone(),
+            is_init: self.last.is_init.clone(),
+            envs,
+        }))
+    }
+
+    /// Restores what [`VecEnv::save_state`] wrote, from a vector of the same id and size.
+    ///
+    /// # Errors
+    /// [`EnvError::State`] naming what does not fit.
+    pub fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
+        let saved: VecEnvState = super::decode_state(&self.id, state)?;
+        let e = self.envs.len();
+        if saved.envs.len() != e
+            || saved.episodes.len() != e
+            || saved.running_return.len() != e
+            || saved.running_length.len() != e
+            || saved.is_init.len() != e
+            || saved.obs.len() != e * self.obs_dim
+        {
+            return Err(EnvError::State {
+                id: self.id.clone(),
+                reason: format!(
+                    "saved for {} environments, this vector has {e}",
+                    saved.envs.len()
+                ),
+            });
+        }
+        for (env, bytes) in self.envs.iter_mut().zip(&saved.envs) {
+            env.load_state(bytes)?;
+        }
+        self.seed = saved.seed;
+        self.episodes = saved.episodes;
+        self.running_return = saved.running_return;
+        self.running_length = saved.running_length;
+        self.last.obs = saved.obs;
+        self.last.is_init = saved.is_init;
+        self.started = true;
+        Ok(())
+    }
+}
+
+/// What [`VecEnv::save_state`] writes.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct VecEnvState {
+    seed: u64,
+    episodes: Vec<u64>,
+    running_return: Vec<f64>,
+    running_length: Vec<u64>,
+    obs: Vec<f32>,
+    is_init: Vec<bool>,
+    envs: Vec<Vec<u8>>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Actions for step `t` of `id`'s vector of `e` (deterministic, both kinds).
+    fn actions_at(space: &Space, e: usize, t: usize) -> (Vec<i64>, Vec<f32>) {
+        let discrete = (0..e).map(|j| ((t * 7 + j * 3) % 2) as i64).collect();
+        let discrete = match space {
+            Space::Discrete { n } => (0..e).map(|j| ((t * 7 + j * 3) % *n) as i64).collect(),
+            _ => discrete,
+        };
+        let continuous = (0..e).map(|j| ((t + j) % 5) as f32 * 0.8 - 1.6).collect();
+        (discrete, continuous)
+    }
+
+    fn step_with(envs: &mut VecEnv, t: usize) -> VecStep {
+        let e = envs.num_envs();
+        let space = envs.action_space();
+        let (d, c) = actions_at(&space, e, t);
+        let actions = match space {
+            Space::Box { .. } => VecActions::Continuous(&c),
+            _ => VecActions::Discrete(&d),
+        };
+        envs.step(actions).clone()
+    }
+
+    #[test]
+    fn a_saved_state_continues_every_builtin_env_exactly() {
+        for &id in super::super::ENV_IDS {
+            let mut a = VecEnv::new(id, 3, 11).unwrap();
+            a.reset();
+            // Far enough for episodes to end and restart (RepeatPrevious: 51 steps).
+            for t in 0..60 {
+                step_with(&mut a, t);
+            }
+            let saved = a.save_state().expect("built-in envs save their state");
+            let mut b = VecEnv::new(id, 3, 999).unwrap();
+            b.reset();
+            step_with(&mut b, 5);
+            b.load_state(&saved).unwrap();
+            assert_eq!(b.obs(), a.obs(), "{id}");
+            assert_eq!(b.is_init(), a.is_init(), "{id}");
+            for t in 60..700 {
+                let (x, y) = (step_with(&mut a, t), step_with(&mut b, t));
+                assert_eq!(format!("{x:?}"), format!("{y:?}"), "{id} step {t}");
+            }
+            let mut wrong = VecEnv::new(id, 2, 11).unwrap();
+            let err = wrong.load_state(&saved).unwrap_err().to_string();
+            assert!(err.contains("3 environments") && err.contains(id), "{err}");
+            let err = b
+                .load_state(&saved[..saved.len() - 3])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("cannot restore"), "{err}");
+        }
+    }
 
     /// Replays a VecEnv against independently driven envs and checks every field.
     fn check_against_shadow(id: &str, e: usize, seed: u64, steps: usize) {
