@@ -328,7 +328,7 @@ fn sigterm_ends_the_run_cleanly_in_every_phase() {
 fn a_checkpoint_write_killed_between_any_two_steps_resumes() {
     let dir = temp_dir("crash-ckpt-steps");
     let config = tiny_config(&dir, |t| t);
-    let mut cases: Vec<(u32, u32)> = (1..=12).map(|step| (2, step)).collect();
+    let mut cases: Vec<(u32, u32)> = (1..=13).map(|step| (2, step)).collect();
     cases.push((1, 3));
     for (save, step) in cases {
         let run_dir = dir.join(format!("run-{save}-{step}"));
@@ -359,7 +359,7 @@ fn a_checkpoint_write_killed_between_any_two_steps_resumes() {
         );
         let expected = match (save, step) {
             (1, _) => 0,
-            (_, 1..=10) => 1,
+            (_, 1..=11) => 1,
             _ => 2,
         };
         let text = lines.join("\n");
@@ -373,7 +373,7 @@ fn a_checkpoint_write_killed_between_any_two_steps_resumes() {
         }
         assert_eq!(
             text.contains("resuming from the previous checkpoint"),
-            step == 10 && save == 2,
+            step == 11 && save == 2,
             "step {step}:\n{text}"
         );
         let s = last_json(&stdout);
@@ -734,6 +734,101 @@ fn soak_learner_sigkills_each_followed_by_resume() {
         "{kills} kills, {fallbacks} fallbacks to the previous checkpoint, {} updates",
         updates.len()
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The metrics of each update without its timings (`wall_s`, `frames_per_s`).
+fn metrics_without_timings(run_dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(run_dir.join("metrics.csv")).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    lines
+        .map(|l| {
+            l.split(',')
+                .zip(&header)
+                .filter(|(_, h)| !matches!(**h, "wall_s" | "frames_per_s"))
+                .map(|(v, _)| v)
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect()
+}
+
+/// Resume is exact: in `sync` mode a run whose learner is killed (SIGKILL) mid-training and
+/// resumed, and whose actor is then killed and restarted by the supervisor, ends with the same
+/// weights, bit for bit, and the same metrics as the same run uninterrupted. Two actors (their
+/// chunks arrive in either order), reward normalization on, episodes longer than a chunk: the
+/// environments' states, the actors' recurrent states and samplers, the learner's sampler and
+/// reward statistics and the open episode returns all cross the checkpoint.
+#[test]
+fn a_killed_and_resumed_sync_run_ends_bit_identical_to_the_uninterrupted_run() {
+    let dir = temp_dir("crash-exact");
+    let config = tiny_config(&dir, |t| {
+        t.replace("actors = 1", "actors = 2")
+            .replace("frames = 1_000_000_000", "frames = 1_536")
+            .replace("max_restarts = 1", "max_restarts = 3")
+            .replace(
+                "max_grad_norm = 0.5",
+                "max_grad_norm = 0.5\nreward_norm = true",
+            )
+    });
+    let uninterrupted = dir.join("uninterrupted");
+    let (ok, stdout, lines) =
+        Watched::spawn(new_run(&config, &uninterrupted, &[])).finish(Duration::from_secs(180));
+    assert!(ok, "{}", lines.join("\n"));
+    let expected = last_json(&stdout);
+    assert_eq!(expected["updates"], 12, "{expected}");
+
+    let killed = dir.join("killed");
+    let run = Watched::spawn(new_run(&config, &killed, &[]));
+    wait_rows(&run, &killed, 4);
+    signal(&run, Signal::SIGKILL);
+    let (_, _, lines) = run.finish(Duration::from_secs(30));
+    for pid in actor_pids(&lines) {
+        let start = Instant::now();
+        while process_alive(pid) && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let run = Watched::spawn(resume(&killed, &[]));
+    for id in [0, 1] {
+        run.wait_for("a restored actor", Duration::from_secs(60), |l| {
+            l.contains(&format!("actor {id}/0 continues from its saved state"))
+        });
+    }
+    // An actor killed mid-run continues from its saved state too (a new incarnation).
+    let rows = metrics_updates(&killed).len();
+    wait_rows(&run, &killed, rows + 2);
+    let pid = actor_pids(&run.lines())[0];
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    let (ok, stdout, lines) = run.finish(Duration::from_secs(180));
+    assert!(ok, "{}", lines.join("\n"));
+    let text = lines.join("\n");
+    assert!(
+        text.contains("/1 continues from its saved state"),
+        "the restarted actor did not continue:\n{text}"
+    );
+    let got = last_json(&stdout);
+    for key in [
+        "updates",
+        "frames",
+        "episodes",
+        "final_mean_return",
+        "dropped_chunks",
+    ] {
+        assert_eq!(got[key], expected[key], "{key}: {got} vs {expected}");
+    }
+    assert_eq!(
+        metrics_without_timings(&killed),
+        metrics_without_timings(&uninterrupted),
+        "metrics.csv"
+    );
+    let weights = |run: &Path| std::fs::read(run.join("checkpoint/weights.bin")).unwrap();
+    assert!(
+        weights(&killed) == weights(&uninterrupted),
+        "the resumed run's final weights differ from the uninterrupted run's"
+    );
+    nothing_left(&lines);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

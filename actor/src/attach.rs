@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use common::control::{call, Request, Response};
+use common::control::{call, Request, Response, MAX_FRAME};
 use common::envs::EnvSpec;
 use common::rollout::Actor;
 use common::shm::{RingError, RingWriter, WeightSubscriber};
@@ -18,6 +18,8 @@ use common::weights::from_blob;
 const HEARTBEAT: Duration = Duration::from_millis(250);
 /// How long the learner has to answer a control request before the actor gives up on it.
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a sync actor looks for the weights of the next update.
+const SYNC_POLL: Duration = Duration::from_micros(200);
 /// How long an actor waits for its first weights.
 const FIRST_WEIGHTS: Duration = Duration::from_secs(10);
 
@@ -47,8 +49,13 @@ pub fn run_attached(socket: &Path, mut actor: Actor, spec: &EnvSpec) -> anyhow::
         action_space: spec.action_space.clone(),
         schema: actor.schema().clone(),
     };
-    let (ring, weights) = match call(&mut stream, &register)? {
-        Response::Registered { ring, weights } => (ring, weights),
+    let (ring, weights, sync, restore) = match call(&mut stream, &register)? {
+        Response::Registered {
+            ring,
+            weights,
+            sync,
+            restore,
+        } => (ring, weights, sync, restore),
         Response::Refused { reason } => bail!(
             "the learner refused actor {}/{}: {reason}",
             config.actor_id,
@@ -56,9 +63,19 @@ pub fn run_attached(socket: &Path, mut actor: Actor, spec: &EnvSpec) -> anyhow::
         ),
         other => bail!("unexpected answer to register: {other:?}"),
     };
+    // A saved state (sync runs): continue the episodes where the actor that saved it stood.
+    let mut restored = false;
+    if let Some(state) = restore {
+        let version = actor
+            .restore(&state)
+            .context("continuing from the learner's saved actor state")?;
+        tracing::info!("continuing from the state saved after the chunk of weights {version}");
+        restored = true;
+    }
     let mut ring = RingWriter::open(&ring)?;
     let mut subscriber = WeightSubscriber::open(&weights)?;
     let mut blob = Vec::new();
+    let mut snapshot_warned = false;
     // Start from the learner's weights, not our own initialisation.
     let deadline = Instant::now() + FIRST_WEIGHTS;
     while subscriber.latest_version() == 0 {
@@ -69,15 +86,73 @@ pub fn run_attached(socket: &Path, mut actor: Actor, spec: &EnvSpec) -> anyhow::
     }
     let (mut chunks_sent, mut last_beat) = (0u64, Instant::now());
     loop {
-        // Adopt the newest weights at the chunk boundary.
-        if subscriber.latest_version() > actor.policy_version() {
-            if let Some(version) = subscriber.fetch_newer(actor.policy_version(), &mut blob)? {
+        // Sync runs: every chunk is collected with newer weights than the last one (the
+        // learner updates in between), so what an actor collects does not depend on timing.
+        if sync {
+            while subscriber.latest_version() <= actor.policy_version() {
+                if !subscriber.owner_alive() {
+                    return Ok(Stop::LearnerGone {
+                        chunks: chunks_sent,
+                    });
+                }
+                if last_beat.elapsed() >= HEARTBEAT {
+                    last_beat = Instant::now();
+                    let beat = Request::Heartbeat {
+                        actor_id: config.actor_id,
+                        incarnation: config.incarnation,
+                        chunks_sent,
+                        full_waits: ring.full_waits(),
+                        policy_version: actor.policy_version(),
+                    };
+                    if let Some(stop) = heartbeat(&mut stream, &beat, chunks_sent) {
+                        return Ok(stop);
+                    }
+                }
+                std::thread::sleep(SYNC_POLL);
+            }
+        }
+        // Adopt the newest weights at the chunk boundary (a restored actor holds none yet).
+        if restored || subscriber.latest_version() > actor.policy_version() {
+            let have = if restored { 0 } else { actor.policy_version() };
+            if let Some(version) = subscriber.fetch_newer(have, &mut blob)? {
                 let (policy, _) = from_blob(actor.policy().clone(), &blob)?;
                 actor.set_policy(policy, version);
+                restored = false;
             }
         }
         let chunk = actor.collect()?;
         let bytes = chunk.encode(actor.schema())?;
+        // Sync runs: the state after this chunk goes to the learner before the chunk, so it is
+        // there when an update takes the chunk (and in the checkpoint after it).
+        if sync {
+            match actor.save_state() {
+                Some(state) if state.len() + 1024 <= MAX_FRAME => {
+                    let snapshot = Request::Snapshot {
+                        actor_id: config.actor_id,
+                        incarnation: config.incarnation,
+                        policy_version: actor.policy_version(),
+                        state,
+                    };
+                    if let Some(stop) = heartbeat(&mut stream, &snapshot, chunks_sent) {
+                        return Ok(stop);
+                    }
+                    last_beat = Instant::now();
+                }
+                other if !snapshot_warned => {
+                    snapshot_warned = true;
+                    tracing::warn!(
+                        "{}: the actor's state is not saved ({}), so a resumed run starts new \
+                         episodes here",
+                        config.env,
+                        match other {
+                            Some(s) => format!("{} bytes, over the control frame limit", s.len()),
+                            None => "the environments cannot save theirs".into(),
+                        }
+                    );
+                }
+                _ => {}
+            }
+        }
         // While the ring is full the push asks `alive` about every 100 ms: the learner must
         // still own the weight segment and, once per heartbeat period, answer a heartbeat
         // within the socket's read timeout. A stopped (SIGSTOP) or hung learner answers no

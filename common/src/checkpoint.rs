@@ -8,6 +8,8 @@
 //!   weights.bin     the policy's weight blob (crate::weights), with its version
 //!   policy.json     the PolicyConfig (the architecture)
 //!   state.json      the run's counters
+//!   resume.bin      what an exact resume needs besides them (bincode [`ResumeState`]: the
+//!                   algorithm's host state, each actor's saved state, open episode returns)
 //!   manifest.json   format, algorithm, architecture, weight layout hash, and every file's
 //!                   length and CRC-32
 //! checkpoint.old/   the previous checkpoint, kept (the fallback)
@@ -51,15 +53,16 @@ pub const CHECKPOINT_MANIFEST: &str = "manifest.json";
 const MODEL: &str = "model.bin";
 const OPTIM: &str = "optim.bin";
 const STATE: &str = "state.json";
+const RESUME: &str = "resume.bin";
 /// The manifest format this build writes and reads.
 pub const CHECKPOINT_FORMAT: u32 = 2;
 /// Filesystem steps of one checkpoint write (the fault-injection points):
-/// 1 `checkpoint.tmp/` created; 2-7 model.bin, optim.bin, weights.bin, policy.json,
-/// state.json, manifest.json written and fsynced; 8 `checkpoint.tmp/` fsynced;
-/// 9 `checkpoint.old/` removed; 10 `checkpoint/` renamed to `checkpoint.old/`;
-/// 11 `checkpoint.tmp/` renamed to `checkpoint/`; 12 the parent directory fsynced.
-/// Steps 9 and 10 happen only when a `checkpoint/` exists.
-pub const CHECKPOINT_STEPS: u32 = 12;
+/// 1 `checkpoint.tmp/` created; 2-8 model.bin, optim.bin, weights.bin, policy.json,
+/// state.json, resume.bin, manifest.json written and fsynced; 9 `checkpoint.tmp/` fsynced;
+/// 10 `checkpoint.old/` removed; 11 `checkpoint/` renamed to `checkpoint.old/`;
+/// 12 `checkpoint.tmp/` renamed to `checkpoint/`; 13 the parent directory fsynced.
+/// Steps 10 and 11 happen only when a `checkpoint/` exists.
+pub const CHECKPOINT_STEPS: u32 = 13;
 
 /// What a checkpoint saves of a learner: the policy it trains and its model and optimizer
 /// state as bytes.
@@ -70,6 +73,29 @@ pub trait Checkpointed<B: Backend> {
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)>;
     /// Restores what [`save_state`](Self::save_state) wrote.
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()>;
+    /// The rest of the algorithm's state a resumed run needs to go on exactly (a sampler's
+    /// position, running statistics), as bytes; empty (the default) when there is none.
+    fn host_state(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    /// Restores what [`host_state`](Self::host_state) wrote (empty: nothing was saved, e.g. a
+    /// checkpoint of an older recur; the state starts fresh).
+    fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
+        let _ = state;
+        Ok(())
+    }
+}
+
+/// `resume.bin`: what an exact resume needs besides the model, the optimizer and the counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResumeState {
+    /// [`Checkpointed::host_state`] (filled in by [`save_checkpoint`]).
+    pub algo: Vec<u8>,
+    /// `(actor id, state)`: each actor's state right after the last chunk of it that an update
+    /// used (`rollout::Actor::save_state`; sync runs), which a resumed actor continues from.
+    pub actors: Vec<(u32, Vec<u8>)>,
+    /// `(trajectory id, return so far)` of the episodes running at the checkpoint.
+    pub open_returns: Vec<(i64, f64)>,
 }
 
 /// `manifest.json`.
@@ -196,6 +222,7 @@ pub fn save_checkpoint<B: Backend, S: Serialize>(
     learner: &(impl Checkpointed<B> + ?Sized),
     algo: &str,
     state: &S,
+    resume: ResumeState,
     version: u64,
 ) -> anyhow::Result<()> {
     let weights = to_blob(learner.model(), version);
@@ -207,7 +234,13 @@ pub fn save_checkpoint<B: Backend, S: Serialize>(
     })?;
     let (model, optim) = learner.save_state()?;
     let config = learner.model().config();
-    let files: [(&str, Vec<u8>); 5] = [
+    let resume = ResumeState {
+        algo: learner.host_state(),
+        ..resume
+    };
+    let resume = bincode::serde::encode_to_vec(&resume, bincode::config::standard())
+        .context("encoding resume.bin")?;
+    let files: [(&str, Vec<u8>); 6] = [
         (MODEL, model),
         (OPTIM, optim),
         (CHECKPOINT_WEIGHTS, weights),
@@ -219,6 +252,7 @@ pub fn save_checkpoint<B: Backend, S: Serialize>(
             STATE,
             (serde_json::to_string_pretty(state)? + "\n").into_bytes(),
         ),
+        (RESUME, resume),
     ];
     let save = SAVES.fetch_add(1, Ordering::SeqCst) + 1;
     let mut step = 0;
@@ -295,6 +329,9 @@ pub struct Loaded<S> {
     pub from: PathBuf,
     /// Why `checkpoint/` itself was not used (a fallback happened).
     pub fell_back: Option<String>,
+    /// `resume.bin` (its `algo` already loaded into the learner); empty for a checkpoint
+    /// written before it existed.
+    pub resume: ResumeState,
 }
 
 /// Loads the checkpoint `dir` (falling back to `dir.old`, see the module docs) into `learner`,
@@ -312,11 +349,12 @@ pub fn load_checkpoint<B: Backend, S: DeserializeOwned>(
     }
     let first = if dir.exists() {
         match load_one(dir, learner, algo, policy) {
-            Ok(state) => {
+            Ok((state, resume)) => {
                 return Ok(Some(Loaded {
                     state,
                     from: dir.to_path_buf(),
                     fell_back: None,
+                    resume,
                 }))
             }
             Err(e @ CheckpointError::Mismatch { .. }) => return Err(e.into()),
@@ -332,10 +370,11 @@ pub fn load_checkpoint<B: Backend, S: DeserializeOwned>(
         anyhow::bail!("{first}; there is no previous checkpoint {}", old.display());
     }
     match load_one(&old, learner, algo, policy) {
-        Ok(state) => Ok(Some(Loaded {
+        Ok((state, resume)) => Ok(Some(Loaded {
             state,
             from: old,
             fell_back: Some(first),
+            resume,
         })),
         Err(e) => anyhow::bail!("{first}; the previous checkpoint is unusable too: {e}"),
     }
@@ -429,7 +468,7 @@ fn load_one<B: Backend, S: DeserializeOwned>(
     learner: &mut (impl Checkpointed<B> + ?Sized),
     algo: &str,
     policy: &PolicyConfig,
-) -> Result<S, CheckpointError> {
+) -> Result<(S, ResumeState), CheckpointError> {
     let manifest = read_manifest(dir)?;
     let mismatch = |problem: String| CheckpointError::Mismatch {
         path: dir.to_path_buf(),
@@ -457,6 +496,17 @@ fn load_one<B: Backend, S: DeserializeOwned>(
         files.try_into().expect("four files were read");
     let state: S = serde_json::from_slice(&state)
         .map_err(|e| damaged(&dir.join(STATE), format!("does not parse: {e}")))?;
+    // Checkpoints written before resume.bin existed resume without it (not exactly).
+    let resume = if manifest.files.iter().any(|f| f.name == RESUME) {
+        let bytes = read_verified(dir, &manifest, RESUME)?;
+        match bincode::serde::decode_from_slice(&bytes, bincode::config::standard()) {
+            Ok((resume, used)) if used == bytes.len() => resume,
+            Ok(_) => return Err(damaged(&dir.join(RESUME), "bytes left over".to_string())),
+            Err(e) => return Err(damaged(&dir.join(RESUME), format!("does not decode: {e}"))),
+        }
+    } else {
+        ResumeState::default()
+    };
     let weights_path = dir.join(CHECKPOINT_WEIGHTS);
     check_finite(&weights).map_err(|e| damaged(&weights_path, e.to_string()))?;
     let shapes = layout(learner.model());
@@ -494,7 +544,10 @@ fn load_one<B: Backend, S: DeserializeOwned>(
             format!("does not hold the weights of {CHECKPOINT_WEIGHTS}"),
         ));
     }
-    Ok(state)
+    learner
+        .load_host_state(&resume.algo)
+        .map_err(|e| damaged(&dir.join(RESUME), format!("does not load: {e:#}")))?;
+    Ok((state, resume))
 }
 
 /// Loads the policy of a checkpoint: `dir` is a checkpoint directory (`policy.json` and

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::chunk::ChunkSchema;
 use crate::envs::Space;
 
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 pub const MAX_FRAME: usize = 1 << 20;
 
 /// What an actor asks.
@@ -43,6 +43,15 @@ pub enum Request {
         full_waits: u64,
         policy_version: u64,
     },
+    /// Sync runs: the actor's state right after collecting the chunk of `policy_version` it
+    /// is about to push (`rollout::Actor::save_state`), sent before that chunk; an actor that
+    /// (re)starts resumes from the state of its last chunk an update used.
+    Snapshot {
+        actor_id: u32,
+        incarnation: u32,
+        policy_version: u64,
+        state: Vec<u8>,
+    },
     /// The learner's counters.
     Stats,
     /// Ask the learner to end the run.
@@ -57,6 +66,11 @@ pub enum Response {
         ring: String,
         /// Shared-memory segment of the weight broadcast.
         weights: String,
+        /// `sync` collection: after each chunk, wait for newer weights before the next one,
+        /// and send a [`Request::Snapshot`] before pushing it.
+        sync: bool,
+        /// A saved actor state to continue from (`rollout::Actor::restore`).
+        restore: Option<Vec<u8>>,
     },
     Refused {
         reason: String,
@@ -231,7 +245,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("protocol version 9") && err.contains("speaks 2"),
+            err.contains("protocol version 9")
+                && err.contains(&format!("speaks {PROTOCOL_VERSION}")),
             "{err}"
         );
         let huge = ((MAX_FRAME + 1) as u32).to_le_bytes();

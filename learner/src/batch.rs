@@ -93,6 +93,19 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
         norm
     }
 
+    /// The sampler's position ([`Checkpointed::host_state`](common::checkpoint::Checkpointed)).
+    pub fn host_state(&self) -> Vec<u8> {
+        crate::optim::encode(&self.sampler.state())
+    }
+
+    /// Restores [`SliceTrainer::host_state`] (empty: nothing saved).
+    pub fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
+        if !state.is_empty() {
+            self.sampler.set_state(crate::optim::decode(state)?);
+        }
+        Ok(())
+    }
+
     pub fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
         self.trainee.load_state(model, optim)?;
         self.inference = self.trainee.inference();

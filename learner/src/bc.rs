@@ -112,4 +112,13 @@ impl<B: AutodiffBackend> Checkpointed<B> for Bc<B> {
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
         self.trainer.load_state(model, optim)
     }
+
+    /// The sampler's position.
+    fn host_state(&self) -> Vec<u8> {
+        self.trainer.host_state()
+    }
+
+    fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
+        self.trainer.load_host_state(state)
+    }
 }

@@ -3,6 +3,7 @@
 //! main loop (which owns the shared-memory segments) and answered with its reply; heartbeats,
 //! stats and shutdown requests are answered here (signals are [`crate::signals`]'s).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,9 @@ pub struct Registration {
     pub reply: oneshot::Sender<Response>,
 }
 
+/// An actor's saved state: (incarnation, policy version of its chunk, state).
+pub type Snapshot = (u32, u64, Vec<u8>);
+
 /// State shared between the main loop and the server.
 #[derive(Default)]
 pub struct Shared {
@@ -40,6 +44,8 @@ pub struct Shared {
     pub stats: Mutex<LearnerStats>,
     /// Last heartbeat per (actor, incarnation).
     pub heartbeats: Mutex<Vec<(u32, u32, Instant)>>,
+    /// The latest [`Request::Snapshot`] per actor id.
+    pub snapshots: Mutex<HashMap<u32, Snapshot>>,
 }
 
 /// The running server; dropping it stops the runtime and removes the socket file.
@@ -180,6 +186,21 @@ async fn connection(
                     Some(b) => b.2 = Instant::now(),
                     None => beats.push((actor_id, incarnation, Instant::now())),
                 }
+                Response::Ack {
+                    shutdown: shared.shutdown.load(Ordering::SeqCst),
+                }
+            }
+            Ok(Request::Snapshot {
+                actor_id,
+                incarnation,
+                policy_version,
+                state,
+            }) => {
+                shared
+                    .snapshots
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(actor_id, (incarnation, policy_version, state));
                 Response::Ack {
                     shutdown: shared.shutdown.load(Ordering::SeqCst),
                 }

@@ -288,6 +288,15 @@ impl<B: AutodiffBackend> Checkpointed<B> for Dqn<B> {
         self.target = self.trainer.inference.clone();
         Ok(())
     }
+
+    /// The sampler's position (the replay buffer itself is not saved).
+    fn host_state(&self) -> Vec<u8> {
+        self.trainer.host_state()
+    }
+
+    fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
+        self.trainer.load_host_state(state)
+    }
 }
 
 #[cfg(test)]

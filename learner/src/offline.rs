@@ -220,7 +220,14 @@ fn replay_on<B: AutodiffBackend>(
             u as f64 / train_s.max(1e-9)
         ));
         if r.checkpoint_every > 0 && u.is_multiple_of(r.checkpoint_every) {
-            save_checkpoint(&checkpoint, &*learner, r.algo.name(), &summary, u)?;
+            save_checkpoint(
+                &checkpoint,
+                &*learner,
+                r.algo.name(),
+                &summary,
+                Default::default(),
+                u,
+            )?;
         }
         if let (Some(target), None) = (r.target_return, summary.updates_to_target) {
             if eval_now && eval_return >= target {
@@ -251,6 +258,7 @@ fn replay_on<B: AutodiffBackend>(
         &*learner,
         r.algo.name(),
         &summary,
+        Default::default(),
         summary.updates,
     )?;
     let title = format!(

@@ -171,3 +171,19 @@ pub fn polyak<B: Backend>(target: Policy<B>, online: &Policy<B>, tau: f32) -> Po
         tau,
     })
 }
+
+/// `value` as the bytes of a [`Checkpointed::host_state`](common::checkpoint::Checkpointed).
+pub fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(value, bincode::config::standard()).expect("plain values encode")
+}
+
+/// What [`encode`] wrote.
+pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> anyhow::Result<T> {
+    let (value, used) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())?;
+    anyhow::ensure!(
+        used == bytes.len(),
+        "{} bytes left over",
+        bytes.len() - used
+    );
+    Ok(value)
+}

@@ -33,6 +33,7 @@ use crate::batch::{gather, step_at_cut, tensor3, SliceBatch};
 use crate::config::{InitialState, PpoSection};
 use crate::gae::{gae, needs_bootstrap, GaeInput};
 use crate::metrics::UpdateStats;
+use crate::optim::{decode, encode};
 use crate::optim::{Algorithm, Model, Trainee};
 use crate::replay::ReplayStorage;
 use crate::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
@@ -59,7 +60,7 @@ pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
 
 /// Reward normalization by the running standard deviation of the discounted return
 /// (SB3's VecNormalize `norm_reward`): one running return per trajectory, reset at `done`.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 struct ReturnNorm {
     open: HashMap<i64, f64>,
     mean: f64,
@@ -237,6 +238,20 @@ impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
         self.trainee.load_state(model, optim)?;
         self.critic = self.trainee.inference();
+        Ok(())
+    }
+
+    /// The sampler's position and the reward normalizer's statistics.
+    fn host_state(&self) -> Vec<u8> {
+        encode(&(self.sampler.state(), &self.returns))
+    }
+
+    fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
+        if !state.is_empty() {
+            let (sampler, returns) = decode(state)?;
+            self.sampler.set_state(sampler);
+            self.returns = returns;
+        }
         Ok(())
     }
 }

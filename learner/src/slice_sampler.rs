@@ -16,9 +16,10 @@
 //! (TorchRL draws a trajectory first and then a start within it; recur draws starts uniformly,
 //! so long trajectories are not under-sampled.)
 
-use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha12Rng;
+use serde::{Deserialize, Serialize};
 
 use crate::replay::ReplayStorage;
 
@@ -103,17 +104,47 @@ pub struct SampledBatch {
     pub mask: Option<Vec<bool>>,
 }
 
+/// What [`SliceSampler::state`] saves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SamplerState {
+    rng: ([u8; 32], u64, u128),
+    epoch: Vec<(usize, usize)>,
+}
+
 /// Draws slices from a [`ReplayStorage`].
 pub struct SliceSampler {
     config: SliceSamplerConfig,
     slice_len: usize,
     num_slices: usize,
-    rng: StdRng,
+    /// rand's `StdRng` generator, named so that its position can be saved.
+    rng: ChaCha12Rng,
     /// Without replacement: the remaining slices of the current epoch.
     epoch: Vec<(usize, usize)>,
 }
 
 impl SliceSampler {
+    /// Where the sampler stands (its generator's position, the rest of the current epoch):
+    /// saved in a checkpoint so that a resumed run draws the slices the uninterrupted one would.
+    pub fn state(&self) -> SamplerState {
+        SamplerState {
+            rng: (
+                self.rng.get_seed(),
+                self.rng.get_stream(),
+                self.rng.get_word_pos(),
+            ),
+            epoch: self.epoch.clone(),
+        }
+    }
+
+    /// Continues from [`SliceSampler::state`].
+    pub fn set_state(&mut self, state: SamplerState) {
+        let (seed, stream, word_pos) = state.rng;
+        self.rng = ChaCha12Rng::from_seed(seed);
+        self.rng.set_stream(stream);
+        self.rng.set_word_pos(word_pos);
+        self.epoch = state.epoch;
+    }
+
     pub fn new(config: SliceSamplerConfig) -> Result<Self, SamplerError> {
         let bad = |key, value: String, expected: &str| {
             Err(SamplerError::Config {
@@ -153,7 +184,7 @@ impl SliceSampler {
             );
         }
         Ok(SliceSampler {
-            rng: StdRng::seed_from_u64(config.seed),
+            rng: ChaCha12Rng::seed_from_u64(config.seed),
             config,
             slice_len,
             num_slices,
@@ -333,7 +364,7 @@ mod tests {
     fn storage(envs: usize, steps: usize, chunks: usize, p_done: f64, seed: u64) -> ReplayStorage {
         let s = schema(envs, steps);
         let mut storage = ReplayStorage::new(&s, envs * steps * chunks);
-        let mut rng = StdRng::seed_from_u64(seed);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut episode = vec![0u64; envs];
         let mut starting = vec![true; envs];
         for c in 0..chunks {

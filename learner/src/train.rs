@@ -5,13 +5,13 @@
 //! and with `[eval]` `eval.csv` (greedy evaluations beside training, [`crate::eval`]).
 //! SIGINT/SIGTERM end the run cleanly with a final checkpoint; `--resume RUN_DIR` continues it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
-use common::checkpoint::{load_checkpoint, save_checkpoint};
+use common::checkpoint::{load_checkpoint, save_checkpoint, ResumeState};
 use common::chunk::Chunk;
 use common::policy::{chunk_schema, CriticCore};
 use common::rollout::EpsilonSchedule;
@@ -136,6 +136,7 @@ fn train_on<B: AutodiffBackend>(
         device,
     )?;
     let mut state = TrainState::default();
+    let mut resumed = ResumeState::default();
     let checkpoint = opts.run_dir.join("checkpoint");
     let algo_name = config.run.algo.name();
     if opts.resume {
@@ -150,6 +151,7 @@ fn train_on<B: AutodiffBackend>(
                     );
                 }
                 state = loaded.state;
+                resumed = loaded.resume;
                 tracing::info!(
                     "resumed at update {} ({} frames) from {}",
                     state.updates,
@@ -222,6 +224,8 @@ fn train_on<B: AutodiffBackend>(
         restart_window: Duration::from_secs_f64(c.restart_window_s),
         restart_backoff: Duration::from_secs_f64(c.restart_backoff_s),
         spec: Some(spec),
+        sync: c.mode == CollectorMode::Sync,
+        restore: resumed.actors.iter().cloned().collect(),
         actor_args: env_args(&config.run)
             .into_iter()
             .chain(match (config.run.algo, &config.dqn) {
@@ -256,9 +260,13 @@ fn train_on<B: AutodiffBackend>(
         transport.publish(version, &to_blob(learner.model(), version))?;
     }
     let mut returns = Returns {
-        open: HashMap::new(),
+        open: resumed.open_returns.iter().copied().collect(),
         recent: state.recent_returns.iter().copied().collect(),
     };
+    // Sync runs: each actor's state after its chunk of the last update (the checkpoint's).
+    let mut actor_states: BTreeMap<u32, Vec<u8>> = resumed.actors.into_iter().collect();
+    // Sync runs: the update's chunks, fed to the algorithm in actor order once all are in.
+    let mut held: Vec<Chunk> = Vec::new();
     let mut admission = Admission {
         sync: c.mode == CollectorMode::Sync,
         max_policy_lag: c.max_policy_lag,
@@ -320,13 +328,33 @@ fn train_on<B: AutodiffBackend>(
             continue;
         }
         while let Some(chunk) = pending.pop_front() {
-            // Add: every chunk's episodes count; the admitted ones go to the algorithm.
-            state.episodes += returns.add(&chunk);
+            // Add: every chunk's episodes count; the admitted ones go to the algorithm. A sync
+            // update takes its chunks in actor order (arrival order depends on timing), with
+            // each actor's state after its chunk.
             if !admission.admit(&chunk, version) {
+                state.episodes += returns.add(&chunk);
                 continue;
             }
-            learner.add_chunk(&chunk);
             state.frames += chunk_frames;
+            if admission.sync {
+                let m = &chunk.meta;
+                match transport.admit_actor_state(m.actor_id, m.incarnation, m.policy_version) {
+                    Some(saved) => actor_states.insert(m.actor_id, saved),
+                    None => actor_states.remove(&m.actor_id),
+                };
+                held.push(chunk);
+                if (held.len() * chunk_frames as usize) < frames_per_update {
+                    continue;
+                }
+                held.sort_by_key(|c| c.meta.actor_id);
+                for chunk in held.drain(..) {
+                    state.episodes += returns.add(&chunk);
+                    learner.add_chunk(&chunk);
+                }
+            } else {
+                state.episodes += returns.add(&chunk);
+                learner.add_chunk(&chunk);
+            }
             if !learner.ready() {
                 continue;
             }
@@ -376,7 +404,15 @@ fn train_on<B: AutodiffBackend>(
                     wall_s: now,
                     ..state.clone()
                 };
-                save_checkpoint(&checkpoint, &*learner, algo_name, &snapshot, version)?;
+                let resume = resume_state(&actor_states, &returns);
+                save_checkpoint(
+                    &checkpoint,
+                    &*learner,
+                    algo_name,
+                    &snapshot,
+                    resume,
+                    version,
+                )?;
             }
             if config.run.stop_at_target && state.frames_to_target.is_some()
                 || state.frames >= config.run.frames
@@ -390,7 +426,8 @@ fn train_on<B: AutodiffBackend>(
     progress.bar.finish_and_clear();
     state.wall_s = progress.wall();
     state.recent_returns = returns.recent.iter().copied().collect();
-    save_checkpoint(&checkpoint, &*learner, algo_name, &state, version)?;
+    let resume = resume_state(&actor_states, &returns);
+    save_checkpoint(&checkpoint, &*learner, algo_name, &state, resume, version)?;
     let (transport_summary, tail) = transport.finish(stopped_by_request)?;
     recording.record(&tail)?;
     let eval_rows = match eval {
@@ -436,6 +473,18 @@ fn train_on<B: AutodiffBackend>(
         )));
     }
     Ok(summary)
+}
+
+/// What `resume.bin` holds besides the algorithm's own state (sorted: the same run writes the
+/// same bytes).
+fn resume_state(actors: &BTreeMap<u32, Vec<u8>>, returns: &Returns) -> ResumeState {
+    let mut open_returns: Vec<(i64, f64)> = returns.open.iter().map(|(&k, &v)| (k, v)).collect();
+    open_returns.sort_by_key(|&(k, _)| k);
+    ResumeState {
+        actors: actors.iter().map(|(&a, s)| (a, s.clone())).collect(),
+        open_returns,
+        ..Default::default()
+    }
 }
 
 /// Which chunks the algorithm gets: in async mode those at most `max_policy_lag` versions

@@ -292,6 +292,8 @@ fn main() -> anyhow::Result<()> {
                     restart_backoff: std::time::Duration::from_millis(200),
                     actor_args: Vec::new(),
                     spec: None,
+                    sync: false,
+                    restore: Default::default(),
                 },
                 frames: a.frames,
                 publish_every: a.publish_every,

@@ -5,6 +5,7 @@
 
 mod shm;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use common::chunk::Chunk;
@@ -42,6 +43,12 @@ pub struct TransportConfig {
     /// The environment's spaces the run was built for: a registering actor that reports
     /// others is refused, both named. `None`: not checked.
     pub spec: Option<EnvSpec>,
+    /// `sync` collection: actors wait for new weights after each chunk and send their state
+    /// before it (see [`Transport::admit_actor_state`]).
+    pub sync: bool,
+    /// Saved actor states by actor id (a resumed sync run's checkpoint): a registering actor
+    /// continues from its own.
+    pub restore: BTreeMap<u32, Vec<u8>>,
 }
 
 /// What one actor incarnation delivered.
@@ -94,6 +101,18 @@ pub trait Transport {
     fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()>;
 
     fn stats(&self) -> &CollectSummary;
+
+    /// Sync runs: an update took the chunk of `actor_id`/`incarnation` collected with weights
+    /// `version`. The state that actor saved right after collecting it becomes the one an
+    /// actor registering with that id continues from, and is returned (for the checkpoint).
+    /// `None` when the actor sent no such state (its environments cannot be saved): a
+    /// restarting actor then starts fresh.
+    fn admit_actor_state(
+        &mut self,
+        actor_id: u32,
+        incarnation: u32,
+        version: u64,
+    ) -> Option<Vec<u8>>;
 
     /// A signal or a control-plane request asked the run to stop.
     fn stop_requested(&self) -> bool;

@@ -51,6 +51,8 @@ pub struct ShmTransport {
     signals: StopFlag,
     /// The last exit of an actor process (named when every actor is gone).
     last_exit: Option<String>,
+    /// Sync runs: per actor id, the state a registering actor continues from.
+    actor_states: BTreeMap<u32, Vec<u8>>,
 }
 
 /// How long the end of a run waits for its actors to stop before it kills its own children and
@@ -131,6 +133,7 @@ impl ShmTransport {
             start,
             signals,
             last_exit: None,
+            actor_states: config.restore.clone(),
         })
     }
 
@@ -203,9 +206,19 @@ impl ShmTransport {
                         reader,
                         dead: false,
                     });
+                    let restore = self.actor_states.get(&reg.actor_id).cloned();
+                    if restore.is_some() {
+                        tracing::info!(
+                            "actor {}/{} continues from its saved state",
+                            reg.actor_id,
+                            reg.incarnation
+                        );
+                    }
                     Response::Registered {
                         ring: name,
                         weights: self.weights.name().to_string(),
+                        sync: self.config.sync,
+                        restore,
                     }
                 }
                 Err(e) => refuse(format!("cannot create ring {name}: {e}")),
@@ -369,6 +382,34 @@ impl Transport for ShmTransport {
         self.weights.publish(version, blob)?;
         self.summary.policy_version = version;
         Ok(())
+    }
+
+    fn admit_actor_state(
+        &mut self,
+        actor_id: u32,
+        incarnation: u32,
+        version: u64,
+    ) -> Option<Vec<u8>> {
+        let mut snapshots = self
+            .server
+            .shared
+            .snapshots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match snapshots.remove(&actor_id) {
+            Some((i, v, state)) if (i, v) == (incarnation, version) => {
+                self.actor_states.insert(actor_id, state.clone());
+                Some(state)
+            }
+            other => {
+                // A snapshot of another chunk stays for its own chunk.
+                if let Some(other) = other {
+                    snapshots.insert(actor_id, other);
+                }
+                self.actor_states.remove(&actor_id);
+                None
+            }
+        }
     }
 
     fn stats(&self) -> &CollectSummary {
