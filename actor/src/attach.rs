@@ -22,7 +22,7 @@ const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 const FIRST_WEIGHTS: Duration = Duration::from_secs(10);
 
 /// Why an attached actor stopped.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Stop {
     /// The learner ended the run; the chunks pushed.
     Shutdown { chunks: u64 },

@@ -222,6 +222,7 @@ fn train_on<B: AutodiffBackend>(
         restart_window: Duration::from_secs_f64(c.restart_window_s),
         restart_backoff: Duration::from_secs_f64(c.restart_backoff_s),
         spec: Some(spec),
+        listen: config.run.listen.clone(),
         actor_args: env_args(&config.run)
             .into_iter()
             .chain(match (config.run.algo, &config.dqn) {
