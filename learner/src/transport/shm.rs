@@ -40,6 +40,8 @@ struct Link {
     incarnation: u32,
     peer: String,
     link: RemoteLink,
+    /// No chunk has arrived through this connection yet (the first one is logged).
+    fresh: bool,
 }
 
 type Incarnations = BTreeMap<(u32, u32), IncarnationSummary>;
@@ -330,6 +332,7 @@ impl ShmTransport {
                 incarnation: key.1,
                 peer: reg.peer.to_string(),
                 link: reg.link,
+                fresh: true,
             });
         }
     }
@@ -391,6 +394,15 @@ impl ShmTransport {
             match l.link.chunks.try_recv() {
                 Ok(bytes) => {
                     if let Some(chunk) = self.accept_remote(l.actor_id, l.incarnation, &bytes) {
+                        if std::mem::take(&mut l.fresh) {
+                            tracing::info!(
+                                "remote actor {}/{}: chunk {} received through {}",
+                                l.actor_id,
+                                l.incarnation,
+                                chunk.meta.seq,
+                                l.peer
+                            );
+                        }
                         out.push(chunk);
                     }
                 }
