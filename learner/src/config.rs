@@ -1480,6 +1480,34 @@ max_grad_norm = 0.5
     /// Issue 20: every float finite and in range, sizes that cannot abort an allocation, and
     /// values set by a flag blamed on the flag.
     #[test]
+    fn listen_allows_zero_local_actors_and_is_checked() {
+        let with =
+            |extra: &str| GOOD.replace("frames = 1000000", &format!("frames = 1000000\n{extra}"));
+        let ok =
+            TrainConfig::parse(&with("actors = 0\nlisten = \"0.0.0.0:7070\""), "x.toml").unwrap();
+        assert_eq!(ok.run.listen.as_deref(), Some("0.0.0.0:7070"));
+        let err = train_err(&with("actors = 0"));
+        assert!(
+            err.contains("`run.actors` = 0") && err.contains("0 only with `run.listen`"),
+            "{err}"
+        );
+        for bad in ["7070", ":7070", "host:port", "host:70000"] {
+            let err = train_err(&with(&format!("listen = \"{bad}\"")));
+            assert!(
+                err.contains(&format!("`run.listen` = \"{bad}\"")) && err.contains("HOST:PORT"),
+                "{err}"
+            );
+        }
+        let sync =
+            with("listen = \"127.0.0.1:0\"").replace("steps = 32", "steps = 32\nmode = \"sync\"");
+        let err = train_err(&sync);
+        assert!(
+            err.contains("`collector.mode` = \"sync\"") && err.contains("run.listen"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn floats_are_finite_sizes_bounded_and_flags_blamed() {
         for (from, to, key) in [
             (
