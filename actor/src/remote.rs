@@ -193,6 +193,10 @@ struct Registration {
 
 fn register(stream: &mut TcpStream, reg: &Registration) -> Result<u64, HandshakeError> {
     let link = |e: WireError| HandshakeError::Link(e.into());
+    // The learner's main thread answers between two updates.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| HandshakeError::Link(e.into()))?;
     write_message(
         stream,
         &ActorMsg::Register {
@@ -517,10 +521,22 @@ impl Link {
             Err(e) => return Ended::Cut(e.to_string()),
         };
         let (mut rd, mut wr) = stream.into_split();
-        tokio::select! {
+        let end = tokio::select! {
             end = self.read(&mut rd) => end,
             end = self.write(&mut wr, next_seq) => end,
+        };
+        if matches!(end, Ended::Shutdown | Ended::Local) {
+            // A polite close: half-close, then read until the learner closes too. Closing with
+            // its frames unread would reset the connection and drop chunks still in flight.
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let _ = wr.shutdown().await;
+            let mut sink = vec![0u8; 1 << 16];
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while rd.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+            })
+            .await;
         }
+        end
     }
 
     fn acknowledge(&self, received: Option<u64>) {
@@ -541,9 +557,11 @@ impl Link {
             chunk: 0,
             weights: self.weight_bytes,
         };
+        // A weights frame may take a while on a slow link: allow 1 s per MB on top.
+        let silence = SILENCE + Duration::from_secs_f64(self.weight_bytes as f64 / 1e6);
         loop {
-            let frame = match tokio::time::timeout(SILENCE, read_frame_async(rd, &limits)).await {
-                Err(_) => return Ended::Cut(format!("nothing heard for {SILENCE:?}")),
+            let frame = match tokio::time::timeout(silence, read_frame_async(rd, &limits)).await {
+                Err(_) => return Ended::Cut(format!("nothing heard for {silence:?}")),
                 Ok(Err(WireError::Io(e)))
                     if matches!(
                         e.kind(),

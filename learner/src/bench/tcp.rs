@@ -247,7 +247,7 @@ pub fn run_tcp_producer(
     let token = parse_token(token).map_err(|e| anyhow::anyhow!("--token: {e}"))?;
     let (mut stream, weight_bytes) = join(addr, token, actor_id, chunk_bytes)?;
     let mut reader = stream.try_clone()?;
-    std::thread::spawn(move || {
+    let drain = std::thread::spawn(move || {
         let limits = Limits {
             message: MESSAGE_MAX,
             chunk: 0,
@@ -263,9 +263,10 @@ pub fn run_tcp_producer(
         stream.write_all(&encoded)?;
     }
     stream.flush()?;
-    // Wait for the learner to close (it has everything then).
-    let mut sink = [0u8; 1];
-    let _ = std::io::Read::read(&mut stream, &mut sink);
+    // Half-close, then read until the learner closes (it has everything then). Exiting with
+    // its acknowledgements unread would reset the connection and drop chunks still in flight.
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let _ = drain.join();
     Ok(())
 }
 
