@@ -193,6 +193,25 @@ fn quick_transport_bench_prints_bandwidth_and_weight_rows() {
             assert!(r[f].as_f64().is_some_and(|v| v > 0.0), "`{f}` in {r}");
         }
     }
+    // The loopback-TCP rows (remote actors) beside them, compared with the ring row of the run.
+    let tcp: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["kind"] == "tcp_bandwidth")
+        .collect();
+    let tcp_weights: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "tcp_weights").collect();
+    assert!(!tcp.is_empty() && !tcp_weights.is_empty(), "{rows:?}");
+    for r in tcp {
+        let (gb, shm, ratio) = (
+            r["gb_per_s"].as_f64().unwrap(),
+            r["shm_gb_per_s"].as_f64().unwrap(),
+            r["ratio_to_shm"].as_f64().unwrap(),
+        );
+        assert!(gb > 0.0 && shm > 0.0, "{r}");
+        assert!((ratio - gb / shm).abs() < 1e-9 * ratio.max(1.0), "{r}");
+    }
+    for r in tcp_weights {
+        assert!(r["median_us"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+    }
 }
 
 #[test]

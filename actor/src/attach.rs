@@ -24,7 +24,7 @@ const SYNC_POLL: Duration = Duration::from_micros(200);
 const FIRST_WEIGHTS: Duration = Duration::from_secs(10);
 
 /// Why an attached actor stopped.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Stop {
     /// The learner ended the run; the chunks pushed.
     Shutdown { chunks: u64 },

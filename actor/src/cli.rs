@@ -17,6 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::attach::{run_attached, Stop};
 use crate::check::check_env_specs;
+use crate::remote::{run_remote, tcp_address, Session};
 
 /// `recur-actor`'s flags.
 #[derive(Parser)]
@@ -91,9 +92,16 @@ pub struct Cli {
     /// (linear in the policy version, for epsilon-greedy actors attached to a DQN learner).
     #[arg(long, default_value = "0")]
     epsilon: EpsilonSchedule,
-    /// Attach to the learner serving this control socket (instead of running standalone).
-    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["record", "check_env"])]
-    connect: Option<PathBuf>,
+    /// Attach to a learner (instead of running standalone): the control socket of a learner
+    /// on this machine, or `tcp://HOST:PORT` for a learner elsewhere (with --token-file and
+    /// --actor-id; the learner then gives the environment, the policy and the seeds, and
+    /// those flags here are ignored).
+    #[arg(long, value_name = "SOCKET|tcp://HOST:PORT", conflicts_with_all = ["record", "check_env"])]
+    connect: Option<String>,
+    /// The run token of the learner (`RUN_DIR/token`, copied to this machine): required with
+    /// --connect tcp://.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
 }
 
 fn parse_critic_core(s: &str) -> Result<CriticCore, String> {
@@ -129,6 +137,43 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// Runs what `cli` asks for with the environments of `registry` (and gymnasium ids).
 pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
+    if let Some(addr) = cli.connect.as_deref().and_then(tcp_address) {
+        let token_file = cli.token_file.as_ref().with_context(|| {
+            format!("--connect tcp://{addr} needs --token-file (the learner's RUN_DIR/token)")
+        })?;
+        let token = common::remote::read_token_file(token_file)?;
+        let session = Session::open(addr, token, cli.actor_id)?;
+        let welcome = &session.welcome;
+        // The learner's arguments for its actors, and this actor's identity.
+        let args = std::iter::once("recur-actor".to_string())
+            .chain(welcome.args.iter().cloned())
+            .chain([
+                "--actor-id".into(),
+                cli.actor_id.to_string(),
+                "--incarnation".into(),
+                welcome.incarnation.to_string(),
+            ]);
+        let remote = Cli::try_parse_from(args).context("the learner's actor arguments")?;
+        anyhow::ensure!(
+            remote.connect.is_none()
+                && remote.record.is_none()
+                && remote.checkpoint.is_none()
+                && remote.check_env.is_none()
+                && remote.describe_env.is_none(),
+            "the learner's actor arguments {:?} ask for more than an environment and a policy",
+            welcome.args
+        );
+        return run_inner(remote, registry, Some(session));
+    }
+    anyhow::ensure!(
+        cli.token_file.is_none(),
+        "--token-file is for --connect tcp://HOST:PORT"
+    );
+    run_inner(cli, registry, None)
+}
+
+/// [`run_with`] after a remote actor joined its learner (`session`).
+fn run_inner(cli: Cli, registry: Registry, session: Option<Session>) -> anyhow::Result<()> {
     // One actor is one thread: several actor processes share the machine, so the GEMM and
     // tensor thread pools stay at one thread unless the environment asks otherwise.
     for var in ["MATMUL_NUM_THREADS", "RAYON_NUM_THREADS"] {
@@ -234,9 +279,21 @@ pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
         incarnation: cli.incarnation,
         exploration,
     };
+    if let Some(session) = session {
+        let actor = Actor::with_envs(config, policy, envs)?;
+        let (chunks, why) = match run_remote(session, actor, &spec)? {
+            Stop::Shutdown { chunks } => (chunks, "the run ended"),
+            Stop::LearnerGone { chunks } => (chunks, "the learner is gone"),
+        };
+        say(format!(
+            "actor {}/{}: sent {chunks} chunks; {why}; exiting",
+            cli.actor_id, cli.incarnation
+        ));
+        return Ok(());
+    }
     if let Some(socket) = &cli.connect {
         let actor = Actor::with_envs(config, policy, envs)?;
-        let (chunks, why) = match run_attached(socket, actor, &spec)? {
+        let (chunks, why) = match run_attached(std::path::Path::new(socket), actor, &spec)? {
             Stop::Shutdown { chunks } => (chunks, "the run ended"),
             Stop::LearnerGone { chunks } => (chunks, "the learner is gone"),
         };

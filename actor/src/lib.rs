@@ -6,10 +6,12 @@
 //! - [`attach`]: the actor attached to a learner (control socket, ring, weights).
 //! - [`check`]: the spec check run at start and by `recur-actor --check-env`.
 //! - [`cli`]: the `recur-actor` command line and what it runs (standalone, recording, attached).
+//! - [`remote`]: the actor attached to a learner on another machine (authenticated TCP).
 
 pub mod attach;
 pub mod check;
 pub mod cli;
+pub mod remote;
 
 pub use common::envs::Registry;
 pub use common::rollout::{Actor, ActorConfig, ActorError, Episode};

@@ -16,6 +16,8 @@
 //! - [`policy`]: the policy network (encoder -> recurrent core -> heads), its distributions,
 //!   and the policy config and chunk schema that fit an environment.
 //! - [`reference`]: where the reference data (`RECUR_REFERENCE_DIR`) lives.
+//! - [`remote`]: the wire protocol of remote actors over authenticated TCP (frames, limits,
+//!   the run token).
 //! - [`rollout`]: the actor loop ([`rollout::Actor`]) that steps the environments with the
 //!   policy and fills chunks: run by the actor process, the learner's evaluation and the
 //!   benchmarks.
@@ -33,6 +35,7 @@ mod hash;
 pub mod policy;
 pub mod recurrent;
 pub mod reference;
+pub mod remote;
 pub mod rollout;
 #[allow(unsafe_code)]
 pub mod shm;

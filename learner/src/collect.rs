@@ -37,8 +37,8 @@ impl CollectConfig {
         );
         anyhow::ensure!(t.slots >= 2, "--slots must be at least 2, got {}", t.slots);
         anyhow::ensure!(
-            (1..2048).contains(&t.actors),
-            "--actors must be in 1..2048, got {}",
+            (1..2048).contains(&t.actors) || t.actors == 0 && t.listen.is_some(),
+            "--actors must be in 1..2048 (0 only with --listen), got {}",
             t.actors
         );
         Ok(())

@@ -79,9 +79,15 @@ pub struct RunSection {
     pub frames: u64,
     #[serde(default)]
     pub seed: u64,
-    /// Actor processes; default: the machine's cores.
+    /// Actor processes the learner starts itself; default: the machine's cores. 0 (with
+    /// `listen`): remote actors only.
     #[serde(default)]
     pub actors: Option<u32>,
+    /// Also accept remote actors over TCP on this `HOST:PORT` (e.g. `"0.0.0.0:7070"`; port 0
+    /// picks a free one, logged). They present the token the learner writes to
+    /// `RUN_DIR/token`. Async collection only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
     /// Write a checkpoint every this many updates (and at the end).
     #[serde(default = "default_checkpoint_every")]
     pub checkpoint_every: u64,
@@ -527,11 +533,37 @@ impl TrainConfig {
         v.environment(&self.run, &self.collector)?;
         v.check("run.frames", self.run.frames, Range::AtLeastOne)?;
         if let Some(a) = self.run.actors {
-            if !(1..2048).contains(&a) {
+            if a == 0 && self.run.listen.is_none() {
+                return v.fail(
+                    "run.actors",
+                    a,
+                    "in 1..2048 (0 only with `run.listen`, for remote actors)",
+                );
+            }
+            if a >= 2048 {
                 return v.fail("run.actors", a, "in 1..2048");
             }
         }
         let c = &self.collector;
+        if let Some(listen) = &self.run.listen {
+            let port = listen
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
+            if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+                return v.fail(
+                    "run.listen",
+                    format!("{listen:?}"),
+                    "HOST:PORT, e.g. \"0.0.0.0:7070\" (port 0: any free port)",
+                );
+            }
+            if c.mode == CollectorMode::Sync {
+                return v.fail(
+                    "collector.mode",
+                    "\"sync\"",
+                    "\"async\" with `run.listen` (sync collection counts the learner's own actors)",
+                );
+            }
+        }
         v.check(
             "collector.envs_per_actor",
             c.envs_per_actor,
@@ -1447,6 +1479,34 @@ max_grad_norm = 0.5
 
     /// Issue 20: every float finite and in range, sizes that cannot abort an allocation, and
     /// values set by a flag blamed on the flag.
+    #[test]
+    fn listen_allows_zero_local_actors_and_is_checked() {
+        let with =
+            |extra: &str| GOOD.replace("frames = 1000000", &format!("frames = 1000000\n{extra}"));
+        let ok =
+            TrainConfig::parse(&with("actors = 0\nlisten = \"0.0.0.0:7070\""), "x.toml").unwrap();
+        assert_eq!(ok.run.listen.as_deref(), Some("0.0.0.0:7070"));
+        let err = train_err(&with("actors = 0"));
+        assert!(
+            err.contains("`run.actors` = 0") && err.contains("0 only with `run.listen`"),
+            "{err}"
+        );
+        for bad in ["7070", ":7070", "host:port", "host:70000"] {
+            let err = train_err(&with(&format!("listen = \"{bad}\"")));
+            assert!(
+                err.contains(&format!("`run.listen` = \"{bad}\"")) && err.contains("HOST:PORT"),
+                "{err}"
+            );
+        }
+        let sync =
+            with("listen = \"127.0.0.1:0\"").replace("steps = 32", "steps = 32\nmode = \"sync\"");
+        let err = train_err(&sync);
+        assert!(
+            err.contains("`collector.mode` = \"sync\"") && err.contains("run.listen"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn floats_are_finite_sizes_bounded_and_flags_blamed() {
         for (from, to, key) in [

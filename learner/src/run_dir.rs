@@ -119,6 +119,40 @@ impl RunDir {
     pub fn ring_segment(&self, actor_id: u32, incarnation: u32) -> String {
         format!("recur-{}-ring-{actor_id}-{incarnation}", self.run_id)
     }
+
+    /// The run token remote actors present (`RUN_DIR/token`: 64 hex digits, mode 0600). A
+    /// token file the run directory already holds (a resumed run's, so that the actors'
+    /// copies stay valid) is kept if it is a regular file of this user, mode 0600, and valid;
+    /// otherwise a fresh 256-bit token from the operating system replaces it.
+    pub fn token(&self) -> anyhow::Result<[u8; common::remote::TOKEN_BYTES]> {
+        use std::io::Write;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let path = self.path.join("token");
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            let me = nix::unistd::Uid::effective().as_raw();
+            if meta.is_file() && meta.uid() == me && meta.mode() & 0o777 == 0o600 {
+                if let Ok(token) = common::remote::read_token_file(&path) {
+                    tracing::info!("remote actors: keeping the run token in {}", path.display());
+                    return Ok(token);
+                }
+            }
+            std::fs::remove_file(&path).with_context(|| format!("replacing {}", path.display()))?;
+        }
+        let token = common::remote::new_token()
+            .map_err(|e| anyhow::anyhow!("drawing a run token from the OS: {e}"))?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        // Exactly 0600 whatever the umask.
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        file.write_all(common::remote::token_hex(&token).as_bytes())
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(token)
+    }
 }
 
 /// Takes the exclusive lock on `dir/run.lock` (and writes our pid into it, for the message a

@@ -226,6 +226,7 @@ fn train_on<B: AutodiffBackend>(
         spec: Some(spec),
         sync: c.mode == CollectorMode::Sync,
         restore: resumed.actors.iter().cloned().collect(),
+        listen: config.run.listen.clone(),
         actor_args: env_args(&config.run)
             .into_iter()
             .chain(match (config.run.algo, &config.dqn) {

@@ -4,6 +4,7 @@
 pub mod actor;
 pub mod learner;
 pub mod rnn;
+pub mod tcp;
 pub mod transport;
 
 use std::time::Duration;

@@ -3,7 +3,8 @@
 //! plain memcpy measured in the same run, and the latency of a weight update (publish start ->
 //! a subscriber holds the full copy).
 //!
-//! Rows, one JSON object each:
+//! Rows, one JSON object each (and, unless `--no-tcp`, the loopback-TCP rows of
+//! [`super::tcp`] after each of them):
 //!
 //! - `{"bench":"transport","kind":"bandwidth","chunk_bytes":..,"producers":..,"gb_per_s":..,
 //!   "memcpy_gb_per_s":..,"ratio":..,"chunks":..,"median_ms":..}` plus `encoded_bytes`,
@@ -64,6 +65,10 @@ pub struct TransportBench {
     /// A short run: 1M chunks, 1 producer, 3 windows of 64M; 1M weights, 50 samples.
     #[arg(long)]
     pub quick: bool,
+    /// Skip the loopback-TCP rows (the remote-actor path, measured after each shared-memory
+    /// row: `tcp_bandwidth`, `tcp_weights`).
+    #[arg(long)]
+    pub no_tcp: bool,
 }
 
 /// A bandwidth result line.
@@ -134,12 +139,22 @@ impl TransportBench {
                 let row = self.bandwidth(chunk_bytes, producers)?;
                 writeln!(out, "{}", serde_json::to_string(&row)?)?;
                 out.flush()?;
+                if !self.no_tcp {
+                    let tcp = super::tcp::tcp_bandwidth(&row, row.chunks, self.iters)?;
+                    writeln!(out, "{}", serde_json::to_string(&tcp)?)?;
+                    out.flush()?;
+                }
             }
         }
         for &bytes in &self.weight_sizes {
             let row = weight_latency(bytes, self.weight_samples)?;
             writeln!(out, "{}", serde_json::to_string(&row)?)?;
             out.flush()?;
+            if !self.no_tcp {
+                let tcp = super::tcp::tcp_weight_latency(bytes, self.weight_samples)?;
+                writeln!(out, "{}", serde_json::to_string(&tcp)?)?;
+                out.flush()?;
+            }
         }
         Ok(())
     }
@@ -365,7 +380,7 @@ const SEQ_OFFSET: usize = PREFIX_LEN + 8;
 
 /// Sets the sequence number of an encoded chunk in place (the checksum covers the payload
 /// only, so the chunk stays valid).
-fn set_seq(encoded: &mut [u8], seq: u64) {
+pub(super) fn set_seq(encoded: &mut [u8], seq: u64) {
     encoded[SEQ_OFFSET..SEQ_OFFSET + 8].copy_from_slice(&seq.to_le_bytes());
 }
 

@@ -5,6 +5,7 @@ use learner::bench::actor::ActorBench;
 use learner::bench::learner::LearnerBench;
 use learner::bench::rnn::RnnBench;
 use learner::bench::set_threads;
+use learner::bench::tcp::run_tcp_producer;
 use learner::bench::transport::{parse_size, run_producer, TransportBench};
 
 #[derive(Parser)]
@@ -30,7 +31,8 @@ enum Command {
     /// Shared-memory transport: ring bandwidth from producer processes vs memcpy, and weight
     /// publish -> visible latency.
     Transport(TransportBench),
-    /// (internal) One producer process of `transport`: pushes chunks into a ring.
+    /// (internal) One producer process of `transport`: pushes chunks into a ring, or over
+    /// loopback TCP to the remote-actor listener.
     #[command(hide = true)]
     TransportProducer(ProducerArgs),
 }
@@ -38,8 +40,15 @@ enum Command {
 #[derive(clap::Args)]
 struct ProducerArgs {
     /// Ring segment to open.
+    #[arg(long, required_unless_present = "tcp")]
+    ring: Option<String>,
+    /// The remote-actor listener to join instead (with --token and --actor-id).
+    #[arg(long, requires = "token")]
+    tcp: Option<String>,
     #[arg(long)]
-    ring: String,
+    token: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    actor_id: u32,
     /// Nominal chunk size.
     #[arg(long, value_parser = parse_size)]
     chunk_bytes: usize,
@@ -52,7 +61,13 @@ fn main() -> anyhow::Result<()> {
     let out = &mut std::io::stdout().lock();
     match Cli::parse().command {
         Command::Transport(b) => b.checked()?.run(out)?,
-        Command::TransportProducer(a) => run_producer(&a.ring, a.chunk_bytes, a.count)?,
+        Command::TransportProducer(a) => match (&a.tcp, &a.token, &a.ring) {
+            (Some(addr), Some(token), _) => {
+                run_tcp_producer(addr, token, a.actor_id, a.chunk_bytes, a.count)?
+            }
+            (_, _, Some(ring)) => run_producer(ring, a.chunk_bytes, a.count)?,
+            _ => anyhow::bail!("transport-producer needs --ring, or --tcp with --token"),
+        },
         Command::Learner(b) => {
             let b = b.checked()?;
             set_threads(b.threads);

@@ -57,9 +57,14 @@ struct TrainArgs {
     /// Training config (TOML).
     #[arg(long, default_value = "configs/masked_cartpole.toml")]
     config: PathBuf,
-    /// Actor processes [default: run.actors, else the machine's cores].
+    /// Actor processes the learner starts [default: run.actors, else the machine's cores];
+    /// 0 with --listen: remote actors only.
     #[arg(long)]
     actors: Option<u32>,
+    /// Accept remote actors on this TCP HOST:PORT [default: run.listen]; they present the
+    /// token written to RUN_DIR/token (`recur-actor --connect tcp://HOST:PORT --token-file`).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
     /// Seed [default: run.seed].
     #[arg(long)]
     seed: Option<u64>,
@@ -118,9 +123,12 @@ struct ReplayArgs {
 struct CollectArgs {
     #[arg(long, default_value = "MaskedCartPole-v1")]
     env: String,
-    /// Actor processes [default: the machine's cores].
+    /// Actor processes [default: the machine's cores]; 0 with --listen: remote actors only.
     #[arg(long)]
     actors: Option<u32>,
+    /// Accept remote actors on this TCP HOST:PORT (token in RUN_DIR/token).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
     /// Environments per actor.
     #[arg(long, default_value_t = 16)]
     envs: usize,
@@ -174,6 +182,9 @@ fn main() -> anyhow::Result<()> {
             if let Some(n) = a.actors {
                 config.run.actors = Some(n);
             }
+            if let Some(listen) = a.listen {
+                config.run.listen = Some(listen);
+            }
             if let Some(s) = a.seed {
                 config.run.seed = s;
             }
@@ -184,6 +195,7 @@ fn main() -> anyhow::Result<()> {
                 config.validate(&config_path.display().to_string()),
                 &[
                     ("--actors", "run.actors"),
+                    ("--listen", "run.listen"),
                     ("--seed", "run.seed"),
                     ("--frames", "run.frames"),
                 ],
@@ -294,6 +306,7 @@ fn main() -> anyhow::Result<()> {
                     spec: None,
                     sync: false,
                     restore: Default::default(),
+                    listen: a.listen,
                 },
                 frames: a.frames,
                 publish_every: a.publish_every,

@@ -1,9 +1,12 @@
 //! How chunks reach the learner and weights reach the actors: the [`Transport`] interface,
 //! what a transport is started with ([`TransportConfig`]) and what it counts
-//! ([`CollectSummary`]). The shared-memory transport ([`ShmTransport`], one machine) is the one
-//! implementation; a remote (TCP) transport would implement the same trait.
+//! ([`CollectSummary`]). [`ShmTransport`] serves the learner's own actors through shared
+//! memory (one ring per actor incarnation, one weight segment) and, with `listen`, remote
+//! actors over authenticated TCP ([`tcp`]): both kinds mix in one run, their chunks verified
+//! and counted the same way.
 
 mod shm;
+pub mod tcp;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -49,6 +52,8 @@ pub struct TransportConfig {
     /// Saved actor states by actor id (a resumed sync run's checkpoint): a registering actor
     /// continues from its own.
     pub restore: BTreeMap<u32, Vec<u8>>,
+    /// Listen for remote actors on this `HOST:PORT` (`run.listen`); `None`: local actors only.
+    pub listen: Option<String>,
 }
 
 /// What one actor incarnation delivered.
@@ -64,6 +69,15 @@ pub struct IncarnationSummary {
     pub foreign: u64,
     /// The actor died with a slot half written (discarded, never consumed).
     pub abandoned_slot: bool,
+    /// Bytes of the chunks received (encoded, as sent).
+    pub bytes: u64,
+    /// A remote actor's address (`None`: a local actor, through shared memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    /// Times a remote actor reconnected to continue this incarnation after a broken link.
+    pub reconnects: u32,
+    /// Chunks received a second time (dropped; 0 in a healthy run).
+    pub duplicates: u64,
 }
 
 /// What a transport counted over a run (`summary.json` of `collect`, `transport` of `train`'s).
@@ -74,8 +88,13 @@ pub struct CollectSummary {
     pub frames: u64,
     pub corrupted: u64,
     pub rejected: u64,
+    /// Registrations refused: a mismatching env or schema, and (remote actors) connections
+    /// without the run token, malformed or oversized frames.
     pub refused_registrations: u64,
     pub restarts: u64,
+    /// The address remote actors connect to (`tcp://HOST:PORT`), when listening.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
     pub policy_version: u64,
     pub reclaimed_segments: Vec<String>,
     pub incarnations: Vec<IncarnationSummary>,

@@ -2,6 +2,8 @@
 //! weight segment, the supervised actor processes, and one trajectory ring per registered actor
 //! incarnation. Every chunk is received exactly once: verified, with sequence numbers
 //! contiguous per actor incarnation; a dead actor's ring is drained before it is dropped.
+//! With `listen`, remote actors join over TCP ([`super::tcp`]) beside the local ones: one link
+//! per connection, verified and counted like a ring (and duplicates after a reconnect dropped).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +15,7 @@ use common::chunk::{Chunk, ChunkMeta, ChunkSchema};
 use common::control::{schema_mismatch, Response};
 use common::shm::{reclaim_stale, RingConfig, RingReader, WeightPublisher};
 
+use super::tcp::{RemoteLink, RemoteOptions, RemoteRegistration, RemoteServer};
 use super::{CollectSummary, IncarnationSummary, Transport, TransportConfig};
 use crate::control_server::{ControlServer, Registration};
 use crate::run_dir::RunDir;
@@ -29,6 +32,16 @@ struct RingSlot {
     reader: RingReader,
     /// The actor process has exited: drain what it published, then drop the ring.
     dead: bool,
+}
+
+/// A registered remote actor's connection (its incarnation's chunks arrive through it).
+struct Link {
+    actor_id: u32,
+    incarnation: u32,
+    peer: String,
+    link: RemoteLink,
+    /// No chunk has arrived through this connection yet (the first one is logged).
+    fresh: bool,
 }
 
 type Incarnations = BTreeMap<(u32, u32), IncarnationSummary>;
@@ -53,6 +66,14 @@ pub struct ShmTransport {
     last_exit: Option<String>,
     /// Sync runs: per actor id, the state a registering actor continues from.
     actor_states: BTreeMap<u32, Vec<u8>>,
+    /// The TCP listener for remote actors, and their registered connections.
+    remote: Option<RemoteServer>,
+    links: Vec<Link>,
+    /// Registrations refused by this thread (the listener counts its own).
+    refused_here: u64,
+    /// Chunks taken from a replaced connection while answering a reconnect (returned by the
+    /// next `receive`).
+    early: Vec<Chunk>,
 }
 
 /// How long the end of a run waits for its actors to stop before it kills its own children and
@@ -108,9 +129,32 @@ impl ShmTransport {
             .encode(&schema)?
             .len();
         let server = ControlServer::start(&run_dir.control_socket())?;
+        let remote = match &config.listen {
+            Some(listen) => {
+                let token = run_dir.token()?;
+                let remote = RemoteServer::start(RemoteOptions {
+                    listen: listen.clone(),
+                    token,
+                    args: actor_args(config, None),
+                    chunk_bytes: slot_bytes,
+                    weight_bytes: initial_blob.len(),
+                    window: config.slots,
+                    local_actors: config.actors,
+                })?;
+                remote.publish(initial_blob);
+                let addr = format!("tcp://{}", remote.local_addr());
+                tracing::info!(
+                    "remote actors: listening on {addr} (token in {})",
+                    run_dir.path().join("token").display()
+                );
+                summary.listen = Some(addr);
+                Some(remote)
+            }
+            None => None,
+        };
         let (supervisor, events) = Supervisor::start(SupervisorConfig {
             program: config.actor_program.clone(),
-            args: actor_args(config, server.path()),
+            args: actor_args(config, Some(server.path())),
             actors: config.actors,
             max_restarts: config.max_restarts,
             restart_window: config.restart_window,
@@ -134,13 +178,23 @@ impl ShmTransport {
             signals,
             last_exit: None,
             actor_states: config.restore.clone(),
+            remote,
+            links: Vec::new(),
+            refused_here: 0,
+            early: Vec::new(),
         })
     }
 
     /// Answers one registration: a ring for an actor of this run's env and schema (once per
     /// incarnation), a refusal naming the mismatch otherwise.
     fn answer(&mut self, reg: Registration) {
-        let summary = &mut self.summary;
+        let mismatch = self.mismatch(
+            &reg.env,
+            &reg.observation_space,
+            &reg.action_space,
+            &reg.schema,
+        );
+        let refused_here = &mut self.refused_here;
         let mut refuse = |reason: String| {
             tracing::error!(
                 "refused actor {}/{} (pid {}): {reason}",
@@ -148,27 +202,10 @@ impl ShmTransport {
                 reg.incarnation,
                 reg.pid
             );
-            summary.refused_registrations += 1;
+            *refused_here += 1;
             Response::Refused { reason }
         };
-        let answer = if reg.env != self.config.env {
-            refuse(format!(
-                "env {:?} (the run has {:?})",
-                reg.env, self.config.env
-            ))
-        } else if let Some(spec) = self.config.spec.as_ref().filter(|s| {
-            s.observation_space != reg.observation_space || s.action_space != reg.action_space
-        }) {
-            refuse(format!(
-                "env {:?}: the actor reports observation space {}, action space {}; the run was \
-                 built for observation space {}, action space {}",
-                reg.env,
-                reg.observation_space.describe(),
-                reg.action_space.describe(),
-                spec.observation_space.describe(),
-                spec.action_space.describe()
-            ))
-        } else if let Some(reason) = schema_mismatch(&self.schema, &reg.schema) {
+        let answer = if let Some(reason) = mismatch {
             refuse(reason)
         } else if self
             .rings
@@ -227,6 +264,183 @@ impl ShmTransport {
         let _ = reg.reply.send(answer);
     }
 
+    /// Why an actor of `env` with these spaces and chunk schema cannot join the run (`None`:
+    /// it can).
+    fn mismatch(
+        &self,
+        env: &str,
+        observation_space: &common::envs::Space,
+        action_space: &common::envs::Space,
+        schema: &ChunkSchema,
+    ) -> Option<String> {
+        if env != self.config.env {
+            return Some(format!("env {env:?} (the run has {:?})", self.config.env));
+        }
+        if let Some(spec) = self.config.spec.as_ref().filter(|s| {
+            &s.observation_space != observation_space || &s.action_space != action_space
+        }) {
+            return Some(format!(
+                "env {env:?}: the actor reports observation space {}, action space {}; the run \
+                 was built for observation space {}, action space {}",
+                observation_space.describe(),
+                action_space.describe(),
+                spec.observation_space.describe(),
+                spec.action_space.describe()
+            ));
+        }
+        schema_mismatch(&self.schema, schema)
+    }
+
+    /// Answers a remote actor's registration: checked like a local one's; a reconnect of a
+    /// live incarnation replaces its old connection, whose queued chunks are taken first, and
+    /// continues after the last chunk received.
+    fn answer_remote(&mut self, reg: RemoteRegistration, out: &mut Vec<Chunk>) {
+        let who = format!(
+            "remote actor {}/{} (pid {} on {:?}, {})",
+            reg.actor_id, reg.incarnation, reg.pid, reg.host, reg.peer
+        );
+        if let Some(reason) = self.mismatch(
+            &reg.env,
+            &reg.observation_space,
+            &reg.action_space,
+            &reg.schema,
+        ) {
+            tracing::error!("refused {who}: {reason}");
+            self.refused_here += 1;
+            let _ = reg.reply.send(Err(reason));
+            return;
+        }
+        let key = (reg.actor_id, reg.incarnation);
+        // The old connection of a reconnecting actor: everything it queued is taken before the
+        // next sequence number is chosen, then it is closed (its late frames go nowhere).
+        if let Some(i) = self
+            .links
+            .iter()
+            .position(|l| (l.actor_id, l.incarnation) == key)
+        {
+            let mut old = self.links.swap_remove(i);
+            while let Ok(bytes) = old.link.chunks.try_recv() {
+                if let Some(chunk) = self.accept_remote(key.0, key.1, &bytes) {
+                    out.push(chunk);
+                }
+            }
+        }
+        let inc = incarnation(&mut self.incarnations, key.0, key.1);
+        inc.remote = Some(reg.peer.to_string());
+        if reg.resume {
+            inc.reconnects += 1;
+        }
+        let next_seq = inc.last_seq.map_or(0, |s| s + 1);
+        tracing::info!(
+            "{who} {} at chunk {next_seq}",
+            if reg.resume {
+                "reconnected; continuing"
+            } else {
+                "registered; starting"
+            }
+        );
+        if reg.reply.send(Ok(next_seq)).is_ok() {
+            self.links.push(Link {
+                actor_id: key.0,
+                incarnation: key.1,
+                peer: reg.peer.to_string(),
+                link: reg.link,
+                fresh: true,
+            });
+        }
+    }
+
+    /// Verifies one chunk of a remote actor: checksum and schema, the sender's stamp, its
+    /// sequence number (a chunk already received is a duplicate: counted and dropped).
+    fn accept_remote(&mut self, actor_id: u32, incarnation_id: u32, bytes: &[u8]) -> Option<Chunk> {
+        let inc = incarnation(&mut self.incarnations, actor_id, incarnation_id);
+        let chunk = match Chunk::decode_verified(bytes, &self.schema) {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                self.summary.rejected += 1;
+                tracing::error!("remote actor {actor_id}/{incarnation_id}: chunk rejected: {e}");
+                return None;
+            }
+        };
+        if (chunk.meta.actor_id, chunk.meta.incarnation) != (actor_id, incarnation_id) {
+            inc.foreign += 1;
+            self.summary.rejected += 1;
+            tracing::error!(
+                "the link of remote actor {actor_id}/{incarnation_id} delivered a chunk stamped \
+                 {}/{}: dropped",
+                chunk.meta.actor_id,
+                chunk.meta.incarnation
+            );
+            return None;
+        }
+        if inc.last_seq.is_some_and(|last| chunk.meta.seq <= last) {
+            inc.duplicates += 1;
+            tracing::error!(
+                "remote actor {actor_id}/{incarnation_id}: chunk seq {} received again: dropped",
+                chunk.meta.seq
+            );
+            return None;
+        }
+        let expected = inc.last_seq.map_or(0, |s| s + 1);
+        if chunk.meta.seq != expected {
+            inc.seq_errors += 1;
+            tracing::error!(
+                "remote actor {actor_id}/{incarnation_id}: chunk seq {} where {expected} was \
+                 expected",
+                chunk.meta.seq
+            );
+        }
+        inc.last_seq = Some(chunk.meta.seq);
+        inc.chunks += 1;
+        inc.bytes += bytes.len() as u64;
+        self.summary.chunks += 1;
+        self.summary.frames += self.schema.frames() as u64;
+        Some(chunk)
+    }
+
+    /// Receives every queued chunk of every remote link into `out`; drops the links whose
+    /// connection ended (after taking what they queued).
+    fn drain_links(&mut self, out: &mut Vec<Chunk>) {
+        use tokio::sync::mpsc::error::TryRecvError;
+        let mut links = std::mem::take(&mut self.links);
+        links.retain_mut(|l| loop {
+            match l.link.chunks.try_recv() {
+                Ok(bytes) => {
+                    if let Some(chunk) = self.accept_remote(l.actor_id, l.incarnation, &bytes) {
+                        if std::mem::take(&mut l.fresh) {
+                            tracing::info!(
+                                "remote actor {}/{}: chunk {} received through {}",
+                                l.actor_id,
+                                l.incarnation,
+                                chunk.meta.seq,
+                                l.peer
+                            );
+                        }
+                        out.push(chunk);
+                    }
+                }
+                Err(TryRecvError::Empty) => break true,
+                Err(TryRecvError::Disconnected) => {
+                    tracing::info!(
+                        "remote actor {}/{} ({}) disconnected",
+                        l.actor_id,
+                        l.incarnation,
+                        l.peer
+                    );
+                    break false;
+                }
+            }
+        });
+        // A reconnect answered meanwhile may have added a link.
+        links.append(&mut self.links);
+        self.links = links;
+        if let Some(remote) = &self.remote {
+            self.summary.refused_registrations = self.refused_here + remote.refused();
+        } else {
+            self.summary.refused_registrations = self.refused_here;
+        }
+    }
+
     /// Receives every published chunk of every ring into `out`.
     fn drain_rings(&mut self, out: &mut Vec<Chunk>) {
         for ring in self.rings.iter_mut() {
@@ -273,6 +487,7 @@ impl ShmTransport {
                         }
                         inc.last_seq = Some(chunk.meta.seq);
                         inc.chunks += 1;
+                        inc.bytes += len as u64;
                         self.summary.chunks += 1;
                         self.summary.frames += self.schema.frames() as u64;
                         out.push(chunk);
@@ -331,6 +546,11 @@ impl ShmTransport {
                 reason: "the run is ending".into(),
             });
         }
+        if let Some(remote) = &self.remote {
+            for reg in remote.registrations.try_iter() {
+                let _ = reg.reply.send(Err("the run is ending".into()));
+            }
+        }
     }
 }
 
@@ -339,11 +559,21 @@ impl Transport for ShmTransport {
         for reg in self.server.registrations.try_iter().collect::<Vec<_>>() {
             self.answer(reg);
         }
+        let remote: Vec<RemoteRegistration> = match &self.remote {
+            Some(r) => r.registrations.try_iter().collect(),
+            None => Vec::new(),
+        };
+        let mut chunks = Vec::new();
+        for reg in remote {
+            self.answer_remote(reg, &mut chunks);
+        }
+        self.early.extend(chunks);
     }
 
     fn receive(&mut self) -> anyhow::Result<Vec<Chunk>> {
-        let mut chunks = Vec::new();
+        let mut chunks = std::mem::take(&mut self.early);
         self.drain_rings(&mut chunks);
+        self.drain_links(&mut chunks);
         // Rings of dead actors were drained by the pass above; drop them.
         let incarnations = &mut self.incarnations;
         self.rings.retain(|ring| {
@@ -365,7 +595,8 @@ impl Transport for ShmTransport {
             stats.corrupted = self.summary.corrupted;
             stats.policy_version = self.summary.policy_version;
         }
-        if self.supervisor.all_done() && self.rings.is_empty() {
+        // Remote actors may join at any time: a listening run never runs out of actors.
+        if self.supervisor.all_done() && self.rings.is_empty() && self.remote.is_none() {
             return Err(ActorsGone {
                 frames: self.summary.frames,
                 last_exit: self
@@ -380,6 +611,9 @@ impl Transport for ShmTransport {
 
     fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()> {
         self.weights.publish(version, blob)?;
+        if let Some(remote) = &self.remote {
+            remote.publish(blob);
+        }
         self.summary.policy_version = version;
         Ok(())
     }
@@ -427,14 +661,21 @@ impl Transport for ShmTransport {
     fn finish(mut self, stopped_by_request: bool) -> anyhow::Result<(CollectSummary, Vec<Chunk>)> {
         self.summary.stopped_by_request = stopped_by_request;
         self.server.shared.shutdown.store(true, Ordering::SeqCst);
+        if let Some(remote) = &self.remote {
+            remote.shut_down();
+        }
         self.supervisor.stop_restarting();
         let deadline = Instant::now() + FINISH_GRACE;
-        let mut tail = Vec::new();
+        let mut tail = std::mem::take(&mut self.early);
         loop {
             self.refuse_late_registrations();
             self.drain_rings(&mut tail);
+            self.drain_links(&mut tail);
             self.supervise()?;
-            if self.supervisor.running().is_empty() && self.rings.iter().all(|r| r.dead) {
+            if self.supervisor.running().is_empty()
+                && self.rings.iter().all(|r| r.dead)
+                && self.links.is_empty()
+            {
                 // The last pass: drain every ring, report half-written slots, drop the rings.
                 self.drain_rings(&mut tail);
                 for ring in self.rings.drain(..) {
@@ -450,10 +691,18 @@ impl Transport for ShmTransport {
                     .filter(|r| !r.supervised && !r.dead)
                     .map(|r| r.pid)
                     .collect();
+                let remote: Vec<String> = self
+                    .links
+                    .iter()
+                    .map(|l| format!("{}/{} ({})", l.actor_id, l.incarnation, l.peer))
+                    .collect();
                 tracing::warn!(
                     "actors did not stop within {FINISH_GRACE:?} of the end of the run: killing \
-                     the learner's own {own:?}, no longer waiting for attached {attached:?}"
+                     the learner's own {own:?}, no longer waiting for attached {attached:?} \
+                     and remote {remote:?}"
                 );
+                self.drain_links(&mut tail);
+                self.links.clear();
                 let events = self.supervisor.shutdown(Duration::from_secs(1));
                 self.actors_changed(&events);
                 self.drain_rings(&mut tail);
@@ -530,8 +779,13 @@ fn incarnation(all: &mut Incarnations, actor_id: u32, incarnation: u32) -> &mut 
         })
 }
 
-fn actor_args(config: &TransportConfig, socket: &Path) -> Vec<String> {
-    let mut args = vec!["--connect".to_string(), socket.display().to_string()];
+/// The `recur-actor` arguments of the run's actors: `--connect socket` for local ones; the
+/// rest (environment, policy, seed, exploration) is what a remote actor receives.
+fn actor_args(config: &TransportConfig, socket: Option<&Path>) -> Vec<String> {
+    let mut args = match socket {
+        Some(socket) => vec!["--connect".to_string(), socket.display().to_string()],
+        None => Vec::new(),
+    };
     args.extend(config.actor_args.iter().cloned());
     for (flag, value) in [
         ("--env", config.env.clone()),

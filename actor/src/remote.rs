@@ -1,0 +1,651 @@
+//! A remote actor: attached to a learner on another machine over authenticated TCP
+//! ([`common::remote`]). It presents the run token, receives its incarnation and its
+//! arguments (environment, policy, seeds: the learner's, as a local actor gets them on its
+//! command line), registers, then streams chunks and adopts the newest weights at chunk
+//! boundaries.
+//!
+//! Chunks stay in a bounded outbox until the learner acknowledges them (a `window` of them:
+//! when it is full the actor waits, so a slow link slows the actor instead of growing a queue).
+//! A link that goes silent for [`SILENCE`] (cut, not closed) is replaced: the actor reconnects
+//! for up to [`RECONNECT_WINDOW`], resumes its incarnation, and resends from the first chunk the
+//! learner does not hold: nothing is lost or sent twice. A learner that closes the connection,
+//! refuses a reconnect, or stays unreachable for the window is gone: the actor exits.
+
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use common::chunk::ChunkSchema;
+use common::envs::EnvSpec;
+use common::remote::{
+    read_frame, read_frame_async, write_data_async, write_message, write_message_async, ActorMsg,
+    LearnerMsg, Limits, WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS, MESSAGE_MAX,
+    TOKEN_BYTES,
+};
+use common::rollout::Actor;
+use common::weights::{blob_version, from_blob};
+
+use crate::attach::Stop;
+
+/// No frame from the learner for this long: the link is considered cut (the learner
+/// acknowledges four times a second).
+pub const SILENCE: Duration = Duration::from_secs(3);
+/// How long a cut link is retried before the learner counts as gone.
+pub const RECONNECT_WINDOW: Duration = Duration::from_secs(15);
+/// How long the first connection is retried while the learner is not listening yet (a
+/// cluster launcher starts learner and actors together).
+const FIRST_CONNECT: Duration = Duration::from_secs(60);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const HEARTBEAT: Duration = Duration::from_millis(250);
+const FIRST_WEIGHTS: Duration = Duration::from_secs(10);
+
+/// What the learner told the actor when it accepted the token.
+#[derive(Clone, Debug)]
+pub struct Welcome {
+    pub incarnation: u32,
+    /// The `recur-actor` arguments the actor runs with.
+    pub args: Vec<String>,
+    pub chunk_bytes: usize,
+    pub weight_bytes: usize,
+    pub window: usize,
+}
+
+/// A connection that presented the token and was welcomed (not registered yet).
+pub struct Session {
+    addr: String,
+    token: [u8; TOKEN_BYTES],
+    actor_id: u32,
+    stream: TcpStream,
+    pub welcome: Welcome,
+}
+
+/// The address of `--connect tcp://HOST:PORT`, or `None` for a Unix socket path.
+pub fn tcp_address(connect: &str) -> Option<&str> {
+    connect.strip_prefix("tcp://")
+}
+
+impl Session {
+    /// Connects to `addr` (retrying while nothing listens there yet, for up to a minute),
+    /// presents `token` for actor `actor_id` and reads the welcome.
+    pub fn open(addr: &str, token: [u8; TOKEN_BYTES], actor_id: u32) -> anyhow::Result<Self> {
+        let start = Instant::now();
+        let stream = loop {
+            match connect(addr) {
+                Ok(s) => break s,
+                Err(e) if start.elapsed() < FIRST_CONNECT => {
+                    tracing::debug!("connecting to {addr}: {e}; retrying");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("connecting to the learner at tcp://{addr} for {FIRST_CONNECT:?}")
+                    })
+                }
+            }
+        };
+        let (stream, welcome) = hello(stream, &token, actor_id, None)
+            .map_err(anyhow::Error::from)
+            .with_context(|| format!("joining the learner at tcp://{addr}"))?;
+        Ok(Session {
+            addr: addr.to_string(),
+            token,
+            actor_id,
+            stream,
+            welcome,
+        })
+    }
+}
+
+fn connect(addr: &str) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::new(ErrorKind::NotFound, format!("{addr}: no address"));
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Why a handshake failed: the learner answered no (final), or the link failed (retry).
+enum HandshakeError {
+    Refused(String),
+    Link(anyhow::Error),
+}
+
+impl From<HandshakeError> for anyhow::Error {
+    fn from(e: HandshakeError) -> Self {
+        match e {
+            HandshakeError::Refused(reason) => anyhow::anyhow!("the learner refused: {reason}"),
+            HandshakeError::Link(e) => e,
+        }
+    }
+}
+
+fn hello(
+    mut stream: TcpStream,
+    token: &[u8; TOKEN_BYTES],
+    actor_id: u32,
+    resume: Option<u32>,
+) -> Result<(TcpStream, Welcome), HandshakeError> {
+    let link = |e: WireError| HandshakeError::Link(e.into());
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| HandshakeError::Link(e.into()))?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    write_message(
+        &mut stream,
+        &ActorMsg::Hello {
+            token: *token,
+            actor_id,
+            resume,
+            pid: std::process::id(),
+            host,
+        },
+    )
+    .map_err(link)?;
+    let limits = Limits {
+        message: MESSAGE_MAX,
+        chunk: 0,
+        weights: 0,
+    };
+    let frame = read_frame(&mut stream, &limits).map_err(link)?;
+    match frame.message::<LearnerMsg>().map_err(link)? {
+        LearnerMsg::Welcome {
+            incarnation,
+            args,
+            chunk_bytes,
+            weight_bytes,
+            window,
+        } => Ok((
+            stream,
+            Welcome {
+                incarnation,
+                args,
+                chunk_bytes: chunk_bytes as usize,
+                weight_bytes: weight_bytes as usize,
+                window: (window as usize).max(1),
+            },
+        )),
+        LearnerMsg::Refused { reason } => Err(HandshakeError::Refused(reason)),
+        other => Err(HandshakeError::Link(anyhow::anyhow!(
+            "expected a welcome, got {other:?}"
+        ))),
+    }
+}
+
+/// What the actor registers with (kept for reconnects).
+#[derive(Clone)]
+struct Registration {
+    env: String,
+    spec: EnvSpec,
+    schema: ChunkSchema,
+}
+
+fn register(stream: &mut TcpStream, reg: &Registration) -> Result<u64, HandshakeError> {
+    let link = |e: WireError| HandshakeError::Link(e.into());
+    // The learner's main thread answers between two updates.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| HandshakeError::Link(e.into()))?;
+    write_message(
+        stream,
+        &ActorMsg::Register {
+            env: reg.env.clone(),
+            observation_space: reg.spec.observation_space.clone(),
+            action_space: reg.spec.action_space.clone(),
+            schema: reg.schema.clone(),
+        },
+    )
+    .map_err(link)?;
+    let limits = Limits {
+        message: MESSAGE_MAX,
+        chunk: 0,
+        weights: 0,
+    };
+    let frame = read_frame(stream, &limits).map_err(link)?;
+    match frame.message::<LearnerMsg>().map_err(link)? {
+        LearnerMsg::Registered { next_seq } => Ok(next_seq),
+        LearnerMsg::Refused { reason } => Err(HandshakeError::Refused(reason)),
+        other => Err(HandshakeError::Link(anyhow::anyhow!(
+            "expected an answer to the registration, got {other:?}"
+        ))),
+    }
+}
+
+/// State shared by the actor loop (main thread) and the connection (a tokio thread).
+struct Shared {
+    outbox: Mutex<Outbox>,
+    /// Signalled when the outbox shrinks or the actor must stop.
+    space: Condvar,
+    wake: tokio::sync::Notify,
+    /// The newest weight blob not yet adopted.
+    weights: Mutex<Option<(u64, Vec<u8>)>>,
+    chunks_sent: AtomicU64,
+    policy_version: AtomicU64,
+}
+
+struct Outbox {
+    /// Chunks sent or to send, not yet acknowledged: (sequence number, encoded chunk).
+    queue: VecDeque<(u64, Arc<Vec<u8>>)>,
+    window: usize,
+    stop: Option<Result<Stop, String>>,
+}
+
+impl Shared {
+    fn stop(&self, why: Result<Stop, String>) {
+        let mut out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        out.stop.get_or_insert(why);
+        self.space.notify_all();
+    }
+
+    fn stopped(&self) -> Option<Result<Stop, String>> {
+        let out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        out.stop.clone()
+    }
+}
+
+/// Runs `actor` (built from the session's welcome) against the learner until the run ends or
+/// the learner is gone; registers with `spec` and the actor's schema.
+pub fn run_remote(session: Session, mut actor: Actor, spec: &EnvSpec) -> anyhow::Result<Stop> {
+    let Session {
+        addr,
+        token,
+        actor_id,
+        mut stream,
+        welcome,
+    } = session;
+    let config = actor.config().clone();
+    let who = format!("actor {actor_id}/{}", welcome.incarnation);
+    let reg = Registration {
+        env: config.env.clone(),
+        spec: spec.clone(),
+        schema: actor.schema().clone(),
+    };
+    let next_seq = register(&mut stream, &reg)?;
+    anyhow::ensure!(
+        next_seq == 0,
+        "the learner asks a new incarnation to start at chunk {next_seq}"
+    );
+    say(format!(
+        "{who}: registered with the learner at tcp://{addr}"
+    ));
+    let shared = Arc::new(Shared {
+        outbox: Mutex::new(Outbox {
+            queue: VecDeque::new(),
+            window: welcome.window,
+            stop: None,
+        }),
+        space: Condvar::new(),
+        wake: tokio::sync::Notify::new(),
+        weights: Mutex::new(None),
+        chunks_sent: AtomicU64::new(0),
+        policy_version: AtomicU64::new(0),
+    });
+    let link = Link {
+        addr,
+        token,
+        actor_id,
+        incarnation: welcome.incarnation,
+        weight_bytes: welcome.weight_bytes,
+        reg,
+        who: who.clone(),
+        shared: Arc::clone(&shared),
+    };
+    let net = std::thread::Builder::new()
+        .name("link".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            let why = runtime.block_on(link.run(stream));
+            link.shared.stop(why);
+        })?;
+    let result = collect(&mut actor, &shared);
+    shared.stop(Ok(Stop::Shutdown { chunks: 0 }));
+    shared.wake.notify_one();
+    let _ = net.join();
+    result
+}
+
+/// The actor loop: the newest weights at each chunk boundary, one chunk, into the outbox.
+fn collect(actor: &mut Actor, shared: &Shared) -> anyhow::Result<Stop> {
+    let deadline = Instant::now() + FIRST_WEIGHTS;
+    loop {
+        let newest = shared
+            .weights
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((version, blob)) = newest {
+            if version > actor.policy_version() {
+                let (policy, _) = from_blob(actor.policy().clone(), &blob)?;
+                actor.set_policy(policy, version);
+                shared.policy_version.store(version, Ordering::Relaxed);
+            }
+        }
+        if actor.policy_version() > 0 {
+            break;
+        }
+        if let Some(stop) = shared.stopped() {
+            return stop.map_err(anyhow::Error::msg);
+        }
+        if Instant::now() > deadline {
+            bail!("no weights from the learner within {FIRST_WEIGHTS:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut seq = 0u64;
+    loop {
+        let newest = shared
+            .weights
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((version, blob)) = newest.filter(|(v, _)| *v > actor.policy_version()) {
+            let (policy, _) = from_blob(actor.policy().clone(), &blob)?;
+            actor.set_policy(policy, version);
+            shared.policy_version.store(version, Ordering::Relaxed);
+        }
+        let chunk = actor.collect()?;
+        debug_assert_eq!(chunk.meta.seq, seq);
+        let bytes = Arc::new(chunk.encode(actor.schema())?);
+        {
+            let mut out = shared.outbox.lock().unwrap_or_else(|e| e.into_inner());
+            while out.queue.len() >= out.window && out.stop.is_none() {
+                out = shared
+                    .space
+                    .wait_timeout(out, Duration::from_millis(100))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            if let Some(stop) = out.stop.clone() {
+                return stop
+                    .map(|s| with_chunks(s, seq))
+                    .map_err(anyhow::Error::msg);
+            }
+            out.queue.push_back((seq, bytes));
+        }
+        seq += 1;
+        shared.chunks_sent.store(seq, Ordering::Relaxed);
+        shared.wake.notify_one();
+    }
+}
+
+fn with_chunks(stop: Stop, chunks: u64) -> Stop {
+    match stop {
+        Stop::Shutdown { .. } => Stop::Shutdown { chunks },
+        Stop::LearnerGone { .. } => Stop::LearnerGone { chunks },
+    }
+}
+
+/// The connection side of a remote actor (runs on its own thread's tokio runtime).
+struct Link {
+    addr: String,
+    token: [u8; TOKEN_BYTES],
+    actor_id: u32,
+    incarnation: u32,
+    weight_bytes: usize,
+    reg: Registration,
+    who: String,
+    shared: Arc<Shared>,
+}
+
+/// How a connection ended.
+enum Ended {
+    /// The learner ended the run.
+    Shutdown,
+    /// The learner closed the connection or refused: it is gone.
+    Gone(String),
+    /// Silence or a broken write: reconnect.
+    Cut(String),
+    /// The actor loop stopped.
+    Local,
+}
+
+impl Link {
+    async fn run(&self, first: TcpStream) -> Result<Stop, String> {
+        let mut stream = Some(first);
+        let mut next_seq = 0;
+        loop {
+            let Some(s) = stream.take() else {
+                unreachable!("a connection is open here")
+            };
+            match self.stream(s, next_seq).await {
+                Ended::Shutdown => return Ok(Stop::Shutdown { chunks: 0 }),
+                Ended::Local => return Ok(Stop::Shutdown { chunks: 0 }),
+                Ended::Gone(why) => {
+                    say(format!("{}: the learner is gone ({why})", self.who));
+                    return Ok(Stop::LearnerGone { chunks: 0 });
+                }
+                Ended::Cut(why) => {
+                    say(format!(
+                        "{}: link to the learner lost ({why}); reconnecting",
+                        self.who
+                    ));
+                    match self.reconnect().await {
+                        Ok((s, next)) => {
+                            say(format!(
+                                "{}: reconnected; continuing at chunk {next}",
+                                self.who
+                            ));
+                            stream = Some(s);
+                            next_seq = next;
+                        }
+                        Err(stop) => return stop,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reconnects within [`RECONNECT_WINDOW`]: hello with this incarnation, register again;
+    /// returns the connection and the sequence number to continue at.
+    async fn reconnect(&self) -> Result<(TcpStream, u64), Result<Stop, String>> {
+        let start = Instant::now();
+        loop {
+            if self.shared.stopped().is_some() {
+                return Err(Ok(Stop::Shutdown { chunks: 0 }));
+            }
+            let (addr, token, id, inc, reg) = (
+                self.addr.clone(),
+                self.token,
+                self.actor_id,
+                self.incarnation,
+                self.reg.clone(),
+            );
+            let attempt = tokio::task::spawn_blocking(move || {
+                let stream = connect(&addr).map_err(|e| {
+                    if e.kind() == ErrorKind::ConnectionRefused {
+                        HandshakeError::Refused(format!("tcp://{addr}: {e}"))
+                    } else {
+                        HandshakeError::Link(e.into())
+                    }
+                })?;
+                let (mut stream, welcome) = hello(stream, &token, id, Some(inc))?;
+                if welcome.incarnation != inc {
+                    return Err(HandshakeError::Refused(format!(
+                        "asked to resume incarnation {inc}, welcomed as {}",
+                        welcome.incarnation
+                    )));
+                }
+                let next = register(&mut stream, &reg)?;
+                Ok((stream, next))
+            })
+            .await
+            .map_err(|e| Err(format!("reconnect task: {e}")))?;
+            match attempt {
+                Ok(ok) => return Ok(ok),
+                Err(HandshakeError::Refused(reason)) => {
+                    say(format!("{}: the learner is gone ({reason})", self.who));
+                    return Err(Ok(Stop::LearnerGone { chunks: 0 }));
+                }
+                Err(HandshakeError::Link(e)) if start.elapsed() >= RECONNECT_WINDOW => {
+                    say(format!(
+                        "{}: no learner within {RECONNECT_WINDOW:?} ({e:#}); the learner is gone",
+                        self.who
+                    ));
+                    return Err(Ok(Stop::LearnerGone { chunks: 0 }));
+                }
+                Err(HandshakeError::Link(e)) => {
+                    tracing::debug!("reconnecting: {e:#}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
+    /// One connection's life: chunks from `next_seq` on and heartbeats out, weights and
+    /// acknowledgements in.
+    async fn stream(&self, stream: TcpStream, next_seq: u64) -> Ended {
+        // Chunks the learner already holds leave the outbox.
+        self.acknowledge(next_seq.checked_sub(1));
+        if let Err(e) = stream.set_read_timeout(None) {
+            return Ended::Cut(e.to_string());
+        }
+        let stream = match stream
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpStream::from_std(stream))
+        {
+            Ok(s) => s,
+            Err(e) => return Ended::Cut(e.to_string()),
+        };
+        let (mut rd, mut wr) = stream.into_split();
+        let end = tokio::select! {
+            end = self.read(&mut rd) => end,
+            end = self.write(&mut wr, next_seq) => end,
+        };
+        if matches!(end, Ended::Shutdown | Ended::Local) {
+            // A polite close: half-close, then read until the learner closes too. Closing with
+            // its frames unread would reset the connection and drop chunks still in flight.
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let _ = wr.shutdown().await;
+            let mut sink = vec![0u8; 1 << 16];
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while rd.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+            })
+            .await;
+        }
+        end
+    }
+
+    fn acknowledge(&self, received: Option<u64>) {
+        let Some(received) = received else { return };
+        let mut out = self.shared.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        let before = out.queue.len();
+        while out.queue.front().is_some_and(|(s, _)| *s <= received) {
+            out.queue.pop_front();
+        }
+        if out.queue.len() < before {
+            self.shared.space.notify_all();
+        }
+    }
+
+    async fn read(&self, rd: &mut tokio::net::tcp::OwnedReadHalf) -> Ended {
+        let limits = Limits {
+            message: MESSAGE_MAX,
+            chunk: 0,
+            weights: self.weight_bytes,
+        };
+        // A weights frame may take a while on a slow link: allow 1 s per MB on top.
+        let silence = SILENCE + Duration::from_secs_f64(self.weight_bytes as f64 / 1e6);
+        loop {
+            let frame = match tokio::time::timeout(silence, read_frame_async(rd, &limits)).await {
+                Err(_) => return Ended::Cut(format!("nothing heard for {silence:?}")),
+                Ok(Err(WireError::Io(e)))
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::UnexpectedEof
+                            | ErrorKind::ConnectionReset
+                            | ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    return Ended::Gone(format!("connection closed: {e}"))
+                }
+                Ok(Err(e)) => return Ended::Cut(e.to_string()),
+                Ok(Ok(frame)) => frame,
+            };
+            match frame.kind {
+                KIND_WEIGHTS => {
+                    let version = match blob_version(&frame.body) {
+                        Ok(v) => v,
+                        Err(e) => return Ended::Gone(format!("weights from the learner: {e}")),
+                    };
+                    let mut newest = self
+                        .shared
+                        .weights
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    let have = self.shared.policy_version.load(Ordering::Relaxed);
+                    if version > have && newest.as_ref().is_none_or(|(v, _)| version > *v) {
+                        *newest = Some((version, frame.body));
+                    }
+                }
+                KIND_MESSAGE => match frame.message::<LearnerMsg>() {
+                    Ok(LearnerMsg::Ack { received, shutdown }) => {
+                        self.acknowledge(received);
+                        if shutdown {
+                            return Ended::Shutdown;
+                        }
+                    }
+                    Ok(LearnerMsg::Refused { reason }) => return Ended::Gone(reason),
+                    Ok(other) => return Ended::Gone(format!("unexpected message {other:?}")),
+                    Err(e) => return Ended::Gone(e.to_string()),
+                },
+                kind => return Ended::Gone(format!("unexpected frame kind {kind}")),
+            }
+        }
+    }
+
+    async fn write(&self, wr: &mut tokio::net::tcp::OwnedWriteHalf, next_seq: u64) -> Ended {
+        let mut next = next_seq;
+        let mut tick = tokio::time::interval(HEARTBEAT);
+        loop {
+            if self.shared.stopped().is_some() {
+                return Ended::Local;
+            }
+            let pending: Vec<(u64, Arc<Vec<u8>>)> = {
+                let out = self.shared.outbox.lock().unwrap_or_else(|e| e.into_inner());
+                out.queue
+                    .iter()
+                    .filter(|(s, _)| *s >= next)
+                    .cloned()
+                    .collect()
+            };
+            for (seq, bytes) in pending {
+                if let Err(e) = write_data_async(wr, KIND_CHUNK, &bytes).await {
+                    return Ended::Cut(format!("sending chunk {seq}: {e}"));
+                }
+                next = seq + 1;
+            }
+            tokio::select! {
+                _ = self.shared.wake.notified() => {}
+                _ = tick.tick() => {
+                    let beat = ActorMsg::Heartbeat {
+                        chunks_sent: self.shared.chunks_sent.load(Ordering::Relaxed),
+                        policy_version: self.shared.policy_version.load(Ordering::Relaxed),
+                    };
+                    if let Err(e) = write_message_async(wr, &beat).await {
+                        return Ended::Cut(format!("sending a heartbeat: {e}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One line to stderr in a single write (see `cli::say`).
+fn say(line: String) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}

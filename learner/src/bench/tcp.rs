@@ -1,0 +1,363 @@
+//! The loopback-TCP rows of `recur-bench transport`: the remote-actor path
+//! ([`crate::transport::tcp`]) measured beside the shared-memory rings in the same run.
+//!
+//! - `{"bench":"transport","kind":"tcp_bandwidth","chunk_bytes":..,"producers":..,
+//!   "gb_per_s":..,"shm_gb_per_s":..,"ratio_to_shm":..,"chunks":..,"median_ms":..}` plus
+//!   `encoded_bytes`, `window`, `iters`. `producers` processes (`transport-producer --tcp`)
+//!   each join a [`RemoteServer`] on 127.0.0.1 with the run token and stream encoded chunks
+//!   as chunk frames; this process drains the per-connection queues round-robin and verifies
+//!   each chunk's checksum (the learner's receive path without the schema decode, as the ring
+//!   rows). `shm_gb_per_s` is the ring row of the same size and producers measured just before;
+//!   `ratio_to_shm = gb_per_s / shm_gb_per_s`.
+//! - `{"bench":"transport","kind":"tcp_weights","weight_bytes":..,"median_us":..,"p90_us":..,
+//!   "max_us":..,"samples":..}`: `RemoteServer::publish` of a blob -> a remote actor's
+//!   connection (a thread here, over loopback) holds the whole weights frame.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use common::chunk::Chunk;
+use common::envs::Space;
+use common::remote::{
+    data_head, new_token, parse_token, read_frame, token_hex, write_message, ActorMsg, LearnerMsg,
+    Limits, KIND_CHUNK, KIND_WEIGHTS, MESSAGE_MAX, TOKEN_BYTES,
+};
+use serde::Serialize;
+
+use super::summarize;
+use super::transport::{bench_chunk, bench_schema, set_seq, BandwidthRow};
+use crate::transport::tcp::{RemoteLink, RemoteOptions, RemoteServer};
+
+/// A loopback-TCP bandwidth line.
+#[derive(Clone, Debug, Serialize)]
+pub struct TcpBandwidthRow {
+    pub bench: &'static str,
+    pub kind: &'static str,
+    pub chunk_bytes: usize,
+    pub producers: usize,
+    pub gb_per_s: f64,
+    pub shm_gb_per_s: f64,
+    pub ratio_to_shm: f64,
+    pub chunks: usize,
+    pub median_ms: f64,
+    pub encoded_bytes: usize,
+    pub window: usize,
+    pub iters: usize,
+}
+
+/// A loopback-TCP weight-latency line.
+#[derive(Clone, Debug, Serialize)]
+pub struct TcpWeightsRow {
+    pub bench: &'static str,
+    pub kind: &'static str,
+    pub weight_bytes: usize,
+    pub median_us: f64,
+    pub p90_us: f64,
+    pub max_us: f64,
+    pub samples: usize,
+}
+
+const ROW_DEADLINE: Duration = Duration::from_secs(120);
+const WEIGHT_WARMUP: usize = 5;
+
+fn server(
+    chunk_bytes: usize,
+    weight_bytes: usize,
+    window: usize,
+) -> anyhow::Result<(RemoteServer, [u8; TOKEN_BYTES])> {
+    let token = new_token().map_err(|e| anyhow::anyhow!("drawing a token: {e}"))?;
+    let server = RemoteServer::start(RemoteOptions {
+        listen: "127.0.0.1:0".into(),
+        token,
+        args: Vec::new(),
+        chunk_bytes,
+        weight_bytes,
+        window,
+        local_actors: 0,
+    })?;
+    Ok((server, token))
+}
+
+/// Accepts `n` registrations (every one), returning their links.
+fn accept(server: &RemoteServer, n: usize) -> anyhow::Result<Vec<RemoteLink>> {
+    let mut links = Vec::with_capacity(n);
+    while links.len() < n {
+        let reg = server
+            .registrations
+            .recv_timeout(Duration::from_secs(30))
+            .context("a benchmark producer did not register within 30 s")?;
+        let _ = reg.reply.send(Ok(0));
+        links.push(reg.link);
+    }
+    Ok(links)
+}
+
+/// The loopback-TCP bandwidth row of `chunk_bytes` chunks from `producers` processes, each
+/// sending `per_producer * (iters + 1)` chunks; `shm` is the ring row to compare with.
+pub fn tcp_bandwidth(
+    shm: &BandwidthRow,
+    window_chunks: usize,
+    iters: usize,
+) -> anyhow::Result<TcpBandwidthRow> {
+    let (chunk_bytes, producers) = (shm.chunk_bytes, shm.producers);
+    let encoded = bench_chunk(chunk_bytes)?;
+    let len = encoded.len();
+    let window = window_chunks;
+    let windows = iters + 1;
+    let per_producer = window / producers;
+    let queue = shm.slots;
+    let (server, token) = server(len, 64, queue)?;
+    let exe = std::env::current_exe().context("locating recur-bench to spawn producers")?;
+    let mut children = Vec::new();
+    for k in 0..producers {
+        children.push(
+            Command::new(&exe)
+                .arg("transport-producer")
+                .args(["--tcp", &server.local_addr().to_string()])
+                .args(["--token", token_hex(&token).trim()])
+                .args(["--actor-id", &k.to_string()])
+                .args(["--chunk-bytes", &chunk_bytes.to_string()])
+                .args(["--count", &(per_producer * windows).to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .with_context(|| format!("spawning {} transport-producer --tcp", exe.display()))?,
+        );
+    }
+    let children = KillOnDrop(children);
+    let mut links = accept(&server, producers)?;
+    let total = per_producer * producers * windows;
+    let window = per_producer * producers;
+    let mut received = 0usize;
+    let mut boundaries = Vec::with_capacity(windows + 1);
+    let start = Instant::now();
+    while received < total {
+        let mut got = false;
+        for link in links.iter_mut() {
+            while let Ok(bytes) = link.chunks.try_recv() {
+                ensure!(bytes.len() == len, "a chunk of {} bytes", bytes.len());
+                Chunk::verify_checksum(&bytes)?;
+                if received == 0 {
+                    boundaries.push(Instant::now());
+                }
+                received += 1;
+                got = true;
+                if received.is_multiple_of(window) {
+                    boundaries.push(Instant::now());
+                }
+            }
+        }
+        if !got {
+            ensure!(
+                start.elapsed() < ROW_DEADLINE,
+                "tcp bench: only {received} of {total} chunks arrived within {ROW_DEADLINE:?}"
+            );
+            std::thread::yield_now();
+        }
+    }
+    drop(children);
+    let times: Vec<Duration> = boundaries.windows(2).skip(1).map(|w| w[1] - w[0]).collect();
+    let (median_ms, _, _) = summarize(&times);
+    let gb_per_s = (window * len) as f64 / (median_ms / 1e3) / 1e9;
+    Ok(TcpBandwidthRow {
+        bench: "transport",
+        kind: "tcp_bandwidth",
+        chunk_bytes,
+        producers,
+        gb_per_s,
+        shm_gb_per_s: shm.gb_per_s,
+        ratio_to_shm: gb_per_s / shm.gb_per_s,
+        chunks: window,
+        median_ms,
+        encoded_bytes: len,
+        window: queue,
+        iters,
+    })
+}
+
+struct KillOnDrop(Vec<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Joins the learner at `addr` as actor `actor_id` with `token`; returns the connection and
+/// the weight frame limit.
+fn join(
+    addr: &str,
+    token: [u8; TOKEN_BYTES],
+    actor_id: u32,
+    chunk_bytes: usize,
+) -> anyhow::Result<(TcpStream, usize)> {
+    let mut stream = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    stream.set_nodelay(true)?;
+    write_message(
+        &mut stream,
+        &ActorMsg::Hello {
+            token,
+            actor_id,
+            resume: None,
+            pid: std::process::id(),
+            host: "bench".into(),
+        },
+    )?;
+    let limits = Limits {
+        message: MESSAGE_MAX,
+        chunk: 0,
+        weights: 0,
+    };
+    let weight_bytes = match read_frame(&mut stream, &limits)?.message::<LearnerMsg>()? {
+        LearnerMsg::Welcome { weight_bytes, .. } => weight_bytes as usize,
+        other => bail!("expected a welcome, got {other:?}"),
+    };
+    write_message(
+        &mut stream,
+        &ActorMsg::Register {
+            env: "bench".into(),
+            observation_space: Space::Discrete { n: 2 },
+            action_space: Space::Discrete { n: 2 },
+            schema: bench_schema(chunk_bytes)?,
+        },
+    )?;
+    match read_frame(&mut stream, &limits)?.message::<LearnerMsg>()? {
+        LearnerMsg::Registered { .. } => Ok((stream, weight_bytes)),
+        other => bail!("expected registered, got {other:?}"),
+    }
+}
+
+/// The `transport-producer --tcp` side: joins, then sends `count` chunks (sequence numbers
+/// 0..count) as fast as TCP takes them; what the learner sends back is read and dropped.
+pub fn run_tcp_producer(
+    addr: &str,
+    token: &str,
+    actor_id: u32,
+    chunk_bytes: usize,
+    count: u64,
+) -> anyhow::Result<()> {
+    let token = parse_token(token).map_err(|e| anyhow::anyhow!("--token: {e}"))?;
+    let (mut stream, weight_bytes) = join(addr, token, actor_id, chunk_bytes)?;
+    let mut reader = stream.try_clone()?;
+    let drain = std::thread::spawn(move || {
+        let limits = Limits {
+            message: MESSAGE_MAX,
+            chunk: 0,
+            weights: weight_bytes,
+        };
+        while read_frame(&mut reader, &limits).is_ok() {}
+    });
+    let mut encoded = bench_chunk(chunk_bytes)?;
+    let head = data_head(KIND_CHUNK, encoded.len());
+    for seq in 0..count {
+        set_seq(&mut encoded, seq);
+        stream.write_all(&head)?;
+        stream.write_all(&encoded)?;
+    }
+    stream.flush()?;
+    // Half-close, then read until the learner closes (it has everything then). Exiting with
+    // its acknowledgements unread would reset the connection and drop chunks still in flight.
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let _ = drain.join();
+    Ok(())
+}
+
+/// `RemoteServer::publish` -> a connected actor holds the whole blob, for `bytes`-sized blobs.
+pub fn tcp_weight_latency(bytes: usize, samples: usize) -> anyhow::Result<TcpWeightsRow> {
+    ensure!(bytes >= 8, "--weight-sizes: at least 8 bytes, got {bytes}");
+    let (server, token) = server(1 << 16, bytes, 2)?;
+    let addr = server.local_addr().to_string();
+    let total = samples + WEIGHT_WARMUP;
+    let acked = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        std::thread::spawn(move || -> anyhow::Result<Vec<(u64, Instant)>> {
+            let (mut stream, weight_bytes) = join(&addr, token, 0, 1 << 16)?;
+            stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+            let limits = Limits {
+                message: MESSAGE_MAX,
+                chunk: 0,
+                weights: weight_bytes,
+            };
+            let mut seen = Vec::with_capacity(total);
+            while !stop.load(Ordering::Relaxed) {
+                let frame = match read_frame(&mut stream, &limits) {
+                    Ok(f) => f,
+                    Err(common::remote::WireError::Io(e))
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        continue
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                if frame.kind == KIND_WEIGHTS {
+                    let at = Instant::now();
+                    let v = u64::from_le_bytes(frame.body[..8].try_into().expect("8 bytes"));
+                    ensure!(frame.body.len() == bytes, "weights version {v}: wrong size");
+                    seen.push((v, at));
+                    acked.store(v, Ordering::Release);
+                }
+            }
+            Ok(seen)
+        })
+    };
+    let _link = accept(&server, 1)?;
+    let mut blob: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+    let mut started = Vec::with_capacity(total);
+    let mut result = Ok(());
+    for v in 1..=total as u64 {
+        blob[..8].copy_from_slice(&v.to_le_bytes());
+        let t0 = Instant::now();
+        server.publish(&blob);
+        started.push(t0);
+        while acked.load(Ordering::Acquire) < v {
+            if t0.elapsed() > Duration::from_secs(10) || client.is_finished() {
+                result = Err(anyhow::anyhow!(
+                    "weights version {v} never reached the actor"
+                ));
+                break;
+            }
+            std::thread::yield_now();
+        }
+        if result.is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let seen = match client.join() {
+        Ok(seen) => seen?,
+        Err(_) => bail!("the weights client thread panicked"),
+    };
+    result?;
+    let mut latencies: Vec<Duration> = seen
+        .iter()
+        .filter(|(v, _)| *v as usize > WEIGHT_WARMUP)
+        .map(|&(v, at)| at - started[v as usize - 1])
+        .collect();
+    ensure!(!latencies.is_empty(), "no weight update was observed");
+    latencies.sort();
+    let (median_ms, _, max_ms) = summarize(&latencies);
+    let p90 = latencies[((latencies.len() * 9).div_ceil(10)).saturating_sub(1)];
+    Ok(TcpWeightsRow {
+        bench: "transport",
+        kind: "tcp_weights",
+        weight_bytes: bytes,
+        median_us: median_ms * 1e3,
+        p90_us: p90.as_secs_f64() * 1e6,
+        max_us: max_ms * 1e3,
+        samples: latencies.len(),
+    })
+}

@@ -1,0 +1,457 @@
+//! Remote actors over authenticated TCP ([`common::remote`] frames): a tokio runtime on its own
+//! thread accepts connections on `run.listen`, checks the run token (constant time) before
+//! reading anything else, gives each actor its incarnation and arguments, and hands its
+//! registration to the learner's main thread, which answers it like a local actor's. After
+//! that, per connection, a reader streams the chunk frames into a bounded queue the main
+//! thread drains (backpressure: when the queue is full the reader stops reading and TCP's own
+//! flow control holds the actor), and a writer pushes the newest weights (a `watch` channel
+//! holds only the latest blob: an actor never receives an older version than one it was sent,
+//! and never waits behind stale ones) and acknowledgements (the highest sequence number the
+//! learner holds, and whether the run is ending).
+//!
+//! Memory per connection is bounded: before the token, one frame of at most
+//! [`HELLO_MAX`](common::remote::HELLO_MAX) bytes (and 5 s to send it); after registration,
+//! `window` queued chunks plus the one being read, each frame checked against the run's exact
+//! chunk size before its body is allocated.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use common::chunk::{Chunk, ChunkSchema};
+use common::envs::Space;
+use common::remote::{
+    read_frame_async, token_matches, write_data_async, write_message_async, ActorMsg, LearnerMsg,
+    Limits, WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS, MESSAGE_MAX, TOKEN_BYTES,
+};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// How long a new connection has to present the token.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an actor has from `Welcome` to `Register` (it builds its environments and policy).
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(120);
+/// A registered connection silent this long (no heartbeat, no chunk) is closed; the actor
+/// reconnects to continue its incarnation if it is still alive.
+const SILENCE: Duration = Duration::from_secs(10);
+/// How often the learner acknowledges when nothing else is sent (the actor's liveness check).
+const ACK_EVERY: Duration = Duration::from_millis(250);
+
+/// What the remote listener is started with.
+#[derive(Clone, Debug)]
+pub struct RemoteOptions {
+    /// `HOST:PORT` to listen on (`run.listen`; port 0: any free port).
+    pub listen: String,
+    pub token: [u8; TOKEN_BYTES],
+    /// The `recur-actor` arguments a remote actor runs with (env, policy, seed, exploration).
+    pub args: Vec<String>,
+    /// Exact sizes of an encoded chunk and a weight blob of the run (frame limits).
+    pub chunk_bytes: usize,
+    pub weight_bytes: usize,
+    /// Chunks queued per connection (and unacknowledged per actor).
+    pub window: usize,
+    /// Actor ids below this are the learner's own (local) actors: refused for remote ones.
+    pub local_actors: u32,
+}
+
+/// A remote actor's registration, waiting for the main thread's answer.
+pub struct RemoteRegistration {
+    pub actor_id: u32,
+    pub incarnation: u32,
+    /// The same process reconnecting after a broken link (its incarnation continues).
+    pub resume: bool,
+    pub pid: u32,
+    pub host: String,
+    pub peer: SocketAddr,
+    pub env: String,
+    pub observation_space: Space,
+    pub action_space: Space,
+    pub schema: ChunkSchema,
+    /// The connection's chunk queue, for the main thread to drain once registered.
+    pub link: RemoteLink,
+    /// `Ok(next_seq)`: registered, continue at `next_seq`; `Err(reason)`: refused.
+    pub reply: oneshot::Sender<Result<u64, String>>,
+}
+
+/// The main thread's end of one registered connection. Dropping it closes the connection.
+pub struct RemoteLink {
+    /// Encoded chunks in arrival order (verified by the main thread).
+    pub chunks: mpsc::Receiver<Vec<u8>>,
+    _close: oneshot::Sender<()>,
+}
+
+/// Counters and flags the listener shares with the main thread.
+#[derive(Default)]
+struct Shared {
+    /// Connections refused before registration (wrong or missing token, malformed frames,
+    /// an unknown incarnation to resume, a local actor's id).
+    refused: AtomicU64,
+    /// The run is ending: acknowledgements say `shutdown`.
+    shutdown: AtomicBool,
+    /// The next incarnation per remote actor id.
+    incarnations: Mutex<HashMap<u32, u32>>,
+}
+
+/// The running listener; dropping it closes every connection and stops the runtime.
+pub struct RemoteServer {
+    pub registrations: crossbeam_channel::Receiver<RemoteRegistration>,
+    weights: watch::Sender<Option<Arc<Vec<u8>>>>,
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct Serving {
+    opts: RemoteOptions,
+    shared: Arc<Shared>,
+    registrations: crossbeam_channel::Sender<RemoteRegistration>,
+    weights: watch::Receiver<Option<Arc<Vec<u8>>>>,
+}
+
+impl RemoteServer {
+    /// Binds `opts.listen` (an error names the address) and starts serving.
+    pub fn start(opts: RemoteOptions) -> anyhow::Result<Self> {
+        let listener = std::net::TcpListener::bind(&opts.listen)
+            .with_context(|| format!("listening for remote actors on {:?}", opts.listen))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::default());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (weights, weights_rx) = watch::channel(None);
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let ctx = Arc::new(Serving {
+            opts,
+            shared: Arc::clone(&shared),
+            registrations: tx,
+            weights: weights_rx,
+        });
+        let thread = std::thread::Builder::new()
+            .name("remote".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime");
+                runtime.block_on(serve(listener, ctx, stop_rx));
+            })?;
+        Ok(RemoteServer {
+            registrations: rx,
+            weights,
+            shared,
+            addr,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address bound (the real port when `listen` asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Connections refused before registration so far.
+    pub fn refused(&self) -> u64 {
+        self.shared.refused.load(Ordering::SeqCst)
+    }
+
+    /// Makes `blob` the weights every connection sends next (older unsent ones are skipped).
+    pub fn publish(&self, blob: &[u8]) {
+        self.weights.send_replace(Some(Arc::new(blob.to_vec())));
+    }
+
+    /// The run is ending: every acknowledgement from now on tells the actor to stop.
+    pub fn shut_down(&self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for RemoteServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    ctx: Arc<Serving>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let listener = TcpListener::from_std(listener).expect("a non-blocking listener");
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(connection(stream, peer, Arc::clone(&ctx)));
+                }
+                Err(e) => tracing::warn!("remote listener: accept failed: {e}"),
+            },
+        }
+    }
+}
+
+/// Why a connection ended before or after registration.
+enum End {
+    /// Refused before registration (counted): the reason is sent and logged.
+    Refused(String),
+    /// Ended after registration (the actor left, the link broke, the main thread dropped it).
+    Closed(String),
+}
+
+async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Serving>) {
+    let (mut rd, mut wr) = stream.into_split();
+    match session(&mut rd, &mut wr, peer, &ctx).await {
+        End::Refused(reason) => {
+            ctx.shared.refused.fetch_add(1, Ordering::SeqCst);
+            tracing::warn!("remote connection from {peer} refused: {reason}");
+            let _ = tokio::time::timeout(
+                Duration::from_secs(1),
+                write_message_async(&mut wr, &LearnerMsg::Refused { reason }),
+            )
+            .await;
+        }
+        End::Closed(why) => tracing::info!("remote connection from {peer} closed: {why}"),
+    }
+}
+
+async fn session(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    peer: SocketAddr,
+    ctx: &Serving,
+) -> End {
+    let opts = &ctx.opts;
+    // The token first: nothing else is read from a connection that does not present it.
+    let hello =
+        match tokio::time::timeout(HELLO_TIMEOUT, read_frame_async(rd, &Limits::HELLO)).await {
+            Err(_) => return End::Refused(format!("no hello within {HELLO_TIMEOUT:?}")),
+            Ok(Err(e)) => return End::Refused(format!("hello: {e}")),
+            Ok(Ok(frame)) => match frame.message::<ActorMsg>() {
+                Ok(hello) => hello,
+                Err(e) => return End::Refused(format!("hello: {e}")),
+            },
+        };
+    let ActorMsg::Hello {
+        token,
+        actor_id,
+        resume,
+        pid,
+        host,
+    } = hello
+    else {
+        return End::Refused("the first message is not a hello".into());
+    };
+    if !token_matches(&opts.token, &token) {
+        return End::Refused(format!(
+            "actor {actor_id} (pid {pid} on {host:?}) presented a wrong token"
+        ));
+    }
+    if actor_id < opts.local_actors {
+        return End::Refused(format!(
+            "actor id {actor_id} belongs to one of the learner's {} local actors (ids 0..{}): \
+             give remote actors ids from {} on",
+            opts.local_actors, opts.local_actors, opts.local_actors
+        ));
+    }
+    if actor_id >= 2048 {
+        return End::Refused(format!("actor id {actor_id}: at most 2047"));
+    }
+    let incarnation = {
+        let mut next = ctx
+            .shared
+            .incarnations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let next = next.entry(actor_id).or_insert(0);
+        match resume {
+            Some(i) if i < *next => i,
+            Some(i) => {
+                return End::Refused(format!(
+                    "actor {actor_id} asks to resume incarnation {i}, which this run never gave"
+                ))
+            }
+            None if *next >= 256 => {
+                return End::Refused(format!(
+                    "actor {actor_id}: 256 incarnations used (trajectory ids hold 8 bits)"
+                ))
+            }
+            None => {
+                *next += 1;
+                *next - 1
+            }
+        }
+    };
+    let welcome = LearnerMsg::Welcome {
+        incarnation,
+        args: opts.args.clone(),
+        chunk_bytes: opts.chunk_bytes as u64,
+        weight_bytes: opts.weight_bytes as u64,
+        window: opts.window as u32,
+    };
+    if let Err(e) = write_message_async(wr, &welcome).await {
+        return End::Closed(format!("sending welcome: {e}"));
+    }
+    let limits = Limits {
+        message: MESSAGE_MAX,
+        chunk: 0,
+        weights: 0,
+    };
+    let register = match tokio::time::timeout(REGISTER_TIMEOUT, read_frame_async(rd, &limits)).await
+    {
+        Err(_) => return End::Refused(format!("no registration within {REGISTER_TIMEOUT:?}")),
+        Ok(Err(e)) => return End::Refused(format!("registration: {e}")),
+        Ok(Ok(frame)) => match frame.message::<ActorMsg>() {
+            Ok(m) => m,
+            Err(e) => return End::Refused(format!("registration: {e}")),
+        },
+    };
+    let ActorMsg::Register {
+        env,
+        observation_space,
+        action_space,
+        schema,
+    } = register
+    else {
+        return End::Refused("expected a registration after the welcome".into());
+    };
+    let (chunks_tx, chunks_rx) = mpsc::channel(opts.window.max(1));
+    let (close_tx, close_rx) = oneshot::channel();
+    let (reply, answer) = oneshot::channel();
+    let reg = RemoteRegistration {
+        actor_id,
+        incarnation,
+        resume: resume.is_some(),
+        pid,
+        host: host.clone(),
+        peer,
+        env,
+        observation_space,
+        action_space,
+        schema,
+        link: RemoteLink {
+            chunks: chunks_rx,
+            _close: close_tx,
+        },
+        reply,
+    };
+    if ctx.registrations.send(reg).is_err() {
+        return End::Closed("the learner is shutting down".into());
+    }
+    let next_seq = match answer.await {
+        Ok(Ok(next)) => next,
+        // A refusal by the main thread is counted there.
+        Ok(Err(reason)) => {
+            let _ = write_message_async(wr, &LearnerMsg::Refused { reason }).await;
+            return End::Closed("registration refused".into());
+        }
+        Err(_) => return End::Closed("the learner is shutting down".into()),
+    };
+    if let Err(e) = write_message_async(wr, &LearnerMsg::Registered { next_seq }).await {
+        return End::Closed(format!("sending registered: {e}"));
+    }
+    let received = watch::channel(next_seq.checked_sub(1));
+    let (received_tx, received_rx) = received;
+    let reader = read_chunks(rd, chunks_tx, received_tx, opts.chunk_bytes);
+    let writer = write_updates(wr, received_rx, ctx.weights.clone(), &ctx.shared);
+    let why = tokio::select! {
+        why = reader => why,
+        why = writer => why,
+        _ = close_rx => "the learner dropped the link".to_string(),
+    };
+    End::Closed(format!("actor {actor_id}/{incarnation} ({host}): {why}"))
+}
+
+/// Reads chunk frames and heartbeats until the connection ends; queues each chunk (waiting
+/// while the queue is full) and notes its sequence number for the acknowledgements.
+async fn read_chunks(
+    rd: &mut OwnedReadHalf,
+    chunks: mpsc::Sender<Vec<u8>>,
+    received: watch::Sender<Option<u64>>,
+    chunk_bytes: usize,
+) -> String {
+    let limits = Limits {
+        message: common::remote::HELLO_MAX,
+        chunk: chunk_bytes,
+        weights: 0,
+    };
+    loop {
+        let frame = match tokio::time::timeout(SILENCE, read_frame_async(rd, &limits)).await {
+            Err(_) => return format!("silent for {SILENCE:?}"),
+            Ok(Err(WireError::Io(e))) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return "the actor closed the connection".into()
+            }
+            Ok(Err(e)) => return e.to_string(),
+            Ok(Ok(frame)) => frame,
+        };
+        match frame.kind {
+            KIND_CHUNK => {
+                let seq = Chunk::peek_meta(&frame.body).ok().map(|(m, _)| m.seq);
+                if chunks.send(frame.body).await.is_err() {
+                    return "the learner dropped the link".into();
+                }
+                if let Some(seq) = seq {
+                    received.send_replace(Some(seq));
+                }
+            }
+            KIND_MESSAGE => match frame.message::<ActorMsg>() {
+                Ok(ActorMsg::Heartbeat { .. }) => {}
+                Ok(other) => return format!("unexpected message {other:?}"),
+                Err(e) => return e.to_string(),
+            },
+            kind => return format!("unexpected frame kind {kind}"),
+        }
+    }
+}
+
+/// Sends the newest weights whenever they change, and acknowledgements after chunks arrive
+/// and every [`ACK_EVERY`].
+async fn write_updates(
+    wr: &mut OwnedWriteHalf,
+    mut received: watch::Receiver<Option<u64>>,
+    mut weights: watch::Receiver<Option<Arc<Vec<u8>>>>,
+    shared: &Shared,
+) -> String {
+    let mut tick = tokio::time::interval(ACK_EVERY);
+    // The current weights first (a new actor starts from the learner's).
+    let mut blob = weights.borrow_and_update().clone();
+    loop {
+        if let Some(b) = blob.take() {
+            if let Err(e) = write_data_async(wr, KIND_WEIGHTS, &b).await {
+                return format!("sending weights: {e}");
+            }
+        }
+        let ack = LearnerMsg::Ack {
+            received: *received.borrow_and_update(),
+            shutdown: shared.shutdown.load(Ordering::SeqCst),
+        };
+        if let Err(e) = write_message_async(wr, &ack).await {
+            return format!("sending an acknowledgement: {e}");
+        }
+        tokio::select! {
+            changed = weights.changed() => {
+                if changed.is_err() {
+                    return "the learner stopped".into();
+                }
+                blob = weights.borrow_and_update().clone();
+            }
+            changed = received.changed() => {
+                if changed.is_err() {
+                    // The reader ended; the select in `session` reports why.
+                    std::future::pending::<()>().await;
+                }
+            }
+            _ = tick.tick() => {}
+        }
+    }
+}
