@@ -7,7 +7,7 @@ use std::time::Duration;
 use recur_tests::{binary, run_with_deadline};
 use serde_json::Value;
 
-const FIELDS: [&str; 16] = [
+const FIELDS: [&str; 18] = [
     "bench",
     "cell",
     "backend",
@@ -24,6 +24,8 @@ const FIELDS: [&str; 16] = [
     "peak_gflop_per_s",
     "peak_fraction",
     "saved_bytes",
+    "device",
+    "matmul_precision",
 ];
 
 /// Runs `recur-bench ARGS` (within 300 s), asserts success and returns its JSON lines.

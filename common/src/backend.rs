@@ -30,6 +30,15 @@ pub type Cuda = burn::backend::Cuda<f32>;
 #[cfg(feature = "cuda")]
 pub type CudaAutodiff = burn::backend::Autodiff<Cuda>;
 
+/// burn's wgpu backend (CubeCL kernels over Vulkan/Metal/DX12, `f32`), without autodiff. recur
+/// uses it to test the CubeCL fused recurrent kernels on a CPU Vulkan driver (Mesa's lavapipe).
+#[cfg(feature = "wgpu")]
+pub type Wgpu = burn::backend::Wgpu<f32, i32, u32>;
+
+/// burn's wgpu backend with reverse-mode autodiff.
+#[cfg(feature = "wgpu")]
+pub type WgpuAutodiff = burn::backend::Autodiff<Wgpu>;
+
 /// Whether this build can train on CUDA (the `cuda` feature).
 pub const CUDA_BUILT: bool = cfg!(feature = "cuda");
 

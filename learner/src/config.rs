@@ -573,7 +573,7 @@ impl TrainConfig {
         if c.ring_slots < 2 {
             return v.fail("collector.ring_slots", c.ring_slots, "at least 2");
         }
-        v.device("run.device", self.run.device, &self.policy)?;
+        v.device("run.device", self.run.device)?;
         v.policy(&self.policy)?;
         if self.run.algo == Algo::Bc {
             return v.fail(
@@ -614,7 +614,7 @@ impl ReplayConfig {
         let r = &self.replay;
         v.check("replay.updates", r.updates, Range::AtLeastOne)?;
         v.check("replay.eval_episodes", r.eval_episodes, Range::AtLeastOne)?;
-        v.device("replay.device", r.device, &self.policy)?;
+        v.device("replay.device", r.device)?;
         v.policy(&self.policy)?;
         v.algorithm("replay.algo", r.algo, self.selected(), None)?;
         v.replay_bounds(self)?;
@@ -766,9 +766,9 @@ impl Checker<'_> {
         self.fail(key, value, range.expected())
     }
 
-    /// The device must be built in (`--features cuda` for CUDA), and `fused` has no CUDA
-    /// kernel yet.
-    fn device(&self, key: &str, device: TrainDevice, p: &PolicySection) -> Result<(), ConfigError> {
+    /// The device must be built in (`--features cuda` for CUDA). (`fused` runs on CUDA too:
+    /// the CubeCL kernels, `common::recurrent::backend::cube`.)
+    fn device(&self, key: &str, device: TrainDevice) -> Result<(), ConfigError> {
         let value = format!("\"{device}\"");
         if device.check_built().is_err() {
             return self.fail(
@@ -776,17 +776,6 @@ impl Checker<'_> {
                 value,
                 "\"cpu\": this binary was built without `--features cuda` (rebuild with \
                  `cargo build --release --features cuda` to train on a GPU)",
-            );
-        }
-        if device.is_cuda() && p.backend == RecurrentBackend::Fused {
-            return self.fail(
-                "policy.backend",
-                "\"fused\"",
-                &format!(
-                    "\"scan\", \"pad\" or \"auto\" with {key} = {value}: the fused recurrent \
-                     kernels run on the CPU only (no CUDA kernel yet; \"auto\" picks \"scan\" \
-                     on CUDA)"
-                ),
             );
         }
         Ok(())
@@ -1302,22 +1291,18 @@ max_grad_norm = 0.5
     }
 
     /// With the `cuda` feature a CUDA device loads (the GPU is looked for when training
-    /// starts), `auto` stays `auto` (it resolves to `scan` there) and `fused` is refused.
+    /// starts), `auto` stays `auto` (it resolves to `fused` there: the CubeCL kernels) and
+    /// `fused` is accepted.
     #[cfg(feature = "cuda")]
     #[test]
-    fn cuda_loads_with_the_feature_but_not_with_fused() {
+    fn cuda_loads_with_the_feature_and_with_fused() {
         let c = TrainConfig::parse(&with_device("cuda:1"), "x.toml").unwrap();
         assert_eq!(c.run.device, TrainDevice::Cuda(1));
         assert_eq!(TrainConfig::parse(&c.to_toml(), "resolved").unwrap(), c);
         let fused = with_device("cuda")
             .replace("hidden_size = 64", "hidden_size = 64\nbackend = \"fused\"");
-        let err = train_err(&fused);
-        assert!(
-            err.contains("`policy.backend` = \"fused\"")
-                && err.contains("run.device = \"cuda:0\"")
-                && err.contains("\"scan\""),
-            "{err}"
-        );
+        let c = TrainConfig::parse(&fused, "x.toml").unwrap();
+        assert_eq!(c.policy.backend, RecurrentBackend::Fused);
     }
 
     /// The learning-quality keys: schedules and normalization parse; bad values and

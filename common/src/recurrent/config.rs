@@ -15,11 +15,14 @@ pub enum RecurrentBackend {
     /// A time loop over the original rows with a per-step reset to the stored state: no
     /// padding, and a cost that does not depend on how many resets there are.
     Scan,
-    /// Hand-written forward and backward kernels (CPU backends only): the `scan` time loop
-    /// with one GEMM and one fused pass per step, and its own backward pass (saved gates, or
-    /// recomputed with `recompute = "full"`).
+    /// Hand-written forward and backward kernels: on the CPU backends the `scan` time loop
+    /// with one GEMM and one fused pass per step; on a CubeCL device (burn's CUDA or wgpu
+    /// backend, built with the `cuda` or `wgpu` feature) the whole time loop of a layer in one
+    /// kernel launch. Both have their own backward pass (saved gates, or recomputed with
+    /// `recompute = "full"`).
     Fused,
-    /// The best backend available: `fused` on the CPU backends, `scan` elsewhere.
+    /// The best backend available: `fused` where it runs (the CPU backends, and burn's CUDA
+    /// and wgpu backends in a build with their feature), `scan` elsewhere.
     #[default]
     Auto,
 }
@@ -32,7 +35,7 @@ impl RecurrentBackend {
     }
 
     /// The backend `auto` resolves to, given whether the tensor backend runs `fused` (see
-    /// `fused::available`); concrete backends resolve to themselves.
+    /// [`FusedKernels`]); concrete backends resolve to themselves.
     pub fn resolve_for(self, fused_available: bool) -> RecurrentBackend {
         match self {
             RecurrentBackend::Auto if fused_available => RecurrentBackend::Fused,
@@ -106,6 +109,84 @@ impl std::str::FromStr for Recompute {
     }
 }
 
+/// Which fused kernels a tensor backend runs (see `recurrent::backend::fused_kernels`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedKernels {
+    /// None: `backend = "fused"` is refused, `auto` picks `scan`.
+    Unavailable,
+    /// The hand-written CPU kernels (`Cpu`, `CpuAutodiff`).
+    Cpu,
+    /// The CubeCL kernels (burn's CUDA or wgpu backend).
+    Cube,
+}
+
+impl FusedKernels {
+    pub fn available(self) -> bool {
+        self != FusedKernels::Unavailable
+    }
+}
+
+/// The arithmetic of the recurrent product `h W_hh^T` (and of its backward) in the CubeCL
+/// fused kernels, as TorchRL's `recurrent_matmul_precision`: the state, the gates and every
+/// sum stay `f32`; `tf32` and `bf16` round the product's operands (the state `h` entering a
+/// step, `W_hh`, and in the backward the gate gradients) to those formats' mantissas (10 and
+/// 7 bits, round to nearest even), as a tensor core does.
+///
+/// The CPU backends compute in `f32` only: there `tf32` and `bf16` are refused and `auto`
+/// means `ieee`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MatmulPrecision {
+    /// IEEE `f32` products.
+    Ieee,
+    /// Operands rounded to TensorFloat-32 (10-bit mantissa).
+    Tf32,
+    /// Operands rounded to bfloat16 (7-bit mantissa).
+    Bf16,
+    /// `ieee` on every device today: the CubeCL kernel does its products on the CUDA cores,
+    /// where rounding the operands costs time and saves none (a tensor-core path would
+    /// resolve `auto` to `tf32` on GPUs that have them).
+    #[default]
+    Auto,
+}
+
+impl MatmulPrecision {
+    /// The precision `auto` resolves to (`ieee`); concrete modes resolve to themselves.
+    pub fn resolve(self) -> MatmulPrecision {
+        match self {
+            MatmulPrecision::Auto => MatmulPrecision::Ieee,
+            concrete => concrete,
+        }
+    }
+
+    /// The name used in configs and benchmark rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulPrecision::Ieee => "ieee",
+            MatmulPrecision::Tf32 => "tf32",
+            MatmulPrecision::Bf16 => "bf16",
+            MatmulPrecision::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for MatmulPrecision {
+    type Err = RecurrentError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ieee" => Ok(MatmulPrecision::Ieee),
+            "tf32" => Ok(MatmulPrecision::Tf32),
+            "bf16" => Ok(MatmulPrecision::Bf16),
+            "auto" => Ok(MatmulPrecision::Auto),
+            other => Err(RecurrentError::Config {
+                key: "matmul_precision",
+                value: format!("{other:?}"),
+                expected: "one of \"ieee\", \"tf32\", \"bf16\", \"auto\"".into(),
+            }),
+        }
+    }
+}
+
 /// Configuration of a recurrent module, with PyTorch's `nn.LSTM`/`nn.GRU` options and
 /// TorchRL's recurrent-module options.
 ///
@@ -141,6 +222,9 @@ pub struct RecurrentConfig {
     /// Activation memory policy of the backward pass.
     #[config(default = "Recompute::None")]
     pub recompute: Recompute,
+    /// The recurrent product's arithmetic in the CubeCL fused kernels.
+    #[config(default = "MatmulPrecision::Auto")]
+    pub matmul_precision: MatmulPrecision,
     /// The mode used when no [`set_recurrent_mode`](super::set_recurrent_mode) guard is alive.
     #[config(default = "RecurrentMode::Sequential")]
     pub default_recurrent_mode: RecurrentMode,
@@ -148,9 +232,10 @@ pub struct RecurrentConfig {
 
 impl RecurrentConfig {
     /// Checks every value and combination; the error names the key and the value.
-    /// `fused_available`: whether the tensor backend the module will run on supports the
-    /// `fused` backend (`auto` resolves with it).
-    pub fn validate(&self, cell: CellKind, fused_available: bool) -> Result<(), RecurrentError> {
+    /// `fused`: which fused kernels the tensor backend the module will run on has (`auto`
+    /// resolves with it).
+    pub fn validate(&self, cell: CellKind, fused: FusedKernels) -> Result<(), RecurrentError> {
+        let fused_available = fused.available();
         let bad = |key, value: String, expected: &str| {
             Err(RecurrentError::Config {
                 key,
@@ -185,7 +270,8 @@ impl RecurrentConfig {
         if resolved == RecurrentBackend::Fused && !fused_available {
             return Err(RecurrentError::Unsupported(format!(
                 "{} with backend = \"fused\": the fused kernels run on the CPU backends \
-                 (Cpu, CpuAutodiff) only; use backend = \"scan\" or \"auto\"",
+                 (Cpu, CpuAutodiff) and, in a build with the `cuda` or `wgpu` feature, on \
+                 burn's CUDA and wgpu backends; use backend = \"scan\" or \"auto\"",
                 cell.module_name(),
             )));
         }
@@ -195,6 +281,20 @@ impl RecurrentConfig {
                  differentiate through burn's autodiff tape, which saves activations; \
                  use recompute = \"none\" or backend = \"fused\"",
                 cell.module_name(),
+                self.backend.name(),
+            )));
+        }
+        let precision = self.matmul_precision.resolve();
+        if precision != MatmulPrecision::Ieee
+            && !(resolved == RecurrentBackend::Fused && fused == FusedKernels::Cube)
+        {
+            return Err(RecurrentError::Unsupported(format!(
+                "{} with matmul_precision = \"{}\" and backend = \"{}\": reduced-precision \
+                 products exist in the CubeCL fused kernels only (backend \"fused\" or \"auto\" \
+                 on burn's CUDA or wgpu backend); the CPU backends compute in f32, use \
+                 matmul_precision = \"ieee\" or \"auto\"",
+                cell.module_name(),
+                precision.name(),
                 self.backend.name(),
             )));
         }

@@ -46,9 +46,9 @@ mod modules;
 mod primer;
 mod state;
 
-pub use backend::fused;
+pub use backend::{fused, fused_kernels};
 pub use cell::CellKind;
-pub use config::{Recompute, RecurrentBackend, RecurrentConfig};
+pub use config::{FusedKernels, MatmulPrecision, Recompute, RecurrentBackend, RecurrentConfig};
 pub use error::RecurrentError;
 pub use layer::RecurrentLayer;
 pub use mode::{current_recurrent_mode, set_recurrent_mode, RecurrentMode, RecurrentModeGuard};

@@ -8,7 +8,7 @@ use burn::nn::DropoutConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, Tensor, TensorData};
 
-use super::backend::{fused, pad, scan, CellState, Segments};
+use super::backend::{fused, fused_kernels, pad, scan, CellState, Segments};
 use super::layer::RecurrentLayer;
 use super::{
     current_recurrent_mode, CellKind, Primer, PrimerEntry, RecurrentBackend, RecurrentConfig,
@@ -44,7 +44,7 @@ impl<B: Backend> RecurrentCore<B> {
         cell: CellKind,
         device: &B::Device,
     ) -> Result<Self, RecurrentError> {
-        config.validate(cell, fused::available::<B>())?;
+        config.validate(cell, fused_kernels::<B>())?;
         let layers = (0..config.num_layers)
             .map(|l| {
                 let input = if l == 0 {
@@ -84,7 +84,9 @@ impl<B: Backend> RecurrentCore<B> {
 
     /// The backend recurrent-mode calls use (`auto` resolved for this tensor backend).
     pub fn backend(&self) -> RecurrentBackend {
-        self.config.backend.resolve_for(fused::available::<B>())
+        self.config
+            .backend
+            .resolve_for(fused_kernels::<B>().available())
     }
 
     /// The mode a call made now on this thread runs in.
@@ -231,13 +233,14 @@ impl<B: Backend> RecurrentCore<B> {
     ) -> RecurrentOutput<B, 3, 4> {
         let [b, t, _] = input.dims();
         let device = input.device();
-        let flags = is_init
-            .into_data()
-            .to_vec::<bool>()
-            .expect("is_init holds booleans");
+        let flags = host_flags(is_init.into_data());
         let segments = Segments::new(flags, b, t);
         let per_layer = match self.backend() {
             RecurrentBackend::Pad => pad::run(self, input, &segments, state),
+            #[cfg(any(feature = "cuda", feature = "wgpu"))]
+            RecurrentBackend::Fused if super::backend::cube::available::<B>() => {
+                super::backend::cube::run(self, input, &segments, state)
+            }
             RecurrentBackend::Fused => {
                 if let Some(out) = fused::inference(self, &input, &segments, &state) {
                     return out;
@@ -470,6 +473,21 @@ fn param_error(name: &str, problem: &str) -> RecurrentError {
     RecurrentError::Parameter {
         name: name.to_string(),
         problem: problem.to_string(),
+    }
+}
+
+/// A bool tensor's values on the host. Backends store bools their own way (burn's wgpu
+/// backend as `u32`): anything but a bool dtype is read as integers, non-zero = true.
+fn host_flags(data: TensorData) -> Vec<bool> {
+    match data.to_vec::<bool>() {
+        Ok(flags) => flags,
+        Err(_) => data
+            .convert::<i32>()
+            .to_vec::<i32>()
+            .expect("a bool tensor's data converts to integers")
+            .into_iter()
+            .map(|v| v != 0)
+            .collect(),
     }
 }
 

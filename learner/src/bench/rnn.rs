@@ -9,6 +9,11 @@
 //! `peak_gflop_per_s`, `peak_fraction`, `saved_bytes`. `fwd` runs without autodiff; `fwdbwd`
 //! runs forward and backward of `loss = sum(features)`. frames/s = `batch * steps / median`.
 //!
+//! `--device cuda[:N]` (a `--features cuda` build) or `--device wgpu` (`--features wgpu`) runs
+//! the modules on burn's CUDA or wgpu backend (`fused` there is the CubeCL kernel); each timed
+//! call then ends with a device sync, and the rows carry `"device"` and the
+//! `"matmul_precision"` of the fused kernel. The CPU peak fields are `null` on those devices.
+//!
 //! Before the rows, one `{"bench":"gemm",..}` row: a square f32 GEMM through the same
 //! `sgemm` and threads as the fused kernels (the practical peak). Each row's `peak_*` fields
 //! use that GEMM measured again right before and right after the row: the shared host's
@@ -19,12 +24,12 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Tensor, TensorData};
 use common::backend::{cpu_device, CpuAutodiff};
 use common::recurrent::{
-    fused, set_recurrent_mode, CellKind, Recompute, RecurrentBackend, RecurrentConfig,
-    RecurrentCore, RecurrentMode, RecurrentState,
+    fused, set_recurrent_mode, CellKind, MatmulPrecision, Recompute, RecurrentBackend,
+    RecurrentConfig, RecurrentCore, RecurrentMode, RecurrentState,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -108,6 +113,50 @@ pub struct RnnBench {
     /// Seed of the inputs and resets.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Where the modules run: cpu, cuda, cuda:N (a `--features cuda` build) or wgpu (a
+    /// `--features wgpu` build).
+    #[arg(long, default_value = "cpu")]
+    pub device: BenchDevice,
+    /// The fused CubeCL kernel's recurrent-product precision (ieee, tf32, bf16, auto); cpu
+    /// takes ieee or auto only.
+    #[arg(long, default_value = "auto")]
+    pub matmul_precision: MatmulPrecision,
+}
+
+/// The device of `recur-bench rnn --device`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchDevice {
+    Cpu,
+    /// burn's CUDA backend, GPU ordinal.
+    Cuda(usize),
+    /// burn's wgpu backend (its default adapter).
+    Wgpu,
+}
+
+impl FromStr for BenchDevice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "wgpu" {
+            return Ok(BenchDevice::Wgpu);
+        }
+        match s.parse::<common::backend::TrainDevice>() {
+            Ok(common::backend::TrainDevice::Cpu) => Ok(BenchDevice::Cpu),
+            Ok(common::backend::TrainDevice::Cuda(n)) => Ok(BenchDevice::Cuda(n)),
+            Err(_) => Err(format!(
+                "device {s:?}: expected \"cpu\", \"cuda\", \"cuda:N\" or \"wgpu\""
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for BenchDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BenchDevice::Cpu => f.write_str("cpu"),
+            BenchDevice::Cuda(n) => write!(f, "cuda:{n}"),
+            BenchDevice::Wgpu => f.write_str("wgpu"),
+        }
+    }
 }
 
 fn all_cores() -> usize {
@@ -138,10 +187,15 @@ pub struct RnnRow {
     /// GEMM floating-point operations of one call / 1e9 (see [`gemm_gflop`]).
     pub gflop: f64,
     pub gflop_per_s: f64,
-    /// The square GEMM of [`GemmRow`], measured right before and right after this row (mean).
-    pub peak_gflop_per_s: f64,
-    /// `gflop_per_s / peak_gflop_per_s`.
-    pub peak_fraction: f64,
+    /// The square GEMM of [`GemmRow`], measured right before and right after this row (mean);
+    /// `null` off the CPU.
+    pub peak_gflop_per_s: Option<f64>,
+    /// `gflop_per_s / peak_gflop_per_s`; `null` off the CPU.
+    pub peak_fraction: Option<f64>,
+    /// `cpu`, `cuda:N` or `wgpu`.
+    pub device: String,
+    /// The fused CubeCL kernel's precision (`ieee` on the CPU).
+    pub matmul_precision: &'static str,
     /// `fused` `fwdbwd` rows: bytes the forward keeps for the backward (states, and gates
     /// with `recompute = "none"`); `null` where not known.
     pub saved_bytes: Option<usize>,
@@ -249,28 +303,70 @@ impl RnnBench {
                     vec![Recompute::None]
                 };
                 for recompute in recomputes {
-                    rows.extend(self.run_module(out, cell, backend, recompute)?);
+                    rows.extend(self.run_on_device(out, cell, backend, recompute)?);
                 }
             }
         }
         Ok(rows)
     }
 
-    /// Every steps x p x pass row of one module.
-    fn run_module(
+    /// [`run_module`](Self::run_module) on the backend of `--device`.
+    fn run_on_device(
         &self,
         out: &mut impl Write,
         cell: CellKind,
         backend: RecurrentBackend,
         recompute: Recompute,
     ) -> anyhow::Result<Vec<RnnRow>> {
-        let device = cpu_device();
+        match self.device {
+            BenchDevice::Cpu => {
+                self.run_module::<CpuAutodiff>(out, cell, backend, recompute, &cpu_device())
+            }
+            #[cfg(feature = "cuda")]
+            BenchDevice::Cuda(n) => self.run_module::<common::backend::CudaAutodiff>(
+                out,
+                cell,
+                backend,
+                recompute,
+                &burn::backend::cuda::CudaDevice::new(n),
+            ),
+            #[cfg(feature = "wgpu")]
+            BenchDevice::Wgpu => self.run_module::<common::backend::WgpuAutodiff>(
+                out,
+                cell,
+                backend,
+                recompute,
+                &Default::default(),
+            ),
+            #[allow(unreachable_patterns)]
+            other => anyhow::bail!(
+                "--device {other}: this recur-bench was built without that backend (build \
+                 with `--features cuda` for cuda, `--features wgpu` for wgpu)"
+            ),
+        }
+    }
+
+    /// Every steps x p x pass row of one module.
+    fn run_module<B>(
+        &self,
+        out: &mut impl Write,
+        cell: CellKind,
+        backend: RecurrentBackend,
+        recompute: Recompute,
+        device: &B::Device,
+    ) -> anyhow::Result<Vec<RnnRow>>
+    where
+        B: AutodiffBackend + MaybeBackward,
+        B::InnerBackend: MaybeBackward,
+    {
+        let on_cpu = self.device == BenchDevice::Cpu;
         let mut rows = Vec::new();
         let config = RecurrentConfig::new(self.input, self.hidden)
             .with_num_layers(self.layers)
             .with_backend(backend)
-            .with_recompute(recompute);
-        let module = RecurrentCore::<CpuAutodiff>::new(&config, cell, &device)?;
+            .with_recompute(recompute)
+            .with_matmul_precision(self.matmul_precision);
+        let module = RecurrentCore::<B>::new(&config, cell, device)?;
         let inference = module.valid();
         for &steps in &self.steps {
             for &p in &self.reset_probs {
@@ -279,12 +375,16 @@ impl RnnBench {
                     if pass == Pass::Fwd && recompute == Recompute::Full {
                         continue;
                     }
-                    let before = self.peak();
+                    let before = on_cpu.then(|| self.peak());
                     let samples = match pass {
-                        Pass::Fwd => self.time(|| forward(&inference, &work, self, steps, false)),
-                        Pass::FwdBwd => self.time(|| forward(&module, &work, self, steps, true)),
+                        Pass::Fwd => {
+                            self.time(|| forward(&inference, &work, self, steps, false, device))
+                        }
+                        Pass::FwdBwd => {
+                            self.time(|| forward(&module, &work, self, steps, true, device))
+                        }
                     };
-                    let peak = (before + self.peak()) / 2.0;
+                    let peak = before.map(|before| (before + self.peak()) / 2.0);
                     let (median_ms, min_ms, max_ms) = summarize(&samples);
                     let gflop = gemm_gflop(
                         cell,
@@ -319,7 +419,9 @@ impl RnnBench {
                         gflop,
                         gflop_per_s,
                         peak_gflop_per_s: peak,
-                        peak_fraction: gflop_per_s / peak,
+                        peak_fraction: peak.map(|peak| gflop_per_s / peak),
+                        device: self.device.to_string(),
+                        matmul_precision: self.matmul_precision.resolve().name(),
                         saved_bytes: (resolved == RecurrentBackend::Fused && pass == Pass::FwdBwd)
                             .then(|| {
                                 fused::saved_bytes(
@@ -380,16 +482,16 @@ fn forward<B: MaybeBackward>(
     bench: &RnnBench,
     steps: usize,
     backward: bool,
+    device: &B::Device,
 ) {
-    let device = Default::default();
     let (b, l, h) = (bench.batch, bench.layers, bench.hidden);
     let x = Tensor::<B, 3>::from_data(
         TensorData::new(work.x.clone(), [b, steps, bench.input]),
-        &device,
+        device,
     );
     let is_init =
-        Tensor::<B, 2, Bool>::from_data(TensorData::new(work.is_init.clone(), [b, steps]), &device);
-    let zeros = || Tensor::<B, 4>::zeros([b, steps, l, h], &device);
+        Tensor::<B, 2, Bool>::from_data(TensorData::new(work.is_init.clone(), [b, steps]), device);
+    let zeros = || Tensor::<B, 4>::zeros([b, steps, l, h], device);
     let state = RecurrentState {
         rs_h: zeros(),
         rs_c: module.cell().has_cell_state().then(zeros),
@@ -398,26 +500,56 @@ fn forward<B: MaybeBackward>(
     let out = module
         .forward_batch(x, is_init, state)
         .expect("benchmark shapes are consistent");
-    B::finish(out.features.sum(), backward);
+    B::finish(out.features.sum(), backward, device);
 }
 
 /// Completes a call: reads the loss back, or runs the backward pass where there is autodiff.
+/// (On a GPU the call returns once its work is queued: the device is synced.)
 pub trait MaybeBackward: Backend {
-    fn finish(loss: Tensor<Self, 1>, backward: bool);
+    fn finish(loss: Tensor<Self, 1>, backward: bool, device: &Self::Device);
 }
 
 impl MaybeBackward for common::backend::Cpu {
-    fn finish(loss: Tensor<Self, 1>, _backward: bool) {
+    fn finish(loss: Tensor<Self, 1>, _backward: bool, _: &Self::Device) {
         std::hint::black_box(loss.into_data());
     }
 }
 
-impl MaybeBackward for CpuAutodiff {
-    fn finish(loss: Tensor<Self, 1>, backward: bool) {
-        if backward {
-            std::hint::black_box(loss.backward());
-        } else {
-            std::hint::black_box(loss.into_data());
+/// The autodiff backends: the backward pass when asked, then the loss read back (which waits
+/// for the forward) and the device synced (which waits for the backward).
+macro_rules! autodiff_finish {
+    ($($backend:ty),*) => {$(
+        impl MaybeBackward for $backend {
+            fn finish(loss: Tensor<Self, 1>, backward: bool, device: &Self::Device) {
+                if backward {
+                    std::hint::black_box(loss.backward());
+                } else {
+                    std::hint::black_box(loss.into_data());
+                }
+                <$backend as Backend>::sync(device).expect("the device syncs");
+            }
         }
-    }
+    )*};
 }
+
+/// The plain GPU backends: the loss read back waits for the whole forward.
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+macro_rules! plain_finish {
+    ($($backend:ty),*) => {$(
+        impl MaybeBackward for $backend {
+            fn finish(loss: Tensor<Self, 1>, _backward: bool, _: &Self::Device) {
+                std::hint::black_box(loss.into_data());
+            }
+        }
+    )*};
+}
+
+autodiff_finish!(CpuAutodiff);
+#[cfg(feature = "cuda")]
+autodiff_finish!(common::backend::CudaAutodiff);
+#[cfg(feature = "cuda")]
+plain_finish!(common::backend::Cuda);
+#[cfg(feature = "wgpu")]
+autodiff_finish!(common::backend::WgpuAutodiff);
+#[cfg(feature = "wgpu")]
+plain_finish!(common::backend::Wgpu);

@@ -4,6 +4,8 @@
 //! All backends produce, for every layer, the post-step `h` (and `c`) at every step of the
 //! original `[B, T]` grid; the module turns those into `features` and `("next", ...)` states.
 
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+pub mod cube;
 pub mod fused;
 pub(crate) mod pad;
 pub(crate) mod scan;
@@ -13,7 +15,21 @@ use burn::tensor::{Bool, Tensor, TensorData};
 
 use super::cell::{step, StepWeights};
 use super::layer::RecurrentLayer;
-use super::CellKind;
+use super::{CellKind, FusedKernels};
+
+/// Which fused kernels backend `B` runs: the CPU ones on [`Cpu`](crate::backend::Cpu) and
+/// [`CpuAutodiff`](crate::backend::CpuAutodiff), the CubeCL ones on burn's CUDA and wgpu
+/// backends (with or without autodiff) in a build with the `cuda` or `wgpu` feature.
+pub fn fused_kernels<B: Backend>() -> FusedKernels {
+    if fused::available::<B>() {
+        return FusedKernels::Cpu;
+    }
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    if cube::available::<B>() {
+        return FusedKernels::Cube;
+    }
+    FusedKernels::Unavailable
+}
 
 /// The incoming state of one layer at one step: `h` `[R, H]` and, for an LSTM, `c`.
 pub(crate) type CellState<B> = (Tensor<B, 2>, Option<Tensor<B, 2>>);

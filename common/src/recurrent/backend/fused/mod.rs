@@ -202,10 +202,26 @@ pub(crate) fn run<B: Backend>(
     segments: &Segments,
     stored: RecurrentState<B, 4>,
 ) -> Vec<CellState3<B>> {
+    let cell = core.cell();
+    let recompute = core.config().recompute;
+    let start: Arc<[bool]> = segments.start.clone().into();
+    run_layers(core, x, stored, |call| {
+        dispatch(cell, recompute, start.clone(), call)
+    })
+}
+
+/// Chains the layers of `core`, each one call of `layer` (`[K, B, T, H]`, see the module
+/// docs), with burn's dropout between layers; returns, per layer, the post-step `h` (and `c`)
+/// `[B, T, H]`. Shared with the CubeCL fused backend.
+pub(crate) fn run_layers<B: Backend>(
+    core: &RecurrentCore<B>,
+    x: Tensor<B, 3>,
+    stored: RecurrentState<B, 4>,
+    mut layer_call: impl FnMut(Call<B>) -> Tensor<B, 4>,
+) -> Vec<CellState3<B>> {
     let [rows, steps, _] = x.dims();
     let hidden = core.hidden_size();
     let cell = core.cell();
-    let start: Arc<[bool]> = segments.start.clone().into();
     let dropout = DropoutConfig::new(core.config().dropout).init();
     let layers = core.layers.len();
     let mut input = x;
@@ -229,7 +245,7 @@ pub(crate) fn run<B: Backend>(
             b_ih: layer.bias_ih.as_ref().map(|b| b.val()),
             b_hh: layer.bias_hh.as_ref().map(|b| b.val()),
         };
-        let both = dispatch(cell, core.config().recompute, start.clone(), call);
+        let both = layer_call(call);
         let h = both
             .clone()
             .slice_dim(0, 0..1)
@@ -247,15 +263,16 @@ pub(crate) fn run<B: Backend>(
     out
 }
 
-/// The tensors of one layer call.
-struct Call<B: Backend> {
-    x: Tensor<B, 3>,
-    h0: Tensor<B, 3>,
-    c0: Option<Tensor<B, 3>>,
-    w_ih: Tensor<B, 2>,
-    w_hh: Tensor<B, 2>,
-    b_ih: Option<Tensor<B, 1>>,
-    b_hh: Option<Tensor<B, 1>>,
+/// The tensors of one layer call: the layer input `x` `[B, T, in]`, its stored states `h0`,
+/// `c0` `[B, T, H]` and its parameters.
+pub(crate) struct Call<B: Backend> {
+    pub x: Tensor<B, 3>,
+    pub h0: Tensor<B, 3>,
+    pub c0: Option<Tensor<B, 3>>,
+    pub w_ih: Tensor<B, 2>,
+    pub w_hh: Tensor<B, 2>,
+    pub b_ih: Option<Tensor<B, 1>>,
+    pub b_hh: Option<Tensor<B, 1>>,
 }
 
 /// Runs one layer on the concrete backend `B` is; `[K, B, T, H]`.
@@ -279,7 +296,7 @@ fn dispatch<B: Backend>(
 }
 
 /// `t` as `U` when they are the same type (checked by the caller's downcast).
-fn same_type<T: 'static, U: 'static>(t: T) -> U {
+pub(crate) fn same_type<T: 'static, U: 'static>(t: T) -> U {
     *(Box::new(t) as Box<dyn Any>)
         .downcast::<U>()
         .expect("dispatch picked this type")
@@ -522,7 +539,9 @@ mod tests {
 
     use super::*;
     use crate::backend::cpu_device;
-    use crate::recurrent::{set_recurrent_mode, RecurrentBackend, RecurrentConfig, RecurrentMode};
+    use crate::recurrent::{
+        set_recurrent_mode, FusedKernels, RecurrentBackend, RecurrentConfig, RecurrentMode,
+    };
 
     fn values<const D: usize, B: Backend>(t: Tensor<B, D>) -> Vec<f32> {
         t.into_data().to_vec::<f32>().unwrap()
@@ -576,16 +595,19 @@ mod tests {
     #[test]
     fn fused_needs_a_cpu_backend_and_recompute_needs_fused() {
         let config = RecurrentConfig::new(2, 4).with_backend(RecurrentBackend::Fused);
-        assert!(config.validate(CellKind::Gru, true).is_ok());
+        assert!(config.validate(CellKind::Gru, FusedKernels::Cpu).is_ok());
         let err = config
-            .validate(CellKind::Gru, false)
+            .validate(CellKind::Gru, FusedKernels::Unavailable)
             .unwrap_err()
             .to_string();
         assert!(err.contains("\"fused\"") && err.contains("CPU"), "{err}");
         let full = RecurrentConfig::new(2, 4).with_recompute(Recompute::Full);
-        assert!(full.validate(CellKind::Lstm, true).is_ok(), "auto -> fused");
+        assert!(
+            full.validate(CellKind::Lstm, FusedKernels::Cpu).is_ok(),
+            "auto -> fused"
+        );
         let err = full
-            .validate(CellKind::Lstm, false)
+            .validate(CellKind::Lstm, FusedKernels::Unavailable)
             .unwrap_err()
             .to_string();
         assert!(

@@ -1,0 +1,482 @@
+//! `fused` on a CubeCL device: the GPU twin of the CPU fused backend (TorchRL's `triton`).
+//!
+//! Built with the `cuda` or `wgpu` feature; runs on burn's CUDA and wgpu backends, with or
+//! without autodiff ([`available`]). Per layer: the input projection of every step as one
+//! burn matmul (`[B*T, in] x [in, G*H]`), then **one kernel launch** for the whole time loop
+//! ([`kernel`]: one cube per batch row, the stored state loaded at every step that starts a
+//! segment). Under autodiff each layer is one custom burn autodiff node, as on the CPU: its
+//! backward is one more launch (the reverse time loop, which writes the gate gradients), then
+//! burn matmuls for `dx`, `dW_ih`, `dW_hh` and the biases. With `recompute = "full"` the
+//! forward keeps nothing but its output and the backward relaunches the forward to get the
+//! gates back.
+//!
+//! Layers are chained as burn tensors (dropout between them is burn's op) by the CPU fused
+//! backend's `run_layers`; the module writes `next` at the segment ends from the per-step
+//! states. No per-batch-size autotuning: the launch shape depends on `H` only, and burn's
+//! matmul is built without its `autotune` feature here.
+//!
+//! Precision ([`MatmulPrecision`]): `tf32` and `bf16` round the operands of the recurrent
+//! product (see [`kernel`]); everything else is `f32`.
+
+mod kernel;
+
+use std::any::{Any, TypeId};
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::NodeId;
+use burn::backend::Autodiff;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime};
+
+use super::fused::{run_layers, same_type, Call};
+use super::scan::CellState3;
+use super::Segments;
+use crate::recurrent::{CellKind, MatmulPrecision, Recompute, RecurrentCore, RecurrentState};
+
+/// burn's CubeCL backend in `f32` on runtime `R` (`BT`: its bool element).
+type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
+
+/// The backends this module runs on, as `(plain, autodiff)` type ids.
+fn backends() -> Vec<TypeId> {
+    #[allow(unused_mut)]
+    let mut ids = Vec::new();
+    #[cfg(feature = "wgpu")]
+    ids.extend([
+        TypeId::of::<crate::backend::Wgpu>(),
+        TypeId::of::<crate::backend::WgpuAutodiff>(),
+    ]);
+    #[cfg(feature = "cuda")]
+    ids.extend([
+        TypeId::of::<crate::backend::Cuda>(),
+        TypeId::of::<crate::backend::CudaAutodiff>(),
+    ]);
+    ids
+}
+
+/// Whether the CubeCL fused kernels run on backend `B` (burn's wgpu and CUDA backends in
+/// `f32`, with or without autodiff, in a build with their feature).
+pub fn available<B: Backend>() -> bool {
+    backends().contains(&TypeId::of::<B>())
+}
+
+/// What one layer call computes.
+#[derive(Clone, Copy, Debug)]
+struct How {
+    cell: CellKind,
+    recompute: Recompute,
+    precision: u32,
+}
+
+/// Returns, per layer, the post-step `h` (and `c`) `[B, T, H]`.
+pub(crate) fn run<B: Backend>(
+    core: &RecurrentCore<B>,
+    x: Tensor<B, 3>,
+    segments: &Segments,
+    stored: RecurrentState<B, 4>,
+) -> Vec<CellState3<B>> {
+    let how = How {
+        cell: core.cell(),
+        recompute: core.config().recompute,
+        precision: match core.config().matmul_precision.resolve() {
+            MatmulPrecision::Tf32 => kernel::TF32,
+            MatmulPrecision::Bf16 => kernel::BF16,
+            _ => kernel::IEEE,
+        },
+    };
+    let flags: Vec<f32> = segments
+        .start
+        .iter()
+        .map(|&s| if s { 1.0 } else { 0.0 })
+        .collect();
+    let start = Tensor::<B, 2>::from_data(
+        TensorData::new(flags, [segments.rows, segments.steps]),
+        &x.device(),
+    );
+    run_layers(core, x, stored, |call| dispatch(how, &start, call))
+}
+
+/// Runs one layer on the concrete backend `B` is; `[K, B, T, H]`.
+fn dispatch<B: Backend>(how: How, start: &Tensor<B, 2>, call: Call<B>) -> Tensor<B, 4> {
+    #[allow(unused_mut)]
+    let mut any: Box<dyn Any> = Box::new((call, start.clone()));
+    #[cfg(feature = "wgpu")]
+    {
+        use burn::backend::wgpu::WgpuRuntime;
+        any = match try_layer::<B, WgpuRuntime, u32>(how, any) {
+            Ok(out) => return out,
+            Err(any) => any,
+        };
+    }
+    #[cfg(feature = "cuda")]
+    {
+        use cubecl::cuda::CudaRuntime;
+        any = match try_layer::<B, CudaRuntime, u8>(how, any) {
+            Ok(out) => return out,
+            Err(any) => any,
+        };
+    }
+    drop(any);
+    panic!(
+        "the CubeCL fused recurrent backend does not run on {} (RecurrentCore::new rejects it)",
+        std::any::type_name::<B>()
+    )
+}
+
+/// The layer on `Cube<R, BT>` or its autodiff, if `B` is one of them (else `any` back).
+fn try_layer<B: Backend, R: CubeRuntime, BT: BoolElement>(
+    how: How,
+    any: Box<dyn Any>,
+) -> Result<Tensor<B, 4>, Box<dyn Any>> {
+    type Ad<R, BT> = Autodiff<Cube<R, BT>>;
+    let any = match any.downcast::<(Call<Ad<R, BT>>, Tensor<Ad<R, BT>, 2>)>() {
+        Ok(both) => {
+            let (call, start) = *both;
+            let start = start.inner().into_primitive().tensor();
+            return Ok(same_type(autodiff_layer::<R, BT>(how, start, call)));
+        }
+        Err(any) => any,
+    };
+    match any.downcast::<(Call<Cube<R, BT>>, Tensor<Cube<R, BT>, 2>)>() {
+        Ok(both) => {
+            let (call, start) = *both;
+            let inputs = Inputs::of(call, start.into_primitive().tensor());
+            let (out, _) = forward::<R, BT>(how, &inputs, false);
+            Ok(same_type(wrap::<R, BT, 4>(out)))
+        }
+        Err(any) => Err(any),
+    }
+}
+
+fn wrap<R: CubeRuntime, BT: BoolElement, const D: usize>(
+    t: CubeTensor<R>,
+) -> Tensor<Cube<R, BT>, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+fn prim<R: CubeRuntime, BT: BoolElement, const D: usize>(
+    t: Tensor<Cube<R, BT>, D>,
+) -> CubeTensor<R> {
+    into_contiguous(t.into_primitive().tensor())
+}
+
+/// One layer call's tensors on the inner backend, contiguous.
+#[derive(Clone, Debug)]
+struct Inputs<R: CubeRuntime> {
+    /// `[B, T, in]`.
+    x: CubeTensor<R>,
+    /// `[B, T, H]`.
+    h0: CubeTensor<R>,
+    c0: Option<CubeTensor<R>>,
+    /// `[G*H, in]`, `[G*H, H]`, `[G*H]`.
+    w_ih: CubeTensor<R>,
+    w_hh: CubeTensor<R>,
+    b_ih: Option<CubeTensor<R>>,
+    b_hh: Option<CubeTensor<R>>,
+    /// `[B, T]`, 1.0 where a segment starts.
+    start: CubeTensor<R>,
+}
+
+impl<R: CubeRuntime> Inputs<R> {
+    fn of<BT: BoolElement>(call: Call<Cube<R, BT>>, start: CubeTensor<R>) -> Self {
+        Self {
+            x: prim(call.x),
+            h0: prim(call.h0),
+            c0: call.c0.map(prim),
+            w_ih: prim(call.w_ih),
+            w_hh: prim(call.w_hh),
+            b_ih: call.b_ih.map(prim),
+            b_hh: call.b_hh.map(prim),
+            start: into_contiguous(start),
+        }
+    }
+
+    fn dims(&self) -> [usize; 4] {
+        let s = self.x.meta.shape();
+        [s[0], s[1], s[2], self.w_hh.meta.shape()[1]]
+    }
+}
+
+/// Units per cube for hidden size `h`: a warp multiple covering `h`, at most 256 (and the
+/// device's limit); units stride over the hidden units beyond.
+fn units<R: CubeRuntime>(t: &CubeTensor<R>, hidden: usize) -> u32 {
+    let limit = t.client.properties().hardware.max_units_per_cube.min(256);
+    (hidden.div_ceil(32) * 32).min(limit as usize) as u32
+}
+
+/// Refuses launches the device cannot run, naming the size.
+fn check_limits<R: CubeRuntime>(t: &CubeTensor<R>, cell: CellKind, rows: usize, hidden: usize) {
+    let hw = &t.client.properties().hardware;
+    // The backward's shared memory: G*H gate gradients and three H vectors.
+    let shared = (cell.gates() + 3) * hidden * 4;
+    assert!(
+        shared <= hw.max_shared_memory_size,
+        "the CubeCL fused {} kernel keeps {shared} bytes per cube in shared memory for \
+         hidden_size = {hidden}; this device allows {} (use backend = \"scan\")",
+        cell.name(),
+        hw.max_shared_memory_size
+    );
+    assert!(
+        rows <= hw.max_cube_count.0 as usize,
+        "the CubeCL fused kernel runs one cube per batch row; {rows} rows exceed this \
+         device's {} cubes per launch (split the batch)",
+        hw.max_cube_count.0
+    );
+}
+
+/// The forward of one layer: `out` `[K, B, T, H]` and, when `keep`, the saved gates
+/// `[B, T, 4H]`.
+fn forward<R: CubeRuntime, BT: BoolElement>(
+    how: How,
+    inputs: &Inputs<R>,
+    keep: bool,
+) -> (CubeTensor<R>, Option<CubeTensor<R>>) {
+    let [rows, steps, input, hidden] = inputs.dims();
+    check_limits(&inputs.x, how.cell, rows, hidden);
+    let gh = how.cell.gates() * hidden;
+    let k = if how.cell.has_cell_state() { 2 } else { 1 };
+    let device = &inputs.x.device;
+    // x W_ih^T + b_ih for every step: one GEMM.
+    let mut xp = wrap::<R, BT, 3>(inputs.x.clone())
+        .reshape([rows * steps, input])
+        .matmul(wrap::<R, BT, 2>(inputs.w_ih.clone()).transpose());
+    if let Some(b) = &inputs.b_ih {
+        xp = xp + wrap::<R, BT, 1>(b.clone()).unsqueeze_dim(0);
+    }
+    let xp = prim(xp.reshape([rows, steps, gh]));
+    let w_t = rounded::<R, BT>(
+        prim(wrap::<R, BT, 2>(inputs.w_hh.clone()).transpose()),
+        how.precision,
+    );
+    let b_hh = match &inputs.b_hh {
+        Some(b) => b.clone(),
+        None => prim(Tensor::<Cube<R, BT>, 1>::zeros([gh], device)),
+    };
+    let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
+    let c0 = inputs.c0.clone().unwrap_or_else(dummy);
+    let out = prim(Tensor::<Cube<R, BT>, 4>::empty(
+        [k, rows, steps, hidden],
+        device,
+    ));
+    let saved = if keep {
+        prim(Tensor::<Cube<R, BT>, 3>::empty(
+            [rows, steps, 4 * hidden],
+            device,
+        ))
+    } else {
+        dummy()
+    };
+    let launch = launch_of(how, &out, hidden);
+    kernel::forward(
+        launch,
+        &xp,
+        &w_t,
+        &b_hh,
+        &inputs.h0,
+        &c0,
+        &inputs.start,
+        &out,
+        &saved,
+        keep,
+    );
+    (out, keep.then_some(saved))
+}
+
+fn launch_of<R: CubeRuntime>(how: How, t: &CubeTensor<R>, hidden: usize) -> kernel::Launch {
+    kernel::Launch {
+        cell: match how.cell {
+            CellKind::Lstm => kernel::LSTM,
+            CellKind::Gru => kernel::GRU,
+        },
+        hidden,
+        precision: how.precision,
+        units: units(t, hidden),
+    }
+}
+
+/// `w` with its elements rounded at `precision` (`w` itself for `ieee`).
+fn rounded<R: CubeRuntime, BT: BoolElement>(w: CubeTensor<R>, precision: u32) -> CubeTensor<R> {
+    if precision == kernel::IEEE {
+        return w;
+    }
+    let out = prim(Tensor::<Cube<R, BT>, 2>::empty(
+        [w.meta.shape()[0], w.meta.shape()[1]],
+        &w.device,
+    ));
+    kernel::round_into(&w, &out, precision);
+    out
+}
+
+/// What the backward of one layer call needs.
+#[derive(Clone, Debug)]
+struct LayerState<R: CubeRuntime> {
+    how: How,
+    inputs: Inputs<R>,
+    /// The forward's output `[K, B, T, H]`.
+    out: CubeTensor<R>,
+    /// The saved gates (`recompute = "none"`).
+    saved: Option<CubeTensor<R>>,
+}
+
+/// The backward step of one CubeCL fused layer. Parents: `x`, `h0`, `c0`, `w_ih`, `w_hh`,
+/// `b_ih`, `b_hh` (absent ones are untracked placeholders).
+#[derive(Debug)]
+struct CubeLayerBackward;
+
+impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBackward {
+    type State = LayerState<R>;
+
+    fn backward(self, ops: Ops<Self::State, 7>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [nx, nh, nc, nwi, nwh, nbi, nbh] = ops.parents;
+        let dout = into_contiguous(grads.consume::<Cube<R, BT>>(&ops.node));
+        let LayerState {
+            how,
+            inputs,
+            out,
+            saved,
+        } = ops.state;
+        let saved =
+            saved.unwrap_or_else(|| forward::<R, BT>(how, &inputs, true).1.expect("kept gates"));
+        let [rows, steps, input, hidden] = inputs.dims();
+        let gh = how.cell.gates() * hidden;
+        let lstm = how.cell.has_cell_state();
+        let device = &out.device;
+        let empty = |shape: [usize; 3]| prim(Tensor::<Cube<R, BT>, 3>::empty(shape, device));
+        let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
+        let dg_ih = empty([rows, steps, gh]);
+        let dg_hh = if lstm {
+            dummy()
+        } else {
+            empty([rows, steps, gh])
+        };
+        let h_in = empty([rows, steps, hidden]);
+        let dh0 = empty([rows, steps, hidden]);
+        let dc0 = if lstm {
+            empty([rows, steps, hidden])
+        } else {
+            dummy()
+        };
+        let c0 = inputs.c0.clone().unwrap_or_else(dummy);
+        let w = rounded::<R, BT>(inputs.w_hh.clone(), how.precision);
+        kernel::backward(
+            launch_of(how, &out, hidden),
+            &w,
+            &inputs.h0,
+            &c0,
+            &inputs.start,
+            &out,
+            &saved,
+            &dout,
+            &dg_ih,
+            &dg_hh,
+            &h_in,
+            &dh0,
+            &dc0,
+        );
+        let flat =
+            |t: CubeTensor<R>, width: usize| wrap::<R, BT, 3>(t).reshape([rows * steps, width]);
+        let dgi = flat(dg_ih, gh);
+        let dgh = if lstm { dgi.clone() } else { flat(dg_hh, gh) };
+        let mut give = |node: Option<NodeId>, value: &dyn Fn() -> CubeTensor<R>| {
+            if let Some(node) = node {
+                grads.register::<Cube<R, BT>>(node, value());
+            }
+        };
+        give(nx.map(|n| n.id), &|| {
+            prim(
+                dgi.clone()
+                    .matmul(wrap::<R, BT, 2>(inputs.w_ih.clone()))
+                    .reshape([rows, steps, input]),
+            )
+        });
+        give(nh.map(|n| n.id), &|| dh0.clone());
+        if lstm {
+            give(nc.map(|n| n.id), &|| dc0.clone());
+        }
+        give(nwi.map(|n| n.id), &|| {
+            prim(
+                dgi.clone()
+                    .transpose()
+                    .matmul(flat(inputs.x.clone(), input)),
+            )
+        });
+        give(nwh.map(|n| n.id), &|| {
+            prim(dgh.clone().transpose().matmul(flat(h_in.clone(), hidden)))
+        });
+        give(nbi.map(|n| n.id), &|| {
+            prim(dgi.clone().sum_dim(0).reshape([gh]))
+        });
+        give(nbh.map(|n| n.id), &|| {
+            prim(dgh.clone().sum_dim(0).reshape([gh]))
+        });
+    }
+}
+
+/// One layer as a node of burn's autodiff graph on `Autodiff<Cube<R, BT>>`.
+fn autodiff_layer<R: CubeRuntime, BT: BoolElement>(
+    how: How,
+    start: CubeTensor<R>,
+    call: Call<Autodiff<Cube<R, BT>>>,
+) -> Tensor<Autodiff<Cube<R, BT>>, 4> {
+    type AdTensor<R, BT> = burn::tensor::ops::FloatTensor<Autodiff<Cube<R, BT>>>;
+    fn ad<R: CubeRuntime, BT: BoolElement, const D: usize>(
+        t: Tensor<Autodiff<Cube<R, BT>>, D>,
+    ) -> AdTensor<R, BT> {
+        t.into_primitive().tensor()
+    }
+    let device = call.x.device();
+    let placeholder =
+        || AdTensor::<R, BT>::new(prim(Tensor::<Cube<R, BT>, 1>::zeros([1], &device)));
+    let x = ad(call.x);
+    let h0 = ad(call.h0);
+    let c0 = call.c0.map(ad);
+    let w_ih = ad(call.w_ih);
+    let w_hh = ad(call.w_hh);
+    let b_ih = call.b_ih.map(ad);
+    let b_hh = call.b_hh.map(ad);
+    let node = |t: &Option<AdTensor<R, BT>>| t.clone().unwrap_or_else(placeholder).node;
+    let nodes = [
+        x.node.clone(),
+        h0.node.clone(),
+        node(&c0),
+        w_ih.node.clone(),
+        w_hh.node.clone(),
+        node(&b_ih),
+        node(&b_hh),
+    ];
+    let contiguous = |t: &AdTensor<R, BT>| into_contiguous(t.primitive.clone());
+    let inputs = Inputs {
+        x: contiguous(&x),
+        h0: contiguous(&h0),
+        c0: c0.as_ref().map(contiguous),
+        w_ih: contiguous(&w_ih),
+        w_hh: contiguous(&w_hh),
+        b_ih: b_ih.as_ref().map(contiguous),
+        b_hh: b_hh.as_ref().map(contiguous),
+        start: into_contiguous(start),
+    };
+    let prepared = <CubeLayerBackward as Backward<Cube<R, BT>, 7>>::prepare::<NoCheckpointing>(
+        CubeLayerBackward,
+        nodes,
+    );
+    let output = match prepared.compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let keep = how.recompute == Recompute::None;
+            let (out, saved) = forward::<R, BT>(how, &inputs, keep);
+            let state = LayerState {
+                how,
+                inputs,
+                out: out.clone(),
+                saved,
+            };
+            prep.finish(state, out)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward::<R, BT>(how, &inputs, false).0),
+    };
+    Tensor::from_primitive(TensorPrimitive::Float(output))
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Tests the CubeCL fused recurrent kernels (common/tests/cube_kernels.rs: the PyTorch reference
+# vectors per precision, kernels == CPU fused backend, sequential == recurrent, boundary
+# isolation) on burn's wgpu backend over Mesa's lavapipe, a Vulkan driver that runs on the CPU:
+# no GPU needed. Installs the driver when it is missing (apt-get, as root or through sudo).
+# Called by .ci/run; prints the time the build and the tests took.
+#
+#   scripts/test_gpu_kernels.sh            # lavapipe (what CI runs)
+#   RECUR_VK_ICD=any scripts/test_gpu_kernels.sh   # whatever Vulkan device wgpu prefers
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'test_gpu_kernels: %s\n' "$*" >&2; }
+
+LVP_ICD=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json
+if [[ ! -f "$LVP_ICD" ]] || ! ldconfig -p | grep -q 'libvulkan\.so\.1'; then
+    say "installing Mesa's Vulkan drivers (lavapipe) and the Vulkan loader"
+    sudo_cmd=()
+    if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+        mesa-vulkan-drivers libvulkan1 >/dev/null
+fi
+[[ -f "$LVP_ICD" ]] || { say "error: $LVP_ICD missing after the install"; exit 1; }
+
+# Pin the Vulkan loader to lavapipe so the result does not depend on the machine's GPUs.
+if [[ "${RECUR_VK_ICD:-lavapipe}" == lavapipe ]]; then
+    export VK_ICD_FILENAMES="$LVP_ICD"
+fi
+# lavapipe/wgpu warn when there is no session runtime directory; give them one.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+export RECUR_REFERENCE_DIR="${RECUR_REFERENCE_DIR:-../shared/reference}"
+
+start=$SECONDS
+# Only the crate that has the kernels, only their test target.
+cargo test -p recur-common --features wgpu --locked --test cube_kernels --no-run
+built=$SECONDS
+cargo test -p recur-common --features wgpu --locked --test cube_kernels
+say "build $((built - start)) s, tests $((SECONDS - built)) s"
