@@ -18,15 +18,11 @@ fn arg(i: usize, default: usize) -> usize {
         .map_or(default, |v| v.parse().expect("a positive integer"))
 }
 
+/// One product `c += a b`: `(a, b, c, m, k, n)`, row-major.
+type Step = fn(&[f32], &[f32], &mut [f32], usize, usize, usize);
+
 /// GFLOP/s, median of `iters`, of `steps` products per thread with `step` doing one.
-fn rate(
-    rows: usize,
-    k: usize,
-    n: usize,
-    steps: usize,
-    threads: usize,
-    step: fn(&[f32], &[f32], &mut [f32], usize, usize, usize),
-) -> f64 {
+fn rate(rows: usize, k: usize, n: usize, steps: usize, threads: usize, step: Step) -> f64 {
     let a: Vec<f32> = (0..rows * k)
         .map(|i| ((i % 17) as f32 - 8.0) * 0.01)
         .collect();

@@ -292,7 +292,7 @@ pub(crate) fn gemm(level: Level, a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32
 /// its axes is contiguous.
 fn pack_a(a: Mat<'_>, ic: usize, mc: usize, k0: usize, kc: usize, mr: usize, out: &mut [f32]) {
     let blocks = mc.div_ceil(mr);
-    if mc % mr != 0 {
+    if !mc.is_multiple_of(mr) {
         out[(blocks - 1) * kc * mr..blocks * kc * mr].fill(0.0);
     }
     if a.cs == 1 {
