@@ -4,6 +4,9 @@
 # Runs `recur-bench rnn`, then TorchRL's GRUModule/LSTMModule (scripts/torchrl_rnn_bench.py,
 # in a virtual environment it creates or reuses), writes both sets of rows to one JSON-lines
 # file and prints the rows, a table per (cell, pass, T, p) and the ratio recur/TorchRL per row.
+# PyTorch's 1024^3 sgemm at the same thread count is timed right before and right after the
+# recur run (`torch_sgemm` rows); the comparison gives each recur row's GFLOP/s as a share of
+# the better of the two (`sgemm_peak_fraction`, the table's `%sgemm` columns).
 # A developer tool, not part of CI. See docs/bench-vs-torchrl.md.
 #
 #   scripts/bench_vs_torchrl.sh --threads 2
@@ -160,11 +163,19 @@ fi
 } >"$out"
 say "writing $out"
 
+sgemm_peak() {
+    [[ $skip_torchrl -eq 0 ]] || return 0
+    "$VENV/bin/python" "$PY_BENCH" --sgemm-peak --threads "$threads" --omp-wait-policy passive | tee -a "$out" ||
+        say "warning: the PyTorch sgemm peak failed (no %sgemm column)"
+}
+
 if [[ $skip_recur -eq 0 ]]; then
+    sgemm_peak
     say "$bin rnn --threads $threads ${common[*]} ${recur_only[*]}"
     # Rows stream to the terminal and the file as they are measured.
     "$bin" rnn --threads "$threads" "${common[@]}" "${recur_only[@]}" | tee -a "$out" ||
         { status=$?; say "warning: recur-bench exited with status $status"; }
+    sgemm_peak
 fi
 
 if [[ $skip_torchrl -eq 0 ]]; then

@@ -8,9 +8,16 @@ Two modes:
   JSON row per line on stdout, with `"impl": "torchrl"` and the library versions added.
   Needs torch, tensordict and torchrl (the script's virtual environment).
 
+* `--sgemm-peak`: times `torch.mm` on two `1024 x 1024` f32 matrices at `--threads` (median of
+  `--iters`, at least 10, after 3 warm-ups) and prints one `{"bench":"torch_sgemm",...}` row:
+  the machine's practical GEMM peak as PyTorch (MKL/oneDNN) reaches it.
+
 * `--compare FILE...`: reads recur-bench and TorchRL rows from JSON-lines files (any other
   line is ignored), prints a table per (cell, pass, steps, reset_prob) on stderr and one
   `{"bench":"rnn_ratio",...}` line per recur row on stdout. Needs only the standard library.
+  With `torch_sgemm` rows in the files, each ratio line also carries the highest of them
+  (`torch_sgemm_gflop_per_s`) and the recur row's share of it (`sgemm_peak_fraction` =
+  `recur_gflop_per_s / torch_sgemm_gflop_per_s`), and the table a `X %sgemm` column.
 
 Workload (as in `recur-bench rnn`): input `[B, T, input]` uniform in [-1, 1), `is_init[:, 0]`
 true and later steps Bernoulli(p), zero stored states `[B, T, layers, hidden]`. `fwd` is one
@@ -55,6 +62,11 @@ def parse_args(argv):
         metavar="FILE",
         help="join recur-bench and TorchRL rows from these JSON-lines files and print "
         "the comparison instead of benchmarking",
+    )
+    p.add_argument(
+        "--sgemm-peak",
+        action="store_true",
+        help="print PyTorch's 1024^3 f32 GEMM rate at --threads (one torch_sgemm row) and exit",
     )
     p.add_argument("--cells", type=csv_list(str), default=["gru", "lstm"])
     p.add_argument(
@@ -167,6 +179,43 @@ def bench_each_policy(args, argv) -> int:
         rc = subprocess.call(cmd)
         status = status or rc
     return status
+
+
+SGEMM_N = 1024
+
+
+def sgemm_peak(args) -> int:
+    """One `torch_sgemm` row: `torch.mm` of two `SGEMM_N^2` f32 matrices at `--threads`."""
+    set_threads_env(args.threads, args.omp_wait_policy[0])
+    import torch
+
+    torch.set_num_threads(args.threads)
+    n = SGEMM_N
+    g = torch.Generator().manual_seed(args.seed)
+    a = torch.rand(n, n, generator=g)
+    b = torch.rand(n, n, generator=g)
+    c = torch.empty(n, n)
+    for _ in range(3):
+        torch.mm(a, b, out=c)
+    times = []
+    for _ in range(max(10, args.iters)):
+        start = time.perf_counter()
+        torch.mm(a, b, out=c)
+        times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    row = {
+        "bench": "torch_sgemm",
+        "n": n,
+        "threads": args.threads,
+        "gflop_per_s": 2.0 * n**3 / median / 1e9,
+        "median_ms": median * 1e3,
+        "best_gflop_per_s": 2.0 * n**3 / min(times) / 1e9,
+        "torch_version": torch.__version__,
+        "omp_wait_policy": args.omp_wait_policy[0],
+        "loadavg": os.getloadavg()[0],
+    }
+    print(json.dumps(row), flush=True)
+    return 0
 
 
 def bench(args) -> int:
@@ -363,7 +412,7 @@ def bench(args) -> int:
 # compare mode
 
 
-def read_rows(paths):
+def read_rows(paths, bench="rnn"):
     rows = []
     for path in paths:
         with open(path) as f:
@@ -375,7 +424,7 @@ def read_rows(paths):
                     row = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if row.get("bench") == "rnn":
+                if row.get("bench") == bench:
                     rows.append(row)
     return rows
 
@@ -425,6 +474,8 @@ def order(name: str):
 
 def compare(paths) -> int:
     rows = read_rows(paths)
+    sgemm = [r["gflop_per_s"] for r in read_rows(paths, "torch_sgemm")]
+    peak = max(sgemm) if sgemm else None
     recur, torchrl = {}, {}
     for r in rows:
         if r.get("impl") == "torchrl":
@@ -456,6 +507,8 @@ def compare(paths) -> int:
     fused_vs_scan = "fused" in recur_names and "scan" in recur_names
     if fused_vs_scan:
         header.append("fused/scan")
+    if peak:
+        header += [f"{n} %sgemm" for n in recur_names]
     table = [header]
     ratio_lines = []
     for k in sorted(set(recur) | set(torchrl)):
@@ -481,6 +534,10 @@ def compare(paths) -> int:
                 else None
             )
             line.append(fmt_ratio(fs))
+        if peak:
+            for n in recur_names:
+                gf = rec[n].get("gflop_per_s") if n in rec else None
+                line.append("-" if gf is None else f"{100.0 * gf / peak:.0f}%")
         table.append(line)
         for n in sorted(rec, key=order):
             r = rec[n]
@@ -503,6 +560,11 @@ def compare(paths) -> int:
                     else None,
                     "threads": r.get("threads"),
                     "batch": r.get("batch"),
+                    "recur_gflop_per_s": r.get("gflop_per_s"),
+                    "torch_sgemm_gflop_per_s": peak,
+                    "sgemm_peak_fraction": r["gflop_per_s"] / peak
+                    if peak and r.get("gflop_per_s") is not None
+                    else None,
                 }
             )
 
@@ -521,6 +583,13 @@ def compare(paths) -> int:
         )
         if i == 0:
             print("  ".join("-" * w for w in widths), file=out)
+    if peak:
+        print(
+            f"X %sgemm = recur backend X's GEMM GFLOP/s over PyTorch's 1024^3 sgemm in the same "
+            f"run ({peak:.1f} GFLOP/s, the best of {len(sgemm)} measurement(s): "
+            f"{', '.join(f'{v:.1f}' for v in sgemm)})",
+            file=out,
+        )
     print(file=out, flush=True)
     for line in ratio_lines:
         print(json.dumps(line))
@@ -535,6 +604,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.compare:
         return compare(args.compare)
+    if args.sgemm_peak:
+        return sgemm_peak(args)
     if len(args.omp_wait_policy) > 1:
         return bench_each_policy(args, argv)
     return bench(args)

@@ -3,6 +3,8 @@
 //! - [`recurrent`]: LSTM/GRU modules with sequential and recurrent modes, `is_init` resets,
 //!   the thread-local [`recurrent::set_recurrent_mode`] switch, the `pad`, `scan` and
 //!   `fused` backends and the [`recurrent::Primer`] that describes the recurrent-state entries.
+//!   The fused backend's SIMD kernels (`recurrent/backend/fused/simd.rs`) are the crate's
+//!   other `unsafe` module (allowed there alone, every block with a `// SAFETY:` comment).
 //! - [`backend`]: the tensor backends recur runs on (CPU; CUDA for the learner in a build
 //!   with the `cuda` feature) and the learner's training device.
 //! - [`envs`]: the built-in environments (CartPole, MaskedCartPole, Pendulum, RepeatPrevious),

@@ -1,28 +1,44 @@
 //! The actor's sequential-mode step without a tensor framework: the policy's weights copied
-//! into plain `f32` buffers, each layer one or two GEMMs (ndarray's `general_mat_mul`, i.e.
-//! matrixmultiply's sgemm) followed by one fused pass over the gates.
+//! into plain `f32` buffers, each layer one or two GEMMs (the fused backend's SIMD GEMM, with
+//! every weight matrix packed once when the weights are loaded, not on every step) followed
+//! by one fused pass over the gates.
 //!
 //! Same equations and the same `is_init` contract as [`Policy::forward`] in sequential mode
 //! (incoming state zeroed where `is_init`); the tests hold it to 1e-5 of that path. It exists
 //! because a burn call per op costs more than the arithmetic at actor batch sizes: one actor
 //! thread steps `E` environments at a time and the policy is small (hidden 64).
 
-use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
-use ndarray::linalg::general_mat_mul;
-use ndarray::{ArrayView2, ArrayViewMut2};
-
 use super::{ActionSpec, Policy};
 use crate::backend::to_vec as host;
+use crate::recurrent::fused::{gemm_packed, Mat, Packed, SimdLevel};
 use crate::recurrent::math::{gru_hidden, lstm_cell_state, sigmoid, tanh};
 use crate::recurrent::CellKind;
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+
+/// A weight matrix `[k, n]`, row-major and packed for the SIMD GEMM (packed once per weight
+/// load; every step reuses it).
+#[derive(Clone, Debug)]
+struct Weight {
+    raw: Vec<f32>,
+    packed: Packed,
+    k: usize,
+    n: usize,
+}
+
+impl Weight {
+    fn new(raw: Vec<f32>, k: usize, n: usize) -> Self {
+        assert_eq!(raw.len(), k * n, "a weight is [k, n]");
+        let packed = Packed::new(Mat::rows(&raw, k, n), SimdLevel::current());
+        Self { raw, packed, k, n }
+    }
+}
 
 /// A dense layer: `y = x W + b`, `W` row-major `[inputs, outputs]`.
 #[derive(Clone, Debug)]
 struct Dense {
-    w: Vec<f32>,
+    w: Weight,
     b: Vec<f32>,
-    inputs: usize,
     outputs: usize,
 }
 
@@ -30,7 +46,7 @@ impl Dense {
     /// `y[N, out] = x[N, in] W (+ b)`.
     fn forward(&self, x: &[f32], rows: usize, y: &mut Vec<f32>) {
         y.resize(rows * self.outputs, 0.0);
-        matmul(x, rows, self.inputs, &self.w, self.outputs, y, 0.0);
+        matmul(x, rows, &self.w, y, 0.0);
         for row in y.chunks_exact_mut(self.outputs) {
             for (v, b) in row.iter_mut().zip(&self.b) {
                 *v += b;
@@ -43,11 +59,10 @@ impl Dense {
 /// without bias).
 #[derive(Clone, Debug)]
 struct CellWeights {
-    wih_t: Vec<f32>,
-    whh_t: Vec<f32>,
+    wih_t: Weight,
+    whh_t: Weight,
     b_ih: Vec<f32>,
     b_hh: Vec<f32>,
-    inputs: usize,
 }
 
 /// The outputs of one step of `N` rows.
@@ -91,11 +106,10 @@ pub struct InferencePolicy {
 fn dense<B: Backend>(l: &burn::nn::Linear<B>) -> Dense {
     let [inputs, outputs] = l.weight.val().dims();
     Dense {
-        w: host(l.weight.val()),
+        w: Weight::new(host(l.weight.val()), inputs, outputs),
         b: l.bias
             .as_ref()
             .map_or_else(|| vec![0.0; outputs], |b| host(b.val())),
-        inputs,
         outputs,
     }
 }
@@ -114,11 +128,14 @@ impl InferencePolicy {
                         b.as_ref().map_or_else(|| vec![0.0; gh], |b| host(b.val()))
                     };
                     CellWeights {
-                        wih_t: host(layer.weight_ih.val().transpose()),
-                        whh_t: host(layer.weight_hh.val().transpose()),
+                        wih_t: Weight::new(host(layer.weight_ih.val().transpose()), inputs, gh),
+                        whh_t: Weight::new(
+                            host(layer.weight_hh.val().transpose()),
+                            core.hidden_size(),
+                            gh,
+                        ),
                         b_ih: bias(&layer.bias_ih),
                         b_hh: bias(&layer.bias_hh),
-                        inputs,
                     }
                 })
                 .collect::<Vec<_>>()
@@ -261,11 +278,11 @@ impl InferencePolicy {
             }
             let g = self.cell.gates() * hdim;
             self.gx.resize(n * g, 0.0);
-            matmul(&self.x, n, w.inputs, &w.wih_t, g, &mut self.gx, 0.0);
+            matmul(&self.x, n, &w.wih_t, &mut self.gx, 0.0);
             match self.cell {
                 CellKind::Lstm => {
                     // One gate buffer: x W_ih^T + h W_hh^T, then the biases in the fused pass.
-                    matmul(&self.h, n, hdim, &w.whh_t, g, &mut self.gx, 1.0);
+                    matmul(&self.h, n, &w.whh_t, &mut self.gx, 1.0);
                     for row in 0..n {
                         let gates = &self.gx[row * g..(row + 1) * g];
                         let h = &mut self.h[row * hdim..(row + 1) * hdim];
@@ -280,7 +297,7 @@ impl InferencePolicy {
                 CellKind::Gru => {
                     // The n gate needs h W_hn^T + b_hn on its own.
                     self.gh.resize(n * g, 0.0);
-                    matmul(&self.h, n, hdim, &w.whh_t, g, &mut self.gh, 0.0);
+                    matmul(&self.h, n, &w.whh_t, &mut self.gh, 0.0);
                     for row in 0..n {
                         let gx = &self.gx[row * g..(row + 1) * g];
                         let gh = &self.gh[row * g..(row + 1) * g];
@@ -297,12 +314,14 @@ impl InferencePolicy {
     }
 }
 
-/// Below this many rows a plain row loop beats sgemm, which packs all of `b` on every call.
+/// Below this many rows a plain row loop beats the packed GEMM's tiles.
 const GEMM_MIN_ROWS: usize = 8;
 
 /// `c[M, N] = a[M, K] b[K, N] + beta * c`, row-major slices.
-fn matmul(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f32], beta: f32) {
+fn matmul(a: &[f32], m: usize, b: &Weight, c: &mut [f32], beta: f32) {
+    let (k, n) = (b.k, b.n);
     if m < GEMM_MIN_ROWS {
+        let b = &b.raw;
         for (a_row, c_row) in a.chunks_exact(k).zip(c.chunks_exact_mut(n)).take(m) {
             if beta == 0.0 {
                 c_row.fill(0.0);
@@ -315,10 +334,13 @@ fn matmul(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f32], bet
         }
         return;
     }
-    let a = ArrayView2::from_shape((m, k), &a[..m * k]).expect("a is [m, k]");
-    let b = ArrayView2::from_shape((k, n), &b[..k * n]).expect("b is [k, n]");
-    let mut c = ArrayViewMut2::from_shape((m, n), &mut c[..m * n]).expect("c is [m, n]");
-    general_mat_mul(1.0, &a, &b, beta, &mut c);
+    gemm_packed(
+        Mat::rows(&a[..m * k], m, k),
+        &b.packed,
+        beta,
+        &mut c[..m * n],
+        n,
+    );
 }
 
 /// One LSTM row: `gates` = x W_ih^T + h W_hh^T `[4H]` (i, f, g, o); updates `h`, `c` in place.

@@ -59,12 +59,14 @@ pub(crate) fn gru_hidden(z: f32, n: f32, h: f32) -> f32 {
     n + z * (h - n)
 }
 
+#[inline(always)]
 pub(crate) fn sigmoid_in_place(v: &mut [f32]) {
     for x in v {
         *x = sigmoid(*x);
     }
 }
 
+#[inline(always)]
 pub(crate) fn tanh_in_place(v: &mut [f32]) {
     for x in v {
         *x = tanh(*x);

@@ -15,7 +15,8 @@
 //! `"matmul_precision"` of the fused kernel. The CPU peak fields are `null` on those devices.
 //!
 //! Before the rows, one `{"bench":"gemm",..}` row: a square f32 GEMM through the same
-//! `sgemm` and threads as the fused kernels (the practical peak). Each row's `peak_*` fields
+//! GEMM kernels and threads as the fused kernels (the practical peak), with `simd`, the
+//! instruction set they run with. Each row's `peak_*` fields
 //! use that GEMM measured again right before and right after the row: the shared host's
 //! speed drifts within a run (the start-of-run figure was off by up to 2x for late rows).
 
@@ -210,6 +211,8 @@ pub struct GemmRow {
     pub threads: usize,
     pub gflop_per_s: f64,
     pub median_ms: f64,
+    /// The fused kernels' instruction set (`avx512`, `avx2` or `scalar`; `RECUR_SIMD` caps it).
+    pub simd: &'static str,
 }
 
 /// Side of the square GEMM measured for the peak.
@@ -291,6 +294,7 @@ impl RnnBench {
             threads: self.threads,
             gflop_per_s: peak,
             median_ms: peak_time.as_secs_f64() * 1e3,
+            simd: fused::SimdLevel::current().name(),
         };
         writeln!(out, "{}", serde_json::to_string(&gemm)?)?;
         let mut rows = Vec::new();

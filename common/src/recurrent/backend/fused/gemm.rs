@@ -1,10 +1,9 @@
-//! The GEMMs of the fused kernels (ndarray's safe `general_mat_mul`, which reaches
-//! matrixmultiply's packed `sgemm` for any strides) and the worker threads that run them.
+//! The GEMMs of the fused kernels ([`simd`](super::simd)'s packed-operand kernels, AVX-512 or
+//! AVX2/FMA as the CPU has them) and the worker threads that run them.
 
 use std::time::{Duration, Instant};
 
-use ndarray::linalg::general_mat_mul;
-use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
+use super::simd::{self, Level};
 
 /// A read-only `[rows, cols]` matrix inside a slice: element `(i, j)` at `i * rs + j * cs`.
 #[derive(Clone, Copy)]
@@ -49,36 +48,11 @@ impl<'a> Mat<'a> {
             cs: self.rs,
         }
     }
-
-    fn view(&self) -> ArrayView2<'a, f32> {
-        let len = if self.rows == 0 || self.cols == 0 {
-            0
-        } else {
-            (self.rows - 1) * self.rs + (self.cols - 1) * self.cs + 1
-        };
-        ArrayView2::from_shape(
-            (self.rows, self.cols).strides((self.rs, self.cs)),
-            &self.data[..len],
-        )
-        .expect("matrix fits its slice")
-    }
 }
 
 /// `c <- a b + beta c` with `c` row-major `[a.rows, b.cols]` with row stride `c_rs`.
 pub(crate) fn gemm(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32], c_rs: usize) {
-    debug_assert_eq!(a.cols, b.rows);
-    let (m, n) = (a.rows, b.cols);
-    if m == 0 || n == 0 {
-        return;
-    }
-    let len = (m - 1) * c_rs + n;
-    let mut cv = ArrayViewMut2::from_shape((m, n).strides((c_rs, 1)), &mut c[..len])
-        .expect("output fits its slice");
-    if a.cols == 0 {
-        cv.mapv_inplace(|x| x * beta);
-        return;
-    }
-    general_mat_mul(1.0, &a.view(), &b.view(), beta, &mut cv);
+    simd::gemm(Level::current(), a, b, beta, c, c_rs);
 }
 
 /// Worker threads for the fused backend: `RAYON_NUM_THREADS` (the setting burn's CPU backend
@@ -182,6 +156,60 @@ pub fn square_gemm_peak(n: usize, threads: usize, iters: usize) -> (Duration, f6
     let median = samples[samples.len() / 2];
     let flops = 2.0 * (n as f64).powi(3);
     (median, flops / median.as_secs_f64() / 1e9)
+}
+
+/// The recurrent step's GEMM rate: `steps` products `[rows, k] x [k, n]` with one `b` packed
+/// once (as the fused kernels pack `W_hh^T` once per layer call), rows split over `threads`
+/// threads. Returns the median GFLOP/s of `iters` timed runs (after one warm-up).
+pub fn step_gemm_rate(
+    rows: usize,
+    k: usize,
+    n: usize,
+    steps: usize,
+    threads: usize,
+    iters: usize,
+) -> f64 {
+    let a: Vec<f32> = (0..rows * k)
+        .map(|i| ((i % 17) as f32 - 8.0) * 0.01)
+        .collect();
+    let b: Vec<f32> = (0..k * n).map(|i| ((i % 13) as f32 - 6.0) * 0.01).collect();
+    let mut c = vec![0.0f32; rows * n];
+    let parts = blocks(rows, threads);
+    let mut run = || {
+        let packed = simd::Packed::new(Mat::rows(&b, k, n), Level::current());
+        let lens: Vec<usize> = parts.iter().map(|&(_, len)| len).collect();
+        let outs = split_mut(&mut c, lens, n);
+        let jobs: Vec<_> = parts
+            .iter()
+            .zip(outs)
+            .map(|(&(first, len), out)| {
+                let (a, packed) = (&a, &packed);
+                move || {
+                    for _ in 0..steps {
+                        simd::gemm_packed(
+                            Mat::rows(&a[first * k..(first + len) * k], len, k),
+                            packed,
+                            1.0,
+                            out,
+                            n,
+                        );
+                    }
+                }
+            })
+            .collect();
+        parallel(jobs);
+    };
+    run();
+    let mut samples: Vec<Duration> = (0..iters.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            run();
+            start.elapsed()
+        })
+        .collect();
+    samples.sort();
+    let flops = 2.0 * (rows * k * n * steps) as f64;
+    flops / samples[samples.len() / 2].as_secs_f64() / 1e9
 }
 
 #[cfg(test)]

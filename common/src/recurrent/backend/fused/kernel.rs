@@ -20,8 +20,9 @@
 //! - `Keep::States` (`recompute = "full"`) saves only the states entering each step; the
 //!   backward recomputes the projection (one GEMM) and each step's gates (one GEMM per step).
 
-use super::gemm::{blocks, gemm, parallel, split_mut, Mat};
+use super::gemm::{blocks, parallel, split_mut, Mat};
 use super::pool;
+use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
 use crate::recurrent::math::{gru_hidden, lstm_cell_state, sigmoid_in_place, tanh_in_place};
 use crate::recurrent::CellKind;
 
@@ -91,6 +92,41 @@ impl Params<'_> {
             Some(b) if d.cell == CellKind::Gru => b[2 * d.hidden..].to_vec(),
             _ => vec![0.0; d.hidden],
         }
+    }
+}
+
+/// `W_hh` packed once per layer call for the per-step GEMMs, shared by every step and thread.
+struct Packs {
+    level: Level,
+    /// `W_hh^T` (`[H, G*H]`): the forward's `h W_hh^T` (and the recompute's).
+    w_hh_t: Option<Packed>,
+    /// The backward's `dG W_hh`: LSTM all of `W_hh` (`[4H, H]`); GRU its r and z rows
+    /// (`[2H, H]`).
+    w_hh: Option<Packed>,
+    /// GRU: the n rows of `W_hh` (`[H, H]`).
+    w_hh_n: Option<Packed>,
+}
+
+impl Packs {
+    fn new(d: &Dims, p: &Params<'_>, forward: bool, backward: bool) -> Self {
+        let level = Level::current();
+        let (h, w) = (d.hidden, d.width());
+        let pack = |m: Mat<'_>| Packed::new(m, level);
+        let rz = match d.cell {
+            CellKind::Lstm => w,
+            CellKind::Gru => 2 * h,
+        };
+        Self {
+            level,
+            w_hh_t: forward.then(|| pack(Mat::rows(p.w_hh, w, h).t())),
+            w_hh: backward.then(|| pack(Mat::rows(&p.w_hh[..rz * h], rz, h))),
+            w_hh_n: (backward && d.cell == CellKind::Gru)
+                .then(|| pack(Mat::rows(&p.w_hh[rz * h..], h, h))),
+        }
+    }
+
+    fn get(p: &Option<Packed>) -> &Packed {
+        p.as_ref().expect("packed for this pass")
     }
 }
 
@@ -228,6 +264,7 @@ pub(crate) fn forward(
     };
     let bias_x = p.input_bias(d);
     let bias_hn = p.hidden_n_bias(d);
+    let packs = Packs::new(d, &p, true, false);
     let jobs: Vec<_> = parts
         .iter()
         .zip(hs)
@@ -238,6 +275,7 @@ pub(crate) fn forward(
                 p,
                 bias_x: &bias_x,
                 bias_hn: &bias_hn,
+                packs: &packs,
                 first,
                 n,
                 start,
@@ -292,6 +330,7 @@ pub(crate) fn backward(
     assert_eq!(dout.len(), d.slabs() * b * t * h, "dout is [K, B, T, H]");
     let bias_x = p.input_bias(d);
     let bias_hn = p.hidden_n_bias(d);
+    let packs = Packs::new(d, &p, saved.keep == Keep::States, true);
     let lens: Vec<usize> = saved.blocks.iter().map(|&(_, n)| n).collect();
     let mut dx = vec![0.0f32; if wanted.x { b * t * i } else { 0 }];
     let mut dh0 = vec![0.0f32; if wanted.h0 { b * t * h } else { 0 }];
@@ -311,6 +350,7 @@ pub(crate) fn backward(
                 p,
                 bias_x: &bias_x,
                 bias_hn: &bias_hn,
+                packs: &packs,
                 first,
                 n,
                 start,
@@ -374,6 +414,7 @@ struct Block<'a> {
     p: Params<'a>,
     bias_x: &'a [f32],
     bias_hn: &'a [f32],
+    packs: &'a Packs,
     first: usize,
     n: usize,
     start: &'a [bool],
@@ -413,6 +454,7 @@ impl Block<'_> {
             row.copy_from_slice(self.bias_x);
         }
         gemm(
+            self.packs.level,
             Mat::rows(xt, t * self.n, i),
             Mat::rows(self.p.w_ih, w, i).t(),
             1.0,
@@ -439,36 +481,50 @@ impl Block<'_> {
     /// `scratch` (`[n][3H]`) receives `h W_hh^T` and `hn` (`[n][H]`) `h W_hn^T + b_hn`.
     fn gates(&self, g: &mut [f32], h_in: &[f32], scratch: &mut [f32], hn: &mut [f32]) {
         let (n, h, w) = (self.n, self.d.hidden, self.d.width());
-        let w_hh_t = Mat::rows(self.p.w_hh, w, h).t();
+        let w_hh_t = Packs::get(&self.packs.w_hh_t);
         match self.d.cell {
             CellKind::Lstm => {
-                gemm(Mat::rows(h_in, n, h), w_hh_t, 1.0, g, w);
-                for row in g.chunks_exact_mut(w) {
-                    sigmoid_in_place(&mut row[..2 * h]);
-                    tanh_in_place(&mut row[2 * h..3 * h]);
-                    sigmoid_in_place(&mut row[3 * h..]);
-                }
+                gemm_packed(Mat::rows(h_in, n, h), w_hh_t, 1.0, g, w);
+                vectorized(
+                    self.packs.level,
+                    #[inline(always)]
+                    || {
+                        for row in g.chunks_exact_mut(w) {
+                            sigmoid_in_place(&mut row[..2 * h]);
+                            tanh_in_place(&mut row[2 * h..3 * h]);
+                            sigmoid_in_place(&mut row[3 * h..]);
+                        }
+                    },
+                );
             }
             CellKind::Gru => {
-                gemm(Mat::rows(h_in, n, h), w_hh_t, 0.0, scratch, w);
-                for ((row, s), hn_row) in g
-                    .chunks_exact_mut(w)
-                    .zip(scratch.chunks_exact(w))
-                    .zip(hn.chunks_exact_mut(h))
-                {
-                    let (rz, nn) = row.split_at_mut(2 * h);
-                    for (a, b) in rz.iter_mut().zip(&s[..2 * h]) {
-                        *a += b;
-                    }
-                    sigmoid_in_place(rz);
-                    for ((v, &sv), &b) in hn_row.iter_mut().zip(&s[2 * h..]).zip(self.bias_hn) {
-                        *v = sv + b;
-                    }
-                    for ((x, &r), &v) in nn.iter_mut().zip(&rz[..h]).zip(hn_row.iter()) {
-                        *x += r * v;
-                    }
-                    tanh_in_place(nn);
-                }
+                gemm_packed(Mat::rows(h_in, n, h), w_hh_t, 0.0, scratch, w);
+                vectorized(
+                    self.packs.level,
+                    #[inline(always)]
+                    || {
+                        for ((row, s), hn_row) in g
+                            .chunks_exact_mut(w)
+                            .zip(scratch.chunks_exact(w))
+                            .zip(hn.chunks_exact_mut(h))
+                        {
+                            let (rz, nn) = row.split_at_mut(2 * h);
+                            for (a, b) in rz.iter_mut().zip(&s[..2 * h]) {
+                                *a += b;
+                            }
+                            sigmoid_in_place(rz);
+                            for ((v, &sv), &b) in
+                                hn_row.iter_mut().zip(&s[2 * h..]).zip(self.bias_hn)
+                            {
+                                *v = sv + b;
+                            }
+                            for ((x, &r), &v) in nn.iter_mut().zip(&rz[..h]).zip(hn_row.iter()) {
+                                *x += r * v;
+                            }
+                            tanh_in_place(nn);
+                        }
+                    },
+                );
             }
         }
     }
@@ -522,43 +578,56 @@ impl Block<'_> {
             if lstm {
                 let (c_cur, c_next) = two_slots(&mut cs, slot(t), slot(t + 1), sz);
                 self.reset(t, c_cur, &stored, stored.c.expect("an LSTM has c0"));
-                for r in 0..n {
-                    let gr = &g[r * w..(r + 1) * w];
-                    let (ig, rest) = gr.split_at(h);
-                    let (fg, rest) = rest.split_at(h);
-                    let (gg, og) = rest.split_at(h);
-                    let c_in = &c_cur[r * h..(r + 1) * h];
-                    let c_new = &mut c_next[r * h..(r + 1) * h];
-                    for ((((c, &ci), &i), &f), &gv) in
-                        c_new.iter_mut().zip(c_in).zip(ig).zip(fg).zip(gg)
-                    {
-                        *c = lstm_cell_state(i, f, gv, ci);
-                    }
-                    tmp.copy_from_slice(c_new);
-                    tanh_in_place(&mut tmp);
-                    let h_new = &mut next[r * h..(r + 1) * h];
-                    for ((hv, &tc), &o) in h_new.iter_mut().zip(&tmp).zip(og) {
-                        *hv = o * tc;
-                    }
-                    let at = (r * t_len + t) * h;
-                    out_h[at..at + h].copy_from_slice(h_new);
-                    if let Some(oc) = out_c.as_deref_mut() {
-                        oc[at..at + h].copy_from_slice(c_new);
-                    }
-                }
+                vectorized(
+                    self.packs.level,
+                    #[inline(always)]
+                    || {
+                        for r in 0..n {
+                            let gr = &g[r * w..(r + 1) * w];
+                            let (ig, rest) = gr.split_at(h);
+                            let (fg, rest) = rest.split_at(h);
+                            let (gg, og) = rest.split_at(h);
+                            let c_in = &c_cur[r * h..(r + 1) * h];
+                            let c_new = &mut c_next[r * h..(r + 1) * h];
+                            for ((((c, &ci), &i), &f), &gv) in
+                                c_new.iter_mut().zip(c_in).zip(ig).zip(fg).zip(gg)
+                            {
+                                *c = lstm_cell_state(i, f, gv, ci);
+                            }
+                            tmp.copy_from_slice(c_new);
+                            tanh_in_place(&mut tmp);
+                            let h_new = &mut next[r * h..(r + 1) * h];
+                            for ((hv, &tc), &o) in h_new.iter_mut().zip(&tmp).zip(og) {
+                                *hv = o * tc;
+                            }
+                            let at = (r * t_len + t) * h;
+                            out_h[at..at + h].copy_from_slice(h_new);
+                            if let Some(oc) = out_c.as_deref_mut() {
+                                oc[at..at + h].copy_from_slice(c_new);
+                            }
+                        }
+                    },
+                );
             } else {
-                for r in 0..n {
-                    let gr = &g[r * w..(r + 1) * w];
-                    let z = &gr[h..2 * h];
-                    let nn = &gr[2 * h..];
-                    let h_in = &cur[r * h..(r + 1) * h];
-                    let h_new = &mut next[r * h..(r + 1) * h];
-                    for (((hv, &hi), &z), &nv) in h_new.iter_mut().zip(h_in).zip(z).zip(nn) {
-                        *hv = gru_hidden(z, nv, hi);
-                    }
-                    let at = (r * t_len + t) * h;
-                    out_h[at..at + h].copy_from_slice(h_new);
-                }
+                vectorized(
+                    self.packs.level,
+                    #[inline(always)]
+                    || {
+                        for r in 0..n {
+                            let gr = &g[r * w..(r + 1) * w];
+                            let z = &gr[h..2 * h];
+                            let nn = &gr[2 * h..];
+                            let h_in = &cur[r * h..(r + 1) * h];
+                            let h_new = &mut next[r * h..(r + 1) * h];
+                            for (((hv, &hi), &z), &nv) in h_new.iter_mut().zip(h_in).zip(z).zip(nn)
+                            {
+                                *hv = gru_hidden(z, nv, hi);
+                            }
+                            let at = (r * t_len + t) * h;
+                            out_h[at..at + h].copy_from_slice(h_new);
+                        }
+                    },
+                );
             }
         }
         if keep == Keep::Nothing {
@@ -628,7 +697,6 @@ impl Block<'_> {
         let mut tmp = vec![0.0f32; h];
         let mut b_x = vec![0.0f32; w];
         let mut b_hn = vec![0.0f32; if lstm { 0 } else { h }];
-        let w_hh = self.p.w_hh;
         for t in (0..t_len).rev() {
             let g = &mut g_all[t * n * w..(t + 1) * n * w];
             let h_in = &hs[t * sz..(t + 1) * sz];
@@ -641,115 +709,133 @@ impl Block<'_> {
                 self.gates(g, h_in, &mut scratch, hn_t);
             }
             // dh = dL/dh_t from the output plus what step t + 1 sent back.
-            for r in 0..n {
-                let at = ((self.first + r) * t_len + t) * h;
-                for ((v, &o), &c) in dh[r * h..(r + 1) * h]
-                    .iter_mut()
-                    .zip(&dout[at..at + h])
-                    .zip(&carry_h[r * h..(r + 1) * h])
-                {
-                    *v = o + c;
-                }
-            }
-            if lstm {
-                let c_in_all = &cs[t * sz..(t + 1) * sz];
-                for r in 0..n {
-                    let at = slab + ((self.first + r) * t_len + t) * h;
-                    let dc = &mut carry_c[r * h..(r + 1) * h];
-                    for (v, &o) in dc.iter_mut().zip(&dout[at..at + h]) {
-                        *v += o;
-                    }
-                    let row = &mut g[r * w..(r + 1) * w];
-                    let c_in = &c_in_all[r * h..(r + 1) * h];
-                    {
-                        let (ig, rest) = row.split_at(h);
-                        let (fg, rest) = rest.split_at(h);
-                        let gg = &rest[..h];
-                        for ((((v, &ci), &i), &f), &gv) in
-                            tmp.iter_mut().zip(c_in).zip(ig).zip(fg).zip(gg)
+            vectorized(
+                self.packs.level,
+                #[inline(always)]
+                || {
+                    for r in 0..n {
+                        let at = ((self.first + r) * t_len + t) * h;
+                        for ((v, &o), &c) in dh[r * h..(r + 1) * h]
+                            .iter_mut()
+                            .zip(&dout[at..at + h])
+                            .zip(&carry_h[r * h..(r + 1) * h])
                         {
-                            *v = lstm_cell_state(i, f, gv, ci);
+                            *v = o + c;
                         }
                     }
-                    tanh_in_place(&mut tmp);
-                    let (ig, rest) = row.split_at_mut(h);
-                    let (fg, rest) = rest.split_at_mut(h);
-                    let (gg, og) = rest.split_at_mut(h);
-                    let dhr = &dh[r * h..(r + 1) * h];
-                    for (((((((i, f), gv), o), dc), &ci), &tc), &dhv) in ig
-                        .iter_mut()
-                        .zip(fg.iter_mut())
-                        .zip(gg.iter_mut())
-                        .zip(og.iter_mut())
-                        .zip(dc.iter_mut())
-                        .zip(c_in)
-                        .zip(tmp.iter())
-                        .zip(dhr)
-                    {
-                        let (iv, fv, gvv, ov) = (*i, *f, *gv, *o);
-                        let dct = *dc + dhv * ov * (1.0 - tc * tc);
-                        *o = dhv * tc * ov * (1.0 - ov);
-                        *i = dct * gvv * iv * (1.0 - iv);
-                        *f = dct * ci * fv * (1.0 - fv);
-                        *gv = dct * iv * (1.0 - gvv * gvv);
-                        *dc = dct * fv;
-                    }
-                    for (a, &v) in b_x.iter_mut().zip(row.iter()) {
-                        *a += v;
-                    }
-                }
-                gemm(
+                },
+            );
+            if lstm {
+                let c_in_all = &cs[t * sz..(t + 1) * sz];
+                vectorized(
+                    self.packs.level,
+                    #[inline(always)]
+                    || {
+                        for r in 0..n {
+                            let at = slab + ((self.first + r) * t_len + t) * h;
+                            let dc = &mut carry_c[r * h..(r + 1) * h];
+                            for (v, &o) in dc.iter_mut().zip(&dout[at..at + h]) {
+                                *v += o;
+                            }
+                            let row = &mut g[r * w..(r + 1) * w];
+                            let c_in = &c_in_all[r * h..(r + 1) * h];
+                            {
+                                let (ig, rest) = row.split_at(h);
+                                let (fg, rest) = rest.split_at(h);
+                                let gg = &rest[..h];
+                                for ((((v, &ci), &i), &f), &gv) in
+                                    tmp.iter_mut().zip(c_in).zip(ig).zip(fg).zip(gg)
+                                {
+                                    *v = lstm_cell_state(i, f, gv, ci);
+                                }
+                            }
+                            tanh_in_place(&mut tmp);
+                            let (ig, rest) = row.split_at_mut(h);
+                            let (fg, rest) = rest.split_at_mut(h);
+                            let (gg, og) = rest.split_at_mut(h);
+                            let dhr = &dh[r * h..(r + 1) * h];
+                            for (((((((i, f), gv), o), dc), &ci), &tc), &dhv) in ig
+                                .iter_mut()
+                                .zip(fg.iter_mut())
+                                .zip(gg.iter_mut())
+                                .zip(og.iter_mut())
+                                .zip(dc.iter_mut())
+                                .zip(c_in)
+                                .zip(tmp.iter())
+                                .zip(dhr)
+                            {
+                                let (iv, fv, gvv, ov) = (*i, *f, *gv, *o);
+                                let dct = *dc + dhv * ov * (1.0 - tc * tc);
+                                *o = dhv * tc * ov * (1.0 - ov);
+                                *i = dct * gvv * iv * (1.0 - iv);
+                                *f = dct * ci * fv * (1.0 - fv);
+                                *gv = dct * iv * (1.0 - gvv * gvv);
+                                *dc = dct * fv;
+                            }
+                            for (a, &v) in b_x.iter_mut().zip(row.iter()) {
+                                *a += v;
+                            }
+                        }
+                    },
+                );
+                gemm_packed(
                     Mat::rows(g, n, w),
-                    Mat::rows(w_hh, w, h),
+                    Packs::get(&self.packs.w_hh),
                     0.0,
                     &mut dh_in,
                     h,
                 );
             } else {
                 let hn_t = &mut hn_all[t * sz..(t + 1) * sz];
-                for r in 0..n {
-                    let row = &mut g[r * w..(r + 1) * w];
-                    let (rg, rest) = row.split_at_mut(h);
-                    let (zg, ng) = rest.split_at_mut(h);
-                    let hnr = &mut hn_t[r * h..(r + 1) * h];
-                    let h_in_r = &h_in[r * h..(r + 1) * h];
-                    let dhr = &dh[r * h..(r + 1) * h];
-                    let direct = &mut dh_in[r * h..(r + 1) * h];
-                    for ((((((rv, zv), nv), hnv), &hi), &dhv), dd) in rg
-                        .iter_mut()
-                        .zip(zg.iter_mut())
-                        .zip(ng.iter_mut())
-                        .zip(hnr.iter_mut())
-                        .zip(h_in_r)
-                        .zip(dhr)
-                        .zip(direct.iter_mut())
-                    {
-                        let (r_, z_, n_, hn_) = (*rv, *zv, *nv, *hnv);
-                        let dn = dhv * (1.0 - z_) * (1.0 - n_ * n_);
-                        let dz = dhv * (hi - n_);
-                        *dd = dhv * z_;
-                        *hnv = dn * r_;
-                        *rv = dn * hn_ * r_ * (1.0 - r_);
-                        *zv = dz * z_ * (1.0 - z_);
-                        *nv = dn;
-                    }
-                    for (a, &v) in b_x.iter_mut().zip(row.iter()) {
-                        *a += v;
-                    }
-                    for (a, &v) in b_hn.iter_mut().zip(hnr.iter()) {
-                        *a += v;
-                    }
-                }
-                gemm(
+                vectorized(
+                    self.packs.level,
+                    #[inline(always)]
+                    || {
+                        for r in 0..n {
+                            let row = &mut g[r * w..(r + 1) * w];
+                            let (rg, rest) = row.split_at_mut(h);
+                            let (zg, ng) = rest.split_at_mut(h);
+                            let hnr = &mut hn_t[r * h..(r + 1) * h];
+                            let h_in_r = &h_in[r * h..(r + 1) * h];
+                            let dhr = &dh[r * h..(r + 1) * h];
+                            let direct = &mut dh_in[r * h..(r + 1) * h];
+                            for ((((((rv, zv), nv), hnv), &hi), &dhv), dd) in rg
+                                .iter_mut()
+                                .zip(zg.iter_mut())
+                                .zip(ng.iter_mut())
+                                .zip(hnr.iter_mut())
+                                .zip(h_in_r)
+                                .zip(dhr)
+                                .zip(direct.iter_mut())
+                            {
+                                let (r_, z_, n_, hn_) = (*rv, *zv, *nv, *hnv);
+                                let dn = dhv * (1.0 - z_) * (1.0 - n_ * n_);
+                                let dz = dhv * (hi - n_);
+                                *dd = dhv * z_;
+                                *hnv = dn * r_;
+                                *rv = dn * hn_ * r_ * (1.0 - r_);
+                                *zv = dz * z_ * (1.0 - z_);
+                                *nv = dn;
+                            }
+                            for (a, &v) in b_x.iter_mut().zip(row.iter()) {
+                                *a += v;
+                            }
+                            for (a, &v) in b_hn.iter_mut().zip(hnr.iter()) {
+                                *a += v;
+                            }
+                        }
+                    },
+                );
+                gemm_packed(
                     Mat::strided(g, n, 2 * h, w),
-                    Mat::rows(&w_hh[..2 * h * h], 2 * h, h),
+                    Packs::get(&self.packs.w_hh),
                     1.0,
                     &mut dh_in,
                     h,
                 );
-                gemm(
+                gemm_packed(
                     Mat::rows(hn_t, n, h),
-                    Mat::rows(&w_hh[2 * h * h..], h, h),
+                    Packs::get(&self.packs.w_hh_n),
                     1.0,
                     &mut dh_in,
                     h,
@@ -781,6 +867,7 @@ impl Block<'_> {
             // Written whole by the GEMM (beta = 0 does not read it).
             let mut dxt = pool::take(rows * i);
             gemm(
+                self.packs.level,
                 Mat::rows(&g_all, rows, w),
                 Mat::rows(self.p.w_ih, w, i),
                 0.0,
@@ -827,6 +914,7 @@ impl Block<'_> {
         };
         let h_in_all = Mat::rows(hs, rows, h);
         gemm(
+            self.packs.level,
             Mat::rows(g_all, rows, w).t(),
             Mat::rows(xt, rows, i),
             0.0,
@@ -835,6 +923,7 @@ impl Block<'_> {
         );
         match self.d.cell {
             CellKind::Lstm => gemm(
+                self.packs.level,
                 Mat::rows(g_all, rows, w).t(),
                 h_in_all,
                 0.0,
@@ -843,6 +932,7 @@ impl Block<'_> {
             ),
             CellKind::Gru => {
                 gemm(
+                    self.packs.level,
                     Mat::strided(g_all, rows, 2 * h, w).t(),
                     h_in_all,
                     0.0,
@@ -850,6 +940,7 @@ impl Block<'_> {
                     h,
                 );
                 gemm(
+                    self.packs.level,
                     Mat::rows(hn_all, rows, h).t(),
                     h_in_all,
                     0.0,
@@ -1010,6 +1101,59 @@ mod tests {
                 assert_eq!(g.c0, g1.c0, "{cell:?} dc0");
                 for (a, b) in g.w_hh.unwrap().iter().zip(g1.w_hh.as_ref().unwrap()) {
                     assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+                }
+            }
+        }
+    }
+
+    /// Every SIMD level (AVX-512, AVX2/FMA, portable) gives the same outputs and gradients up
+    /// to rounding (the kernels sum in different orders), both cells, both keeps.
+    #[test]
+    fn every_simd_level_agrees() {
+        use super::super::simd::with_level;
+        let close = |a: &[f32], b: &[f32], what: &str| {
+            assert_eq!(a.len(), b.len(), "{what}");
+            for (x, y) in a.iter().zip(b) {
+                assert!(
+                    (x - y).abs() <= 2e-5 * (1.0 + y.abs()),
+                    "{what}: {x} vs {y}"
+                );
+            }
+        };
+        for cell in [CellKind::Lstm, CellKind::Gru] {
+            // Rows and H off the micro-tile sizes; H * G past one panel.
+            let mut p = Problem::new(cell, 11, 7);
+            p.d.hidden = 37;
+            p.d.input = 19;
+            let (w, h) = (p.d.width(), p.d.hidden);
+            p.w_ih = random(w * p.d.input, 11);
+            p.w_hh = random(w * h, 12);
+            p.b_ih = random(w, 13);
+            p.b_hh = random(w, 14);
+            p.x = random(p.d.rows * p.d.steps * p.d.input, 15);
+            p.h0 = random(p.d.rows * p.d.steps * h, 16);
+            p.c0 = random(p.d.rows * p.d.steps * h, 17);
+            p.dout = random(p.d.slabs() * p.d.rows * p.d.steps * h, 18);
+            for keep in [Keep::Gates, Keep::States] {
+                let (out0, _, g0) = with_level(Level::Scalar, || p.run(keep, 2));
+                for level in Level::available() {
+                    let (out, _, g) = with_level(level, || p.run(keep, 2));
+                    let what = format!("{cell:?} {keep:?} {level:?}");
+                    close(&out, &out0, &format!("{what} outputs"));
+                    for (a, b, name) in [
+                        (&g.x, &g0.x, "dx"),
+                        (&g.h0, &g0.h0, "dh0"),
+                        (&g.c0, &g0.c0, "dc0"),
+                        (&g.w_ih, &g0.w_ih, "dw_ih"),
+                        (&g.w_hh, &g0.w_hh, "dw_hh"),
+                        (&g.b_ih, &g0.b_ih, "db_ih"),
+                        (&g.b_hh, &g0.b_hh, "db_hh"),
+                    ] {
+                        assert_eq!(a.is_some(), b.is_some(), "{what} {name}");
+                        if let (Some(a), Some(b)) = (a, b) {
+                            close(a, b, &format!("{what} {name}"));
+                        }
+                    }
                 }
             }
         }

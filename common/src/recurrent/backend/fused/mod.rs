@@ -20,6 +20,8 @@
 mod gemm;
 mod kernel;
 mod pool;
+#[allow(unsafe_code)]
+mod simd;
 
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
@@ -36,8 +38,11 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use ndarray::{ArcArray, IxDyn};
 
-pub use gemm::{square_gemm_peak, threads};
+pub(crate) use gemm::Mat;
+pub use gemm::{square_gemm_peak, step_gemm_rate, threads};
 use kernel::{Dims, Keep, Params, Saved, Stored, Wanted};
+pub use simd::Level as SimdLevel;
+pub(crate) use simd::{gemm_packed, Packed};
 
 use super::scan::CellState3;
 use super::Segments;

@@ -1,0 +1,625 @@
+//! SIMD kernels of the fused backend: a packed-operand f32 GEMM with AVX-512 and AVX2/FMA
+//! micro-kernels, and [`vectorized`], which runs element-wise code (the gate passes) compiled
+//! for the same instruction set. Besides `shm`, the crate's only module allowed `unsafe`;
+//! every block says why it holds.
+//!
+//! Why hand-written: the recurrent step multiplies the same `W_hh^T` (`[H, G*H]`) by a new
+//! `h` at each of `T` steps. matrixmultiply's `sgemm` (AVX2 kernels) and the `gemm` crate
+//! (0.19, no API for a prepacked operand) pack it again on every call; here [`Packed`] is packed
+//! once per layer call and shared by every step and thread.
+//!
+//! The instruction set is detected at run time ([`Level::current`]): AVX-512F where the CPU
+//! has it, else AVX2 + FMA, else portable code the compiler vectorizes for the baseline.
+//! `RECUR_SIMD=avx2` (or `scalar`) caps it, so the tests can run every path on one machine.
+//!
+//! Layouts: `Packed` holds `b` (`[k, n]`) as panels of `NR` columns: element `(kk, p*NR + j)`
+//! at `p*k*NR + kk*NR + j`, zero past column `n`. The GEMM packs `MR` rows of `a` at a time
+//! (`[kc][MR]`, zero past row `m`) and walks every panel of a column block with it.
+
+use std::sync::OnceLock;
+
+use super::gemm::Mat;
+use super::pool;
+
+/// The instruction set the kernels run with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Portable code (the compiler's baseline vectorization).
+    Scalar,
+    /// AVX2 with FMA (16 ymm registers; micro-tile 6 x 16).
+    Avx2,
+    /// AVX-512F (32 zmm registers; micro-tile 8 x 32).
+    Avx512,
+}
+
+impl Level {
+    /// The best level this CPU runs.
+    pub fn detected() -> Level {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Level::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Level::Avx2;
+            }
+        }
+        Level::Scalar
+    }
+
+    /// The level the fused backend uses: [`Level::detected`], capped by `RECUR_SIMD`
+    /// (`avx512`, `avx2` or `scalar`; read once per process).
+    ///
+    /// # Panics
+    /// On any other value of `RECUR_SIMD`, naming it.
+    pub fn current() -> Level {
+        #[cfg(test)]
+        if let Some(level) = FORCED.with(std::cell::Cell::get) {
+            return level;
+        }
+        static CURRENT: OnceLock<Level> = OnceLock::new();
+        *CURRENT.get_or_init(|| {
+            let detected = Level::detected();
+            match std::env::var("RECUR_SIMD") {
+                Ok(v) => match Level::parse(&v) {
+                    Some(cap) => detected.min(cap),
+                    None => panic!("RECUR_SIMD={v:?}: expected \"avx512\", \"avx2\" or \"scalar\""),
+                },
+                Err(_) => detected,
+            }
+        })
+    }
+
+    /// Every level this CPU runs, lowest first (what the tests compare).
+    pub fn available() -> Vec<Level> {
+        [Level::Scalar, Level::Avx2, Level::Avx512]
+            .into_iter()
+            .filter(|&l| l <= Level::detected())
+            .collect()
+    }
+
+    fn parse(s: &str) -> Option<Level> {
+        match s {
+            "avx512" => Some(Level::Avx512),
+            "avx2" => Some(Level::Avx2),
+            "scalar" => Some(Level::Scalar),
+            _ => None,
+        }
+    }
+
+    /// The name `RECUR_SIMD` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Scalar => "scalar",
+            Level::Avx2 => "avx2",
+            Level::Avx512 => "avx512",
+        }
+    }
+
+    /// Rows of a micro-tile.
+    const fn mr(self) -> usize {
+        match self {
+            Level::Scalar => 4,
+            Level::Avx2 => 6,
+            Level::Avx512 => 8,
+        }
+    }
+
+    /// Columns of a micro-tile (a panel of [`Packed`]).
+    const fn nr(self) -> usize {
+        match self {
+            Level::Scalar => 8,
+            Level::Avx2 => 16,
+            Level::Avx512 => 32,
+        }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Unit tests: the level [`Level::current`] returns on this thread ([`with_level`]).
+    static FORCED: std::cell::Cell<Option<Level>> = const { std::cell::Cell::new(None) };
+}
+
+/// Unit tests: runs `f` with [`Level::current`] returning `level` on this thread (the fused
+/// kernels read it once per layer call, on the calling thread).
+#[cfg(test)]
+pub(crate) fn with_level<R>(level: Level, f: impl FnOnce() -> R) -> R {
+    let old = FORCED.with(|c| c.replace(Some(level)));
+    let out = f();
+    FORCED.with(|c| c.set(old));
+    out
+}
+
+/// Depth of a packed block of `a` (`MR x KC` floats stay in L1).
+const KC: usize = 256;
+/// Columns of `b` walked per packed block of `a` (`KC x NC` floats of `b` stay in L2).
+const NC: usize = 512;
+/// Rows of `a` packed at once (`MC x KC` floats stay in L2). A transposed `a` (the weight
+/// gradients' `dG^T`) is read along its rows this way, not `MR` floats from each of `KC` rows.
+const MC: usize = 128;
+
+/// Runs `f` inside a function compiled for `level` (AVX-512 / AVX2+FMA), so that the
+/// element-wise loops it inlines (the gate passes, `math`'s `#[inline(always)]` functions)
+/// are vectorized for that instruction set. Mark the closure `#[inline(always)]`: it is
+/// instantiated once per level, and a closure LLVM does not inline runs as baseline code.
+#[inline(always)]
+pub(crate) fn vectorized<R>(level: Level, f: impl FnOnce() -> R) -> R {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Level::Avx512` is only ever produced where the CPU reports avx512f
+        // (`Level::detected`, and `current`/`available` never exceed it).
+        Level::Avx512 => unsafe { x86::run_avx512(f) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, `Level::Avx2` only where avx2 and fma are reported.
+        Level::Avx2 => unsafe { x86::run_avx2(f) },
+        _ => f(),
+    }
+}
+
+/// `b` (`[k, n]`) packed in panels of the level's `NR` columns, kept for many products.
+pub(crate) struct Packed {
+    data: Vec<f32>,
+    k: usize,
+    n: usize,
+    level: Level,
+}
+
+impl Packed {
+    /// Packs `b` for GEMMs at `level` (a pool buffer, every element written).
+    pub fn new(b: Mat<'_>, level: Level) -> Self {
+        let nr = level.nr();
+        let (k, n) = (b.rows, b.cols);
+        let panels = n.div_ceil(nr);
+        let mut data = pool::take(panels * k * nr);
+        for p in 0..panels {
+            let panel = &mut data[p * k * nr..(p + 1) * k * nr];
+            let cols = nr.min(n - p * nr);
+            if b.cs == 1 {
+                for kk in 0..k {
+                    let src = &b.data[kk * b.rs + p * nr..kk * b.rs + p * nr + cols];
+                    let dst = &mut panel[kk * nr..(kk + 1) * nr];
+                    dst[..cols].copy_from_slice(src);
+                    dst[cols..].fill(0.0);
+                }
+            } else {
+                for j in 0..nr {
+                    if j < cols {
+                        let col = (p * nr + j) * b.cs;
+                        for kk in 0..k {
+                            panel[kk * nr + j] = b.data[col + kk * b.rs];
+                        }
+                    } else {
+                        for kk in 0..k {
+                            panel[kk * nr + j] = 0.0;
+                        }
+                    }
+                }
+            }
+        }
+        Self { data, k, n, level }
+    }
+}
+
+impl Clone for Packed {
+    fn clone(&self) -> Self {
+        Self {
+            data: self.data.clone(),
+            ..*self
+        }
+    }
+}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Packed([{}, {}], {:?})", self.k, self.n, self.level)
+    }
+}
+
+impl Drop for Packed {
+    fn drop(&mut self) {
+        pool::give(std::mem::take(&mut self.data));
+    }
+}
+
+/// `c <- a b + beta c` with `b` packed and `c` row-major `[a.rows, b.n]` with row stride
+/// `c_rs`. With `beta = 0` the old `c` is not read (it may hold anything, NaN included).
+pub(crate) fn gemm_packed(a: Mat<'_>, b: &Packed, beta: f32, c: &mut [f32], c_rs: usize) {
+    let (m, k, n) = (a.rows, a.cols, b.n);
+    assert_eq!(k, b.k, "a's columns are b's rows");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(c_rs >= n && c.len() >= (m - 1) * c_rs + n, "c is [m, n]");
+    if k == 0 {
+        for row in c.chunks_mut(c_rs).take(m) {
+            for v in &mut row[..n] {
+                *v = if beta == 0.0 { 0.0 } else { beta * *v };
+            }
+        }
+        return;
+    }
+    let level = b.level;
+    let (mr, nr) = (level.mr(), level.nr());
+    // Every element a kernel reads is written by `pack_a` first.
+    let mut apack = pool::take(MC.min(m).div_ceil(mr) * mr * KC.min(k));
+    for jc in (0..n).step_by(NC) {
+        let nc = NC.min(n - jc);
+        for k0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - k0);
+            let beta = if k0 == 0 { beta } else { 1.0 };
+            for ic in (0..m).step_by(MC) {
+                let mc = MC.min(m - ic);
+                let blocks = mc.div_ceil(mr);
+                pack_a(a, ic, mc, k0, kc, mr, &mut apack[..blocks * kc * mr]);
+                for ib in 0..blocks {
+                    let i0 = ic + ib * mr;
+                    let rows = mr.min(m - i0);
+                    let ap = &apack[ib * kc * mr..(ib + 1) * kc * mr];
+                    for j0 in (jc..jc + nc).step_by(nr) {
+                        let cols = nr.min(n - j0);
+                        let p = j0 / nr;
+                        let bp = &b.data[p * k * nr + k0 * nr..p * k * nr + (k0 + kc) * nr];
+                        let tile = Tile {
+                            c: &mut c[i0 * c_rs + j0..],
+                            rs: c_rs,
+                            rows,
+                            cols,
+                            beta,
+                        };
+                        kernel(level, kc, ap, bp, tile);
+                    }
+                }
+            }
+        }
+    }
+    pool::give(apack);
+}
+
+/// `c <- a b + beta c` (packs `b` for this one product).
+pub(crate) fn gemm(level: Level, a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32], c_rs: usize) {
+    debug_assert_eq!(a.cols, b.rows);
+    if a.rows == 0 || b.cols == 0 {
+        return;
+    }
+    gemm_packed(a, &Packed::new(b, level), beta, c, c_rs);
+}
+
+/// Rows `ic .. ic + mc`, columns `k0 .. k0 + kc` of `a` as blocks of `mr` rows, each
+/// `[kc][mr]` (block `ib` at `ib * kc * mr`), zero past row `mc`. Reads `a` along whichever of
+/// its axes is contiguous.
+fn pack_a(a: Mat<'_>, ic: usize, mc: usize, k0: usize, kc: usize, mr: usize, out: &mut [f32]) {
+    let blocks = mc.div_ceil(mr);
+    if !mc.is_multiple_of(mr) {
+        out[(blocks - 1) * kc * mr..blocks * kc * mr].fill(0.0);
+    }
+    if a.cs == 1 {
+        for i in 0..mc {
+            let (ib, r) = (i / mr, i % mr);
+            let src = &a.data[(ic + i) * a.rs + k0..(ic + i) * a.rs + k0 + kc];
+            let dst = &mut out[ib * kc * mr..(ib + 1) * kc * mr];
+            for (kk, &v) in src.iter().enumerate() {
+                dst[kk * mr + r] = v;
+            }
+        }
+    } else {
+        for kk in 0..kc {
+            let base = (k0 + kk) * a.cs + ic * a.rs;
+            for ib in 0..blocks {
+                let rows = mr.min(mc - ib * mr);
+                let dst = &mut out[ib * kc * mr + kk * mr..ib * kc * mr + kk * mr + rows];
+                if a.rs == 1 {
+                    dst.copy_from_slice(&a.data[base + ib * mr..base + ib * mr + rows]);
+                } else {
+                    for (r, d) in dst.iter_mut().enumerate() {
+                        *d = a.data[base + (ib * mr + r) * a.rs];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The part of `c` one micro-tile writes: `rows x cols` from `c[0]` with row stride `rs`.
+struct Tile<'a> {
+    c: &'a mut [f32],
+    rs: usize,
+    rows: usize,
+    cols: usize,
+    beta: f32,
+}
+
+impl Tile<'_> {
+    /// Writes an `mr x nr` result (row-major in `acc`) into the tile's valid part.
+    fn store(self, acc: &[f32], nr: usize) {
+        for r in 0..self.rows {
+            let dst = &mut self.c[r * self.rs..r * self.rs + self.cols];
+            let src = &acc[r * nr..r * nr + self.cols];
+            if self.beta == 0.0 {
+                dst.copy_from_slice(src);
+            } else {
+                for (d, &s) in dst.iter_mut().zip(src) {
+                    *d = s + self.beta * *d;
+                }
+            }
+        }
+    }
+}
+
+fn kernel(level: Level, kc: usize, a: &[f32], b: &[f32], tile: Tile<'_>) {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Level::Avx512` only where the CPU reports avx512f (see `vectorized`).
+        Level::Avx512 => unsafe { x86::kernel_avx512(kc, a, b, tile) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Level::Avx2` only where the CPU reports avx2 and fma.
+        Level::Avx2 => unsafe { x86::kernel_avx2(kc, a, b, tile) },
+        _ => kernel_scalar(kc, a, b, tile),
+    }
+}
+
+/// The portable micro-kernel (4 x 8).
+fn kernel_scalar(kc: usize, a: &[f32], b: &[f32], tile: Tile<'_>) {
+    const MR: usize = Level::Scalar.mr();
+    const NR: usize = Level::Scalar.nr();
+    let mut acc = [0.0f32; MR * NR];
+    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
+        for r in 0..MR {
+            for j in 0..NR {
+                acc[r * NR + j] += av[r] * bv[j];
+            }
+        }
+    }
+    tile.store(&acc, NR);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Level, Tile};
+
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub(super) fn run_avx512<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn run_avx2<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    /// 8 x 32 micro-kernel: 16 zmm accumulators, two `b` loads and eight broadcasts per `k`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn kernel_avx512(kc: usize, a: &[f32], b: &[f32], tile: Tile<'_>) {
+        const MR: usize = Level::Avx512.mr();
+        const NR: usize = Level::Avx512.nr();
+        assert!(
+            a.len() >= kc * MR && b.len() >= kc * NR,
+            "packed operands hold kc steps"
+        );
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        for kk in 0..kc {
+            // SAFETY: kk < kc, and a holds kc * MR, b kc * NR floats (asserted above); the
+            // loads are unaligned.
+            unsafe {
+                let b0 = _mm512_loadu_ps(bp.add(kk * NR));
+                let b1 = _mm512_loadu_ps(bp.add(kk * NR + 16));
+                for (r, row) in acc.iter_mut().enumerate() {
+                    let av = _mm512_set1_ps(*ap.add(kk * MR + r));
+                    row[0] = _mm512_fmadd_ps(av, b0, row[0]);
+                    row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+                }
+            }
+        }
+        let full = tile.rows == MR && tile.cols == NR;
+        if full && tile.c.len() >= (MR - 1) * tile.rs + NR {
+            let cp = tile.c.as_mut_ptr();
+            let beta = _mm512_set1_ps(tile.beta);
+            for (r, row) in acc.iter().enumerate() {
+                for (half, &v) in row.iter().enumerate() {
+                    // SAFETY: r < MR and half * 16 + 16 <= NR, and c holds (MR - 1) * rs + NR
+                    // floats (checked above), so the 16 floats at r * rs + half * 16 are in c.
+                    unsafe {
+                        let at = cp.add(r * tile.rs + half * 16);
+                        let out = if tile.beta == 0.0 {
+                            v
+                        } else {
+                            _mm512_fmadd_ps(beta, _mm512_loadu_ps(at), v)
+                        };
+                        _mm512_storeu_ps(at, out);
+                    }
+                }
+            }
+        } else {
+            let mut out = [0.0f32; MR * NR];
+            for (r, row) in acc.iter().enumerate() {
+                for (half, &v) in row.iter().enumerate() {
+                    // SAFETY: r * NR + half * 16 + 16 <= MR * NR, inside `out`.
+                    unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(r * NR + half * 16), v) };
+                }
+            }
+            tile.store(&out, NR);
+        }
+    }
+
+    /// 6 x 16 micro-kernel: 12 ymm accumulators, two `b` loads and six broadcasts per `k`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn kernel_avx2(kc: usize, a: &[f32], b: &[f32], tile: Tile<'_>) {
+        const MR: usize = Level::Avx2.mr();
+        const NR: usize = Level::Avx2.nr();
+        assert!(
+            a.len() >= kc * MR && b.len() >= kc * NR,
+            "packed operands hold kc steps"
+        );
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        for kk in 0..kc {
+            // SAFETY: kk < kc, and a holds kc * MR, b kc * NR floats (asserted above).
+            unsafe {
+                let b0 = _mm256_loadu_ps(bp.add(kk * NR));
+                let b1 = _mm256_loadu_ps(bp.add(kk * NR + 8));
+                for (r, row) in acc.iter_mut().enumerate() {
+                    let av = _mm256_set1_ps(*ap.add(kk * MR + r));
+                    row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                    row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+                }
+            }
+        }
+        let full = tile.rows == MR && tile.cols == NR;
+        if full && tile.c.len() >= (MR - 1) * tile.rs + NR {
+            let cp = tile.c.as_mut_ptr();
+            let beta = _mm256_set1_ps(tile.beta);
+            for (r, row) in acc.iter().enumerate() {
+                for (half, &v) in row.iter().enumerate() {
+                    // SAFETY: r < MR and half * 8 + 8 <= NR, and c holds (MR - 1) * rs + NR
+                    // floats (checked above).
+                    unsafe {
+                        let at = cp.add(r * tile.rs + half * 8);
+                        let out = if tile.beta == 0.0 {
+                            v
+                        } else {
+                            _mm256_fmadd_ps(beta, _mm256_loadu_ps(at), v)
+                        };
+                        _mm256_storeu_ps(at, out);
+                    }
+                }
+            }
+        } else {
+            let mut out = [0.0f32; MR * NR];
+            for (r, row) in acc.iter().enumerate() {
+                for (half, &v) in row.iter().enumerate() {
+                    // SAFETY: r * NR + half * 8 + 8 <= MR * NR, inside `out`.
+                    unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(r * NR + half * 8), v) };
+                }
+            }
+            tile.store(&out, NR);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// `a b + beta c` in f64, the plain triple loop.
+    fn reference(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &[f32], c_rs: usize) -> Vec<f64> {
+        let mut out = Vec::new();
+        for i in 0..a.rows {
+            for j in 0..b.cols {
+                let mut s = f64::from(beta) * f64::from(c[i * c_rs + j]);
+                for k in 0..a.cols {
+                    s += f64::from(a.data[i * a.rs + k * a.cs])
+                        * f64::from(b.data[k * b.rs + j * b.cs]);
+                }
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// Every level, ragged edges (m, n not multiples of the tile, k past one `KC` block,
+    /// n past one `NC` block, m past one `MC` block), transposed operands, strided output, beta 0 (NaN in `c` not
+    /// read) and 1, and a packed `b` reused for several `a`.
+    #[test]
+    fn every_level_matches_the_triple_loop() {
+        for level in Level::available() {
+            for &(m, k, n) in &[
+                (1, 1, 1),
+                (7, 3, 5),
+                (13, 300, 37),
+                (64, 256, 1024 + 40),
+                (300, 40, 70),
+                (9, 17, 600),
+            ] {
+                for transposed in [false, true] {
+                    let a_data = random(m * k, 1);
+                    let b_data = random(k * n, 2);
+                    let a = if transposed {
+                        Mat::rows(&a_data, k, m).t()
+                    } else {
+                        Mat::rows(&a_data, m, k)
+                    };
+                    let b = if transposed {
+                        Mat::rows(&b_data, n, k).t()
+                    } else {
+                        Mat::rows(&b_data, k, n)
+                    };
+                    let c_rs = n + 3;
+                    for beta in [0.0f32, 1.0] {
+                        let init = random(m * c_rs, 3);
+                        let mut c = if beta == 0.0 {
+                            vec![f32::NAN; m * c_rs]
+                        } else {
+                            init.clone()
+                        };
+                        let want = reference(a, b, beta, &init, c_rs);
+                        let packed = Packed::new(b, level);
+                        gemm_packed(a, &packed, beta, &mut c, c_rs);
+                        for i in 0..m {
+                            for j in 0..n {
+                                let (got, w) = (c[i * c_rs + j], want[i * n + j]);
+                                assert!(
+                                    (f64::from(got) - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                                    "{level:?} {m}x{k}x{n} t={transposed} beta={beta} \
+                                     ({i}, {j}): {got} vs {w}"
+                                );
+                            }
+                            // The stride padding is not written.
+                            for j in n..c_rs {
+                                let pad = c[i * c_rs + j];
+                                assert!(
+                                    pad.to_bits() == f32::NAN.to_bits()
+                                        || pad == init[i * c_rs + j]
+                                );
+                            }
+                        }
+                        // The same packed b again, another a.
+                        let a2_data = random(m * k, 4);
+                        let a2 = Mat::rows(&a2_data, m, k);
+                        let want2 = reference(a2, b, 0.0, &init, c_rs);
+                        gemm_packed(a2, &packed, 0.0, &mut c, c_rs);
+                        for i in 0..m {
+                            for j in 0..n {
+                                let (got, w) = (c[i * c_rs + j], want2[i * n + j]);
+                                assert!((f64::from(got) - w).abs() <= 1e-4 * (1.0 + w.abs()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn levels_are_ordered_and_named() {
+        let all = Level::available();
+        assert_eq!(all[0], Level::Scalar);
+        assert_eq!(*all.last().unwrap(), Level::detected());
+        assert!(Level::current() <= Level::detected());
+        for l in all {
+            assert_eq!(Level::parse(l.name()), Some(l));
+        }
+        assert_eq!(Level::parse("sse"), None);
+        // A k = 0 product scales c by beta.
+        let mut c = [2.0f32; 4];
+        let packed = Packed::new(Mat::rows(&[], 0, 2), Level::current());
+        gemm_packed(Mat::rows(&[], 2, 0), &packed, 0.5, &mut c, 2);
+        assert_eq!(c, [1.0; 4]);
+    }
+}
