@@ -430,8 +430,8 @@ impl Actor {
                         VecActions::Continuous(&self.continuous[r.start * k..r.end * k])
                     }
                 };
-                self.pending[g] = true;
                 self.env.begin_step(g, actions)?;
+                self.pending[g] = true;
             }
         }
         for g in 0..self.groups.len() {
