@@ -441,7 +441,7 @@ impl GymVecEnv {
             worker.send(id, &line, What::Handshake)?;
         }
         let groups = if !options.pipeline || num_envs < 2 {
-            vec![0..num_envs]
+            std::iter::once(0..num_envs).collect()
         } else if workers.len() == 1 {
             vec![0..num_envs / 2, num_envs / 2..num_envs]
         } else {

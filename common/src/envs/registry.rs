@@ -97,7 +97,7 @@ pub trait VectorEnv: Send {
     /// another process), the caller works on another (the actor runs the policy on it). One
     /// group of all environments (the default) means no overlap.
     fn step_groups(&self) -> Vec<std::ops::Range<usize>> {
-        vec![0..self.num_envs()]
+        std::iter::once(0..self.num_envs()).collect()
     }
     /// Starts stepping group `group` with `actions`, that group's rows only (as
     /// [`VectorEnv::step`]'s for those environments); may return before the step is done.
