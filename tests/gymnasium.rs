@@ -125,6 +125,87 @@ fn cartpole_recorded_through_the_bridge_replays_bit_exactly_in_gymnasium() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn replay_evaluates_in_the_environment_the_dataset_recorded() {
+    if !gymnasium_available() {
+        return;
+    }
+    // Spaces-v0 with kwargs: a 2x2 Box observation (4 values; without the kwargs it would be
+    // a 3-value Box) and 3-step episodes; the id exists only after `import recur_test_envs`.
+    let dir = temp_dir("gym-replay-eval");
+    let data = dir.join("data");
+    let (ok, out) = run(actor(&[
+        "--env",
+        "gymnasium:RecurTest/Spaces-v0",
+        "--env-import",
+        "recur_test_envs",
+        "--env-kwargs",
+        r#"{"obs": "box2d", "action": "discrete", "length": 3}"#,
+        "--envs",
+        "4",
+        "--steps",
+        "16",
+        "--frames",
+        "256",
+        "--record",
+        data.to_str().unwrap(),
+    ]));
+    assert!(ok, "{out}");
+    let cfg = dir.join("bc.toml");
+    std::fs::write(
+        &cfg,
+        r#"
+[replay]
+algo = "bc"
+updates = 4
+seed = 3
+eval_every = 2
+eval_episodes = 5
+checkpoint_every = 0
+
+[policy]
+cell = "gru"
+hidden_size = 8
+encoder = [8]
+
+[bc]
+slice_len = 8
+burn_in = 0
+num_slices = 4
+lr = 1e-3
+max_grad_norm = 1.0
+initial_state = "zeros"
+"#,
+    )
+    .unwrap();
+    let run_dir = dir.join("run");
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.arg("replay")
+        .arg("--dataset")
+        .arg(&data)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--run-dir")
+        .arg(&run_dir)
+        .arg("--quiet")
+        // The evaluation's Python worker must import the test environments itself.
+        .env("PYTHONPATH", root().join("tests/python"));
+    let (ok, out) = run(cmd);
+    assert!(ok, "{out}");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(s["env"], "gymnasium:RecurTest/Spaces-v0", "{s}");
+    let evals = s["evaluations"].as_array().unwrap();
+    assert_eq!(evals.len(), 2, "evaluations after updates 2 and 4: {s}");
+    // Rewards are the actions' values (0, 1 or 2) over 3-step episodes: returns in [0, 6].
+    for e in evals {
+        let ret = e[1].as_f64().unwrap();
+        assert!((0.0..=6.0).contains(&ret), "{s}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Records `frames` frames of RecurTest/Spaces-v0 with `obs` and `action` kinds.
 fn record_spaces(dir: &Path, obs: &str, action: &str) -> (bool, String, PathBuf) {
     let data = dir.join(format!("{obs}-{action}"));

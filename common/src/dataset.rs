@@ -367,7 +367,8 @@ pub fn read_meta(dir: &Path) -> Result<DatasetMeta, DatasetError> {
 }
 
 /// `dataset.json` must agree with itself and with its environment: the schema hash with the
-/// schema, the schema's observation width and action kind with the environment's.
+/// schema, the schema's observation width and action kind with the environment's (built as
+/// recorded: a gymnasium id with the dataset's `env_imports` and `env_kwargs`).
 fn check_meta(path: &Path, meta: &DatasetMeta) -> Result<(), DatasetError> {
     let refuse = |problem: String| DatasetError::Format {
         path: path.to_path_buf(),
@@ -380,7 +381,15 @@ fn check_meta(path: &Path, meta: &DatasetMeta) -> Result<(), DatasetError> {
             meta.schema.hash()
         )));
     }
-    let policy = crate::policy::policy_config_for(&meta.env)
+    // The environment as recorded: a gymnasium id with the dataset's imports and kwargs.
+    let registry = crate::envs::Registry::builtin().with_gymnasium(crate::envs::GymnasiumOptions {
+        imports: meta.env_imports.clone(),
+        kwargs: meta.env_kwargs.clone(),
+        ..Default::default()
+    });
+    let policy = registry
+        .spec(&meta.env)
+        .map(|spec| crate::policy::policy_config_for_spec(&spec))
         .map_err(|e| refuse(format!("env {:?}: {e}", meta.env)))?;
     let env_schema = crate::policy::chunk_schema(&policy, meta.schema.envs, meta.schema.steps);
     if env_schema.obs_dim != meta.schema.obs_dim || env_schema.action != meta.schema.action {

@@ -6,6 +6,14 @@
 //! policy's [`Primer`](crate::recurrent::Primer) zeros at every reset, because the policy
 //! contains a recurrent core. Between steps it copies `("next", state)` to `state`. It never
 //! touches the recurrent mode: its thread stays in the sequential default.
+//!
+//! Environments that step in another process (the gymnasium bridge) come in
+//! [step groups](crate::envs::VectorEnv::step_groups): the actor runs the policy on one group
+//! while the other steps, and each group's environments see exactly the sequence they would
+//! see stepped all at once (per-environment state, `is_init`, chunk layout, the action
+//! sampling's random draws in environment order at each step).
+
+use std::ops::Range;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
@@ -196,7 +204,12 @@ pub struct Actor {
     policy: Policy<Cpu>,
     /// The same weights for the per-step calls.
     fast: InferencePolicy,
-    out: StepOutput,
+    /// The environments' step groups ([`VectorEnv::step_groups`]).
+    groups: Vec<Range<usize>>,
+    /// Per group: the policy's outputs for its rows at the current step.
+    outs: Vec<StepOutput>,
+    /// Per group: a step begun and not yet ended.
+    pending: Vec<bool>,
     log_prob: Vec<f32>,
     policy_version: u64,
     schema: ChunkSchema,
@@ -287,6 +300,15 @@ impl Actor {
         let schema = chunk_schema(pc, config.num_envs, config.steps);
         let obs = env.reset()?.to_vec();
         let e = config.num_envs;
+        let groups = env.step_groups();
+        assert!(
+            groups.first().map(|g| g.start) == Some(0)
+                && groups.last().map(|g| g.end) == Some(e)
+                && groups.windows(2).all(|w| w[0].end == w[1].start)
+                && groups.iter().all(|g| !g.is_empty()),
+            "{}: step groups {groups:?} do not cover 0..{e} in order",
+            config.env
+        );
         let state_len = e * schema.num_layers * schema.hidden_size;
         let primer = policy.primer();
         let zeros = |key: &str| primer.entry(key).map(|_| vec![0.0f32; state_len]);
@@ -302,7 +324,9 @@ impl Actor {
             eps: vec![0.0; schema.action_dim()],
             finished: Vec::new(),
             fast: InferencePolicy::from_policy(&policy),
-            out: StepOutput::default(),
+            outs: vec![StepOutput::default(); groups.len()],
+            pending: vec![false; groups.len()],
+            groups,
             log_prob: vec![0.0; e],
             seq: 0,
             policy_version: 0,
@@ -427,138 +451,195 @@ impl Actor {
     }
 
     /// Collects the next chunk: `T` steps of every environment.
+    ///
+    /// Per step `t` and group `g` (in order): end `g`'s step `t - 1` and record its outcome,
+    /// run the policy on `g`'s rows, record what it saw and did at `t`, begin `g`'s step `t`.
+    /// With several groups the policy on one group overlaps the other groups' steps. The
+    /// chunk's steps are all ended before it is returned.
     pub fn collect(&mut self) -> Result<Chunk, ActorError> {
         if current_recurrent_mode() == Some(RecurrentMode::Recurrent) {
             return Err(ActorError::RecurrentMode);
         }
         let s = self.schema.clone();
-        let (e, t_len, d, lh) = (s.envs, s.steps, s.obs_dim, s.num_layers * s.hidden_size);
         let meta = ChunkMeta {
             actor_id: self.config.actor_id,
             incarnation: self.config.incarnation,
             seq: self.seq,
             policy_version: self.policy_version,
             schema_hash: s.hash(),
-            envs: e as u32,
-            steps: t_len as u32,
+            envs: s.envs as u32,
+            steps: s.steps as u32,
             payload_len: s.payload_len() as u64,
             payload_crc32: 0,
         };
         let mut chunk = Chunk::zeros(&s, meta);
-        for t in 0..t_len {
-            self.policy_step()?;
-            // Record what the policy saw and did at (env, t).
-            for env in 0..e {
-                let p = env * t_len + t;
-                chunk.observation[p * d..(p + 1) * d]
-                    .copy_from_slice(&self.obs[env * d..(env + 1) * d]);
-                chunk.is_init[p] = self.is_init[env] as u8;
-                chunk.rs_h[p * lh..(p + 1) * lh]
-                    .copy_from_slice(&self.rs_h[env * lh..(env + 1) * lh]);
-                if let (Some(dst), Some(src)) = (&mut chunk.rs_c, &self.rs_c) {
-                    dst[p * lh..(p + 1) * lh].copy_from_slice(&src[env * lh..(env + 1) * lh]);
-                }
-                chunk.sample_log_prob[p] = self.log_prob[env];
-                chunk.state_value[p] = self.out.value[env];
-                chunk.traj_ids[p] = traj_id(
-                    self.config.actor_id,
-                    self.traj_incarnation[env],
-                    env,
-                    self.episode[env],
-                );
-                match &mut chunk.action {
-                    ActionColumn::Discrete(a) => {
-                        let k = s.action_dim();
-                        a[p * k..(p + 1) * k]
-                            .copy_from_slice(&self.discrete[env * k..(env + 1) * k]);
-                    }
-                    ActionColumn::Continuous(a) => {
-                        let k = s.action_dim();
-                        a[p * k..(p + 1) * k]
-                            .copy_from_slice(&self.continuous[env * k..(env + 1) * k]);
-                    }
-                }
+        let result = self.fill(&mut chunk);
+        // After a failure, end the steps still running so the environments stay usable (or
+        // fail the same way on the next call); their outcome is dropped with the chunk.
+        for g in 0..self.groups.len() {
+            if std::mem::take(&mut self.pending[g]) && result.is_err() {
+                let _ = self.env.end_step(g);
             }
-            let actions = match s.action {
-                ActionKind::Discrete | ActionKind::MultiDiscrete { .. } => {
-                    VecActions::Discrete(&self.discrete)
-                }
-                ActionKind::Continuous { .. } => VecActions::Continuous(&self.continuous),
-            };
-            let out = self.env.step(actions)?;
-            self.steps_taken += 1;
-            for (field, values) in [
-                ("next.observation", &out.next_obs),
-                ("observation", &out.obs),
-            ] {
-                if let Some(i) = values.iter().position(|x| !x.is_finite()) {
-                    return Err(ActorError::NonFinite {
-                        env: self.config.env.clone(),
-                        field,
-                        env_index: i / d,
-                        step: t,
-                        actor_step: self.steps_taken,
-                        chunk: self.seq,
-                        value: values[i],
-                    });
-                }
-            }
-            for env in 0..e {
-                let p = env * t_len + t;
-                chunk.next_observation[p * d..(p + 1) * d]
-                    .copy_from_slice(&out.next_obs[env * d..(env + 1) * d]);
-                chunk.next_reward[p] = out.reward[env];
-                chunk.next_terminated[p] = out.terminated[env] as u8;
-                chunk.next_truncated[p] = out.truncated[env] as u8;
-                chunk.next_done[p] = out.done[env] as u8;
-                if out.done[env] {
-                    self.finished.push(Episode {
-                        env,
-                        ret: out.episode_return[env].unwrap_or(f64::NAN),
-                        length: out.episode_length[env].unwrap_or(0),
-                    });
-                    self.episode[env] += 1;
-                    self.traj_incarnation[env] = self.config.incarnation;
-                }
-            }
-            // ("next", state) -> state; the primer's zeros where an episode restarts.
-            self.rs_h.copy_from_slice(&self.out.next_h);
-            if let Some(c) = &mut self.rs_c {
-                c.copy_from_slice(&self.out.next_c);
-            }
-            for env in (0..e).filter(|&env| out.is_init[env]) {
-                self.rs_h[env * lh..(env + 1) * lh].fill(0.0);
-                if let Some(c) = &mut self.rs_c {
-                    c[env * lh..(env + 1) * lh].fill(0.0);
-                }
-            }
-            self.obs.copy_from_slice(&out.obs);
-            self.is_init.copy_from_slice(&out.is_init);
         }
+        result?;
+        self.steps_taken += s.steps as u64;
         self.seq += 1;
         Ok(chunk)
     }
 
-    /// One sequential-mode policy call on every environment ([`InferencePolicy`], the burn
-    /// policy's weights on the host); samples the actions into the scratch buffers.
-    fn policy_step(&mut self) -> Result<(), ActorError> {
-        let e = self.schema.envs;
-        self.fast.step(
-            &self.obs,
-            &self.is_init,
-            &self.rs_h,
-            self.rs_c.as_deref(),
-            &mut self.out,
+    /// The step loop of [`Actor::collect`].
+    fn fill(&mut self, chunk: &mut Chunk) -> Result<(), ActorError> {
+        let t_len = self.schema.steps;
+        for t in 0..t_len {
+            for g in 0..self.groups.len() {
+                if t > 0 {
+                    self.end_group(g, t - 1, chunk)?;
+                }
+                self.policy_step(g)?;
+                self.record(g, t, chunk);
+                let r = self.groups[g].clone();
+                let k = self.schema.action_dim();
+                let actions = match self.schema.action {
+                    ActionKind::Discrete | ActionKind::MultiDiscrete { .. } => {
+                        VecActions::Discrete(&self.discrete[r.start * k..r.end * k])
+                    }
+                    ActionKind::Continuous { .. } => {
+                        VecActions::Continuous(&self.continuous[r.start * k..r.end * k])
+                    }
+                };
+                self.env.begin_step(g, actions)?;
+                self.pending[g] = true;
+            }
+        }
+        for g in 0..self.groups.len() {
+            self.end_group(g, t_len - 1, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Records what the policy saw and did at step `t` for group `g`'s environments.
+    fn record(&self, g: usize, t: usize, chunk: &mut Chunk) {
+        let s = &self.schema;
+        let (t_len, d, lh, k) = (
+            s.steps,
+            s.obs_dim,
+            s.num_layers * s.hidden_size,
+            s.action_dim(),
         );
-        let head = &self.out.head;
-        let k = head.len() / e;
+        let r = self.groups[g].clone();
+        let out = &self.outs[g];
+        for env in r.clone() {
+            let p = env * t_len + t;
+            chunk.observation[p * d..(p + 1) * d]
+                .copy_from_slice(&self.obs[env * d..(env + 1) * d]);
+            chunk.is_init[p] = self.is_init[env] as u8;
+            chunk.rs_h[p * lh..(p + 1) * lh].copy_from_slice(&self.rs_h[env * lh..(env + 1) * lh]);
+            if let (Some(dst), Some(src)) = (&mut chunk.rs_c, &self.rs_c) {
+                dst[p * lh..(p + 1) * lh].copy_from_slice(&src[env * lh..(env + 1) * lh]);
+            }
+            chunk.sample_log_prob[p] = self.log_prob[env];
+            chunk.state_value[p] = out.value[env - r.start];
+            chunk.traj_ids[p] = traj_id(
+                self.config.actor_id,
+                self.traj_incarnation[env],
+                env,
+                self.episode[env],
+            );
+            match &mut chunk.action {
+                ActionColumn::Discrete(a) => {
+                    a[p * k..(p + 1) * k].copy_from_slice(&self.discrete[env * k..(env + 1) * k])
+                }
+                ActionColumn::Continuous(a) => {
+                    a[p * k..(p + 1) * k].copy_from_slice(&self.continuous[env * k..(env + 1) * k])
+                }
+            }
+        }
+    }
+
+    /// Ends group `g`'s step `t` (of this chunk): checks and records its outcome, finished
+    /// episodes, and moves its environments to the next step: `("next", state)` -> state
+    /// with the primer's zeros where an episode restarts, the new observations and `is_init`.
+    fn end_group(&mut self, g: usize, t: usize, chunk: &mut Chunk) -> Result<(), ActorError> {
+        let s = &self.schema;
+        let (t_len, d, lh) = (s.steps, s.obs_dim, s.num_layers * s.hidden_size);
+        let r = self.groups[g].clone();
+        self.pending[g] = false;
+        let out = self.env.end_step(g)?;
+        for (field, values) in [
+            ("next.observation", &out.next_obs[r.start * d..r.end * d]),
+            ("observation", &out.obs[r.start * d..r.end * d]),
+        ] {
+            if let Some(i) = values.iter().position(|x| !x.is_finite()) {
+                return Err(ActorError::NonFinite {
+                    env: self.config.env.clone(),
+                    field,
+                    env_index: r.start + i / d,
+                    step: t,
+                    actor_step: self.steps_taken + t as u64 + 1,
+                    chunk: self.seq,
+                    value: values[i],
+                });
+            }
+        }
+        for env in r.clone() {
+            let p = env * t_len + t;
+            chunk.next_observation[p * d..(p + 1) * d]
+                .copy_from_slice(&out.next_obs[env * d..(env + 1) * d]);
+            chunk.next_reward[p] = out.reward[env];
+            chunk.next_terminated[p] = out.terminated[env] as u8;
+            chunk.next_truncated[p] = out.truncated[env] as u8;
+            chunk.next_done[p] = out.done[env] as u8;
+            if out.done[env] {
+                self.finished.push(Episode {
+                    env,
+                    ret: out.episode_return[env].unwrap_or(f64::NAN),
+                    length: out.episode_length[env].unwrap_or(0),
+                });
+                self.episode[env] += 1;
+                self.traj_incarnation[env] = self.config.incarnation;
+            }
+        }
+        let states = r.start * lh..r.end * lh;
+        self.rs_h[states.clone()].copy_from_slice(&self.outs[g].next_h);
+        if let Some(c) = &mut self.rs_c {
+            c[states].copy_from_slice(&self.outs[g].next_c);
+        }
+        for env in r.clone().filter(|&env| out.is_init[env]) {
+            self.rs_h[env * lh..(env + 1) * lh].fill(0.0);
+            if let Some(c) = &mut self.rs_c {
+                c[env * lh..(env + 1) * lh].fill(0.0);
+            }
+        }
+        self.obs[r.start * d..r.end * d].copy_from_slice(&out.obs[r.start * d..r.end * d]);
+        self.is_init[r.clone()].copy_from_slice(&out.is_init[r]);
+        Ok(())
+    }
+
+    /// One sequential-mode policy call on group `g`'s environments ([`InferencePolicy`], the
+    /// burn policy's weights on the host); samples their actions into the scratch buffers
+    /// (random draws in environment order).
+    fn policy_step(&mut self, g: usize) -> Result<(), ActorError> {
+        let r = self.groups[g].clone();
+        let (d, lh) = (
+            self.schema.obs_dim,
+            self.schema.num_layers * self.schema.hidden_size,
+        );
+        self.fast.step(
+            &self.obs[r.start * d..r.end * d],
+            &self.is_init[r.clone()],
+            &self.rs_h[r.start * lh..r.end * lh],
+            self.rs_c.as_deref().map(|c| &c[r.start * lh..r.end * lh]),
+            &mut self.outs[g],
+        );
+        let head = &self.outs[g].head;
+        let k = head.len() / r.len();
         let greedy = matches!(self.config.exploration, Exploration::Greedy(_));
         let epsilon = self.config.exploration.schedule().at(self.policy_version);
         match self.fast.action() {
             ActionSpec::Discrete { n } => {
                 let n = *n;
-                for env in 0..e {
-                    let logits = &head[env * k..(env + 1) * k];
+                for (i, env) in r.enumerate() {
+                    let logits = &head[i * k..(i + 1) * k];
                     let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
                     // The behaviour policy is a mixture: record the mixture's log-probability.
                     let (a, policy_logp) = if greedy {
@@ -586,8 +667,8 @@ impl Actor {
             ActionSpec::MultiDiscrete { nvec } => {
                 let k = nvec.len();
                 let choices: f32 = nvec.iter().map(|&n| n as f32).product();
-                for env in 0..e {
-                    let head = &head[env * k_head(nvec)..(env + 1) * k_head(nvec)];
+                for (i, env) in r.enumerate() {
+                    let head = &head[i * k_head(nvec)..(i + 1) * k_head(nvec)];
                     let action = &mut self.discrete[env * k..(env + 1) * k];
                     let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
                     let mut policy_logp = 0.0f32;
@@ -619,8 +700,8 @@ impl Actor {
             }
             ActionSpec::Continuous { low, high } => {
                 let a = low.len();
-                for env in 0..e {
-                    let head = &head[env * k..(env + 1) * k];
+                for (i, env) in r.enumerate() {
+                    let head = &head[i * k..(i + 1) * k];
                     let action = &mut self.continuous[env * a..(env + 1) * a];
                     let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
                     if random {

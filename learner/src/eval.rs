@@ -2,6 +2,10 @@
 //! Q-network's action, the policy's mode) for a number of episodes; [`EvalWorker`] does it
 //! during a training run, in a thread of its own on snapshots of the weights, and writes
 //! `eval.csv`.
+//!
+//! The environments come from a [`Registry`]: built-in ids, and gymnasium ids built exactly as
+//! the run (or the dataset) names them, imports and `gymnasium.make` kwargs included
+//! ([`env_registry`]).
 
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
@@ -9,6 +13,7 @@ use std::thread::JoinHandle;
 use anyhow::Context;
 use burn::tensor::backend::Backend;
 use common::backend::{cpu_device, Cpu};
+use common::envs::{GymnasiumOptions, Registry};
 use common::policy::{Policy, PolicyConfig};
 use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Exploration};
 use common::weights::{from_blob, to_blob};
@@ -35,10 +40,22 @@ pub struct EvalRow {
     pub episodes: usize,
 }
 
+/// The built-in environments, and gymnasium ids built with `imports` and `kwargs` (a run's
+/// `run.env_imports` / `run.env_kwargs`, a dataset's `env_imports` / `env_kwargs`).
+pub fn env_registry(imports: &[String], kwargs: Option<serde_json::Value>) -> Registry {
+    Registry::builtin().with_gymnasium(GymnasiumOptions {
+        imports: imports.to_vec(),
+        kwargs,
+        ..GymnasiumOptions::default()
+    })
+}
+
 /// What an [`EvalWorker`] evaluates.
 #[derive(Clone, Debug)]
 pub struct EvalPlan {
     pub env: String,
+    /// Builds `env` ([`env_registry`]).
+    pub registry: Registry,
     pub policy: PolicyConfig,
     pub episodes: usize,
     /// Seed base of the evaluation environments (the same for every evaluation).
@@ -73,7 +90,13 @@ impl EvalWorker {
                 let mut rows = Vec::new();
                 for (frames, wall_s, blob) in rx {
                     let policy = from_blob(init_policy(&plan.policy, 0)?, &blob)?.0;
-                    let e = evaluate(policy, &plan.env, plan.episodes, plan.seed)?;
+                    let e = evaluate(
+                        policy,
+                        &plan.registry,
+                        &plan.env,
+                        plan.episodes,
+                        plan.seed,
+                    )?;
                     let row = EvalRow {
                         frames,
                         wall_s,
@@ -192,7 +215,8 @@ pub struct CheckpointEvaluation {
 }
 
 /// Evaluates the policy of a checkpoint (a run directory or its `checkpoint/`) greedily on
-/// `episodes` environments of `env` (default: `run.env` of the run's `config.toml`).
+/// `episodes` environments of `env` (default: `run.env` of the run's `config.toml`, built with
+/// its `run.env_imports` and `run.env_kwargs`).
 pub fn evaluate_checkpoint(
     dir: &Path,
     env: Option<&str>,
@@ -203,11 +227,15 @@ pub fn evaluate_checkpoint(
         anyhow::bail!("--episodes 0: at least one episode");
     }
     let (policy, version) = common::checkpoint::load_checkpoint_policy(dir)?;
-    let env = match env {
-        Some(e) => e.to_string(),
-        None => run_env(dir)?,
+    let (env, registry) = match env {
+        Some(e) => (e.to_string(), Registry::builtin()),
+        None => {
+            let run = run_env(dir)?;
+            let registry = env_registry(&run.env_imports, run.env_kwargs);
+            (run.env, registry)
+        }
     };
-    let evaluation = evaluate(policy, &env, episodes, seed)?;
+    let evaluation = evaluate(policy, &registry, &env, episodes, seed)?;
     Ok(CheckpointEvaluation {
         checkpoint: dir.display().to_string(),
         env,
@@ -217,9 +245,19 @@ pub fn evaluate_checkpoint(
     })
 }
 
-/// `run.env` of the `config.toml` of run directory `dir` (or of the run holding checkpoint
-/// directory `dir`).
-fn run_env(dir: &Path) -> anyhow::Result<String> {
+/// The environment of a run's `config.toml`.
+#[derive(Deserialize)]
+struct RunEnv {
+    env: String,
+    #[serde(default)]
+    env_imports: Vec<String>,
+    #[serde(default)]
+    env_kwargs: Option<serde_json::Value>,
+}
+
+/// `run.env` (with its imports and kwargs) of the `config.toml` of run directory `dir` (or of
+/// the run holding checkpoint directory `dir`).
+fn run_env(dir: &Path) -> anyhow::Result<RunEnv> {
     let path = [dir.join("config.toml"), dir.join("../config.toml")]
         .into_iter()
         .find(|p| p.exists())
@@ -232,12 +270,13 @@ fn run_env(dir: &Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(&path)?;
     let value: toml::Value =
         toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    value
+    let run = value
         .get("run")
-        .and_then(|r| r.get("env"))
-        .and_then(|e| e.as_str())
-        .map(str::to_string)
-        .with_context(|| format!("{} has no run.env: pass --env", path.display()))
+        .filter(|r| r.get("env").is_some_and(toml::Value::is_str))
+        .with_context(|| format!("{} has no run.env: pass --env", path.display()))?;
+    run.clone()
+        .try_into()
+        .with_context(|| format!("{}: [run] env, env_imports, env_kwargs", path.display()))
 }
 
 /// Steps per evaluation chunk, and the most chunks an evaluation may take.
@@ -254,15 +293,17 @@ pub fn host_policy<B: Backend>(policy: &Policy<B>) -> anyhow::Result<Policy<Cpu>
     Ok(from_blob(cpu, &to_blob(policy, 0))?.0)
 }
 
-/// Runs `episodes` greedy episodes of `env` (one per environment, all in parallel) and
-/// averages their returns.
+/// Runs `episodes` greedy episodes of `env`, built by `registry` (one per environment, all in
+/// parallel), and averages their returns.
 pub fn evaluate(
     policy: Policy<Cpu>,
+    registry: &Registry,
     env: &str,
     episodes: usize,
     seed: u64,
 ) -> anyhow::Result<Evaluation> {
-    let mut actor = Actor::new(
+    let envs = registry.make_vec(env, episodes, seed)?;
+    let mut actor = Actor::with_envs(
         ActorConfig {
             env: env.to_string(),
             num_envs: episodes,
@@ -273,6 +314,7 @@ pub fn evaluate(
             exploration: Exploration::Greedy(EpsilonSchedule::constant(0.0)),
         },
         policy,
+        envs,
     )?;
     // The first episode of every environment: no bias towards short episodes.
     let mut first: Vec<Option<f64>> = vec![None; episodes];
@@ -318,6 +360,7 @@ mod tests {
         let mut worker = EvalWorker::start(
             EvalPlan {
                 env: "CartPole-v1".into(),
+                registry: Registry::builtin(),
                 policy: pc,
                 episodes: 3,
                 seed: 5,

@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::algo::{self, LearnerSpec};
 use crate::config::{Algo, ReplayConfig};
-use crate::eval::{evaluate, host_policy};
+use crate::eval::{env_registry, evaluate, host_policy};
 use crate::metrics::{MetricsRow, MetricsWriter, REPLAY_AXES};
-use crate::policy::fit_policy;
+use crate::policy::fit_policy_spec;
 use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary, RunDir};
 
 #[derive(Clone, Debug)]
@@ -107,7 +107,13 @@ fn replay_on<B: AutodiffBackend>(
         opts.dataset.display(),
         data.chunks.len()
     );
-    let pc = fit_policy(&env, &config.policy)?;
+    // The environment exactly as recorded (gymnasium: the dataset's imports and kwargs), for
+    // the policy's sizes and the evaluations.
+    let registry = env_registry(&data.meta.env_imports, data.meta.env_kwargs.clone());
+    let spec = registry
+        .spec(&env)
+        .with_context(|| format!("building dataset environment {env}"))?;
+    let pc = fit_policy_spec(&spec, &config.policy);
     let algo = config.algorithm();
     let mut learner = algo::build::<B>(
         &LearnerSpec {
@@ -150,6 +156,7 @@ fn replay_on<B: AutodiffBackend>(
     let run_eval = |learner: &algo::Learner<B>, updates: u64, summary: &mut ReplaySummary| {
         let eval = evaluate(
             host_policy(&learner.model().valid())?,
+            &registry,
             &env,
             r.eval_episodes,
             r.seed ^ 0xe7a1 ^ updates,

@@ -279,6 +279,14 @@ fn train_on<B: AutodiffBackend>(
         Some(e) => Some(EvalWorker::start(
             EvalPlan {
                 env: config.run.env.clone(),
+                registry: crate::eval::env_registry(
+                    &config.run.env_imports,
+                    config
+                        .run
+                        .env_kwargs
+                        .as_ref()
+                        .map(|t| serde_json::to_value(t).expect("a TOML table is JSON")),
+                ),
                 policy: pc.clone(),
                 episodes: e.episodes,
                 seed: e

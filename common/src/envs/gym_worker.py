@@ -9,9 +9,12 @@ Needs only gymnasium and numpy. Protocol (the actor is the only peer):
 2. The actor answers with one JSON line on stdin: the shared-memory file, the array offsets
    and the first-reset seeds (seed contract: env i of actor a is first reset with
    seed = s + a * E + i; later resets pass no seed).
-3. Then one command byte at a time on stdin: b"R" reset all, b"S" step all (actions read from
-   shared memory), b"Q" quit. Each is answered with b"K" when the arrays are written, or b"E"
-   followed by one JSON line describing the error.
+3. Then one command at a time on stdin: b"R" reset all; b"S" followed by two little-endian
+   u32 `lo`, `hi`: step envs lo..hi (this worker's indices; actions read from their rows of
+   shared memory); b"Q" quit. Each is answered with b"K" when those rows of the arrays are
+   written, or b"E" followed by one JSON line describing the error. Commands are handled in
+   order, so the actor may queue a second group's step while the first one runs (it then
+   touches only the rows of groups it holds the answer for).
 
 Observations are flattened into float32: Box (any shape, C order), Discrete (one-hot),
 MultiDiscrete (concatenated one-hots), Tuple and Dict (their parts in order).
@@ -19,6 +22,7 @@ MultiDiscrete (concatenated one-hots), Tuple and Dict (their parts in order).
 
 import json
 import os
+import struct
 import sys
 import traceback
 
@@ -123,10 +127,16 @@ def flattener(space):
 
 
 def action_codec(space):
-    """(JSON description for the actor, decode(i64 row, f32 row) -> gymnasium action)."""
+    """(JSON description for the actor, decode(i64 rows, f32 rows) -> list of gymnasium actions).
+
+    The rows are views of shared memory; every action handed to an env is a fresh object, so an
+    env that keeps its action never sees the next step's.
+    """
     if isinstance(space, spaces.Discrete):
         start = int(space.start)
-        return {"kind": "discrete", "n": int(space.n)}, lambda ints, _f: start + int(ints[0])
+        return {"kind": "discrete", "n": int(space.n)}, lambda ints, _f: [
+            start + a for a in ints[:, 0].tolist()
+        ]
     if isinstance(space, spaces.Box) and len(space.shape) <= 1:
         lo = np.broadcast_to(space.low, space.shape).reshape(-1)
         hi = np.broadcast_to(space.high, space.shape).reshape(-1)
@@ -134,12 +144,12 @@ def action_codec(space):
             raise Unsupported(describe(space) + " (a Box action space needs finite bounds)")
         dtype, shape = space.dtype, space.shape
         desc = {"kind": "box", "low": [float(x) for x in lo], "high": [float(x) for x in hi]}
-        return desc, lambda _i, f: np.asarray(f, dtype=dtype).reshape(shape)
+        return desc, lambda _i, f: list(f.astype(dtype).reshape((len(f),) + shape))
     if isinstance(space, spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1:
         starts = np.asarray(space.start, dtype=np.int64)
         dtype = space.dtype
         desc = {"kind": "multidiscrete", "nvec": [int(x) for x in space.nvec]}
-        return desc, lambda ints, _f: (np.asarray(ints, dtype=np.int64) + starts).astype(dtype)
+        return desc, lambda ints, _f: list((ints + starts).astype(dtype))
     raise Unsupported(describe(space))
 
 
@@ -196,36 +206,57 @@ def main():
     terminated = view(np.uint8, "terminated", num_envs)
     truncated = view(np.uint8, "truncated", num_envs)
     seeds = layout.get("seeds")
+    steps = [env.step for env in envs]
+    resets = [env.reset for env in envs]
+    # A Box observation space: a group's observations are written with one assignment.
+    box_obs = isinstance(envs[0].observation_space, spaces.Box)
+
+    def step(lo, hi):
+        """Steps envs lo..hi with their actions; autoreset where an episode ended."""
+        n = hi - lo
+        actions = decode(act_i[lo:hi], act_f[lo:hi])
+        outs, rewards, terms, truncs, done = [None] * n, [0.0] * n, [False] * n, [False] * n, []
+        for j in range(n):
+            o, r, term, trunc, _ = steps[lo + j](actions[j])
+            outs[j], rewards[j], terms[j], truncs[j] = o, r, term, trunc
+            if term or trunc:
+                done.append(j)
+        if box_obs:
+            next_obs[lo:hi] = np.asarray(outs, dtype=np.float32).reshape(n, obs_size)
+        else:
+            for j in range(n):
+                write_obs(outs[j], next_obs[lo + j])
+        reward[lo:hi] = rewards
+        terminated[lo:hi] = terms
+        truncated[lo:hi] = truncs
+        obs[lo:hi] = next_obs[lo:hi]
+        for j in done:
+            o, _ = resets[lo + j]()
+            write_obs(o, obs[lo + j])
+
     stdin = sys.stdin.buffer
+    unpack = struct.Struct("<II").unpack
     while True:
         cmd = stdin.read(1)
         if cmd in (b"", b"Q"):
             return
         try:
-            if cmd == b"R":
+            if cmd == b"S":
+                lo, hi = unpack(stdin.read(8))
+                if not 0 <= lo < hi <= num_envs:
+                    raise ValueError("step of envs %d..%d of %d" % (lo, hi, num_envs))
+                step(lo, hi)
+            elif cmd == b"R":
                 for i, env in enumerate(envs):
                     o, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
                     write_obs(o, obs[i])
                 seeds = None
-            elif cmd == b"S":
-                for i, env in enumerate(envs):
-                    o, r, term, trunc, _ = env.step(decode(act_i[i], act_f[i]))
-                    reward[i] = r
-                    terminated[i] = bool(term)
-                    truncated[i] = bool(trunc)
-                    write_obs(o, next_obs[i])
-                    if term or trunc:
-                        o, _ = env.reset()
-                        write_obs(o, obs[i])
-                    else:
-                        obs[i] = next_obs[i]
             else:
                 raise ValueError("unknown command %r" % cmd)
         except Exception:  # noqa: BLE001
             write_all(b"E")
             send({"ok": False, "kind": "step", "error": traceback.format_exc()})
             continue
-        write_all(b"K")
-
+        PROTO.write(b"K")
 
 main()

@@ -3,8 +3,14 @@
 //! owns: one by default, or `RECUR_GYM_WORKERS` of them, each stepping a contiguous share of
 //! the `E` environments in parallel. Actions, observations, rewards and flags cross once per
 //! vector step through one shared-memory segment per worker ([`crate::shm::bridge`]); a
-//! command byte on each worker's stdin and an answer byte on its stdout hand the turn back and
+//! command on each worker's stdin and an answer byte on its stdout hand the turn back and
 //! forth.
+//!
+//! **Pipelining** ([`VectorEnv::step_groups`]): the environments form two groups (the halves
+//! of one worker's, or one worker's each), stepped with [`VectorEnv::begin_step`] /
+//! [`VectorEnv::end_step`], so the actor runs the policy on one group while Python steps the
+//! other. A worker handles its commands in order; each group's rows of the shared arrays
+//! belong to one side at a time. `RECUR_GYM_PIPELINE=0` makes one group of all environments.
 //!
 //! Semantics match [`VecEnv`](super::VecEnv): `terminated` and `truncated` apart (gymnasium's
 //! `TimeLimit` gives `truncated`), `next_obs` is the true final observation at a done and `obs`
@@ -19,7 +25,9 @@
 //! install), an import or `gymnasium.make` that raises (the Python traceback), an unsupported
 //! space, a worker that dies or does not answer within [`GymnasiumOptions::timeout`].
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::os::fd::AsFd;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +47,14 @@ const WORKER_SOURCE: &str = include_str!("gym_worker.py");
 /// The interpreter when `RECUR_PYTHON` is unset.
 pub const DEFAULT_PYTHON: &str = "python3";
 
+/// How long the actor polls the pipe for a worker's answer without sleeping (yielding the CPU
+/// between polls) before it blocks, when `RECUR_GYM_SPIN_US` is unset: 0, block at once. An
+/// actor asleep until the worker's answer byte wakes it makes that write a wake-up, which on
+/// a busy machine can hand the worker's CPU to the actor; polling avoids the wake-up but burns
+/// CPU, and on the loaded 2-core machine of docs/BENCHMARKS.md it did not pay (same medians
+/// within the noise), so it is opt-in.
+pub const DEFAULT_SPIN_US: u64 = 0;
+
 /// How the bridge starts its Python workers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GymnasiumOptions {
@@ -53,6 +69,12 @@ pub struct GymnasiumOptions {
     pub timeout: Duration,
     /// Python worker processes per actor (`RECUR_GYM_WORKERS`, default 1; at most `E`).
     pub workers: usize,
+    /// Step the environments in two groups, so that the actor's policy runs on one while the
+    /// other steps (`RECUR_GYM_PIPELINE`, default on; `0` turns it off).
+    pub pipeline: bool,
+    /// How long the actor polls for a worker's answer without sleeping before it blocks
+    /// (`RECUR_GYM_SPIN_US` microseconds, default 0: block at once).
+    pub spin: Duration,
 }
 
 impl Default for GymnasiumOptions {
@@ -75,6 +97,13 @@ impl Default for GymnasiumOptions {
                 .and_then(|s| s.parse::<usize>().ok())
                 .filter(|&w| w >= 1)
                 .unwrap_or(1),
+            pipeline: std::env::var("RECUR_GYM_PIPELINE").map_or(true, |v| v.trim() != "0"),
+            spin: Duration::from_micros(
+                std::env::var("RECUR_GYM_SPIN_US")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(DEFAULT_SPIN_US),
+            ),
         }
     }
 }
@@ -115,7 +144,9 @@ struct Worker {
     stdout: ChildStdout,
     arrays: Option<BridgeArrays>,
     /// The environments it steps (a contiguous range of the vector's).
-    envs: std::ops::Range<usize>,
+    envs: Range<usize>,
+    /// The (vector) ranges of the step commands sent and not yet answered, oldest first.
+    outstanding: VecDeque<Range<usize>>,
 }
 
 impl Worker {
@@ -124,7 +155,7 @@ impl Worker {
         id: &str,
         gym_id: &str,
         options: &GymnasiumOptions,
-        envs: std::ops::Range<usize>,
+        envs: Range<usize>,
     ) -> Result<Self, EnvError> {
         let config = serde_json::json!({
             "id": gym_id,
@@ -153,6 +184,7 @@ impl Worker {
             stdout,
             arrays: None,
             envs,
+            outstanding: VecDeque::new(),
         })
     }
 
@@ -168,7 +200,7 @@ impl Worker {
             .expect("arrays exist after the handshake")
     }
 
-    fn send(&mut self, id: &str, bytes: &[u8], what: &str) -> Result<(), EnvError> {
+    fn send(&mut self, id: &str, bytes: &[u8], what: What) -> Result<(), EnvError> {
         if self
             .stdin
             .write_all(bytes)
@@ -181,9 +213,15 @@ impl Worker {
     }
 
     /// Waits for the answer to the command sent last.
-    fn answer(&mut self, id: &str, what: &str, timeout: Duration) -> Result<(), EnvError> {
+    fn answer(
+        &mut self,
+        id: &str,
+        what: What,
+        timeout: Duration,
+        spin: Duration,
+    ) -> Result<(), EnvError> {
         let mut answer = [0u8; 1];
-        read_exact_timeout(&mut self.stdout, &mut answer, timeout)
+        read_exact_timeout(&mut self.stdout, &mut answer, timeout, spin)
             .map_err(|e| self.failure(id, e, what, timeout))?;
         match answer[0] {
             b'K' => Ok(()),
@@ -204,11 +242,11 @@ impl Worker {
         }
     }
 
-    fn read_line(&mut self, id: &str, what: &str, timeout: Duration) -> Result<Vec<u8>, EnvError> {
+    fn read_line(&mut self, id: &str, what: What, timeout: Duration) -> Result<Vec<u8>, EnvError> {
         read_line(&mut self.stdout, timeout).map_err(|e| self.failure(id, e, what, timeout))
     }
 
-    fn failure(&mut self, id: &str, e: ReadError, what: &str, timeout: Duration) -> EnvError {
+    fn failure(&mut self, id: &str, e: ReadError, what: What, timeout: Duration) -> EnvError {
         match e {
             ReadError::Eof => self.dead(id, what),
             ReadError::Timeout => {
@@ -230,7 +268,7 @@ impl Worker {
         }
     }
 
-    fn dead(&mut self, id: &str, what: &str) -> EnvError {
+    fn dead(&mut self, id: &str, what: What) -> EnvError {
         let status = wait_briefly(&mut self.child);
         EnvError::WorkerFailed {
             id: id.to_string(),
@@ -261,16 +299,41 @@ impl Drop for Worker {
     }
 }
 
+/// What a command was, for error messages (formatted only when one fails).
+#[derive(Clone, Copy, Debug)]
+enum What {
+    Starting,
+    Handshake,
+    Reset,
+    /// Vector step `n` (counting from 1).
+    Step(u64),
+}
+
+impl std::fmt::Display for What {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            What::Starting => f.write_str("starting"),
+            What::Handshake => f.write_str("handshake"),
+            What::Reset => f.write_str("reset"),
+            What::Step(n) => write!(f, "step {n}"),
+        }
+    }
+}
+
 /// `E` gymnasium environments in Python worker processes, as a [`VectorEnv`].
 pub struct GymVecEnv {
     id: String,
     spec: EnvSpec,
     workers: Vec<Worker>,
     timeout: Duration,
+    spin: Duration,
     action_dim: usize,
     discrete: bool,
     started: bool,
-    steps: u64,
+    /// The pipeline's groups ([`VectorEnv::step_groups`]).
+    groups: Vec<Range<usize>>,
+    /// Steps started per group (vector steps, for error messages).
+    group_steps: Vec<u64>,
     last: VecStep,
     reward64: Vec<f64>,
     flags: (Vec<u8>, Vec<u8>),
@@ -312,7 +375,7 @@ impl GymVecEnv {
             .collect::<Result<Vec<_>, _>>()?;
         let mut hello = None;
         for worker in &mut workers {
-            let line = worker.read_line(id, "starting", options.timeout)?;
+            let line = worker.read_line(id, What::Starting, options.timeout)?;
             let h: Hello = serde_json::from_slice(&line).map_err(|e| {
                 err(format!(
                     "the worker's first answer does not parse ({e}): {}",
@@ -375,17 +438,26 @@ impl GymVecEnv {
             worker.arrays = Some(arrays);
             let mut line = handshake.to_string().into_bytes();
             line.push(b'\n');
-            worker.send(id, &line, "handshake")?;
+            worker.send(id, &line, What::Handshake)?;
         }
+        let groups = if !options.pipeline || num_envs < 2 {
+            std::iter::once(0..num_envs).collect()
+        } else if workers.len() == 1 {
+            vec![0..num_envs / 2, num_envs / 2..num_envs]
+        } else {
+            workers.iter().map(|w| w.envs.clone()).collect()
+        };
         Ok(GymVecEnv {
             id: id.to_string(),
             spec,
             workers,
             timeout: options.timeout,
+            spin: options.spin,
             action_dim,
             discrete,
             started: false,
-            steps: 0,
+            group_steps: vec![0; groups.len()],
+            groups,
             last: VecStep::new(num_envs, d),
             reward64: vec![0.0; num_envs],
             flags: (vec![0; num_envs], vec![0; num_envs]),
@@ -404,13 +476,116 @@ impl GymVecEnv {
         self.workers.iter().map(|w| w.child.id()).collect()
     }
 
-    /// One command to every worker (they run in parallel), then every answer.
-    fn command(&mut self, cmd: u8, what: &str) -> Result<(), EnvError> {
+    /// Reset: one command to every worker (they run in parallel), then every answer.
+    fn reset_all(&mut self) -> Result<(), EnvError> {
         for worker in &mut self.workers {
-            worker.send(&self.id, &[cmd], what)?;
+            assert!(
+                worker.outstanding.is_empty(),
+                "GymVecEnv({}): reset while a step is outstanding",
+                self.id
+            );
+            worker.send(&self.id, b"R", What::Reset)?;
         }
         for worker in &mut self.workers {
-            worker.answer(&self.id, what, self.timeout)?;
+            worker.answer(&self.id, What::Reset, self.timeout, Duration::ZERO)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the actions of envs `envs` (`actions` holds their rows only) and sends each
+    /// worker holding some of them a step command for its share; returns at once.
+    fn begin_range(
+        &mut self,
+        envs: Range<usize>,
+        actions: VecActions<'_>,
+        what: What,
+    ) -> Result<(), EnvError> {
+        assert!(self.started, "GymVecEnv({}): step before reset", self.id);
+        let k = self.action_dim;
+        assert_eq!(
+            actions.len(),
+            envs.len() * k,
+            "GymVecEnv({}): {} action values for envs {envs:?} x {k}",
+            self.id,
+            actions.len()
+        );
+        for worker in &mut self.workers {
+            let r = worker.envs.start.max(envs.start)..worker.envs.end.min(envs.end);
+            if r.is_empty() {
+                continue;
+            }
+            let (lo, hi) = (r.start - worker.envs.start, r.end - worker.envs.start);
+            let rows = (r.start - envs.start) * k..(r.end - envs.start) * k;
+            match (actions, self.discrete) {
+                (VecActions::Discrete(a), true) => {
+                    worker.arrays_mut().write_actions_i64(lo * k, &a[rows]);
+                }
+                (VecActions::Continuous(a), false) => {
+                    worker.arrays_mut().write_actions_f32(lo * k, &a[rows]);
+                }
+                (a, _) => panic!(
+                    "GymVecEnv({}): actions {a:?} do not match the action space {}",
+                    self.id,
+                    self.spec.action_space.describe()
+                ),
+            }
+            let mut cmd = [0u8; 9];
+            cmd[0] = b'S';
+            cmd[1..5].copy_from_slice(&(lo as u32).to_le_bytes());
+            cmd[5..9].copy_from_slice(&(hi as u32).to_le_bytes());
+            worker.send(&self.id, &cmd, what)?;
+            worker.outstanding.push_back(r);
+        }
+        Ok(())
+    }
+
+    /// Waits for the answers to [`GymVecEnv::begin_range`]`(envs)` and reads those rows into
+    /// `self.last`. Ranges end in the order they began.
+    fn end_range(&mut self, envs: Range<usize>, what: What) -> Result<(), EnvError> {
+        let d = self.spec.observation_space.dim();
+        let last = &mut self.last;
+        let (term, trunc) = &mut self.flags;
+        for worker in &mut self.workers {
+            let r = worker.envs.start.max(envs.start)..worker.envs.end.min(envs.end);
+            if r.is_empty() {
+                continue;
+            }
+            assert_eq!(
+                worker.outstanding.pop_front().as_ref(),
+                Some(&r),
+                "GymVecEnv({}): steps end in the order they began",
+                self.id
+            );
+            worker.answer(&self.id, what, self.timeout, self.spin)?;
+            let lo = r.start - worker.envs.start;
+            worker.arrays().read_step(
+                lo,
+                &mut last.obs[r.start * d..r.end * d],
+                &mut last.next_obs[r.start * d..r.end * d],
+                &mut self.reward64[r.clone()],
+                &mut term[r.clone()],
+                &mut trunc[r],
+            );
+        }
+        for j in envs {
+            let (t, u) = (term[j] != 0, trunc[j] != 0);
+            let done = t || u;
+            last.reward[j] = self.reward64[j] as f32;
+            last.terminated[j] = t;
+            last.truncated[j] = u;
+            last.done[j] = done;
+            last.is_init[j] = done;
+            self.running_return[j] += self.reward64[j];
+            self.running_length[j] += 1;
+            if done {
+                last.episode_return[j] = Some(self.running_return[j]);
+                last.episode_length[j] = Some(self.running_length[j]);
+                self.running_return[j] = 0.0;
+                self.running_length[j] = 0;
+            } else {
+                last.episode_return[j] = None;
+                last.episode_length[j] = None;
+            }
         }
         Ok(())
     }
@@ -434,7 +609,7 @@ impl VectorEnv for GymVecEnv {
     }
 
     fn reset(&mut self) -> Result<&[f32], EnvError> {
-        self.command(b'R', "reset")?;
+        self.reset_all()?;
         let last = &mut self.last;
         let d = self.spec.observation_space.dim();
         for worker in &self.workers {
@@ -450,72 +625,29 @@ impl VectorEnv for GymVecEnv {
         Ok(&self.last.obs)
     }
 
+    /// All environments at once (every worker in parallel), whatever the groups.
     fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError> {
-        assert!(self.started, "GymVecEnv({}): step before reset", self.id);
-        let e = self.num_envs();
-        match (actions, self.discrete) {
-            (VecActions::Discrete(a), true) => {
-                assert_eq!(a.len(), e * self.action_dim, "{}: action count", self.id);
-                let k = self.action_dim;
-                for worker in &mut self.workers {
-                    let r = worker.envs.clone();
-                    worker
-                        .arrays_mut()
-                        .write_actions_i64(&a[r.start * k..r.end * k]);
-                }
-            }
-            (VecActions::Continuous(a), false) => {
-                assert_eq!(a.len(), e * self.action_dim, "{}: action count", self.id);
-                let k = self.action_dim;
-                for worker in &mut self.workers {
-                    let r = worker.envs.clone();
-                    worker
-                        .arrays_mut()
-                        .write_actions_f32(&a[r.start * k..r.end * k]);
-                }
-            }
-            (a, _) => panic!(
-                "GymVecEnv({}): actions {a:?} do not match the action space {}",
-                self.id,
-                self.spec.action_space.describe()
-            ),
-        }
-        self.steps += 1;
-        let what = format!("step {}", self.steps);
-        self.command(b'S', &what)?;
-        let last = &mut self.last;
-        let (term, trunc) = &mut self.flags;
-        let d = self.spec.observation_space.dim();
-        for worker in &self.workers {
-            let r = worker.envs.clone();
-            worker.arrays().read_step(
-                &mut last.obs[r.start * d..r.end * d],
-                &mut last.next_obs[r.start * d..r.end * d],
-                &mut self.reward64[r.clone()],
-                &mut term[r.clone()],
-                &mut trunc[r],
-            );
-        }
-        for j in 0..e {
-            let (t, u) = (term[j] != 0, trunc[j] != 0);
-            let done = t || u;
-            last.reward[j] = self.reward64[j] as f32;
-            last.terminated[j] = t;
-            last.truncated[j] = u;
-            last.done[j] = done;
-            last.is_init[j] = done;
-            self.running_return[j] += self.reward64[j];
-            self.running_length[j] += 1;
-            if done {
-                last.episode_return[j] = Some(self.running_return[j]);
-                last.episode_length[j] = Some(self.running_length[j]);
-                self.running_return[j] = 0.0;
-                self.running_length[j] = 0;
-            } else {
-                last.episode_return[j] = None;
-                last.episode_length[j] = None;
-            }
-        }
+        let all = 0..self.num_envs();
+        self.group_steps.iter_mut().for_each(|n| *n += 1);
+        let what = What::Step(self.group_steps[0]);
+        self.begin_range(all.clone(), actions, what)?;
+        self.end_range(all, what)?;
+        Ok(&self.last)
+    }
+
+    fn step_groups(&self) -> Vec<Range<usize>> {
+        self.groups.clone()
+    }
+
+    fn begin_step(&mut self, group: usize, actions: VecActions<'_>) -> Result<(), EnvError> {
+        self.group_steps[group] += 1;
+        let what = What::Step(self.group_steps[group]);
+        self.begin_range(self.groups[group].clone(), actions, what)
+    }
+
+    fn end_step(&mut self, group: usize) -> Result<&VecStep, EnvError> {
+        let what = What::Step(self.group_steps[group]);
+        self.end_range(self.groups[group].clone(), what)?;
         Ok(&self.last)
     }
 }
@@ -527,15 +659,22 @@ enum ReadError {
     Io(std::io::Error),
 }
 
-/// Fills `buf` from `r`, waiting at most `timeout` in total.
+/// Fills `buf` from `r`, waiting at most `timeout` in total, the first `spin` of it without
+/// sleeping.
 fn read_exact_timeout(
     r: &mut ChildStdout,
     buf: &mut [u8],
     timeout: Duration,
+    spin: Duration,
 ) -> Result<(), ReadError> {
-    let deadline = Instant::now() + timeout;
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let spin_until = start + spin.min(timeout);
     let mut filled = 0;
     while filled < buf.len() {
+        while !readable_now(r)? && Instant::now() < spin_until {
+            std::thread::yield_now();
+        }
         wait_readable(r, deadline)?;
         match r.read(&mut buf[filled..]) {
             Ok(0) => return Err(ReadError::Eof),
@@ -561,6 +700,16 @@ fn read_line(r: &mut ChildStdout, timeout: Duration) -> Result<Vec<u8>, ReadErro
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(ReadError::Io(e)),
         }
+    }
+}
+
+/// Whether `r` has bytes (or its writer is gone) now, without waiting.
+fn readable_now(r: &ChildStdout) -> Result<bool, ReadError> {
+    let mut fds = [PollFd::new(r.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(n) => Ok(n > 0),
+        Err(nix::errno::Errno::EINTR) => Ok(false),
+        Err(e) => Err(ReadError::Io(e.into())),
     }
 }
 

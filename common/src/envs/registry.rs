@@ -108,6 +108,27 @@ pub trait VectorEnv: Send {
             reason: "these environments cannot restore a saved state".into(),
         })
     }
+    /// The contiguous groups, in order and covering `0..E`, that
+    /// [`VectorEnv::begin_step`] / [`VectorEnv::end_step`] step: while one group steps (in
+    /// another process), the caller works on another (the actor runs the policy on it). One
+    /// group of all environments (the default) means no overlap.
+    fn step_groups(&self) -> Vec<std::ops::Range<usize>> {
+        std::iter::once(0..self.num_envs()).collect()
+    }
+    /// Starts stepping group `group` with `actions`, that group's rows only (as
+    /// [`VectorEnv::step`]'s for those environments); may return before the step is done.
+    /// Each group alternates `begin_step` and [`VectorEnv::end_step`], groups ending in the
+    /// order they began.
+    ///
+    /// # Errors
+    /// As [`VectorEnv::reset`].
+    fn begin_step(&mut self, group: usize, actions: VecActions<'_>) -> Result<(), EnvError>;
+    /// Waits for group `group`'s step; the step record, whose rows of that group hold the new
+    /// step (other rows are as the last call left them).
+    ///
+    /// # Errors
+    /// As [`VectorEnv::reset`].
+    fn end_step(&mut self, group: usize) -> Result<&VecStep, EnvError>;
 }
 
 impl VectorEnv for VecEnv {
@@ -134,6 +155,16 @@ impl VectorEnv for VecEnv {
     }
     fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
         VecEnv::load_state(self, state)
+    }
+    /// One group: steps at once (Rust environments in this thread, nothing to overlap).
+    fn begin_step(&mut self, group: usize, actions: VecActions<'_>) -> Result<(), EnvError> {
+        assert_eq!(group, 0, "VecEnv({}) has one step group", self.id());
+        VecEnv::step(self, actions);
+        Ok(())
+    }
+    fn end_step(&mut self, group: usize) -> Result<&VecStep, EnvError> {
+        assert_eq!(group, 0, "VecEnv({}) has one step group", self.id());
+        Ok(self.last_step())
     }
 }
 

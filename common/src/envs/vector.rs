@@ -231,6 +231,12 @@ impl VecEnv {
         &self.last.obs
     }
 
+    /// What the last [`VecEnv::step`] produced (after [`VecEnv::reset`]: the first
+    /// observations, `is_init` everywhere, no transition).
+    pub fn last_step(&self) -> &VecStep {
+        &self.last
+    }
+
     /// `[E * D]` the observations the policy sees now (after [`VecEnv::reset`] or the last
     /// step's [`VecStep::obs`]).
     pub fn obs(&self) -> &[f32] {

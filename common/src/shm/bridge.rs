@@ -2,10 +2,13 @@
 //! writes and the observations, rewards and flags its Python worker writes, for all `E`
 //! environments of one vector step (`numpy` views on the Python side, no pickling).
 //!
-//! Access is turn-based, not concurrent: the actor writes the actions, sends a command byte on
-//! the worker's stdin, and touches the arrays again only after the worker's answer byte on its
-//! stdout (`common::envs::gymnasium`). The pipe's write/read pair orders the two sides' memory
-//! accesses (the kernel synchronises them); the fences below make the intent explicit.
+//! Access is turn-based per group of rows, not concurrent: the actor writes the actions of
+//! environments `lo..hi`, sends a step command for them on the worker's stdin, and touches
+//! those rows again only after the worker's answer byte on its stdout
+//! (`common::envs::gymnasium`). Meanwhile it may write and read the rows of other environments
+//! (another pipeline group), which the worker is not touching. The pipe's write/read pair
+//! orders the two sides' memory accesses (the kernel synchronises them); the fences below make
+//! the intent explicit.
 
 use std::sync::atomic::{fence, Ordering};
 
@@ -109,10 +112,12 @@ impl BridgeArrays {
             "internal: bridge write of {bytes} bytes at {offset} outside the layout"
         );
         // SAFETY: the range lies inside the body (checked above; the body holds
-        // `layout.total` bytes) and is aligned for T (the body is page-aligned plus 64, and
-        // offsets are multiples of 64). The worker does not touch the arrays while the actor
-        // holds the turn (`&mut self`, no command outstanding), so nothing writes concurrently.
-        // `src` is a Rust slice, never inside the mapping, so the ranges do not overlap.
+        // `layout.total` bytes) and is aligned for T (the body is page-aligned plus 64, the
+        // arrays start at multiples of 64 and `offset` is a multiple of T's alignment, checked
+        // above). The worker does not touch these rows while the actor holds their turn (no
+        // step command for them is outstanding: `GymVecEnv` tracks them), so nothing accesses
+        // them concurrently. `src` is a Rust slice, never inside the mapping, so the ranges do
+        // not overlap.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 src.as_ptr() as *const u8,
@@ -131,7 +136,8 @@ impl BridgeArrays {
         );
         // SAFETY: in bounds and aligned as in `write`. T is one of f32, f64, i64, u8, for which
         // every bit pattern is a valid value, so whatever the worker wrote is readable. The
-        // worker has answered the last command and writes nothing until the next one.
+        // worker has answered the last command for these rows and writes them only after the
+        // next one.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 self.segment.body_ptr().add(offset) as *const u8,
@@ -141,38 +147,63 @@ impl BridgeArrays {
         }
     }
 
-    /// Writes discrete / multi-discrete actions `[E * action_dim]`.
-    pub fn write_actions_i64(&mut self, actions: &[i64]) {
-        assert_eq!(actions.len(), self.layout.envs * self.layout.action_dim);
-        self.write(self.layout.actions_i64, actions);
+    /// Writes discrete / multi-discrete actions from value `at` on (`at = lo * action_dim`
+    /// for environments `lo..`; `actions.len()` a multiple of `action_dim`).
+    pub fn write_actions_i64(&mut self, at: usize, actions: &[i64]) {
+        self.check_rows(at, actions.len(), self.layout.action_dim);
+        self.write(self.layout.actions_i64 + at * 8, actions);
         // Release: the actions are written before the command byte that hands over the turn.
         fence(Ordering::Release);
     }
 
-    /// Writes box actions `[E * action_dim]`.
-    pub fn write_actions_f32(&mut self, actions: &[f32]) {
-        assert_eq!(actions.len(), self.layout.envs * self.layout.action_dim);
-        self.write(self.layout.actions_f32, actions);
+    /// Writes box actions from value `at` on, as [`BridgeArrays::write_actions_i64`].
+    pub fn write_actions_f32(&mut self, at: usize, actions: &[f32]) {
+        self.check_rows(at, actions.len(), self.layout.action_dim);
+        self.write(self.layout.actions_f32 + at * 4, actions);
         fence(Ordering::Release);
     }
 
-    /// Reads what the worker wrote for the last command: `obs`, `next_obs` (`[E * D]`),
-    /// rewards and flags (`[E]`).
+    /// Reads what the worker wrote for the last step command of environments `lo..lo + n`
+    /// (`n = reward.len()`): `obs`, `next_obs` (`[n * D]`), rewards and flags (`[n]`).
     pub fn read_step(
         &self,
+        lo: usize,
         obs: &mut [f32],
         next_obs: &mut [f32],
         reward: &mut [f64],
         terminated: &mut [u8],
         truncated: &mut [u8],
     ) {
+        let (n, d) = (reward.len(), self.layout.obs_dim);
+        assert!(
+            lo + n <= self.layout.envs
+                && obs.len() == n * d
+                && next_obs.len() == n * d
+                && terminated.len() == n
+                && truncated.len() == n,
+            "internal: bridge read of envs {lo}..{} of {}",
+            lo + n,
+            self.layout.envs
+        );
         // Acquire: read after the answer byte that handed the turn back.
         fence(Ordering::Acquire);
-        self.read(self.layout.obs, obs);
-        self.read(self.layout.next_obs, next_obs);
-        self.read(self.layout.reward, reward);
-        self.read(self.layout.terminated, terminated);
-        self.read(self.layout.truncated, truncated);
+        self.read(self.layout.obs + lo * d * 4, obs);
+        self.read(self.layout.next_obs + lo * d * 4, next_obs);
+        self.read(self.layout.reward + lo * 8, reward);
+        self.read(self.layout.terminated + lo, terminated);
+        self.read(self.layout.truncated + lo, truncated);
+    }
+
+    /// `len` values from value `at` are whole rows of `per_env` values inside the arrays.
+    fn check_rows(&self, at: usize, len: usize, per_env: usize) {
+        assert!(
+            at.is_multiple_of(per_env)
+                && len.is_multiple_of(per_env)
+                && at + len <= self.layout.envs * per_env,
+            "internal: bridge rows {at}..{} of {} x {per_env}",
+            at + len,
+            self.layout.envs
+        );
     }
 
     /// Reads the observations `[E * D]` after a reset.
@@ -208,11 +239,13 @@ mod tests {
     fn arrays_round_trip_through_the_file() {
         let name = format!("recur-{}-bridge-test", unique_run_id());
         let mut a = BridgeArrays::create(&name, BridgeLayout::new(2, 3, 1)).unwrap();
-        a.write_actions_i64(&[4, -1]);
+        a.write_actions_i64(0, &[4, -1]);
+        a.write_actions_i64(1, &[9]);
         // The file another process maps holds the bytes at body_offset + offset.
         let bytes = std::fs::read(a.path()).unwrap();
         let at = a.layout().body_offset + a.layout().actions_i64;
         assert_eq!(&bytes[at..at + 8], &4i64.to_le_bytes());
+        assert_eq!(&bytes[at + 8..at + 16], &9i64.to_le_bytes());
         let mut obs = vec![1.0f32; 6];
         a.read_obs(&mut obs);
         assert_eq!(obs, [0.0; 6]);

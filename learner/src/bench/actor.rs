@@ -65,6 +65,9 @@ pub struct ActorBench {
     /// Python modules imported before gymnasium.make (gymnasium:<id> envs; repeatable).
     #[arg(long = "env-import", value_name = "MODULE")]
     pub env_imports: Vec<String>,
+    /// gymnasium's vector envs measured beside the bridge (gymnasium:<id> envs): sync, async.
+    #[arg(long, value_delimiter = ',', value_parser = ["sync", "async"], default_value = "sync,async")]
+    pub gym_baselines: Vec<String>,
 }
 
 /// A `--cells` value: a cell, or `none` for no policy.
@@ -173,6 +176,7 @@ impl ActorBench {
             "seed": self.seed,
             "iters": self.iters.max(1),
             "min_seconds": self.min_seconds,
+            "baselines": self.gym_baselines,
         });
         let output = std::process::Command::new(&options.python)
             .arg("-c")
@@ -197,6 +201,9 @@ impl ActorBench {
             .cloned()
             .collect();
         for (key, cell) in [("sync", "gymnasium_sync"), ("async", "gymnasium_async")] {
+            if !self.gym_baselines.iter().any(|b| b == key) {
+                continue;
+            }
             let steps_per_s = rates[key].as_f64().unwrap_or(f64::NAN);
             let row = ActorRow {
                 bench: "actor",
@@ -239,6 +246,8 @@ enum Runner {
 /// Environments stepped with uniformly random actions.
 struct RandomEnvs {
     env: Box<dyn VectorEnv>,
+    space: Space,
+    groups: Vec<std::ops::Range<usize>>,
     rng: StdRng,
     discrete: Vec<i64>,
     continuous: Vec<f32>,
@@ -283,6 +292,8 @@ impl Runner {
                 venv.reset()?;
                 let dim = venv.action_space().dim();
                 Runner::Envs(Box::new(RandomEnvs {
+                    space: venv.action_space(),
+                    groups: venv.step_groups(),
                     env: venv,
                     rng: StdRng::seed_from_u64(bench.seed),
                     discrete: vec![0; e * dim],
@@ -299,35 +310,52 @@ impl Runner {
                 std::hint::black_box(a.collect()?);
             }
             Runner::Envs(r) => {
+                // As the actor steps them: group by group, so that one group's actions are
+                // drawn while the other groups step (the bridge's pipeline).
                 let RandomEnvs {
                     env,
+                    space,
+                    groups,
                     rng,
                     discrete,
                     continuous,
                 } = &mut **r;
-                for _ in 0..steps {
-                    let actions = match env.action_space() {
-                        Space::Discrete { n } => {
-                            discrete
-                                .iter_mut()
-                                .for_each(|a| *a = rng.random_range(0..n as i64));
-                            VecActions::Discrete(discrete)
+                let k = space.dim();
+                for t in 0..steps {
+                    for (g, r) in groups.iter().enumerate() {
+                        if t > 0 {
+                            std::hint::black_box(env.end_step(g)?);
                         }
-                        Space::MultiDiscrete { nvec } => {
-                            for (i, a) in discrete.iter_mut().enumerate() {
-                                *a = rng.random_range(0..nvec[i % nvec.len()] as i64);
+                        let (discrete, continuous) = (
+                            &mut discrete[r.start * k..r.end * k],
+                            &mut continuous[r.start * k..r.end * k],
+                        );
+                        let actions = match &*space {
+                            Space::Discrete { n } => {
+                                discrete
+                                    .iter_mut()
+                                    .for_each(|a| *a = rng.random_range(0..*n as i64));
+                                VecActions::Discrete(discrete)
                             }
-                            VecActions::Discrete(discrete)
-                        }
-                        Space::Box { low, high } => {
-                            for (i, a) in continuous.iter_mut().enumerate() {
-                                let k = i % low.len();
-                                *a = rng.random_range(low[k]..=high[k]);
+                            Space::MultiDiscrete { nvec } => {
+                                for (i, a) in discrete.iter_mut().enumerate() {
+                                    *a = rng.random_range(0..nvec[i % nvec.len()] as i64);
+                                }
+                                VecActions::Discrete(discrete)
                             }
-                            VecActions::Continuous(continuous)
-                        }
-                    };
-                    std::hint::black_box(env.step(actions)?);
+                            Space::Box { low, high } => {
+                                for (i, a) in continuous.iter_mut().enumerate() {
+                                    let j = i % low.len();
+                                    *a = rng.random_range(low[j]..=high[j]);
+                                }
+                                VecActions::Continuous(continuous)
+                            }
+                        };
+                        env.begin_step(g, actions)?;
+                    }
+                }
+                for g in 0..groups.len() {
+                    std::hint::black_box(env.end_step(g)?);
                 }
             }
         }

@@ -1,7 +1,8 @@
 """gymnasium's own vector envs stepping E environments with random actions: the baseline rows
 of `recur-bench actor --env gymnasium:<id>` (learner/src/bench/actor.rs runs this with
-`python -c`). Prints one JSON line {"sync": steps/s, "async": steps/s}: medians over `iters`
-timed runs of at least `min_seconds` each (environment steps, all E counted).
+`python -c`). Prints one JSON line {"sync": steps/s, "async": steps/s} (those of `baselines`):
+medians over `iters` timed runs of at least `min_seconds` each (environment steps, all E
+counted).
 """
 import json
 import sys
@@ -38,6 +39,9 @@ def make():
 
 
 e = config["envs"]
-out = {"sync": rate(gym.vector.SyncVectorEnv([make] * e))}
-out["async"] = rate(gym.vector.AsyncVectorEnv([make] * e))
+out = {}
+if "sync" in config["baselines"]:
+    out["sync"] = rate(gym.vector.SyncVectorEnv([make] * e))
+if "async" in config["baselines"]:
+    out["async"] = rate(gym.vector.AsyncVectorEnv([make] * e))
 print(json.dumps(out))
