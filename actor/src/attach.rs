@@ -97,13 +97,7 @@ pub fn run_attached(socket: &Path, mut actor: Actor, spec: &EnvSpec) -> anyhow::
                 }
                 if last_beat.elapsed() >= HEARTBEAT {
                     last_beat = Instant::now();
-                    let beat = Request::Heartbeat {
-                        actor_id: config.actor_id,
-                        incarnation: config.incarnation,
-                        chunks_sent,
-                        full_waits: ring.full_waits(),
-                        policy_version: actor.policy_version(),
-                    };
+                    let beat = beat_of(&actor, &ring, chunks_sent);
                     if let Some(stop) = heartbeat(&mut stream, &beat, chunks_sent) {
                         return Ok(stop);
                     }
@@ -158,13 +152,7 @@ pub fn run_attached(socket: &Path, mut actor: Actor, spec: &EnvSpec) -> anyhow::
         // within the socket's read timeout. A stopped (SIGSTOP) or hung learner answers no
         // heartbeat: the actor exits within seconds instead of blocking on a full ring.
         let mut stop = None;
-        let beat = Request::Heartbeat {
-            actor_id: config.actor_id,
-            incarnation: config.incarnation,
-            chunks_sent,
-            full_waits: ring.full_waits(),
-            policy_version: actor.policy_version(),
-        };
+        let beat = beat_of(&actor, &ring, chunks_sent);
         let mut alive = || {
             if !subscriber.owner_alive() {
                 stop = Some(Stop::LearnerGone {
@@ -195,17 +183,22 @@ pub fn run_attached(socket: &Path, mut actor: Actor, spec: &EnvSpec) -> anyhow::
         }
         if last_beat.elapsed() >= HEARTBEAT {
             last_beat = Instant::now();
-            let beat = Request::Heartbeat {
-                actor_id: config.actor_id,
-                incarnation: config.incarnation,
-                chunks_sent,
-                full_waits: ring.full_waits(),
-                policy_version: actor.policy_version(),
-            };
+            let beat = beat_of(&actor, &ring, chunks_sent);
             if let Some(stop) = heartbeat(&mut stream, &beat, chunks_sent) {
                 return Ok(stop);
             }
         }
+    }
+}
+
+/// The heartbeat of `actor` after `chunks_sent` chunks through `ring`.
+fn beat_of(actor: &Actor, ring: &RingWriter, chunks_sent: u64) -> Request {
+    Request::Heartbeat {
+        actor_id: actor.config().actor_id,
+        incarnation: actor.config().incarnation,
+        chunks_sent,
+        full_waits: ring.full_waits(),
+        policy_version: actor.policy_version(),
     }
 }
 
