@@ -130,6 +130,16 @@ fn run_id(lines: &[String]) -> Option<String> {
     })
 }
 
+/// Waits (at most 30 s each) for the actors of a killed learner to notice and exit.
+fn wait_for_orphans(lines: &[String]) {
+    for pid in actor_pids(lines) {
+        let start = Instant::now();
+        while process_alive(pid) && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// No orphan actors and no segments of the run.
 fn nothing_left(lines: &[String]) {
     for pid in actor_pids(lines) {
@@ -344,12 +354,7 @@ fn a_checkpoint_write_killed_between_any_two_steps_resumes() {
             lines.join("\n")
         );
         // Wait for the killed learner's actors to notice and go (they are its orphans now).
-        for pid in actor_pids(&lines) {
-            let start = Instant::now();
-            while process_alive(pid) && start.elapsed() < Duration::from_secs(30) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
+        wait_for_orphans(&lines);
         let (ok, stdout, lines) =
             Watched::spawn(resume(&run_dir, &["--frames", "256"])).finish(Duration::from_secs(120));
         assert!(
@@ -784,12 +789,7 @@ fn a_killed_and_resumed_sync_run_ends_bit_identical_to_the_uninterrupted_run() {
     wait_rows(&run, &killed, 4);
     signal(&run, Signal::SIGKILL);
     let (_, _, lines) = run.finish(Duration::from_secs(30));
-    for pid in actor_pids(&lines) {
-        let start = Instant::now();
-        while process_alive(pid) && start.elapsed() < Duration::from_secs(30) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    wait_for_orphans(&lines);
     let run = Watched::spawn(resume(&killed, &[]));
     for id in [0, 1] {
         run.wait_for("a restored actor", Duration::from_secs(60), |l| {
