@@ -368,13 +368,15 @@ fn bridge_failures_are_clear_errors() {
         ]
     };
     let args = |v: &Vec<String>| v.clone();
+    // The faults count steps over the worker process: one worker holds both envs.
+    let one_worker = ("RECUR_GYM_WORKERS", "1");
     // NaN in an observation: the chunk is refused naming field, env and step. Worker step 41
     // (counted over its 2 envs) is env 0 of vector step 21: step 4 of the second chunk.
     let nan = args(&faulty(r#"{"nan_at": 41}"#));
     let nan: Vec<&str> = nan.iter().map(String::as_str).collect();
     expect_failure(
         &nan,
-        &[],
+        &[one_worker],
         &[
             "refused",
             "`next.observation` of environment 0",
@@ -388,7 +390,7 @@ fn bridge_failures_are_clear_errors() {
     let crash: Vec<&str> = crash.iter().map(String::as_str).collect();
     expect_failure(
         &crash,
-        &[],
+        &[one_worker],
         &[
             "gymnasium:RecurTest/Faulty-v0",
             "exited during step 21",
@@ -399,7 +401,7 @@ fn bridge_failures_are_clear_errors() {
     let hang: Vec<&str> = hang.iter().map(String::as_str).collect();
     expect_failure(
         &hang,
-        &[("RECUR_GYM_TIMEOUT_S", "2")],
+        &[("RECUR_GYM_TIMEOUT_S", "2"), one_worker],
         &["did not answer step 21 within 2.0 s", "killed"],
     );
     std::fs::remove_dir_all(&dir).unwrap();

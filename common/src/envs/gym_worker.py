@@ -153,6 +153,33 @@ def action_codec(space):
     raise Unsupported(describe(space))
 
 
+def command_reader(spin):
+    """read(n) -> the next n bytes of stdin (b"" at its end). Reads the raw descriptor into its
+    own buffer; when none is buffered it first polls for up to `spin` seconds without sleeping
+    (the actor's next command usually follows within microseconds, and a sleeping worker costs
+    a wake-up), then blocks."""
+    import select
+    import time
+
+    buf = bytearray()
+
+    def read(n):
+        while len(buf) < n:
+            if spin > 0:
+                until = time.perf_counter() + spin
+                while not select.select([0], [], [], 0)[0] and time.perf_counter() < until:
+                    os.sched_yield()
+            chunk = os.read(0, 4096)
+            if not chunk:
+                return b""
+            buf.extend(chunk)
+        out = bytes(buf[:n])
+        del buf[:n]
+        return out
+
+    return read
+
+
 def main():
     config = json.loads(sys.argv[1])
     env_id, num_envs = config["id"], int(config["num_envs"])
@@ -186,7 +213,14 @@ def main():
         "action_space_repr": describe(envs[0].action_space),
     })
 
-    layout = json.loads(sys.stdin.buffer.readline())
+    read_cmd = command_reader(float(config.get("spin_us", 0)) * 1e-6)
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        byte = read_cmd(1)
+        if not byte:
+            return
+        line += byte
+    layout = json.loads(bytes(line))
     import mmap
 
     fd = os.open(layout["path"], os.O_RDWR)
@@ -234,15 +268,14 @@ def main():
             o, _ = resets[lo + j]()
             write_obs(o, obs[lo + j])
 
-    stdin = sys.stdin.buffer
     unpack = struct.Struct("<II").unpack
     while True:
-        cmd = stdin.read(1)
+        cmd = read_cmd(1)
         if cmd in (b"", b"Q"):
             return
         try:
             if cmd == b"S":
-                lo, hi = unpack(stdin.read(8))
+                lo, hi = unpack(read_cmd(8))
                 if not 0 <= lo < hi <= num_envs:
                     raise ValueError("step of envs %d..%d of %d" % (lo, hi, num_envs))
                 step(lo, hi)

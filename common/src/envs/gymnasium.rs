@@ -1,7 +1,8 @@
 //! The gymnasium bridge: `gymnasium:<id>` environments stepped by Python worker processes
 //! (`gym_worker.py`, shipped inside this crate, needs only gymnasium and numpy) that the actor
-//! owns: one by default, or `RECUR_GYM_WORKERS` of them, each stepping a contiguous share of
-//! the `E` environments in parallel. Actions, observations, rewards and flags cross once per
+//! owns: two by default on a machine with two cores or more ([`default_workers`]), or
+//! `RECUR_GYM_WORKERS` of them, each stepping a contiguous share of the `E` environments in
+//! parallel. Actions, observations, rewards and flags cross once per
 //! vector step through one shared-memory segment per worker ([`crate::shm::bridge`]); a
 //! command on each worker's stdin and an answer byte on its stdout hand the turn back and
 //! forth.
@@ -55,6 +56,22 @@ pub const DEFAULT_PYTHON: &str = "python3";
 /// within the noise), so it is opt-in.
 pub const DEFAULT_SPIN_US: u64 = 0;
 
+/// How long a worker polls for the actor's next command before it blocks, when
+/// `RECUR_GYM_WORKER_SPIN_US` is unset. It yields the CPU between polls, so another runnable
+/// process (the actor, the other worker) is not kept waiting. With two workers the actor runs
+/// the policy on one worker's envs while the other steps, so each worker waits about one
+/// policy step per vector step: a wake-up there cost more than the step of 8 CartPole envs on
+/// the 2-core VM (docs/BENCHMARKS.md).
+pub const DEFAULT_WORKER_SPIN_US: u64 = 300;
+
+/// Python worker processes per actor when `RECUR_GYM_WORKERS` is unset: two where the machine
+/// has two cores or more (each steps half the envs, in parallel, while the actor runs the
+/// policy on the other half: what lets the bridge outrun a one-process `SyncVectorEnv`), else
+/// one.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+}
+
 /// How the bridge starts its Python workers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GymnasiumOptions {
@@ -67,7 +84,8 @@ pub struct GymnasiumOptions {
     /// How long a worker may take to answer one command (and to start), `RECUR_GYM_TIMEOUT_S`
     /// seconds, default 60.
     pub timeout: Duration,
-    /// Python worker processes per actor (`RECUR_GYM_WORKERS`, default 1; at most `E`).
+    /// Python worker processes per actor (`RECUR_GYM_WORKERS`, default [`default_workers`];
+    /// at most `E`).
     pub workers: usize,
     /// Step the environments in two groups, so that the actor's policy runs on one while the
     /// other steps (`RECUR_GYM_PIPELINE`, default on; `0` turns it off).
@@ -75,6 +93,9 @@ pub struct GymnasiumOptions {
     /// How long the actor polls for a worker's answer without sleeping before it blocks
     /// (`RECUR_GYM_SPIN_US` microseconds, default 0: block at once).
     pub spin: Duration,
+    /// How long a worker polls for the actor's next command without sleeping before it blocks
+    /// (`RECUR_GYM_WORKER_SPIN_US` microseconds, default [`DEFAULT_WORKER_SPIN_US`]).
+    pub worker_spin: Duration,
 }
 
 impl Default for GymnasiumOptions {
@@ -96,13 +117,19 @@ impl Default for GymnasiumOptions {
                 .ok()
                 .and_then(|s| s.parse::<usize>().ok())
                 .filter(|&w| w >= 1)
-                .unwrap_or(1),
+                .unwrap_or_else(default_workers),
             pipeline: std::env::var("RECUR_GYM_PIPELINE").map_or(true, |v| v.trim() != "0"),
             spin: Duration::from_micros(
                 std::env::var("RECUR_GYM_SPIN_US")
                     .ok()
                     .and_then(|s| s.trim().parse::<u64>().ok())
                     .unwrap_or(DEFAULT_SPIN_US),
+            ),
+            worker_spin: Duration::from_micros(
+                std::env::var("RECUR_GYM_WORKER_SPIN_US")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(DEFAULT_WORKER_SPIN_US),
             ),
         }
     }
@@ -162,6 +189,7 @@ impl Worker {
             "imports": options.imports,
             "kwargs": options.kwargs.clone().unwrap_or(serde_json::json!({})),
             "num_envs": envs.len(),
+            "spin_us": options.worker_spin.as_micros() as u64,
         });
         let mut child = Command::new(&options.python)
             .arg("-c")
