@@ -255,13 +255,24 @@ impl<B: Backend> RecurrentCore<B> {
         let (l, h) = (self.num_layers(), self.hidden_size());
         let not_end: Vec<bool> = segments.ends().into_iter().map(|e| !e).collect();
         let not_end = Tensor::<B, 1, Bool>::from_data(TensorData::new(not_end, [b * t]), &device)
-            .reshape([b, t, 1, 1])
-            .expand([b, t, l, h]);
+            .reshape([b, t, 1])
+            .expand([b, t, h]);
         let features = per_layer.last().expect("at least one layer").0.clone();
         let (hs, cs): (Vec<_>, Vec<_>) = per_layer.into_iter().unzip();
         let cs: Option<Vec<_>> = cs.into_iter().collect();
+        // Each layer's states masked, then stacked on the layer axis. One layer is a reshape of
+        // the masked tensor, which nothing else holds (burn's CPU backend copies a reshape of
+        // a shared tensor, and `stack` of one tensor copied twice more).
         let next = |entries: Vec<Tensor<B, 3>>| {
-            Tensor::stack::<4>(entries, 2).mask_fill(not_end.clone(), 0.0)
+            let mut masked: Vec<Tensor<B, 3>> = entries
+                .into_iter()
+                .map(|e| e.mask_fill(not_end.clone(), 0.0))
+                .collect();
+            if l == 1 {
+                masked.pop().expect("one layer").reshape([b, t, 1, h])
+            } else {
+                Tensor::stack::<4>(masked, 2)
+            }
         };
         RecurrentOutput {
             features,

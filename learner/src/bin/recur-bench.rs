@@ -8,6 +8,11 @@ use learner::bench::set_threads;
 use learner::bench::tcp::run_tcp_producer;
 use learner::bench::transport::{parse_size, run_producer, TransportBench};
 
+/// mimalloc keeps freed memory mapped: with glibc's allocator every large tensor came back from
+/// the OS page-faulted and zeroed on each call (see the workspace `Cargo.toml`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "recur-bench",

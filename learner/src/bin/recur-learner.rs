@@ -13,6 +13,11 @@ use learner::supervisor::{actor_program, default_actor_count};
 use learner::train::{train, TrainOptions};
 use learner::transport::TransportConfig;
 
+/// mimalloc keeps freed memory mapped: with glibc's allocator every large tensor came back from
+/// the OS page-faulted and zeroed on each call (see the workspace `Cargo.toml`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "recur-learner", version, about = "recur's learner process")]
 struct Cli {

@@ -105,10 +105,13 @@ struct Packs {
     w_hh: Option<Packed>,
     /// GRU: the n rows of `W_hh` (`[H, H]`).
     w_hh_n: Option<Packed>,
+    /// `[W_ih^T; bias_x]` (`[in + 1, G*H]`): the forward's per-step input projection of
+    /// `[x_t | 1]`, biases included.
+    w_ih_aug: Option<Packed>,
 }
 
 impl Packs {
-    fn new(d: &Dims, p: &Params<'_>, forward: bool, backward: bool) -> Self {
+    fn new(d: &Dims, p: &Params<'_>, bias_x: &[f32], forward: bool, backward: bool) -> Self {
         let level = Level::current();
         let (h, w) = (d.hidden, d.width());
         let pack = |m: Mat<'_>| Packed::new(m, level);
@@ -122,6 +125,17 @@ impl Packs {
             w_hh: backward.then(|| pack(Mat::rows(&p.w_hh[..rz * h], rz, h))),
             w_hh_n: (backward && d.cell == CellKind::Gru)
                 .then(|| pack(Mat::rows(&p.w_hh[rz * h..], h, h))),
+            w_ih_aug: forward.then(|| {
+                let i = d.input;
+                let mut aug = vec![0.0f32; (i + 1) * w];
+                for (row, weights) in p.w_ih.chunks_exact(i).enumerate() {
+                    for (k, &v) in weights.iter().enumerate() {
+                        aug[k * w + row] = v;
+                    }
+                }
+                aug[i * w..].copy_from_slice(bias_x);
+                pack(Mat::rows(&aug, i + 1, w))
+            }),
         }
     }
 
@@ -264,7 +278,7 @@ pub(crate) fn forward(
     };
     let bias_x = p.input_bias(d);
     let bias_hn = p.hidden_n_bias(d);
-    let packs = Packs::new(d, &p, true, false);
+    let packs = Packs::new(d, &p, &bias_x, true, false);
     let jobs: Vec<_> = parts
         .iter()
         .zip(hs)
@@ -330,7 +344,7 @@ pub(crate) fn backward(
     assert_eq!(dout.len(), d.slabs() * b * t * h, "dout is [K, B, T, H]");
     let bias_x = p.input_bias(d);
     let bias_hn = p.hidden_n_bias(d);
-    let packs = Packs::new(d, &p, saved.keep == Keep::States, true);
+    let packs = Packs::new(d, &p, &bias_x, saved.keep == Keep::States, true);
     let lens: Vec<usize> = saved.blocks.iter().map(|&(_, n)| n).collect();
     let mut dx = vec![0.0f32; if wanted.x { b * t * i } else { 0 }];
     let mut dh0 = vec![0.0f32; if wanted.h0 { b * t * h } else { 0 }];
@@ -464,6 +478,18 @@ impl Block<'_> {
         xg
     }
 
+    /// Step `t`'s input projection plus biases into `g` (`[n][G*H]`, every element written):
+    /// `[x_t | 1] [W_ih^T; bias_x]`. `xa` (`[n][in + 1]`, last column 1) receives `x_t`.
+    fn project_step(&self, x: &[f32], t: usize, xa: &mut [f32], g: &mut [f32]) {
+        let (steps, i, w) = (self.d.steps, self.d.input, self.d.width());
+        for (r, row) in xa.chunks_exact_mut(i + 1).enumerate() {
+            let at = ((self.first + r) * steps + t) * i;
+            row[..i].copy_from_slice(&x[at..at + i]);
+        }
+        let w_ih_aug = Packs::get(&self.packs.w_ih_aug);
+        gemm_packed(Mat::rows(xa, self.n, i + 1), w_ih_aug, 0.0, g, w);
+    }
+
     /// Replaces the rows that start at step `t` with their stored state (`values` is
     /// `stored.h` or `stored.c`).
     fn reset(&self, t: usize, state: &mut [f32], stored: &Stored<'_>, values: &[f32]) {
@@ -540,9 +566,17 @@ impl Block<'_> {
     ) -> BlockSaved {
         let (t_len, n, h, w) = (self.d.steps, self.n, self.d.hidden, self.d.width());
         let lstm = self.d.cell.has_cell_state();
-        let xt = self.inputs_time_major(x);
-        let mut xg = self.project(&xt);
-        pool::give(xt);
+        // Pre-activations: every step's slab when saving the gates, else one slab reused by
+        // each step. Step `t`'s slab is written by its input projection right before its
+        // recurrent product and gate pass, so it is still in cache for them (one projection
+        // GEMM over all steps up front streamed the whole `[T][n][G*H]` through memory twice
+        // more). Every element a step reads is written by `project_step` first.
+        let mut xg = pool::take(if keep == Keep::Gates {
+            t_len * n * w
+        } else {
+            n * w
+        });
+        let mut xa = vec![1.0f32; n * (self.d.input + 1)];
         // State slots: every step's entering state when saving, else two that alternate. Pool
         // buffers: slot t is written before step t reads it (every row is reset at t = 0,
         // slot t + 1 is step t's output).
@@ -568,7 +602,12 @@ impl Block<'_> {
         for t in 0..t_len {
             let (cur, next) = two_slots(&mut hs, slot(t), slot(t + 1), sz);
             self.reset(t, cur, &stored, stored.h);
-            let g = &mut xg[t * n * w..(t + 1) * n * w];
+            let g = if keep == Keep::Gates {
+                &mut xg[t * n * w..(t + 1) * n * w]
+            } else {
+                &mut xg[..]
+            };
+            self.project_step(x, t, &mut xa, g);
             let hn = if gru_gates {
                 &mut hn_all[t * sz..(t + 1) * sz]
             } else {

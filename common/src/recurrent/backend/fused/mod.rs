@@ -251,13 +251,20 @@ pub(crate) fn run_layers<B: Backend>(
             b_hh: layer.bias_hh.as_ref().map(|b| b.val()),
         };
         let both = layer_call(call);
-        let h = both
-            .clone()
-            .slice_dim(0, 0..1)
-            .reshape([rows, steps, hidden]);
-        let c = cell
-            .has_cell_state()
-            .then(|| both.slice_dim(0, 1..2).reshape([rows, steps, hidden]));
+        // A GRU's `[1, B, T, H]` is `h` itself: a reshape, no slice (whose backward builds a
+        // zero gradient of the whole output and assigns into it).
+        let (h, c) = if cell.has_cell_state() {
+            let h = both
+                .clone()
+                .slice_dim(0, 0..1)
+                .reshape([rows, steps, hidden]);
+            (
+                h,
+                Some(both.slice_dim(0, 1..2).reshape([rows, steps, hidden])),
+            )
+        } else {
+            (both.reshape([rows, steps, hidden]), None)
+        };
         input = if l + 1 < layers {
             dropout.forward(h.clone())
         } else {
