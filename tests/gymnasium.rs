@@ -65,24 +65,32 @@ fn cartpole_recorded_through_the_bridge_replays_bit_exactly_in_gymnasium() {
     }
     let dir = temp_dir("gym-cartpole-record");
     let data = dir.join("data");
-    // Actor 1 of a run seeded 7 with 4 envs: env i is first reset with 7 + 1 * 4 + i.
-    let (ok, out) = run(actor(&[
-        "--env",
-        "gymnasium:CartPole-v1",
-        "--envs",
-        "4",
-        "--steps",
-        "64",
-        "--frames",
-        "4096",
-        "--seed",
-        "7",
-        "--actor-id",
-        "1",
-        "--record",
-        data.to_str().unwrap(),
-    ]));
-    assert!(ok, "{out}");
+    // Actor 1 of a run seeded 7 with 4 envs: env i is first reset with 7 + 1 * 4 + i. Recorded
+    // with `frames` frames over the default workers (two on a multi-core machine) or `workers`.
+    let record = |dest: &Path, frames: &str, workers: Option<&str>| {
+        let mut cmd = actor(&[
+            "--env",
+            "gymnasium:CartPole-v1",
+            "--envs",
+            "4",
+            "--steps",
+            "64",
+            "--frames",
+            frames,
+            "--seed",
+            "7",
+            "--actor-id",
+            "1",
+            "--record",
+            dest.to_str().unwrap(),
+        ]);
+        if let Some(w) = workers {
+            cmd.env("RECUR_GYM_WORKERS", w);
+        }
+        let (ok, out) = run(cmd);
+        assert!(ok, "{out}");
+    };
+    record(&data, "4096", None);
     let meta: Value =
         serde_json::from_str(&std::fs::read_to_string(data.join("dataset.json")).unwrap()).unwrap();
     assert_eq!(meta["env"], "gymnasium:CartPole-v1");
@@ -101,25 +109,7 @@ fn cartpole_recorded_through_the_bridge_replays_bit_exactly_in_gymnasium() {
 
     // Split over 3 workers (envs 0, 1 and 2..4), the data is the same.
     let split = dir.join("split");
-    let mut cmd = actor(&[
-        "--env",
-        "gymnasium:CartPole-v1",
-        "--envs",
-        "4",
-        "--steps",
-        "64",
-        "--frames",
-        "1024",
-        "--seed",
-        "7",
-        "--actor-id",
-        "1",
-        "--record",
-        split.to_str().unwrap(),
-    ]);
-    cmd.env("RECUR_GYM_WORKERS", "3");
-    let (ok, out) = run(cmd);
-    assert!(ok, "{out}");
+    record(&split, "1024", Some("3"));
     let r = python_json(&[replay.to_str().unwrap(), split.to_str().unwrap()]);
     assert_eq!(r["steps"], 1024, "{r}");
     std::fs::remove_dir_all(&dir).unwrap();
