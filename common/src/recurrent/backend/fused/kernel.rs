@@ -105,13 +105,13 @@ struct Packs {
     w_hh: Option<Packed>,
     /// GRU: the n rows of `W_hh` (`[H, H]`).
     w_hh_n: Option<Packed>,
-    /// `[W_ih^T; bias_x]` (`[in + 1, G*H]`): the forward's per-step input projection of
-    /// `[x_t | 1]`, biases included.
+    /// `[W_ih^T; bias]` (`[in + 1, G*H]`, the bias of `Params::input_bias`): the per-step
+    /// input projection of `[x_t | 1]`, in the forward and in the recompute alike.
     w_ih_aug: Option<Packed>,
 }
 
 impl Packs {
-    fn new(d: &Dims, p: &Params<'_>, bias_x: &[f32], forward: bool, backward: bool) -> Self {
+    fn new(d: &Dims, p: &Params<'_>, forward: bool, backward: bool) -> Self {
         let level = Level::current();
         let (h, w) = (d.hidden, d.width());
         let pack = |m: Mat<'_>| Packed::new(m, level);
@@ -133,7 +133,7 @@ impl Packs {
                         aug[k * w + row] = v;
                     }
                 }
-                aug[i * w..].copy_from_slice(bias_x);
+                aug[i * w..].copy_from_slice(&p.input_bias(d));
                 pack(Mat::rows(&aug, i + 1, w))
             }),
         }
@@ -276,9 +276,8 @@ pub(crate) fn forward(
             .collect(),
         None => parts.iter().map(|_| None).collect(),
     };
-    let bias_x = p.input_bias(d);
     let bias_hn = p.hidden_n_bias(d);
-    let packs = Packs::new(d, &p, &bias_x, true, false);
+    let packs = Packs::new(d, &p, true, false);
     let jobs: Vec<_> = parts
         .iter()
         .zip(hs)
@@ -287,7 +286,6 @@ pub(crate) fn forward(
             let block = Block {
                 d,
                 p,
-                bias_x: &bias_x,
                 bias_hn: &bias_hn,
                 packs: &packs,
                 first,
@@ -342,9 +340,8 @@ pub(crate) fn backward(
     let (b, t, h, w, i) = (d.rows, d.steps, d.hidden, d.width(), d.input);
     assert!(saved.keep != Keep::Nothing, "the forward kept nothing");
     assert_eq!(dout.len(), d.slabs() * b * t * h, "dout is [K, B, T, H]");
-    let bias_x = p.input_bias(d);
     let bias_hn = p.hidden_n_bias(d);
-    let packs = Packs::new(d, &p, &bias_x, saved.keep == Keep::States, true);
+    let packs = Packs::new(d, &p, saved.keep == Keep::States, true);
     let lens: Vec<usize> = saved.blocks.iter().map(|&(_, n)| n).collect();
     let mut dx = vec![0.0f32; if wanted.x { b * t * i } else { 0 }];
     let mut dh0 = vec![0.0f32; if wanted.h0 { b * t * h } else { 0 }];
@@ -362,7 +359,6 @@ pub(crate) fn backward(
             let block = Block {
                 d,
                 p,
-                bias_x: &bias_x,
                 bias_hn: &bias_hn,
                 packs: &packs,
                 first,
@@ -426,7 +422,6 @@ struct WeightGrads {
 struct Block<'a> {
     d: &'a Dims,
     p: Params<'a>,
-    bias_x: &'a [f32],
     bias_hn: &'a [f32],
     packs: &'a Packs,
     first: usize,
@@ -459,27 +454,8 @@ impl Block<'_> {
         xt
     }
 
-    /// `[T][n][G*H]`: every step's input projection plus biases, one GEMM (a pool buffer:
-    /// every row is set to the bias first).
-    fn project(&self, xt: &[f32]) -> Vec<f32> {
-        let (t, w, i) = (self.d.steps, self.d.width(), self.d.input);
-        let mut xg = pool::take(t * self.n * w);
-        for row in xg.chunks_exact_mut(w) {
-            row.copy_from_slice(self.bias_x);
-        }
-        gemm(
-            self.packs.level,
-            Mat::rows(xt, t * self.n, i),
-            Mat::rows(self.p.w_ih, w, i).t(),
-            1.0,
-            &mut xg,
-            w,
-        );
-        xg
-    }
-
     /// Step `t`'s input projection plus biases into `g` (`[n][G*H]`, every element written):
-    /// `[x_t | 1] [W_ih^T; bias_x]`. `xa` (`[n][in + 1]`, last column 1) receives `x_t`.
+    /// `[x_t | 1] [W_ih^T; bias]`. `xa` (`[n][in + 1]`, last column 1) receives `x_t`.
     fn project_step(&self, x: &[f32], t: usize, xa: &mut [f32], g: &mut [f32]) {
         let (steps, i, w) = (self.d.steps, self.d.input, self.d.width());
         for (r, row) in xa.chunks_exact_mut(i + 1).enumerate() {
@@ -715,12 +691,12 @@ impl Block<'_> {
             gates,
             hn,
         } = s;
-        // With recompute, the projection is redone here and each step's gates in the loop.
+        // With recompute, each step's projection and gates are redone in the loop, exactly as
+        // the forward computed them (`project_step`, then `gates`), before they are read.
         let (mut g_all, mut hn_all) = match keep {
             Keep::Gates => (gates, hn),
-            // Every step's gates are recomputed in the loop before they are read.
             _ => (
-                self.project(&xt),
+                pool::take(t_len * n * w),
                 if lstm {
                     Vec::new()
                 } else {
@@ -736,10 +712,16 @@ impl Block<'_> {
         let mut tmp = vec![0.0f32; h];
         let mut b_x = vec![0.0f32; w];
         let mut b_hn = vec![0.0f32; if lstm { 0 } else { h }];
+        let mut xa = if keep == Keep::States {
+            vec![1.0f32; n * (i + 1)]
+        } else {
+            Vec::new()
+        };
         for t in (0..t_len).rev() {
             let g = &mut g_all[t * n * w..(t + 1) * n * w];
             let h_in = &hs[t * sz..(t + 1) * sz];
             if keep == Keep::States {
+                self.project_step(x, t, &mut xa, g);
                 let hn_t = if lstm {
                     &mut [][..]
                 } else {
