@@ -232,7 +232,6 @@ impl<B: Backend> RecurrentCore<B> {
         state: RecurrentState<B, 4>,
     ) -> RecurrentOutput<B, 3, 4> {
         let [b, t, _] = input.dims();
-        let device = input.device();
         let flags = host_flags(is_init.into_data());
         let segments = Segments::new(flags, b, t);
         let per_layer = match self.backend() {
@@ -253,23 +252,19 @@ impl<B: Backend> RecurrentCore<B> {
         };
         // ("next", state): the post-step state at the last step of each segment, zero elsewhere.
         let (l, h) = (self.num_layers(), self.hidden_size());
-        let not_end: Vec<bool> = segments.ends().into_iter().map(|e| !e).collect();
-        let not_end = Tensor::<B, 1, Bool>::from_data(TensorData::new(not_end, [b * t]), &device)
-            .reshape([b, t, 1])
-            .expand([b, t, h]);
+        let ends: std::sync::Arc<[bool]> = segments.ends().into();
         let features = per_layer.last().expect("at least one layer").0.clone();
         let (hs, cs): (Vec<_>, Vec<_>) = per_layer.into_iter().unzip();
         let cs: Option<Vec<_>> = cs.into_iter().collect();
-        // Each layer's states masked, then stacked on the layer axis. One layer is a reshape of
-        // the masked tensor, which nothing else holds (burn's CPU backend copies a reshape of
-        // a shared tensor, and `stack` of one tensor copied twice more).
+        // Each layer's states masked, then stacked on the layer axis (one layer: a reshape,
+        // which shares the masked tensor's storage on the CPU).
         let next = |entries: Vec<Tensor<B, 3>>| {
             let mut masked: Vec<Tensor<B, 3>> = entries
                 .into_iter()
-                .map(|e| e.mask_fill(not_end.clone(), 0.0))
+                .map(|e| fused::keep_rows(e, &ends))
                 .collect();
             if l == 1 {
-                masked.pop().expect("one layer").reshape([b, t, 1, h])
+                fused::reshape(masked.pop().expect("one layer"), [b, t, 1, h])
             } else {
                 Tensor::stack::<4>(masked, 2)
             }

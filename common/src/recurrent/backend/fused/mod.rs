@@ -22,6 +22,7 @@ mod kernel;
 mod pool;
 #[allow(unsafe_code)]
 mod simd;
+mod views;
 
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
@@ -43,6 +44,8 @@ pub use gemm::{square_gemm_peak, step_gemm_rate, threads};
 use kernel::{Dims, Keep, Params, Saved, Stored, Wanted};
 pub use simd::Level as SimdLevel;
 pub(crate) use simd::{gemm_packed, Packed};
+use views::slab;
+pub(crate) use views::{keep_rows, reshape};
 
 use super::scan::CellState3;
 use super::Segments;
@@ -239,7 +242,7 @@ pub(crate) fn run_layers<B: Backend>(
             } else {
                 e.clone().slice_dim(2, l..l + 1)
             };
-            own.reshape([rows, steps, hidden])
+            reshape(own, [rows, steps, hidden])
         };
         let call = Call {
             x: input,
@@ -251,14 +254,9 @@ pub(crate) fn run_layers<B: Backend>(
             b_hh: layer.bias_hh.as_ref().map(|b| b.val()),
         };
         let both = layer_call(call);
-        // A GRU's `[1, B, T, H]` is `h` itself: a reshape, no slice (whose backward builds a
-        // zero gradient of the whole output and assigns into it).
-        let (h, c) = if cell.has_cell_state() {
-            let shape = [rows, steps, hidden];
-            (slab(&both, 0, shape), Some(slab(&both, 1, shape)))
-        } else {
-            (both.reshape([rows, steps, hidden]), None)
-        };
+        let shape = [rows, steps, hidden];
+        let h = slab(&both, 0, shape);
+        let c = cell.has_cell_state().then(|| slab(&both, 1, shape));
         input = if l + 1 < layers {
             dropout.forward(h.clone())
         } else {
@@ -267,78 +265,6 @@ pub(crate) fn run_layers<B: Backend>(
         out.push((h, c));
     }
     out
-}
-
-/// Slab `k` of a layer call's `[K, B, T, H]` output as `[B, T, H]`. On [`CpuAutodiff`] a view
-/// of the output ([`autodiff_slab`]); elsewhere burn's slice and reshape.
-fn slab<B: Backend>(both: &Tensor<B, 4>, k: usize, shape: [usize; 3]) -> Tensor<B, 3> {
-    if TypeId::of::<B>() == TypeId::of::<CpuAutodiff>() {
-        return same_type(autodiff_slab(same_type(both.clone()), k));
-    }
-    both.clone().slice_dim(0, k..k + 1).reshape(shape)
-}
-
-/// Which slab [`SlabBackward`] took, of how many.
-#[derive(Clone, Debug)]
-struct SlabState {
-    k: usize,
-    slabs: usize,
-    shape: [usize; 3],
-}
-
-/// The backward of [`autodiff_slab`]: the slab's gradient placed in a zeroed `[K, B, T, H]`.
-#[derive(Debug)]
-struct SlabBackward;
-
-impl Backward<Cpu, 1> for SlabBackward {
-    type State = SlabState;
-
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [parent] = ops.parents;
-        let grad = grads.consume::<Cpu>(&ops.node);
-        if let Some(parent) = parent {
-            let SlabState { k, slabs, shape } = ops.state;
-            let n: usize = shape.iter().product();
-            let mut full = vec![0.0f32; slabs * n];
-            full[k * n..(k + 1) * n].copy_from_slice(&host(&grad));
-            let [b, t, h] = shape;
-            grads.register::<Cpu>(parent.id, primitive(full, &[slabs, b, t, h]));
-        }
-    }
-}
-
-/// Slab `k` of `[K, B, T, H]` as `[B, T, H]`, sharing the output's memory. burn's slice and
-/// reshape copied the slab, and the slice's backward filled a zero `[K, B, T, H]` one element
-/// at a time.
-fn autodiff_slab(both: Tensor<CpuAutodiff, 4>, k: usize) -> Tensor<CpuAutodiff, 3> {
-    let both: AdTensor = both.into_primitive().tensor();
-    let NdArrayTensor::F32(storage) = &both.primitive else {
-        panic!("the fused recurrent backend computes in f32");
-    };
-    let all = storage.clone().into_shared();
-    let &[slabs, b, t, h] = all.shape() else {
-        panic!(
-            "a layer call's output is [K, B, T, H], got {:?}",
-            all.shape()
-        );
-    };
-    let out = NdArrayTensor::from(all.index_axis_move(ndarray::Axis(0), k));
-    let output = match SlabBackward
-        .prepare::<NoCheckpointing>([both.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(
-            SlabState {
-                k,
-                slabs,
-                shape: [b, t, h],
-            },
-            out,
-        ),
-        OpsKind::UnTracked(prep) => prep.finish(out),
-    };
-    Tensor::from_primitive(TensorPrimitive::Float(output))
 }
 
 /// The tensors of one layer call: the layer input `x` `[B, T, in]`, its stored states `h0`,
