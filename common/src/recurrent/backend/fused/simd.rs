@@ -245,15 +245,18 @@ pub(crate) fn gemm_packed(a: Mat<'_>, b: &Packed, beta: f32, c: &mut [f32], c_rs
     let (mr, nr) = (level.mr(), level.nr());
     // Every element a kernel reads is written by `pack_a` first.
     let mut apack = pool::take(MC.min(m).div_ceil(mr) * mr * KC.min(k));
-    for jc in (0..n).step_by(NC) {
-        let nc = NC.min(n - jc);
-        for k0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - k0);
-            let beta = if k0 == 0 { beta } else { 1.0 };
-            for ic in (0..m).step_by(MC) {
-                let mc = MC.min(m - ic);
-                let blocks = mc.div_ceil(mr);
-                pack_a(a, ic, mc, k0, kc, mr, &mut apack[..blocks * kc * mr]);
+    // Each block of `a` is packed once and walked against every column block of `b` (`b` is
+    // packed already, so the column blocks only keep the part of it one row block walks in
+    // L2).
+    for k0 in (0..k).step_by(KC) {
+        let kc = KC.min(k - k0);
+        let beta = if k0 == 0 { beta } else { 1.0 };
+        for ic in (0..m).step_by(MC) {
+            let mc = MC.min(m - ic);
+            let blocks = mc.div_ceil(mr);
+            pack_a(a, ic, mc, k0, kc, mr, &mut apack[..blocks * kc * mr]);
+            for jc in (0..n).step_by(NC) {
+                let nc = NC.min(n - jc);
                 for ib in 0..blocks {
                     let i0 = ic + ib * mr;
                     let rows = mr.min(m - i0);
@@ -291,31 +294,55 @@ pub(crate) fn gemm(level: Level, a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32
 /// `[kc][mr]` (block `ib` at `ib * kc * mr`), zero past row `mc`. Reads `a` along whichever of
 /// its axes is contiguous.
 fn pack_a(a: Mat<'_>, ic: usize, mc: usize, k0: usize, kc: usize, mr: usize, out: &mut [f32]) {
-    let blocks = mc.div_ceil(mr);
-    if !mc.is_multiple_of(mr) {
-        out[(blocks - 1) * kc * mr..blocks * kc * mr].fill(0.0);
+    match mr {
+        8 => pack_a_mr::<8>(a, ic, mc, k0, kc, out),
+        6 => pack_a_mr::<6>(a, ic, mc, k0, kc, out),
+        4 => pack_a_mr::<4>(a, ic, mc, k0, kc, out),
+        _ => unreachable!("micro-tiles have 4, 6 or 8 rows"),
     }
-    if a.cs == 1 {
-        for i in 0..mc {
-            let (ib, r) = (i / mr, i % mr);
-            let src = &a.data[(ic + i) * a.rs + k0..(ic + i) * a.rs + k0 + kc];
-            let dst = &mut out[ib * kc * mr..(ib + 1) * kc * mr];
-            for (kk, &v) in src.iter().enumerate() {
-                dst[kk * mr + r] = v;
+}
+
+/// [`pack_a`] with `MR` known to the compiler: each packed `k` step (`MR` floats) is written
+/// whole, from `MR` row cursors or one contiguous run of a transposed `a` (the weight
+/// gradients' `dG^T`), without a `memcpy` call per step.
+fn pack_a_mr<const MR: usize>(
+    a: Mat<'_>,
+    ic: usize,
+    mc: usize,
+    k0: usize,
+    kc: usize,
+    out: &mut [f32],
+) {
+    for (ib, block) in out.chunks_exact_mut(kc * MR).enumerate() {
+        let i0 = ic + ib * MR;
+        let rows = MR.min(mc - ib * MR);
+        let steps = block.chunks_exact_mut(MR);
+        if rows == MR && a.cs == 1 {
+            let src: [&[f32]; MR] = std::array::from_fn(|r| {
+                let at = (i0 + r) * a.rs + k0;
+                &a.data[at..at + kc]
+            });
+            for (kk, d) in steps.enumerate() {
+                for (v, s) in d.iter_mut().zip(&src) {
+                    *v = s[kk];
+                }
             }
-        }
-    } else {
-        for kk in 0..kc {
-            let base = (k0 + kk) * a.cs + ic * a.rs;
-            for ib in 0..blocks {
-                let rows = mr.min(mc - ib * mr);
-                let dst = &mut out[ib * kc * mr + kk * mr..ib * kc * mr + kk * mr + rows];
-                if a.rs == 1 {
-                    dst.copy_from_slice(&a.data[base + ib * mr..base + ib * mr + rows]);
-                } else {
-                    for (r, d) in dst.iter_mut().enumerate() {
-                        *d = a.data[base + (ib * mr + r) * a.rs];
-                    }
+        } else if rows == MR && a.rs == 1 {
+            for (kk, d) in steps.enumerate() {
+                let at = (k0 + kk) * a.cs + i0;
+                let d: &mut [f32; MR] = d.try_into().expect("a packed step is MR floats");
+                *d = a.data[at..at + MR]
+                    .try_into()
+                    .expect("MR contiguous floats");
+            }
+        } else {
+            for (kk, d) in steps.enumerate() {
+                for (r, v) in d.iter_mut().enumerate() {
+                    *v = if r < rows {
+                        a.data[(i0 + r) * a.rs + (k0 + kk) * a.cs]
+                    } else {
+                        0.0
+                    };
                 }
             }
         }
