@@ -6,6 +6,9 @@
 //! materialized `[B, T, H]` boolean tensor. Around one fused layer call those were whole
 //! `[B, T, H]` copies on one thread: an eighth of a forward+backward at T = 64.
 
+use std::any::TypeId;
+use std::sync::Arc;
+
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
@@ -14,8 +17,6 @@ use burn::backend::ndarray::NdArrayTensor;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 use ndarray::{ArcArray, IxDyn};
-use std::any::TypeId;
-use std::sync::Arc;
 
 use super::{host, primitive, same_type, AdTensor};
 use crate::backend::{Cpu, CpuAutodiff};
@@ -88,12 +89,23 @@ impl Backward<Cpu, 1> for ReshapeBackward {
 fn autodiff_reshape<const D: usize>(t: AdTensor, shape: &[usize]) -> Tensor<CpuAutodiff, D> {
     let input_shape = t.primitive.shape().to_vec();
     let out = reshaped(t.primitive.clone(), shape);
-    let output = match ReshapeBackward
-        .prepare::<NoCheckpointing>([t.node.clone()])
+    node(ReshapeBackward, &t, input_shape, out)
+}
+
+/// `out` as the output of the one-parent node `op` on `input`, keeping `state` for the
+/// backward where the graph tracks `input`.
+fn node<Op: Backward<Cpu, 1>, const D: usize>(
+    op: Op,
+    input: &AdTensor,
+    state: Op::State,
+    out: NdArrayTensor,
+) -> Tensor<CpuAutodiff, D> {
+    let output = match op
+        .prepare::<NoCheckpointing>([input.node.clone()])
         .compute_bound()
         .stateful()
     {
-        OpsKind::Tracked(prep) => prep.finish(input_shape, out),
+        OpsKind::Tracked(prep) => prep.finish(state, out),
         OpsKind::UnTracked(prep) => prep.finish(out),
     };
     Tensor::from_primitive(TensorPrimitive::Float(output))
@@ -157,22 +169,12 @@ fn autodiff_slab(both: Tensor<CpuAutodiff, 4>, k: usize) -> Tensor<CpuAutodiff, 
         );
     };
     let out = NdArrayTensor::from(all.index_axis_move(ndarray::Axis(0), k));
-    let output = match SlabBackward
-        .prepare::<NoCheckpointing>([both.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(
-            SlabState {
-                k,
-                slabs,
-                shape: [b, t, h],
-            },
-            out,
-        ),
-        OpsKind::UnTracked(prep) => prep.finish(out),
+    let state = SlabState {
+        k,
+        slabs,
+        shape: [b, t, h],
     };
-    Tensor::from_primitive(TensorPrimitive::Float(output))
+    node(SlabBackward, &both, state, out)
 }
 
 /// `t` (`[B, T, H]`) with the rows `(b, t)` where `keep[b * T + t]` is false set to zero.
@@ -230,15 +232,7 @@ impl Backward<Cpu, 1> for KeepRowsBackward {
 
 fn autodiff_keep_rows(t: AdTensor, keep: &Arc<[bool]>, h: usize) -> Tensor<CpuAutodiff, 3> {
     let out = kept(&t.primitive, keep, h);
-    let output = match KeepRowsBackward
-        .prepare::<NoCheckpointing>([t.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish((keep.clone(), h), out),
-        OpsKind::UnTracked(prep) => prep.finish(out),
-    };
-    Tensor::from_primitive(TensorPrimitive::Float(output))
+    node(KeepRowsBackward, &t, (keep.clone(), h), out)
 }
 
 #[cfg(test)]
