@@ -23,7 +23,9 @@
 use super::gemm::{blocks, parallel, split_mut, Mat};
 use super::pool;
 use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
-use crate::recurrent::math::{gru_hidden, lstm_cell_state, sigmoid_in_place, tanh_in_place};
+use crate::recurrent::math::{
+    gru_hidden, lstm_cell_state, sigmoid, sigmoid_in_place, tanh, tanh_in_place,
+};
 use crate::recurrent::CellKind;
 
 /// Sizes of one layer call.
@@ -95,47 +97,44 @@ impl Params<'_> {
     }
 }
 
-/// `W_hh` packed once per layer call for the per-step GEMMs, shared by every step and thread.
+/// The weights packed once per layer call for the per-step GEMMs, shared by every step and
+/// thread. A step's GEMM input is a row `[h_in | x_t | 1]` per batch row ([`Block::gates`]).
 struct Packs {
     level: Level,
-    /// `W_hh^T` (`[H, G*H]`): the forward's `h W_hh^T` (and the recompute's).
+    /// LSTM: `[W_hh^T; W_ih^T; bias]` (`[H + in + 1, 4H]`, the bias of
+    /// `Params::input_bias`): a step's whole pre-activation in one GEMM, in the forward and in
+    /// the recompute alike.
+    w_step: Option<Packed>,
+    /// GRU: `W_hh^T` (`[H, 3H]`): `h W_hh^T` apart from the input side, whose n block sits
+    /// inside `r * (...)`.
     w_hh_t: Option<Packed>,
+    /// GRU: `[W_ih^T; bias]` (`[in + 1, 3H]`): the input side of a step.
+    w_ih_aug: Option<Packed>,
     /// The backward's `dG W_hh`: LSTM all of `W_hh` (`[4H, H]`); GRU its r and z rows
     /// (`[2H, H]`).
     w_hh: Option<Packed>,
     /// GRU: the n rows of `W_hh` (`[H, H]`).
     w_hh_n: Option<Packed>,
-    /// `[W_ih^T; bias]` (`[in + 1, G*H]`, the bias of `Params::input_bias`): the per-step
-    /// input projection of `[x_t | 1]`, in the forward and in the recompute alike.
-    w_ih_aug: Option<Packed>,
 }
 
 impl Packs {
     fn new(d: &Dims, p: &Params<'_>, forward: bool, backward: bool) -> Self {
         let level = Level::current();
-        let (h, w) = (d.hidden, d.width());
-        let pack = |m: Mat<'_>| Packed::new(m, level);
-        let rz = match d.cell {
-            CellKind::Lstm => w,
-            CellKind::Gru => 2 * h,
-        };
+        let (h, w, i) = (d.hidden, d.width(), d.input);
+        let lstm = d.cell == CellKind::Lstm;
+        let rz = if lstm { w } else { 2 * h };
+        let w_hh_t = Mat::rows(p.w_hh, w, h).t();
+        let w_ih_t = Mat::rows(p.w_ih, w, i).t();
+        let bias = p.input_bias(d);
+        let bias = Mat::rows(&bias, 1, w);
         Self {
             level,
-            w_hh_t: forward.then(|| pack(Mat::rows(p.w_hh, w, h).t())),
-            w_hh: backward.then(|| pack(Mat::rows(&p.w_hh[..rz * h], rz, h))),
-            w_hh_n: (backward && d.cell == CellKind::Gru)
-                .then(|| pack(Mat::rows(&p.w_hh[rz * h..], h, h))),
-            w_ih_aug: forward.then(|| {
-                let i = d.input;
-                let mut aug = vec![0.0f32; (i + 1) * w];
-                for (row, weights) in p.w_ih.chunks_exact(i).enumerate() {
-                    for (k, &v) in weights.iter().enumerate() {
-                        aug[k * w + row] = v;
-                    }
-                }
-                aug[i * w..].copy_from_slice(&p.input_bias(d));
-                pack(Mat::rows(&aug, i + 1, w))
-            }),
+            w_step: (forward && lstm).then(|| Packed::stacked(&[w_hh_t, w_ih_t, bias], level)),
+            w_hh_t: (forward && !lstm).then(|| Packed::new(w_hh_t, level)),
+            w_ih_aug: (forward && !lstm).then(|| Packed::stacked(&[w_ih_t, bias], level)),
+            w_hh: backward.then(|| Packed::new(Mat::rows(&p.w_hh[..rz * h], rz, h), level)),
+            w_hh_n: (backward && !lstm)
+                .then(|| Packed::new(Mat::rows(&p.w_hh[rz * h..], h, h), level)),
         }
     }
 
@@ -227,10 +226,58 @@ pub(crate) fn saved_bytes(d: &Dims, keep: Keep) -> usize {
     4 * per_row * d.rows * d.steps
 }
 
+/// Where a layer call writes its post-step `c` (LSTM): `[B, T, layers, H]` at `layer` (a
+/// `[B, T, H]` buffer is `layers = 1`), every step or only the segment ends.
+pub(crate) struct CellOut<'a> {
+    pub buf: &'a mut [f32],
+    pub layers: usize,
+    pub layer: usize,
+    /// Only the steps that end a segment (what the `next` state keeps); the other elements
+    /// of `buf` are left as they are.
+    pub ends_only: bool,
+}
+
+impl<'a> CellOut<'a> {
+    /// Every step's `c` into `buf` (`[B, T, H]`).
+    pub fn every_step(buf: &'a mut [f32]) -> Self {
+        Self {
+            buf,
+            layers: 1,
+            layer: 0,
+            ends_only: false,
+        }
+    }
+
+    /// Per block of rows, its rows of `self`.
+    fn split(self, lens: &[usize], steps: usize, hidden: usize) -> Vec<CellOut<'a>> {
+        let unit = steps * self.layers * hidden;
+        let (layers, layer, ends_only) = (self.layers, self.layer, self.ends_only);
+        split_mut(self.buf, lens.iter().copied(), unit)
+            .into_iter()
+            .map(|buf| CellOut {
+                buf,
+                layers,
+                layer,
+                ends_only,
+            })
+            .collect()
+    }
+
+    /// Block row `r`'s `c` after step `t` (this is the block's part of the buffer).
+    #[inline(always)]
+    fn write(&mut self, block: &Block<'_>, r: usize, t: usize, c: &[f32]) {
+        if !self.ends_only || block.ends(r, t) {
+            let h = c.len();
+            let at = ((r * block.d.steps + t) * self.layers + self.layer) * h;
+            self.buf[at..at + h].copy_from_slice(c);
+        }
+    }
+}
+
 /// Runs one layer over `[B, T]`. `start[b * T + t]` marks the steps that take the stored
 /// state (`t = 0` must be marked). Writes the post-step `h` of every step to `out_h`
-/// `[B, T, H]` and, for an LSTM, `c` to `out_c` (every element: their old values do not
-/// matter); returns what `keep` asks to save.
+/// `[B, T, H]` (every element: their old values do not matter) and, for an LSTM, `c` to
+/// `out_c` (see [`CellOut`]); returns what `keep` asks to save.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     d: &Dims,
@@ -241,7 +288,7 @@ pub(crate) fn forward(
     keep: Keep,
     threads: usize,
     out_h: &mut [f32],
-    out_c: Option<&mut [f32]>,
+    out_c: Option<CellOut<'_>>,
 ) -> Saved {
     let (b, t, h) = (d.rows, d.steps, d.hidden);
     let lstm = d.cell.has_cell_state();
@@ -262,18 +309,19 @@ pub(crate) fn forward(
     );
     assert_eq!(out_h.len(), b * t * h, "out_h is [B, T, H]");
     assert_eq!(
-        out_c.as_ref().map(|c| c.len()),
-        lstm.then_some(b * t * h),
-        "out_c"
+        out_c.as_ref().map(|c| c.buf.len()),
+        lstm.then(|| out_c.as_ref().map_or(0, |c| b * t * c.layers * h)),
+        "out_c is [B, T, layers, H]"
+    );
+    assert!(
+        out_c.as_ref().is_none_or(|c| c.layer < c.layers),
+        "out_c layer in range"
     );
     let parts = blocks(b, threads);
     let lens: Vec<usize> = parts.iter().map(|&(_, n)| n).collect();
     let hs = split_mut(out_h, lens.iter().copied(), t * h);
-    let mut cs: Vec<Option<&mut [f32]>> = match out_c {
-        Some(out_c) => split_mut(out_c, lens.iter().copied(), t * h)
-            .into_iter()
-            .map(Some)
-            .collect(),
+    let mut cs: Vec<Option<CellOut<'_>>> = match out_c {
+        Some(out_c) => out_c.split(&lens, t, h).into_iter().map(Some).collect(),
         None => parts.iter().map(|_| None).collect(),
     };
     let bias_hn = p.hidden_n_bias(d);
@@ -454,39 +502,75 @@ impl Block<'_> {
         xt
     }
 
-    /// Step `t`'s input projection plus biases into `g` (`[n][G*H]`, every element written):
-    /// `[x_t | 1] [W_ih^T; bias]`. `xa` (`[n][in + 1]`, last column 1) receives `x_t`.
-    fn project_step(&self, x: &[f32], t: usize, xa: &mut [f32], g: &mut [f32]) {
-        let (steps, i, w) = (self.d.steps, self.d.input, self.d.width());
-        for (r, row) in xa.chunks_exact_mut(i + 1).enumerate() {
+    /// Width of a step's GEMM input row `[h_in | x_t | 1]`.
+    fn step_width(&self) -> usize {
+        self.d.hidden + self.d.input + 1
+    }
+
+    /// A step-input buffer (`[n][H + in + 1]`, the last column 1; the rest is written by
+    /// [`Self::set_x`] and the state writes before a step reads it).
+    fn step_input(&self) -> Vec<f32> {
+        vec![1.0f32; self.n * self.step_width()]
+    }
+
+    /// Writes step `t`'s inputs into the `x_t` part of the step input `a`.
+    fn set_x(&self, x: &[f32], t: usize, a: &mut [f32]) {
+        let (steps, h, i) = (self.d.steps, self.d.hidden, self.d.input);
+        for (r, row) in a.chunks_exact_mut(self.step_width()).enumerate() {
             let at = ((self.first + r) * steps + t) * i;
-            row[..i].copy_from_slice(&x[at..at + i]);
+            row[h..h + i].copy_from_slice(&x[at..at + i]);
         }
-        let w_ih_aug = Packs::get(&self.packs.w_ih_aug);
-        gemm_packed(Mat::rows(xa, self.n, i + 1), w_ih_aug, 0.0, g, w);
     }
 
     /// Replaces the rows that start at step `t` with their stored state (`values` is
-    /// `stored.h` or `stored.c`).
-    fn reset(&self, t: usize, state: &mut [f32], stored: &Stored<'_>, values: &[f32]) {
+    /// `stored.h` or `stored.c`); row `r` of `state` starts at `r * stride`.
+    fn reset(
+        &self,
+        t: usize,
+        state: &mut [f32],
+        stride: usize,
+        stored: &Stored<'_>,
+        values: &[f32],
+    ) {
         let h = self.d.hidden;
         for r in 0..self.n {
             if self.starts(r, t) {
                 let at = stored.at(self.d, self.first + r, t);
-                state[r * h..(r + 1) * h].copy_from_slice(&values[at..at + h]);
+                state[r * stride..r * stride + h].copy_from_slice(&values[at..at + h]);
             }
         }
     }
 
-    /// Turns step `t`'s pre-activations `g` (`[n][G*H]`, input projection already in) into
-    /// post-activation gates, given the state entering the step `h_in` (`[n][H]`). For a GRU
-    /// `scratch` (`[n][3H]`) receives `h W_hh^T` and `hn` (`[n][H]`) `h W_hn^T + b_hn`.
-    fn gates(&self, g: &mut [f32], h_in: &[f32], scratch: &mut [f32], hn: &mut [f32]) {
-        let (n, h, w) = (self.n, self.d.hidden, self.d.width());
-        let w_hh_t = Packs::get(&self.packs.w_hh_t);
+    /// Whether block row `r`'s segment ends at step `t` (its post-step state is `next`).
+    fn ends(&self, r: usize, t: usize) -> bool {
+        t + 1 == self.d.steps || self.starts(r, t + 1)
+    }
+
+    /// LSTM: step `t`'s pre-activation gates into `g` (`[n][4H]`, every element written) from
+    /// the step input `a` (`[n][H + in + 1]`: `[h_in | x_t | 1]`): one GEMM,
+    /// `a [W_hh^T; W_ih^T; bias]`.
+    fn pre_activations(&self, a: &[f32], g: &mut [f32]) {
+        let w_step = Packs::get(&self.packs.w_step);
+        gemm_packed(
+            Mat::rows(a, self.n, self.step_width()),
+            w_step,
+            0.0,
+            g,
+            self.d.width(),
+        );
+    }
+
+    /// Step `t`'s post-activation gates into `g` (`[n][G*H]`, every element written) from
+    /// the step input `a` (`[n][H + in + 1]`: `[h_in | x_t | 1]`). An LSTM's pre-activations
+    /// are one GEMM (`a [W_hh^T; W_ih^T; bias]`). A GRU's input and hidden sides are two, as
+    /// its n gate needs `h W_hn^T + b_hn` alone: `scratch` (`[n][3H]`) receives `h W_hh^T` and
+    /// `hn` (`[n][H]`) `h W_hn^T + b_hn`.
+    fn gates(&self, a: &[f32], g: &mut [f32], scratch: &mut [f32], hn: &mut [f32]) {
+        let (n, h, w, i) = (self.n, self.d.hidden, self.d.width(), self.d.input);
+        let aw = self.step_width();
         match self.d.cell {
             CellKind::Lstm => {
-                gemm_packed(Mat::rows(h_in, n, h), w_hh_t, 1.0, g, w);
+                self.pre_activations(a, g);
                 vectorized(
                     self.packs.level,
                     #[inline(always)]
@@ -500,7 +584,10 @@ impl Block<'_> {
                 );
             }
             CellKind::Gru => {
-                gemm_packed(Mat::rows(h_in, n, h), w_hh_t, 0.0, scratch, w);
+                let w_ih_aug = Packs::get(&self.packs.w_ih_aug);
+                gemm_packed(Mat::strided(&a[h..], n, i + 1, aw), w_ih_aug, 0.0, g, w);
+                let w_hh_t = Packs::get(&self.packs.w_hh_t);
+                gemm_packed(Mat::strided(a, n, h, aw), w_hh_t, 0.0, scratch, w);
                 vectorized(
                     self.packs.level,
                     #[inline(always)]
@@ -538,28 +625,33 @@ impl Block<'_> {
         stored: Stored<'_>,
         keep: Keep,
         out_h: &mut [f32],
-        mut out_c: Option<&mut [f32]>,
+        mut out_c: Option<CellOut<'_>>,
     ) -> BlockSaved {
         let (t_len, n, h, w) = (self.d.steps, self.n, self.d.hidden, self.d.width());
         let lstm = self.d.cell.has_cell_state();
+        let aw = self.step_width();
         // Pre-activations: every step's slab when saving the gates, else one slab reused by
-        // each step. Step `t`'s slab is written by its input projection right before its
-        // recurrent product and gate pass, so it is still in cache for them (one projection
-        // GEMM over all steps up front streamed the whole `[T][n][G*H]` through memory twice
-        // more). Every element a step reads is written by `project_step` first.
+        // each step, written whole by the step's GEMM.
         let mut xg = pool::take(if keep == Keep::Gates {
             t_len * n * w
         } else {
             n * w
         });
-        let mut xa = vec![1.0f32; n * (self.d.input + 1)];
-        // State slots: every step's entering state when saving, else two that alternate. Pool
+        // The step inputs `[h_in | x_t | 1]`, two that alternate: step t writes its `h` into
+        // the other one, which step t + 1 reads (every row is reset at t = 0).
+        let mut inputs = [self.step_input(), self.step_input()];
+        // Saved `h` entering each step (a copy of the step input's `h` part).
+        let sz = n * h;
+        let mut hs = if keep == Keep::Nothing {
+            Vec::new()
+        } else {
+            pool::take(t_len * sz)
+        };
+        // `c` slots: every step's entering state when saving, else two that alternate. Pool
         // buffers: slot t is written before step t reads it (every row is reset at t = 0,
         // slot t + 1 is step t's output).
         let slots = if keep == Keep::Nothing { 2 } else { t_len + 1 };
         let slot = |t: usize| if keep == Keep::Nothing { t % 2 } else { t };
-        let sz = n * h;
-        let mut hs = pool::take(slots * sz);
         let mut cs = if lstm {
             pool::take(slots * sz)
         } else {
@@ -574,56 +666,54 @@ impl Block<'_> {
         };
         let mut hn_step = vec![0.0f32; if lstm { 0 } else { sz }];
         let mut scratch = vec![0.0f32; if lstm { 0 } else { n * w }];
-        let mut tmp = vec![0.0f32; h];
         for t in 0..t_len {
-            let (cur, next) = two_slots(&mut hs, slot(t), slot(t + 1), sz);
-            self.reset(t, cur, &stored, stored.h);
+            let [even, odd] = &mut inputs;
+            let (cur, next) = if t % 2 == 0 { (even, odd) } else { (odd, even) };
+            self.reset(t, cur, aw, &stored, stored.h);
+            if keep != Keep::Nothing {
+                for (r, saved) in hs[t * sz..(t + 1) * sz].chunks_exact_mut(h).enumerate() {
+                    saved.copy_from_slice(&cur[r * aw..r * aw + h]);
+                }
+            }
+            self.set_x(x, t, cur);
             let g = if keep == Keep::Gates {
                 &mut xg[t * n * w..(t + 1) * n * w]
             } else {
                 &mut xg[..]
             };
-            self.project_step(x, t, &mut xa, g);
             let hn = if gru_gates {
                 &mut hn_all[t * sz..(t + 1) * sz]
             } else {
                 &mut hn_step[..]
             };
-            self.gates(g, cur, &mut scratch, hn);
             if lstm {
                 let (c_cur, c_next) = two_slots(&mut cs, slot(t), slot(t + 1), sz);
-                self.reset(t, c_cur, &stored, stored.c.expect("an LSTM has c0"));
+                self.reset(t, c_cur, h, &stored, stored.c.expect("an LSTM has c0"));
+                self.pre_activations(cur, g);
+                let save_gates = keep == Keep::Gates;
                 vectorized(
                     self.packs.level,
                     #[inline(always)]
                     || {
                         for r in 0..n {
-                            let gr = &g[r * w..(r + 1) * w];
-                            let (ig, rest) = gr.split_at(h);
-                            let (fg, rest) = rest.split_at(h);
-                            let (gg, og) = rest.split_at(h);
-                            let c_in = &c_cur[r * h..(r + 1) * h];
-                            let c_new = &mut c_next[r * h..(r + 1) * h];
-                            for ((((c, &ci), &i), &f), &gv) in
-                                c_new.iter_mut().zip(c_in).zip(ig).zip(fg).zip(gg)
-                            {
-                                *c = lstm_cell_state(i, f, gv, ci);
-                            }
-                            tmp.copy_from_slice(c_new);
-                            tanh_in_place(&mut tmp);
-                            let h_new = &mut next[r * h..(r + 1) * h];
-                            for ((hv, &tc), &o) in h_new.iter_mut().zip(&tmp).zip(og) {
-                                *hv = o * tc;
-                            }
                             let at = (r * t_len + t) * h;
-                            out_h[at..at + h].copy_from_slice(h_new);
-                            if let Some(oc) = out_c.as_deref_mut() {
-                                oc[at..at + h].copy_from_slice(c_new);
+                            let c_new = &mut c_next[r * h..(r + 1) * h];
+                            lstm_update(
+                                &mut g[r * w..(r + 1) * w],
+                                &c_cur[r * h..(r + 1) * h],
+                                c_new,
+                                &mut next[r * aw..r * aw + h],
+                                &mut out_h[at..at + h],
+                                save_gates,
+                            );
+                            if let Some(oc) = out_c.as_mut() {
+                                oc.write(self, r, t, c_new);
                             }
                         }
                     },
                 );
             } else {
+                self.gates(cur, g, &mut scratch, hn);
                 vectorized(
                     self.packs.level,
                     #[inline(always)]
@@ -632,8 +722,8 @@ impl Block<'_> {
                             let gr = &g[r * w..(r + 1) * w];
                             let z = &gr[h..2 * h];
                             let nn = &gr[2 * h..];
-                            let h_in = &cur[r * h..(r + 1) * h];
-                            let h_new = &mut next[r * h..(r + 1) * h];
+                            let h_in = &cur[r * aw..r * aw + h];
+                            let h_new = &mut next[r * aw..r * aw + h];
                             for (((hv, &hi), &z), &nv) in h_new.iter_mut().zip(h_in).zip(z).zip(nn)
                             {
                                 *hv = gru_hidden(z, nv, hi);
@@ -646,12 +736,11 @@ impl Block<'_> {
             }
         }
         if keep == Keep::Nothing {
-            for buf in [xg, hs, cs] {
+            for buf in [xg, cs] {
                 pool::give(buf);
             }
             return BlockSaved::default();
         }
-        hs.truncate(t_len * sz);
         cs.truncate(t_len * sz);
         let gates = if keep == Keep::Gates {
             xg
@@ -691,8 +780,8 @@ impl Block<'_> {
             gates,
             hn,
         } = s;
-        // With recompute, each step's projection and gates are redone in the loop, exactly as
-        // the forward computed them (`project_step`, then `gates`), before they are read.
+        // With recompute, each step's gates are redone in the loop, exactly as the forward
+        // computed them (the step input `[h_in | x_t | 1]`, then `gates`), before they are read.
         let (mut g_all, mut hn_all) = match keep {
             Keep::Gates => (gates, hn),
             _ => (
@@ -712,22 +801,26 @@ impl Block<'_> {
         let mut tmp = vec![0.0f32; h];
         let mut b_x = vec![0.0f32; w];
         let mut b_hn = vec![0.0f32; if lstm { 0 } else { h }];
-        let mut xa = if keep == Keep::States {
-            vec![1.0f32; n * (i + 1)]
+        let mut step_input = if keep == Keep::States {
+            self.step_input()
         } else {
             Vec::new()
         };
+        let aw = self.step_width();
         for t in (0..t_len).rev() {
             let g = &mut g_all[t * n * w..(t + 1) * n * w];
             let h_in = &hs[t * sz..(t + 1) * sz];
             if keep == Keep::States {
-                self.project_step(x, t, &mut xa, g);
+                for (r, saved) in h_in.chunks_exact(h).enumerate() {
+                    step_input[r * aw..r * aw + h].copy_from_slice(saved);
+                }
+                self.set_x(x, t, &mut step_input);
                 let hn_t = if lstm {
                     &mut [][..]
                 } else {
                     &mut hn_all[t * sz..(t + 1) * sz]
                 };
-                self.gates(g, h_in, &mut scratch, hn_t);
+                self.gates(&step_input, g, &mut scratch, hn_t);
             }
             // dh = dL/dh_t from the output plus what step t + 1 sent back.
             vectorized(
@@ -974,6 +1067,38 @@ impl Block<'_> {
     }
 }
 
+/// One LSTM row's step from its pre-activation gates `g` (`[4H]`: i, f, g, o) and entering
+/// cell state `c_in`, in one pass: the activations, `c' = f c + i g` into `c_new` and
+/// `h' = o tanh(c')` into `h_new` and `out_h`. With `save_gates` the activations replace the
+/// pre-activations in `g` (what the backward reads); otherwise `g` is only read.
+#[inline(always)]
+fn lstm_update(
+    g: &mut [f32],
+    c_in: &[f32],
+    c_new: &mut [f32],
+    h_new: &mut [f32],
+    out_h: &mut [f32],
+    save_gates: bool,
+) {
+    let h = c_in.len();
+    let (ig, rest) = g.split_at_mut(h);
+    let (fg, rest) = rest.split_at_mut(h);
+    let (gg, og) = rest.split_at_mut(h);
+    let (c_new, h_new, out_h) = (&mut c_new[..h], &mut h_new[..h], &mut out_h[..h]);
+    let og = &mut og[..h];
+    for j in 0..h {
+        let (i, f, gv, o) = (sigmoid(ig[j]), sigmoid(fg[j]), tanh(gg[j]), sigmoid(og[j]));
+        if save_gates {
+            (ig[j], fg[j], gg[j], og[j]) = (i, f, gv, o);
+        }
+        let c = lstm_cell_state(i, f, gv, c_in[j]);
+        c_new[j] = c;
+        let hv = o * tanh(c);
+        h_new[j] = hv;
+        out_h[j] = hv;
+    }
+}
+
 /// Per block, its rows of `buf` (`lens[i] * unit` elements each), or `None` for every block
 /// when `buf` is empty (a gradient not asked for).
 fn opt_split<'a>(buf: &'a mut [f32], lens: &[usize], unit: usize) -> Vec<Option<&'a mut [f32]>> {
@@ -1080,7 +1205,7 @@ mod tests {
                 keep,
                 threads,
                 out_h,
-                lstm.then_some(out_c),
+                lstm.then_some(CellOut::every_step(out_c)),
             );
             (out, saved)
         }

@@ -41,7 +41,7 @@ use ndarray::{ArcArray, IxDyn};
 
 pub(crate) use gemm::Mat;
 pub use gemm::{square_gemm_peak, step_gemm_rate, threads};
-use kernel::{Dims, Keep, Params, Saved, Stored, Wanted};
+use kernel::{CellOut, Dims, Keep, Params, Saved, Stored, Wanted};
 pub use simd::Level as SimdLevel;
 pub(crate) use simd::{gemm_packed, Packed};
 use views::slab;
@@ -148,7 +148,13 @@ pub(crate) fn inference<B: Backend>(
         } else {
             pool::take(slab)
         };
-        let mut out_c = lstm.then(|| pool::take(slab));
+        // `c` goes straight to `next` at the segment ends; no step needs it afterwards.
+        let out_c = next_c.as_deref_mut().map(|buf| CellOut {
+            buf,
+            layers,
+            layer: l,
+            ends_only: true,
+        });
         let states = Stored {
             h: &stored_h,
             c: stored_c.as_deref(),
@@ -164,21 +170,11 @@ pub(crate) fn inference<B: Backend>(
             Keep::Nothing,
             threads(),
             &mut out_h,
-            out_c.as_deref_mut(),
+            out_c,
         );
-        for (out, next) in [
-            (Some(&out_h), Some(&mut next_h)),
-            (out_c.as_ref(), next_c.as_mut()),
-        ] {
-            if let (Some(out), Some(next)) = (out, next) {
-                for &pos in &ends {
-                    let at = (pos * layers + l) * hidden;
-                    next[at..at + hidden].copy_from_slice(&out[pos * hidden..(pos + 1) * hidden]);
-                }
-            }
-        }
-        if let Some(c) = out_c {
-            pool::give(c);
+        for &pos in &ends {
+            let at = (pos * layers + l) * hidden;
+            next_h[at..at + hidden].copy_from_slice(&out_h[pos * hidden..(pos + 1) * hidden]);
         }
         if let Cow::Owned(previous) = std::mem::replace(&mut input, Cow::Owned(out_h)) {
             pool::give(previous);
@@ -505,7 +501,7 @@ fn autodiff_layer(
             keep,
             threads(),
             out_h,
-            d.cell.has_cell_state().then_some(out_c),
+            d.cell.has_cell_state().then(|| CellOut::every_step(out_c)),
         );
         let shape = [d.slabs(), d.rows, d.steps, d.hidden];
         (primitive(out, &shape), saved)

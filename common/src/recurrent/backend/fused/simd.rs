@@ -170,30 +170,45 @@ pub(crate) struct Packed {
 impl Packed {
     /// Packs `b` for GEMMs at `level` (a pool buffer, every element written).
     pub fn new(b: Mat<'_>, level: Level) -> Self {
+        Self::stacked(&[b], level)
+    }
+
+    /// Packs the matrices of `parts` stacked along `k` (`[k1 + k2 + .., n]`, each part
+    /// `[k_i, n]`), so that one GEMM multiplies `[a1 | a2 | ..]` by all of them.
+    pub fn stacked(parts: &[Mat<'_>], level: Level) -> Self {
         let nr = level.nr();
-        let (k, n) = (b.rows, b.cols);
+        let n = parts.first().map_or(0, |b| b.cols);
+        assert!(
+            parts.iter().all(|b| b.cols == n),
+            "stacked parts have n columns"
+        );
+        let k: usize = parts.iter().map(|b| b.rows).sum();
         let panels = n.div_ceil(nr);
         let mut data = pool::take(panels * k * nr);
         for p in 0..panels {
             let panel = &mut data[p * k * nr..(p + 1) * k * nr];
             let cols = nr.min(n - p * nr);
-            if b.cs == 1 {
-                for kk in 0..k {
-                    let src = &b.data[kk * b.rs + p * nr..kk * b.rs + p * nr + cols];
-                    let dst = &mut panel[kk * nr..(kk + 1) * nr];
-                    dst[..cols].copy_from_slice(src);
-                    dst[cols..].fill(0.0);
-                }
-            } else {
-                for j in 0..nr {
-                    if j < cols {
-                        let col = (p * nr + j) * b.cs;
-                        for kk in 0..k {
-                            panel[kk * nr + j] = b.data[col + kk * b.rs];
-                        }
-                    } else {
-                        for kk in 0..k {
-                            panel[kk * nr + j] = 0.0;
+            let mut k0 = 0;
+            for b in parts {
+                let part = &mut panel[k0 * nr..(k0 + b.rows) * nr];
+                k0 += b.rows;
+                if b.cs == 1 {
+                    for (kk, dst) in part.chunks_exact_mut(nr).enumerate() {
+                        let src = &b.data[kk * b.rs + p * nr..kk * b.rs + p * nr + cols];
+                        dst[..cols].copy_from_slice(src);
+                        dst[cols..].fill(0.0);
+                    }
+                } else {
+                    for j in 0..nr {
+                        if j < cols {
+                            let col = (p * nr + j) * b.cs;
+                            for kk in 0..b.rows {
+                                part[kk * nr + j] = b.data[col + kk * b.rs];
+                            }
+                        } else {
+                            for kk in 0..b.rows {
+                                part[kk * nr + j] = 0.0;
+                            }
                         }
                     }
                 }
