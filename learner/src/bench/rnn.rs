@@ -382,10 +382,12 @@ impl RnnBench {
                     let before = on_cpu.then(|| self.peak());
                     let samples = match pass {
                         Pass::Fwd => {
-                            self.time(|| forward(&inference, &work, self, steps, false, device))
+                            let inputs = Inputs::new(&work, self, cell, steps, device);
+                            self.time(|| forward(&inference, &inputs, false, device))
                         }
                         Pass::FwdBwd => {
-                            self.time(|| forward(&module, &work, self, steps, true, device))
+                            let inputs = Inputs::new(&work, self, cell, steps, device);
+                            self.time(|| forward(&module, &inputs, true, device))
                         }
                     };
                     let peak = before.map(|before| (before + self.peak()) / 2.0);
@@ -479,37 +481,66 @@ impl RnnBench {
     }
 }
 
+/// One row's call inputs on the device: `x` `[B, T, in]`, `is_init` `[B, T]` and zero stored
+/// states `[B, T, L, H]`, built once before the row's calls (each call takes clones, which
+/// share the data). The TorchRL bench builds its inputs and zero states once per row too, so
+/// both sides time the module call alone.
+struct Inputs<B: Backend> {
+    x: Tensor<B, 3>,
+    is_init: Tensor<B, 2, Bool>,
+    state: RecurrentState<B, 4>,
+}
+
+impl<B: Backend> Inputs<B> {
+    fn new(
+        work: &Workload,
+        bench: &RnnBench,
+        cell: CellKind,
+        steps: usize,
+        device: &B::Device,
+    ) -> Self {
+        let (b, l, h) = (bench.batch, bench.layers, bench.hidden);
+        let x = Tensor::<B, 3>::from_data(
+            TensorData::new(work.x.clone(), [b, steps, bench.input]),
+            device,
+        );
+        let is_init = Tensor::<B, 2, Bool>::from_data(
+            TensorData::new(work.is_init.clone(), [b, steps]),
+            device,
+        );
+        // Zero states from a zeroed buffer: burn's `Tensor::zeros` fills its data one element
+        // at a time.
+        let zeros = || {
+            Tensor::<B, 4>::from_data(
+                TensorData::new(vec![0.0f32; b * steps * l * h], [b, steps, l, h]),
+                device,
+            )
+        };
+        Self {
+            x,
+            is_init,
+            state: RecurrentState {
+                rs_h: zeros(),
+                rs_c: cell.has_cell_state().then(zeros),
+            },
+        }
+    }
+}
+
 /// One recurrent-mode call (and, with `backward`, the backward pass of `sum(features)`).
 fn forward<B: MaybeBackward>(
     module: &RecurrentCore<B>,
-    work: &Workload,
-    bench: &RnnBench,
-    steps: usize,
+    inputs: &Inputs<B>,
     backward: bool,
     device: &B::Device,
 ) {
-    let (b, l, h) = (bench.batch, bench.layers, bench.hidden);
-    let x = Tensor::<B, 3>::from_data(
-        TensorData::new(work.x.clone(), [b, steps, bench.input]),
-        device,
-    );
-    let is_init =
-        Tensor::<B, 2, Bool>::from_data(TensorData::new(work.is_init.clone(), [b, steps]), device);
-    // Zero states from a zeroed buffer: burn's `Tensor::zeros` fills its data one element at
-    // a time (a tenth of a fused forward at T = 128 on the CPU); `torch.zeros` is a memset.
-    let zeros = || {
-        Tensor::<B, 4>::from_data(
-            TensorData::new(vec![0.0f32; b * steps * l * h], [b, steps, l, h]),
-            device,
-        )
-    };
-    let state = RecurrentState {
-        rs_h: zeros(),
-        rs_c: module.cell().has_cell_state().then(zeros),
-    };
     let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
     let out = module
-        .forward_batch(x, is_init, state)
+        .forward_batch(
+            inputs.x.clone(),
+            inputs.is_init.clone(),
+            inputs.state.clone(),
+        )
         .expect("benchmark shapes are consistent");
     B::finish(out.features.sum(), backward, device);
 }
