@@ -24,8 +24,14 @@ use super::gemm::{blocks, parallel, split_mut, Mat};
 use super::pool;
 use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
 use crate::recurrent::math::{
-    gru_hidden, lstm_cell_state, sigmoid, sigmoid_in_place, tanh, tanh_in_place,
+    gru_hidden, lstm_cell_state, sigmoid_in_place, sigmoid_with, tanh_in_place, tanh_with,
+    OneRounding,
 };
+
+/// The activations' multiply-adds: fused (one instruction in the AVX2/AVX-512 passes, see
+/// `vectorized`). Forward, recompute and backward all use it, so recomputed gates are the
+/// forward's bits.
+type Fma = OneRounding;
 use crate::recurrent::CellKind;
 
 /// Sizes of one layer call.
@@ -576,9 +582,9 @@ impl Block<'_> {
                     #[inline(always)]
                     || {
                         for row in g.chunks_exact_mut(w) {
-                            sigmoid_in_place(&mut row[..2 * h]);
-                            tanh_in_place(&mut row[2 * h..3 * h]);
-                            sigmoid_in_place(&mut row[3 * h..]);
+                            sigmoid_in_place::<Fma>(&mut row[..2 * h]);
+                            tanh_in_place::<Fma>(&mut row[2 * h..3 * h]);
+                            sigmoid_in_place::<Fma>(&mut row[3 * h..]);
                         }
                     },
                 );
@@ -601,7 +607,7 @@ impl Block<'_> {
                             for (a, b) in rz.iter_mut().zip(&s[..2 * h]) {
                                 *a += b;
                             }
-                            sigmoid_in_place(rz);
+                            sigmoid_in_place::<Fma>(rz);
                             for ((v, &sv), &b) in
                                 hn_row.iter_mut().zip(&s[2 * h..]).zip(self.bias_hn)
                             {
@@ -610,7 +616,7 @@ impl Block<'_> {
                             for ((x, &r), &v) in nn.iter_mut().zip(&rz[..h]).zip(hn_row.iter()) {
                                 *x += r * v;
                             }
-                            tanh_in_place(nn);
+                            tanh_in_place::<Fma>(nn);
                         }
                     },
                 );
@@ -863,7 +869,7 @@ impl Block<'_> {
                                     *v = lstm_cell_state(i, f, gv, ci);
                                 }
                             }
-                            tanh_in_place(&mut tmp);
+                            tanh_in_place::<Fma>(&mut tmp);
                             let (ig, rest) = row.split_at_mut(h);
                             let (fg, rest) = rest.split_at_mut(h);
                             let (gg, og) = rest.split_at_mut(h);
@@ -1087,13 +1093,18 @@ fn lstm_update(
     let (c_new, h_new, out_h) = (&mut c_new[..h], &mut h_new[..h], &mut out_h[..h]);
     let og = &mut og[..h];
     for j in 0..h {
-        let (i, f, gv, o) = (sigmoid(ig[j]), sigmoid(fg[j]), tanh(gg[j]), sigmoid(og[j]));
+        let (i, f, gv, o) = (
+            sigmoid_with::<Fma>(ig[j]),
+            sigmoid_with::<Fma>(fg[j]),
+            tanh_with::<Fma>(gg[j]),
+            sigmoid_with::<Fma>(og[j]),
+        );
         if save_gates {
             (ig[j], fg[j], gg[j], og[j]) = (i, f, gv, o);
         }
         let c = lstm_cell_state(i, f, gv, c_in[j]);
         c_new[j] = c;
-        let hv = o * tanh(c);
+        let hv = o * tanh_with::<Fma>(c);
         h_new[j] = hv;
         out_h[j] = hv;
     }
