@@ -9,16 +9,17 @@
 //! Work is split by batch rows: each thread owns a contiguous block of rows for the whole time
 //! loop (rows are independent, so the threads never wait on each other). Inside a block every
 //! per-step buffer is **time-major** (`[T][rows][...]`), so a step touches one contiguous slab:
-//! - forward: one GEMM projects the inputs of all steps (`[T*rows, in] x [in, G*H]`, biases
-//!   folded in); then per step one GEMM `h W_hh^T` and one pass that applies the gates, the
-//!   reset (the state entering step `t` is the stored state where `is_init[b, t]`, and at
-//!   `t = 0`), the state update and the output write.
+//! - forward: per step, a GEMM input row `[h_in | x_t | 1]` per batch row (the state entering
+//!   step `t` is the stored state where `is_init[b, t]`, and at `t = 0`). An LSTM multiplies
+//!   it by `[W_hh^T; W_ih^T; bias]` in one GEMM, then one pass per row applies the gates,
+//!   updates the state and writes the outputs ([`lstm_update`]); a GRU runs two GEMMs (input
+//!   and hidden side), a gate pass and the update.
 //! - backward: the reverse time loop turns the saved gates into pre-activation gradients in
 //!   place (one GEMM per step, `dG W_hh`, carries `dh` to the step before; at a reset it goes to
 //!   the stored state instead); the weight gradients are then three large GEMMs over all
 //!   `T*rows` rows (`dW_hh = dG^T H_in`, `dW_ih = dG^T X`, `dX = dG W_ih`), biases column sums.
 //! - `Keep::States` (`recompute = "full"`) saves only the states entering each step; the
-//!   backward recomputes the projection (one GEMM) and each step's gates (one GEMM per step).
+//!   backward recomputes each step's gates from them, as the forward computed them.
 
 use super::gemm::{blocks, parallel, split_mut, Mat};
 use super::pool;
