@@ -28,12 +28,12 @@ use crate::recurrent::math::{
     gru_hidden, lstm_cell_state, sigmoid_in_place, sigmoid_with, tanh_in_place, tanh_with,
     OneRounding,
 };
+use crate::recurrent::CellKind;
 
 /// The activations' multiply-adds: fused (one instruction in the AVX2/AVX-512 passes, see
 /// `vectorized`). Forward, recompute and backward all use it, so recomputed gates are the
 /// forward's bits.
 type Fma = OneRounding;
-use crate::recurrent::CellKind;
 
 /// Sizes of one layer call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
