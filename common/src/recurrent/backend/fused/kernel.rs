@@ -315,15 +315,15 @@ pub(crate) fn forward(
         "stored c"
     );
     assert_eq!(out_h.len(), b * t * h, "out_h is [B, T, H]");
-    assert_eq!(
-        out_c.as_ref().map(|c| c.buf.len()),
-        lstm.then(|| out_c.as_ref().map_or(0, |c| b * t * c.layers * h)),
-        "out_c is [B, T, layers, H]"
-    );
-    assert!(
-        out_c.as_ref().is_none_or(|c| c.layer < c.layers),
-        "out_c layer in range"
-    );
+    assert_eq!(out_c.is_some(), lstm, "out_c exactly for an LSTM");
+    if let Some(c) = &out_c {
+        assert_eq!(
+            c.buf.len(),
+            b * t * c.layers * h,
+            "out_c is [B, T, layers, H]"
+        );
+        assert!(c.layer < c.layers, "out_c layer in range");
+    }
     let parts = blocks(b, threads);
     let lens: Vec<usize> = parts.iter().map(|&(_, n)| n).collect();
     let hs = split_mut(out_h, lens.iter().copied(), t * h);
