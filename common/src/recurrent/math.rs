@@ -184,6 +184,7 @@ mod tests {
         assert_eq!(tanh_with::<M>(100.0), 1.0);
         assert_eq!(tanh_with::<M>(-100.0), -1.0);
     }
+
     /// Both multiply-add flavours (the actor's and the fused kernel's).
     #[test]
     fn fast_exp_sigmoid_tanh_are_accurate() {
