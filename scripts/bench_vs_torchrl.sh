@@ -53,7 +53,7 @@ Per side:
 Output:
   --out FILE             JSON-lines file of both runs and the ratio lines
                          [default: docs/bench-rnn-vs-torchrl-<threads>cores.jsonl]
-  --no-build             use target/release/recur-bench as it is (default: cargo build
+  --no-build             use the built recur-bench as it is (default: cargo build
                          --release first; nothing to do when it is up to date)
 
 Environment: RECUR_BENCH=path (a recur-bench binary, used as is), RECUR_BENCH_VENV
@@ -146,7 +146,7 @@ if [[ $skip_recur -eq 0 ]]; then
         bin="$RECUR_BENCH"
         [[ -x "$bin" ]] || die "RECUR_BENCH=$bin is not an executable"
     else
-        bin="$ROOT/target/release/recur-bench"
+        bin="$(cd "$ROOT" && . scripts/target_dir.sh && target_dir)/release/recur-bench"
         if [[ $build -eq 1 || ! -x "$bin" ]]; then
             say "cargo build --release -p recur-learner --bin recur-bench"
             (cd "$ROOT" && cargo build --release -p recur-learner --bin recur-bench) >&2

@@ -70,7 +70,7 @@ probe() {
 }
 
 tests() {
-    RECUR_REFERENCE_DIR="${RECUR_REFERENCE_DIR:-$ROOT/../shared/reference}" \
+    RECUR_REFERENCE_DIR="${RECUR_REFERENCE_DIR:-$ROOT/tests/reference}" \
         "$BIN/cube_kernels_cuda" --test-threads 1
 }
 

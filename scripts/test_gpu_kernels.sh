@@ -29,7 +29,6 @@ if [[ "${RECUR_VK_ICD:-lavapipe}" == lavapipe ]]; then
 fi
 # lavapipe/wgpu warn when there is no session runtime directory; give them one.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
-export RECUR_REFERENCE_DIR="${RECUR_REFERENCE_DIR:-../shared/reference}"
 
 start=$SECONDS
 # Only the crate that has the kernels, only their test target.

@@ -121,10 +121,10 @@ impl Netns {
                 std::env::var_os("RECUR_REQUIRE_NETNS").is_none(),
                 "RECUR_REQUIRE_NETNS is set but a network namespace cannot be created: {e}"
             );
-            eprintln!(
-                "SKIPPED: network namespaces are not available here ({e}); run as root \
+            recur_tests::report_skip(&format!(
+                "network namespaces are not available here ({e}); run as root \
                  (CI does) to run this test"
-            );
+            ));
             return None;
         }
         // From here on the namespace exists: the guard deletes it whatever fails next.

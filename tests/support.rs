@@ -253,10 +253,20 @@ pub fn python_module_available(module: &str) -> bool {
             "RECUR_REQUIRE_PYTHON=1 but {python} cannot import {module} \
              (python3 -m pip install gymnasium numpy popgym)"
         );
-        eprintln!(
-            "SKIPPED: {python} cannot import {module}; install it \
-             (python3 -m pip install gymnasium numpy popgym) to run this test"
-        );
+        report_skip(&format!(
+            "{python} cannot import {module}; install it \
+             (python3 -m pip install numpy gymnasium popgym) to run this test"
+        ));
     }
     ok
+}
+
+/// Says that the calling test passes without running, and why, on the process's real stderr:
+/// `cargo test` captures a passing test's `eprintln!`, and a skip must be seen in the run's
+/// output (`SKIPPED <test>: <why>`, just above that binary's `test result:` line).
+pub fn report_skip(why: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {why}");
 }

@@ -44,7 +44,7 @@ fn load_text(relative: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "reference file {} cannot be read ({e}); set RECUR_REFERENCE_DIR to the directory \
-             holding envs/ (default ../shared/reference)",
+             holding envs/ (default tests/reference in the repository)",
             path.display()
         )
     })

@@ -288,3 +288,57 @@ fn reference_files_are_present() {
         );
     }
 }
+
+/// The tests read whatever `RECUR_REFERENCE_DIR` names, and a changed value in it fails them:
+/// this binary runs its own sequential-mode test twice against a copy of the reference data,
+/// once as it is (passes) and once with one feature value moved by 1e-3 (fails, naming it).
+#[test]
+fn reference_dir_override_is_read_and_a_changed_value_fails() {
+    if std::env::var_os("RECUR_REFERENCE_SELF_TEST").is_some() {
+        return; // the child runs below; never recurse
+    }
+    let source = common::reference::reference_dir().join("rnn");
+    let copy = std::env::temp_dir().join(format!("recur-reference-copy-{}", std::process::id()));
+    let rnn = copy.join("rnn");
+    std::fs::create_dir_all(&rnn).unwrap();
+    for name in FILES {
+        let file = format!("{name}.json");
+        std::fs::copy(source.join(&file), rnn.join(&file)).unwrap();
+    }
+    let run = || {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sequential_mode_matches_reference_step_by_step",
+                "--test-threads",
+                "1",
+            ])
+            .env("RECUR_REFERENCE_DIR", &copy)
+            .env("RECUR_REFERENCE_SELF_TEST", "1")
+            .output()
+            .unwrap()
+    };
+    let intact = run();
+    assert!(
+        intact.status.success(),
+        "the unchanged copy must pass: {}",
+        String::from_utf8_lossy(&intact.stdout)
+    );
+
+    let path = rnn.join("lstm_l1.json");
+    let mut file: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let value = &mut file["sequential"]["step_data"][3]["features"]["data"][5];
+    *value = Value::from(value.as_f64().unwrap() + 1e-3);
+    std::fs::write(&path, serde_json::to_string(&file).unwrap()).unwrap();
+    let changed = run();
+    let _ = std::fs::remove_dir_all(&copy);
+    let out = String::from_utf8_lossy(&changed.stdout);
+    assert!(
+        !changed.status.success(),
+        "a reference value moved by 1e-3 must fail the test: {out}"
+    );
+    assert!(
+        out.contains("lstm_l1/sequential/t=3/features"),
+        "the failure names the changed value: {out}"
+    );
+}

@@ -16,7 +16,7 @@ pub fn load_json(relative: &str) -> Value {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "reference file {} cannot be read ({e}); set RECUR_REFERENCE_DIR to the directory \
-             holding rnn/ and envs/ (default ../shared/reference)",
+             holding rnn/ and envs/ (default tests/reference in the repository)",
             path.display()
         )
     });
