@@ -36,7 +36,11 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     (
-        prop_oneof![Just(CellKind::Lstm), Just(CellKind::Gru)],
+        prop_oneof![
+            Just(CellKind::Lstm),
+            Just(CellKind::Gru),
+            Just(CellKind::MinGru)
+        ],
         1usize..5,
         1usize..6,
         1usize..4,
@@ -89,31 +93,13 @@ impl Case {
             .with_recompute(recompute);
         let device = cpu_device();
         // Same seed, same parameters: build once and load into the other backend.
-        let reference = match self.cell {
-            CellKind::Lstm => {
-                config
-                    .clone()
-                    .with_backend(RecurrentBackend::Scan)
-                    .with_recompute(Recompute::None)
-                    .init_lstm::<B>(&device)
-                    .unwrap()
-                    .core
-            }
-            CellKind::Gru => {
-                config
-                    .clone()
-                    .with_backend(RecurrentBackend::Scan)
-                    .with_recompute(Recompute::None)
-                    .init_gru::<B>(&device)
-                    .unwrap()
-                    .core
-            }
-        };
+        let scan = config
+            .clone()
+            .with_backend(RecurrentBackend::Scan)
+            .with_recompute(Recompute::None);
+        let reference = RecurrentCore::<B>::new(&scan, self.cell, &device).unwrap();
         let params = random_params(&reference, self.seed);
-        let core = match self.cell {
-            CellKind::Lstm => config.init_lstm::<B>(&device).unwrap().core,
-            CellKind::Gru => config.init_gru::<B>(&device).unwrap().core,
-        };
+        let core = RecurrentCore::<B>::new(&config, self.cell, &device).unwrap();
         core.load_parameters(params).unwrap()
     }
 

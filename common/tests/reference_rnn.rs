@@ -12,7 +12,14 @@ use common::recurrent::{
 use serde_json::Value;
 use support::*;
 
-const FILES: [&str; 4] = ["lstm_l1", "lstm_l2", "gru_l1", "gru_l2"];
+const FILES: [&str; 6] = [
+    "lstm_l1",
+    "lstm_l2",
+    "gru_l1",
+    "gru_l2",
+    "mingru_l1",
+    "mingru_l2",
+];
 const ABS: f32 = 1e-5;
 const GRAD_REL: f32 = 1e-4;
 
@@ -30,6 +37,7 @@ fn module(file: &Value, backend: RecurrentBackend, recompute: Recompute) -> Recu
     let core = match cell {
         CellKind::Lstm => config.init_lstm::<B>(&device).unwrap().core,
         CellKind::Gru => config.init_gru::<B>(&device).unwrap().core,
+        CellKind::MinGru => config.init_mingru::<B>(&device).unwrap().core,
     };
     let expected: Vec<String> = file["param_names"]
         .as_array()
@@ -112,7 +120,7 @@ fn check_packed(name: &str, backend: RecurrentBackend, recompute: Recompute, fla
     assert_close(
         &what("next_rs_h"),
         &data(next.rs_h),
-        &reference(&rp["next_rs_h"]),
+        &expected_next_h(rp),
         ABS,
         0.0,
     );
@@ -168,6 +176,26 @@ fn check_packed(name: &str, backend: RecurrentBackend, recompute: Recompute, fla
     }
 }
 
+/// The expected `("next", rs_h)` `[B, T, L, H]`: the file's `next_rs_h` (LSTM/GRU), or, for
+/// the minGRU files, their state after every step (`next_rs_h_every_step`) kept at the last
+/// step of each segment (before an `is_init` or at the row's end) and zero elsewhere.
+fn expected_next_h(rp: &Value) -> Vec<f32> {
+    if let Some(next) = rp.get("next_rs_h") {
+        return reference(next);
+    }
+    let (shape, every) = floats(&rp["next_rs_h_every_step"]);
+    let (_, init) = bools(&rp["is_init"]);
+    let (t_len, lh) = (shape[1], shape[2] * shape[3]);
+    let mut want = every;
+    for (pos, chunk) in want.chunks_exact_mut(lh).enumerate() {
+        let last = (pos + 1) % t_len == 0 || init[pos + 1];
+        if !last {
+            chunk.fill(0.0);
+        }
+    }
+    want
+}
+
 /// The step-by-step case: our own `next` state is carried into the following step.
 fn check_sequential(name: &str) {
     let file = load_json(&format!("rnn/{name}.json"));
@@ -180,7 +208,12 @@ fn check_sequential(name: &str) {
     let seq = &file["sequential"];
     let device = cpu_device();
     let mut carried: Option<RecurrentState<B, 3>> = None;
-    for step in seq["step_data"].as_array().unwrap() {
+    // LSTM/GRU files: `step_data` and a count `steps`; minGRU files: `steps` and a count `T`.
+    let (records, count) = match seq.get("step_data") {
+        Some(records) => (records.as_array().unwrap(), &seq["steps"]),
+        None => (seq["steps"].as_array().unwrap(), &seq["T"]),
+    };
+    for step in records {
         let t = step["t"].as_u64().unwrap();
         let what = |x: &str| format!("{name}/sequential/t={t}/{x}");
         let (shape, init) = bools(&step["is_init"]);
@@ -223,10 +256,7 @@ fn check_sequential(name: &str) {
         }
         carried = Some(out.next);
     }
-    assert_eq!(
-        seq["step_data"].as_array().unwrap().len(),
-        seq["steps"].as_u64().unwrap() as usize
-    );
+    assert_eq!(records.len(), count.as_u64().unwrap() as usize);
 }
 
 #[test]

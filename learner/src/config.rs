@@ -993,13 +993,16 @@ fn frame_bytes(p: &PolicySection) -> u64 {
 }
 
 fn training_bytes(p: &PolicySection) -> u64 {
-    let gates = match p.cell {
-        CellKind::Lstm => 4,
-        CellKind::Gru => 3,
-    };
+    let gates = p.cell.gates() as u128;
     let h = p.hidden_size as u128;
     let input = p.encoder.last().copied().unwrap_or(8) as u128;
-    let core = gates * h * (input + h + 2) * p.num_layers as u128;
+    // W_ih and b_ih, plus W_hh and b_hh where the cell has them.
+    let per_gate = if p.cell.has_hidden_weights() {
+        input + h + 2
+    } else {
+        input + 1
+    };
+    let core = gates * h * per_gate * p.num_layers as u128;
     let encoder: u128 = p
         .encoder
         .windows(2)

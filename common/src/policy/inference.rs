@@ -11,7 +11,9 @@
 use super::{ActionSpec, Policy};
 use crate::backend::to_vec as host;
 use crate::recurrent::fused::{gemm_packed, Mat, Packed, SimdLevel};
-use crate::recurrent::math::{gru_hidden, lstm_cell_state, sigmoid, tanh};
+use crate::recurrent::math::{
+    gru_hidden, lstm_cell_state, mingru_g_with, mingru_hidden, sigmoid, tanh, TwoRoundings,
+};
 use crate::recurrent::CellKind;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
@@ -55,12 +57,12 @@ impl Dense {
     }
 }
 
-/// One recurrent layer: `W_ih^T` `[in, G*H]`, `W_hh^T` `[H, G*H]`, biases `[G*H]` (zeros
-/// without bias).
+/// One recurrent layer: `W_ih^T` `[in, G*H]`, `W_hh^T` `[H, G*H]` (none for minGRU), biases
+/// `[G*H]` (zeros without bias).
 #[derive(Clone, Debug)]
 struct CellWeights {
     wih_t: Weight,
-    whh_t: Weight,
+    whh_t: Option<Weight>,
     b_ih: Vec<f32>,
     b_hh: Vec<f32>,
 }
@@ -129,11 +131,9 @@ impl InferencePolicy {
                     };
                     CellWeights {
                         wih_t: Weight::new(host(layer.weight_ih.val().transpose()), inputs, gh),
-                        whh_t: Weight::new(
-                            host(layer.weight_hh.val().transpose()),
-                            core.hidden_size(),
-                            gh,
-                        ),
+                        whh_t: layer.weight_hh.as_ref().map(|w| {
+                            Weight::new(host(w.val().transpose()), core.hidden_size(), gh)
+                        }),
                         b_ih: bias(&layer.bias_ih),
                         b_hh: bias(&layer.bias_hh),
                     }
@@ -282,7 +282,7 @@ impl InferencePolicy {
             match self.cell {
                 CellKind::Lstm => {
                     // One gate buffer: x W_ih^T + h W_hh^T, then the biases in the fused pass.
-                    matmul(&self.h, n, &w.whh_t, &mut self.gx, 1.0);
+                    matmul(&self.h, n, hidden_weights(w), &mut self.gx, 1.0);
                     for row in 0..n {
                         let gates = &self.gx[row * g..(row + 1) * g];
                         let h = &mut self.h[row * hdim..(row + 1) * hdim];
@@ -297,12 +297,22 @@ impl InferencePolicy {
                 CellKind::Gru => {
                     // The n gate needs h W_hn^T + b_hn on its own.
                     self.gh.resize(n * g, 0.0);
-                    matmul(&self.h, n, &w.whh_t, &mut self.gh, 0.0);
+                    matmul(&self.h, n, hidden_weights(w), &mut self.gh, 0.0);
                     for row in 0..n {
                         let gx = &self.gx[row * g..(row + 1) * g];
                         let gh = &self.gh[row * g..(row + 1) * g];
                         let h = &mut self.h[row * hdim..(row + 1) * hdim];
                         gru_cell(gx, gh, &w.b_ih, &w.b_hh, h);
+                        out.next_h[row * lh + l * hdim..row * lh + (l + 1) * hdim]
+                            .copy_from_slice(h);
+                    }
+                }
+                CellKind::MinGru => {
+                    // Both gates from the input alone: h' = h + z (g(v) - h).
+                    for row in 0..n {
+                        let gx = &self.gx[row * g..(row + 1) * g];
+                        let h = &mut self.h[row * hdim..(row + 1) * hdim];
+                        mingru_cell(gx, &w.b_ih, h);
                         out.next_h[row * lh + l * hdim..row * lh + (l + 1) * hdim]
                             .copy_from_slice(h);
                     }
@@ -371,6 +381,21 @@ fn gru_cell(gx: &[f32], gh: &[f32], b_ih: &[f32], b_hh: &[f32], h: &mut [f32]) {
     }
 }
 
+/// One minGRU row: `gx` = x [W_z; W_h]^T `[2H]` (z, h); updates `h` in place.
+fn mingru_cell(gx: &[f32], b_ih: &[f32], h: &mut [f32]) {
+    let hd = h.len();
+    for j in 0..hd {
+        let z = sigmoid(gx[j] + b_ih[j]);
+        let candidate = mingru_g_with::<TwoRoundings>(gx[hd + j] + b_ih[hd + j]);
+        h[j] = mingru_hidden(z, candidate, h[j]);
+    }
+}
+
+/// A layer's `W_hh^T`; LSTM and GRU layers have one (minGRU's arm never asks).
+fn hidden_weights(w: &CellWeights) -> &Weight {
+    w.whh_t.as_ref().expect("LSTM and GRU layers have W_hh")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,7 +418,11 @@ mod tests {
                 high: vec![2.0, 1.0],
             },
         ];
-        for (k, cell) in [CellKind::Lstm, CellKind::Gru].into_iter().enumerate() {
+        for (c, cell) in [CellKind::Lstm, CellKind::Gru, CellKind::MinGru]
+            .into_iter()
+            .enumerate()
+        {
+            let k = c % actions.len();
             for layers in [1, 2] {
                 for (e, encoder) in [vec![], vec![16], vec![8, 12]].into_iter().enumerate() {
                     // A separate critic core on one encoder of each cell and depth.
@@ -409,7 +438,7 @@ mod tests {
                         .with_encoder(encoder.clone())
                         .with_critic_core(critic);
                     let policy = config
-                        .init_seeded::<Cpu>(k as u64 + 10 * layers as u64, &device)
+                        .init_seeded::<Cpu>(c as u64 + 10 * layers as u64, &device)
                         .unwrap();
                     // Two layers: a normalizer that shifts, scales and clips (observations
                     // reach +-2, normalized ones are clipped at 1.5).

@@ -1,6 +1,6 @@
 //! The cells' element-wise math on the host, shared by the fused kernel
 //! ([`fused`](super::fused)) and the actor's inference path (`policy::inference`): vectorizable
-//! `exp`, `sigmoid` and `tanh`, and the LSTM and GRU state updates.
+//! `exp`, `sigmoid` and `tanh`, and the LSTM, GRU and minGRU state updates.
 //!
 //! libm's scalar `expf` is a function call per element; the cells evaluate `G*H` activations per
 //! row and step, as many as the GEMM has output elements, so a call each would cost as much as
@@ -103,6 +103,24 @@ pub(crate) fn lstm_cell_state(i: f32, f: f32, g: f32, c: f32) -> f32 {
 #[inline(always)]
 pub(crate) fn gru_hidden(z: f32, n: f32, h: f32) -> f32 {
     n + z * (h - n)
+}
+
+/// minGRU's candidate activation `g(v) = v + 0.5` for `v >= 0`, `sigmoid(v)` below
+/// (continuous at 0, positive everywhere), with the multiply-adds of `M`.
+#[inline(always)]
+pub(crate) fn mingru_g_with<M: MulAdd>(v: f32) -> f32 {
+    if v >= 0.0 {
+        v + 0.5
+    } else {
+        sigmoid_with::<M>(v)
+    }
+}
+
+/// minGRU's new hidden state from its update gate `z`, candidate `h~` and incoming state `h`:
+/// `h' = (1 - z) h + z h~`, computed as `h + z (h~ - h)`.
+#[inline(always)]
+pub(crate) fn mingru_hidden(z: f32, candidate: f32, h: f32) -> f32 {
+    h + z * (candidate - h)
 }
 
 #[inline(always)]

@@ -53,6 +53,6 @@ pub use error::RecurrentError;
 pub use layer::RecurrentLayer;
 pub use mode::{current_recurrent_mode, set_recurrent_mode, RecurrentMode, RecurrentModeGuard};
 pub use module::RecurrentCore;
-pub use modules::{GruModule, LstmModule};
+pub use modules::{GruModule, LstmModule, MinGruModule};
 pub use primer::{Primer, PrimerEntry};
 pub use state::{RecurrentOutput, RecurrentState};

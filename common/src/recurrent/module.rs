@@ -1,5 +1,6 @@
-//! [`RecurrentCore`]: the multi-layer LSTM/GRU shared by [`LstmModule`](super::LstmModule) and
-//! [`GruModule`](super::GruModule), with both execution modes.
+//! [`RecurrentCore`]: the multi-layer LSTM/GRU/minGRU shared by
+//! [`LstmModule`](super::LstmModule), [`GruModule`](super::GruModule) and
+//! [`MinGruModule`](super::MinGruModule), with both execution modes.
 
 use std::collections::HashMap;
 
@@ -8,14 +9,14 @@ use burn::nn::DropoutConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, Tensor, TensorData};
 
-use super::backend::{fused, fused_kernels, pad, scan, CellState, Segments};
+use super::backend::{fused, fused_kernels_for, pad, scan, CellState, Segments};
 use super::layer::RecurrentLayer;
 use super::{
     current_recurrent_mode, CellKind, Primer, PrimerEntry, RecurrentBackend, RecurrentConfig,
     RecurrentError, RecurrentMode, RecurrentOutput, RecurrentState,
 };
 
-/// A stack of LSTM or GRU layers with TorchRL's two execution modes.
+/// A stack of LSTM, GRU or minGRU layers with TorchRL's two execution modes.
 ///
 /// - **Sequential** ([`forward`](Self::forward) on `[N, ...]`): one step of `N` environments;
 ///   the incoming state is zeroed where `is_init` is true.
@@ -44,7 +45,7 @@ impl<B: Backend> RecurrentCore<B> {
         cell: CellKind,
         device: &B::Device,
     ) -> Result<Self, RecurrentError> {
-        config.validate(cell, fused_kernels::<B>())?;
+        config.validate(cell, fused_kernels_for::<B>(cell))?;
         let layers = (0..config.num_layers)
             .map(|l| {
                 let input = if l == 0 {
@@ -86,7 +87,7 @@ impl<B: Backend> RecurrentCore<B> {
     pub fn backend(&self) -> RecurrentBackend {
         self.config
             .backend
-            .resolve_for(fused_kernels::<B>().available())
+            .resolve_for(fused_kernels_for::<B>(self.cell).available())
     }
 
     /// The mode a call made now on this thread runs in.
@@ -329,23 +330,25 @@ impl<B: Backend> RecurrentCore<B> {
             (None, true) => Err(RecurrentError::State(
                 "LstmModule needs rs_c (the cell state) beside rs_h; got rs_h only".into(),
             )),
-            (Some(_), false) => Err(RecurrentError::State(
-                "GruModule has no cell state, but rs_c was given".into(),
-            )),
+            (Some(_), false) => Err(RecurrentError::State(format!(
+                "{} has no cell state, but rs_c was given",
+                self.cell.module_name()
+            ))),
         }
     }
 
     /// Parameter names in PyTorch's canonical order: per layer `weight_ih_l{k}`,
-    /// `weight_hh_l{k}`, then (with bias) `bias_ih_l{k}`, `bias_hh_l{k}`.
+    /// `weight_hh_l{k}`, then (with bias) `bias_ih_l{k}`, `bias_hh_l{k}`; for minGRU
+    /// `weight_z_l{k}`, `weight_h_l{k}`, `bias_z_l{k}`, `bias_h_l{k}`.
     pub fn param_names(&self) -> Vec<String> {
-        self.named_tensors().into_iter().map(|(n, _)| n).collect()
+        self.named_tensors().into_iter().map(|n| n.name).collect()
     }
 
     /// Every parameter by PyTorch name, as data (row-major, PyTorch's layout).
     pub fn named_parameters(&self) -> Vec<(String, TensorData)> {
         self.named_tensors()
             .into_iter()
-            .map(|(name, t)| (name, t.data()))
+            .map(|n| (n.name, n.tensor.rows(n.rows).data()))
             .collect()
     }
 
@@ -362,27 +365,37 @@ impl<B: Backend> RecurrentCore<B> {
                 return Err(param_error(&name, "given twice"));
             }
         }
-        let known = self.param_names();
-        if let Some(unknown) = given.keys().find(|n| !known.contains(n)) {
+        let named = self.named_tensors();
+        let known: Vec<&str> = named.iter().map(|n| n.name.as_str()).collect();
+        if let Some(unknown) = given.keys().find(|n| !known.contains(&n.as_str())) {
             return Err(param_error(
                 unknown,
                 &format!("not a parameter of this module (expected one of {known:?})"),
             ));
         }
-        let mut take = |name: String, shape: Vec<usize>| -> Result<TensorData, RecurrentError> {
+        // Each layer tensor's values, its named row blocks concatenated in order.
+        let mut values: HashMap<(usize, Slot), Vec<f32>> = HashMap::new();
+        for n in &named {
+            let mut shape = n.tensor.dims();
+            shape[0] = n.rows.len();
             let data = given
-                .remove(&name)
-                .ok_or_else(|| param_error(&name, "missing"))?;
+                .remove(&n.name)
+                .ok_or_else(|| param_error(&n.name, "missing"))?;
             if data.shape.to_vec() != shape {
                 return Err(param_error(
-                    &name,
+                    &n.name,
                     &format!("has shape {:?}, expected {:?}", data.shape.to_vec(), shape),
                 ));
             }
-            Ok(data.convert::<f32>())
-        };
+            let data = data.convert::<f32>().to_vec::<f32>().expect("f32 data");
+            values.entry((n.layer, n.slot)).or_default().extend(data);
+        }
         for (k, layer) in self.layers.iter_mut().enumerate() {
             let device = layer.weight_ih.val().device();
+            let mut take = |slot: Slot, dims: Vec<usize>| {
+                let v = values.remove(&(k, slot)).expect("every slot is named");
+                TensorData::new(v, dims)
+            };
             let matrix = |p: &Param<Tensor<B, 2>>, data| {
                 Param::from_tensor(Tensor::from_data(data, &device))
                     .set_require_grad(p.is_require_grad())
@@ -391,44 +404,58 @@ impl<B: Backend> RecurrentCore<B> {
                 Param::from_tensor(Tensor::from_data(data, &device))
                     .set_require_grad(p.is_require_grad())
             };
-            let data = take(
-                format!("weight_ih_l{k}"),
-                layer.weight_ih.val().dims().to_vec(),
-            )?;
+            let data = take(Slot::WeightIh, layer.weight_ih.val().dims().to_vec());
             layer.weight_ih = matrix(&layer.weight_ih, data);
-            let data = take(
-                format!("weight_hh_l{k}"),
-                layer.weight_hh.val().dims().to_vec(),
-            )?;
-            layer.weight_hh = matrix(&layer.weight_hh, data);
+            if let Some(p) = &layer.weight_hh {
+                let data = take(Slot::WeightHh, p.val().dims().to_vec());
+                layer.weight_hh = Some(matrix(p, data));
+            }
             if let Some(p) = &layer.bias_ih {
-                let data = take(format!("bias_ih_l{k}"), p.val().dims().to_vec())?;
+                let data = take(Slot::BiasIh, p.val().dims().to_vec());
                 layer.bias_ih = Some(vector(p, data));
             }
             if let Some(p) = &layer.bias_hh {
-                let data = take(format!("bias_hh_l{k}"), p.val().dims().to_vec())?;
+                let data = take(Slot::BiasHh, p.val().dims().to_vec());
                 layer.bias_hh = Some(vector(p, data));
             }
         }
         Ok(self)
     }
 
-    fn named_tensors(&self) -> Vec<(String, NamedTensor<B>)> {
+    /// Every named parameter: the layer tensor it lives in and its block of rows (minGRU's
+    /// `weight_z`/`weight_h` are the two row halves of the layer's stacked `weight_ih`).
+    fn named_tensors(&self) -> Vec<Named<B>> {
         let mut out = Vec::new();
+        let h = self.hidden_size();
         for (k, layer) in self.layers.iter().enumerate() {
-            out.push((
-                format!("weight_ih_l{k}"),
-                NamedTensor::Matrix(layer.weight_ih.val()),
-            ));
-            out.push((
-                format!("weight_hh_l{k}"),
-                NamedTensor::Matrix(layer.weight_hh.val()),
-            ));
+            let mut push = |slot: Slot, tensor: NamedTensor<B>| {
+                let rows = tensor.dims()[0];
+                let blocks: Vec<(String, std::ops::Range<usize>)> = match self.cell {
+                    CellKind::MinGru => vec![
+                        (format!("{}_z_l{k}", slot.kind()), 0..h),
+                        (format!("{}_h_l{k}", slot.kind()), h..2 * h),
+                    ],
+                    _ => vec![(format!("{}_l{k}", slot.torch_name()), 0..rows)],
+                };
+                for (name, rows) in blocks {
+                    out.push(Named {
+                        name,
+                        layer: k,
+                        slot,
+                        tensor: tensor.clone(),
+                        rows,
+                    });
+                }
+            };
+            push(Slot::WeightIh, NamedTensor::Matrix(layer.weight_ih.val()));
+            if let Some(w) = &layer.weight_hh {
+                push(Slot::WeightHh, NamedTensor::Matrix(w.val()));
+            }
             if let Some(b) = &layer.bias_ih {
-                out.push((format!("bias_ih_l{k}"), NamedTensor::Vector(b.val())));
+                push(Slot::BiasIh, NamedTensor::Vector(b.val()));
             }
             if let Some(b) = &layer.bias_hh {
-                out.push((format!("bias_hh_l{k}"), NamedTensor::Vector(b.val())));
+                push(Slot::BiasHh, NamedTensor::Vector(b.val()));
             }
         }
         out
@@ -440,18 +467,81 @@ impl<B: AutodiffBackend> RecurrentCore<B> {
     pub fn named_grads(&self, grads: &B::Gradients) -> Vec<(String, TensorData)> {
         self.named_tensors()
             .into_iter()
-            .map(|(name, t)| (name, t.grad(grads)))
+            .map(|n| (n.name, n.tensor.grad(grads, n.rows)))
             .collect()
     }
 }
 
+/// A layer's parameter tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Slot {
+    WeightIh,
+    WeightHh,
+    BiasIh,
+    BiasHh,
+}
+
+impl Slot {
+    /// `weight_ih` ... as PyTorch's RNNs name it (before the `_l{k}` suffix).
+    fn torch_name(self) -> &'static str {
+        match self {
+            Slot::WeightIh => "weight_ih",
+            Slot::WeightHh => "weight_hh",
+            Slot::BiasIh => "bias_ih",
+            Slot::BiasHh => "bias_hh",
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        if self.is_bias() {
+            "bias"
+        } else {
+            "weight"
+        }
+    }
+
+    fn is_bias(self) -> bool {
+        matches!(self, Slot::BiasIh | Slot::BiasHh)
+    }
+}
+
+/// One named parameter: rows `rows` of a layer's `slot` tensor.
+struct Named<B: Backend> {
+    name: String,
+    layer: usize,
+    slot: Slot,
+    tensor: NamedTensor<B>,
+    rows: std::ops::Range<usize>,
+}
+
 /// A parameter of rank 2 (weights) or 1 (biases).
+#[derive(Clone)]
 enum NamedTensor<B: Backend> {
     Matrix(Tensor<B, 2>),
     Vector(Tensor<B, 1>),
 }
 
 impl<B: Backend> NamedTensor<B> {
+    fn dims(&self) -> Vec<usize> {
+        match self {
+            NamedTensor::Matrix(t) => t.dims().to_vec(),
+            NamedTensor::Vector(t) => t.dims().to_vec(),
+        }
+    }
+
+    /// Rows `rows` (all of them: the tensor itself).
+    fn rows(self, rows: std::ops::Range<usize>) -> Self {
+        match self {
+            NamedTensor::Matrix(t) if rows.len() < t.dims()[0] => {
+                NamedTensor::Matrix(t.slice_dim(0, rows))
+            }
+            NamedTensor::Vector(t) if rows.len() < t.dims()[0] => {
+                NamedTensor::Vector(t.slice_dim(0, rows))
+            }
+            whole => whole,
+        }
+    }
+
     fn data(self) -> TensorData {
         match self {
             NamedTensor::Matrix(t) => t.into_data(),
@@ -461,15 +551,18 @@ impl<B: Backend> NamedTensor<B> {
 }
 
 impl<B: AutodiffBackend> NamedTensor<B> {
-    fn grad(self, grads: &B::Gradients) -> TensorData {
+    /// The gradient of rows `rows` (zeros where the loss did not reach the tensor).
+    fn grad(self, grads: &B::Gradients, rows: std::ops::Range<usize>) -> TensorData {
         match self {
             NamedTensor::Matrix(t) => t
                 .grad(grads)
                 .unwrap_or_else(|| t.inner().zeros_like())
+                .slice_dim(0, rows)
                 .into_data(),
             NamedTensor::Vector(t) => t
                 .grad(grads)
                 .unwrap_or_else(|| t.inner().zeros_like())
+                .slice_dim(0, rows)
                 .into_data(),
         }
     }
@@ -641,6 +734,82 @@ mod tests {
             .load_parameters(params)
             .unwrap_err();
         assert!(err.to_string().contains("`bias_hh_l0`: missing"), "{err}");
+    }
+
+    /// minGRU's parameters carry the reference's names and shapes and round-trip; a CubeCL
+    /// or other non-CPU backend cannot run it fused, and the message says so.
+    #[test]
+    fn mingru_parameters_are_named_and_round_trip() {
+        let device = cpu_device();
+        let config = RecurrentConfig::new(3, 4).with_num_layers(2);
+        let core = RecurrentCore::<Cpu>::new(&config, CellKind::MinGru, &device).unwrap();
+        assert_eq!(
+            core.param_names(),
+            [
+                "weight_z_l0",
+                "weight_h_l0",
+                "bias_z_l0",
+                "bias_h_l0",
+                "weight_z_l1",
+                "weight_h_l1",
+                "bias_z_l1",
+                "bias_h_l1"
+            ]
+        );
+        let params = core.named_parameters();
+        assert_eq!(params[0].1.shape.to_vec(), [4, 3]);
+        assert_eq!(params[4].1.shape.to_vec(), [4, 4]);
+        assert_eq!(params[3].1.shape.to_vec(), [4]);
+        // Distinct values per name: loading puts each block back in its own rows.
+        let numbered: Vec<(String, TensorData)> = params
+            .iter()
+            .enumerate()
+            .map(|(k, (name, data))| {
+                let n = data.num_elements();
+                let v: Vec<f32> = (0..n).map(|i| (k * 100 + i) as f32).collect();
+                (name.clone(), TensorData::new(v, data.shape.clone()))
+            })
+            .collect();
+        let loaded = RecurrentCore::<Cpu>::new(&config, CellKind::MinGru, &device)
+            .unwrap()
+            .load_parameters(numbered.clone())
+            .unwrap();
+        assert_eq!(loaded.named_parameters(), numbered);
+        let stacked = loaded.layers[0]
+            .weight_ih
+            .val()
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(stacked[..3], [0.0, 1.0, 2.0]);
+        assert_eq!(stacked[12..15], [100.0, 101.0, 102.0]);
+        assert!(loaded.layers[0].weight_hh.is_none() && loaded.layers[0].bias_hh.is_none());
+        let mut bad = numbered;
+        bad[1].1 = TensorData::new(vec![0.0f32; 8], [8, 1]);
+        let err = RecurrentCore::<Cpu>::new(&config, CellKind::MinGru, &device)
+            .unwrap()
+            .load_parameters(bad)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("weight_h_l0") && err.to_string().contains("[4, 3]"),
+            "{err}"
+        );
+        let err = "mingru2".parse::<CellKind>().unwrap_err().to_string();
+        assert!(err.contains("\"mingru\""), "{err}");
+        assert_eq!("mingru".parse::<CellKind>().unwrap(), CellKind::MinGru);
+        let err = config
+            .clone()
+            .with_backend(RecurrentBackend::Fused)
+            .validate(
+                CellKind::MinGru,
+                crate::recurrent::FusedKernels::Unavailable,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("MinGruModule") && err.contains("CPU backends only"),
+            "{err}"
+        );
     }
 
     #[test]

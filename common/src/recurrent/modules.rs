@@ -1,4 +1,5 @@
-//! [`LstmModule`] and [`GruModule`]: TorchRL's recurrent modules, each a typed wrapper around
+//! [`LstmModule`], [`GruModule`] and [`MinGruModule`]: TorchRL's recurrent modules (and minGRU in
+//! the same shape), each a typed wrapper around
 //! the shared [`RecurrentCore`] (which they dereference to for `forward`, `forward_batch`,
 //! `primer`, `recurrent_mode`, `param_names`, ...).
 
@@ -64,4 +65,16 @@ recurrent_module!(
     GruModule,
     CellKind::Gru,
     init_gru
+);
+
+recurrent_module!(
+    /// A multi-layer minGRU (Feng et al. 2024, "Were RNNs All We Needed?"): gates from the
+    /// input only, `h' = (1 - z) * h + z * g(x W_h^T + b_h)`, with the same state entry
+    /// (`rs_h`), modes and `is_init` resets as [`GruModule`]. Parameters `weight_z_l{k}`,
+    /// `weight_h_l{k}` `[H, in]`, `bias_z_l{k}`, `bias_h_l{k}` `[H]`. No hidden-to-hidden
+    /// mixing happens within a step, so depth (`num_layers >= 2`) is what mixes features over
+    /// time.
+    MinGruModule,
+    CellKind::MinGru,
+    init_mingru
 );

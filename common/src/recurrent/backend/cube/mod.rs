@@ -189,7 +189,7 @@ impl<R: CubeRuntime> Inputs<R> {
             h0: prim(call.h0),
             c0: call.c0.map(prim),
             w_ih: prim(call.w_ih),
-            w_hh: prim(call.w_hh),
+            w_hh: prim(call.w_hh.expect("the CubeCL kernels run LSTM and GRU only")),
             b_ih: call.b_ih.map(prim),
             b_hh: call.b_hh.map(prim),
             start: into_contiguous(start),
@@ -292,6 +292,7 @@ fn launch_of<R: CubeRuntime>(how: How, t: &CubeTensor<R>, hidden: usize) -> kern
         cell: match how.cell {
             CellKind::Lstm => kernel::LSTM,
             CellKind::Gru => kernel::GRU,
+            CellKind::MinGru => unreachable!("minGRU has no CubeCL kernel (fused_kernels_for)"),
         },
         hidden,
         precision: how.precision,
@@ -436,7 +437,7 @@ fn autodiff_layer<R: CubeRuntime, BT: BoolElement>(
     let h0 = ad(call.h0);
     let c0 = call.c0.map(ad);
     let w_ih = ad(call.w_ih);
-    let w_hh = ad(call.w_hh);
+    let w_hh = ad(call.w_hh.expect("the CubeCL kernels run LSTM and GRU only"));
     let b_ih = call.b_ih.map(ad);
     let b_hh = call.b_hh.map(ad);
     let node = |t: &Option<AdTensor<R, BT>>| t.clone().unwrap_or_else(placeholder).node;

@@ -35,6 +35,9 @@ use crate::recurrent::CellKind;
 /// forward's bits.
 type Fma = OneRounding;
 
+/// minGRU has its own kernel (`fused::mingru`); these paths never see it.
+const MINGRU: &str = "minGRU runs in fused::mingru, not the LSTM/GRU kernel";
+
 /// Sizes of one layer call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Dims {
@@ -85,6 +88,7 @@ impl Params<'_> {
         }
         if let Some(b) = self.b_hh {
             let summed = match d.cell {
+                CellKind::MinGru => unreachable!("{MINGRU}"),
                 CellKind::Lstm => w,
                 CellKind::Gru => 2 * d.hidden,
             };
@@ -173,7 +177,12 @@ impl<'a> Stored<'a> {
 
     /// Where row `b`, step `t` of this layer starts in `h` or `c`.
     fn at(&self, d: &Dims, b: usize, t: usize) -> usize {
-        ((b * d.steps + t) * self.layers + self.layer) * d.hidden
+        self.offset(d.steps, d.hidden, b, t)
+    }
+
+    /// [`at`](Self::at) for a layer of `steps` steps of `hidden` units.
+    pub fn offset(&self, steps: usize, hidden: usize, b: usize, t: usize) -> usize {
+        ((b * steps + t) * self.layers + self.layer) * hidden
     }
 }
 
@@ -448,6 +457,7 @@ pub(crate) fn backward(
         }
         if p.b_hh.is_some() {
             grads.b_hh = Some(match d.cell {
+                CellKind::MinGru => unreachable!("{MINGRU}"),
                 CellKind::Lstm => db_x,
                 CellKind::Gru => {
                     let mut v = db_x[..2 * h].to_vec();
@@ -576,6 +586,7 @@ impl Block<'_> {
         let (n, h, w, i) = (self.n, self.d.hidden, self.d.width(), self.d.input);
         let aw = self.step_width();
         match self.d.cell {
+            CellKind::MinGru => unreachable!("{MINGRU}"),
             CellKind::Lstm => {
                 self.pre_activations(a, g);
                 vectorized(
@@ -1043,6 +1054,7 @@ impl Block<'_> {
             i,
         );
         match self.d.cell {
+            CellKind::MinGru => unreachable!("{MINGRU}"),
             CellKind::Lstm => gemm(
                 self.packs.level,
                 Mat::rows(g_all, rows, w).t(),

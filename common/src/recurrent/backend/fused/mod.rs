@@ -19,6 +19,7 @@
 
 mod gemm;
 mod kernel;
+mod mingru;
 mod pool;
 #[allow(unsafe_code)]
 mod simd;
@@ -75,6 +76,13 @@ pub fn saved_bytes(
     layers: usize,
     recompute: Recompute,
 ) -> usize {
+    if cell == CellKind::MinGru {
+        // `P` (`[B*T, 2H]`) without recompute; the output and stored states are the graph's.
+        return match recompute {
+            Recompute::None => layers * batch * steps * 2 * hidden * 4,
+            Recompute::Full => 0,
+        };
+    }
     let dims = Dims {
         cell,
         rows: batch,
@@ -129,11 +137,7 @@ pub(crate) fn inference<B: Backend>(
     let mut input = host(&x);
     for (l, layer) in core.layers.iter().enumerate() {
         let w_ih = cpu(layer.weight_ih.val());
-        let w_hh = cpu(layer.weight_hh.val());
         let b_ih = layer.bias_ih.as_ref().map(|b| cpu(b.val()));
-        let b_hh = layer.bias_hh.as_ref().map(|b| cpu(b.val()));
-        let host_params = HostParams::new(&w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref());
-        let params = host_params.params();
         let d = Dims {
             cell,
             rows,
@@ -148,30 +152,55 @@ pub(crate) fn inference<B: Backend>(
         } else {
             pool::take(slab)
         };
-        // `c` goes straight to `next` at the segment ends; no step needs it afterwards.
-        let out_c = next_c.as_deref_mut().map(|buf| CellOut {
-            buf,
-            layers,
-            layer: l,
-            ends_only: true,
-        });
         let states = Stored {
             h: &stored_h,
             c: stored_c.as_deref(),
             layers,
             layer: l,
         };
-        kernel::forward(
-            &d,
-            params,
-            &input,
-            &segments.start,
-            states,
-            Keep::Nothing,
-            threads(),
-            &mut out_h,
-            out_c,
-        );
+        if cell == CellKind::MinGru {
+            let md = mingru::Dims {
+                rows,
+                steps,
+                input: d.input,
+                hidden,
+            };
+            let b_ih = b_ih.as_ref().map(host);
+            let (w, x) = (host(&w_ih), &input);
+            mingru::forward(
+                &md,
+                &w,
+                b_ih.as_deref(),
+                x,
+                &segments.start,
+                states,
+                threads(),
+                &mut out_h,
+                false,
+            );
+        } else {
+            let w_hh = cpu(layer.weight_hh.as_ref().expect("LSTM/GRU W_hh").val());
+            let b_hh = layer.bias_hh.as_ref().map(|b| cpu(b.val()));
+            let host_params = HostParams::new(&w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref());
+            // `c` goes straight to `next` at the segment ends; no step needs it afterwards.
+            let out_c = next_c.as_deref_mut().map(|buf| CellOut {
+                buf,
+                layers,
+                layer: l,
+                ends_only: true,
+            });
+            kernel::forward(
+                &d,
+                host_params.params(),
+                &input,
+                &segments.start,
+                states,
+                Keep::Nothing,
+                threads(),
+                &mut out_h,
+                out_c,
+            );
+        }
         for &pos in &ends {
             let at = (pos * layers + l) * hidden;
             next_h[at..at + hidden].copy_from_slice(&out_h[pos * hidden..(pos + 1) * hidden]);
@@ -245,7 +274,7 @@ pub(crate) fn run_layers<B: Backend>(
             h0: of_layer(&stored.rs_h),
             c0: stored.rs_c.as_ref().map(of_layer),
             w_ih: layer.weight_ih.val(),
-            w_hh: layer.weight_hh.val(),
+            w_hh: layer.weight_hh.as_ref().map(|w| w.val()),
             b_ih: layer.bias_ih.as_ref().map(|b| b.val()),
             b_hh: layer.bias_hh.as_ref().map(|b| b.val()),
         };
@@ -264,13 +293,13 @@ pub(crate) fn run_layers<B: Backend>(
 }
 
 /// The tensors of one layer call: the layer input `x` `[B, T, in]`, its stored states `h0`,
-/// `c0` `[B, T, H]` and its parameters.
+/// `c0` `[B, T, H]` and its parameters (no `w_hh`, `b_hh` for minGRU).
 pub(crate) struct Call<B: Backend> {
     pub x: Tensor<B, 3>,
     pub h0: Tensor<B, 3>,
     pub c0: Option<Tensor<B, 3>>,
     pub w_ih: Tensor<B, 2>,
-    pub w_hh: Tensor<B, 2>,
+    pub w_hh: Option<Tensor<B, 2>>,
     pub b_ih: Option<Tensor<B, 1>>,
     pub b_hh: Option<Tensor<B, 1>>,
 }
@@ -284,6 +313,9 @@ fn dispatch<B: Backend>(
 ) -> Tensor<B, 4> {
     let call: Box<dyn Any> = Box::new(call);
     match call.downcast::<Call<CpuAutodiff>>() {
+        Ok(call) if cell == CellKind::MinGru => {
+            same_type(mingru::autodiff_layer(recompute, start, *call))
+        }
         Ok(call) => same_type(autodiff_layer(cell, recompute, start, *call)),
         Err(_) => panic!(
             "the fused recurrent backend's layer-by-layer path runs on {} only (got {}); \
@@ -465,7 +497,7 @@ fn autodiff_layer(
     let h0 = ad(call.h0);
     let c0 = call.c0.map(ad);
     let w_ih = ad(call.w_ih);
-    let w_hh = ad(call.w_hh);
+    let w_hh = ad(call.w_hh.expect("LSTM and GRU layers have W_hh"));
     let b_ih = call.b_ih.map(ad);
     let b_hh = call.b_hh.map(ad);
     let node = |t: &Option<AdTensor>| t.clone().unwrap_or_else(placeholder).node;
@@ -576,7 +608,7 @@ mod tests {
     /// Inference on `Cpu`, the untracked and the tracked autodiff paths compute the same bits.
     #[test]
     fn cpu_and_autodiff_paths_agree() {
-        for cell in [CellKind::Lstm, CellKind::Gru] {
+        for cell in [CellKind::Lstm, CellKind::Gru, CellKind::MinGru] {
             let config = RecurrentConfig::new(2, 4)
                 .with_num_layers(2)
                 .with_backend(RecurrentBackend::Auto);
@@ -588,7 +620,7 @@ mod tests {
             assert_eq!(tracked, untracked, "{cell:?}");
             assert_eq!(tracked, inference, "{cell:?}");
             assert!(tracked[0].iter().any(|&v| v != 0.0));
-            assert_eq!(tracked[2].is_empty(), cell == CellKind::Gru);
+            assert_eq!(tracked[2].is_empty(), cell != CellKind::Lstm);
         }
     }
 
@@ -629,5 +661,12 @@ mod tests {
         assert_eq!(full, 4 * 128 * 64 * 256 * 2);
         let gru = saved_bytes(CellKind::Gru, 128, 64, 256, 2, Recompute::Full);
         assert_eq!(gru, 2 * 4 * 128 * 64 * 256);
+        // minGRU: its pre-activations P [B*T, 2H], nothing with recompute.
+        let mingru = saved_bytes(CellKind::MinGru, 128, 64, 256, 1, Recompute::None);
+        assert_eq!(mingru, 4 * 128 * 64 * 512);
+        assert_eq!(
+            saved_bytes(CellKind::MinGru, 128, 64, 256, 1, Recompute::Full),
+            0
+        );
     }
 }
