@@ -238,7 +238,13 @@ pub fn gemm_gflop(
     let forward: f64 = (0..layers)
         .map(|l| {
             let inputs = if l == 0 { input } else { hidden } as f64;
-            2.0 * (batch * steps) as f64 * (inputs * g * h + h * g * h)
+            // minGRU has no h W_hh^T: its one GEMM is the input projection.
+            let recurrent = if cell.has_hidden_weights() {
+                h * g * h
+            } else {
+                0.0
+            };
+            2.0 * (batch * steps) as f64 * (inputs * g * h + recurrent)
         })
         .sum();
     let factor = match (pass, recompute) {
