@@ -8,13 +8,19 @@
 //! the input only, so the time loop is a scan of `H` independent lanes per row: no GEMM
 //! inside it, unlike LSTM/GRU.
 //!
+//! The forward is three passes over a block of rows: the GEMM, the activations (in place,
+//! `P` becomes `A = [z | h~]`), and the scan, which is then only multiply-adds.
+//!
 //! Backward (the reverse scan): with `dh_t = dout_t + dh_carry`,
 //! `dz = dh_t (h~ - h_{t-1})`, `dh~ = dh_t z`, `dh_{t-1} = dh_t (1 - z)`, which goes to the
 //! stored state at a segment start (and the carry restarts at zero) or on to step `t - 1`.
-//! Then `dP` gives `dX = dP W`, `dW = dP^T X` and `db` = the column sums of `dP`.
+//! The activations' derivatives come from `A` alone: `z (1 - z)`, and `g'` is 1 where
+//! `h~ >= 0.5` (exactly where `v >= 0`) and `h~ (1 - h~)` below. Then `dP` gives `dX = dP W`,
+//! `dW = dP^T X` and `db` = the column sums of `dP`.
 //!
-//! `recompute = "full"` keeps nothing from the forward: the backward recomputes `P` (one
-//! GEMM). Otherwise the forward keeps `P`, and the backward overwrites it with `dP`.
+//! `recompute = "full"` keeps nothing from the forward: the backward recomputes `A` (one
+//! GEMM and the activations). Otherwise the forward keeps `A`, and the backward overwrites it
+//! with `dP`.
 
 use std::sync::{Arc, Mutex};
 
@@ -31,7 +37,7 @@ use super::kernel::Stored;
 use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
 use super::{host, pool, primitive, AdTensor, Call};
 use crate::backend::{Cpu, CpuAutodiff};
-use crate::recurrent::math::{mingru_g_with, mingru_hidden, sigmoid_with, OneRounding};
+use crate::recurrent::math::{mingru_g_with, mingru_hidden, sigmoid_in_place, OneRounding};
 use crate::recurrent::Recompute;
 
 /// Fused multiply-adds in the activations, as in the LSTM/GRU kernels.
@@ -53,15 +59,32 @@ impl Dims {
     }
 }
 
-/// `g'(v)`: 1 for `v >= 0`, `s (1 - s)` with `s = sigmoid(v)` below.
+/// `g'` from `h~ = g(v)`: 1 where `h~ >= 0.5` (that is, `v >= 0`), else `h~ (1 - h~)`
+/// (`h~ = sigmoid(v)` there).
 #[inline(always)]
-fn g_grad(v: f32) -> f32 {
-    if v >= 0.0 {
+fn g_grad(candidate: f32) -> f32 {
+    if candidate >= 0.5 {
         1.0
     } else {
-        let s = sigmoid_with::<Fma>(v);
-        s * (1.0 - s)
+        candidate * (1.0 - candidate)
     }
+}
+
+/// `P` -> `A` in place, row by row (`[.., 2H]`): `z = sigmoid(P_z)`, `h~ = g(P_h)`.
+fn activate(level: Level, p: &mut [f32], h: usize) {
+    vectorized(
+        level,
+        #[inline(always)]
+        || {
+            for row in p.chunks_exact_mut(2 * h) {
+                let (z, candidate) = row.split_at_mut(h);
+                sigmoid_in_place::<Fma>(z);
+                for v in candidate {
+                    *v = mingru_g_with::<Fma>(*v);
+                }
+            }
+        },
+    );
 }
 
 /// `p <- x W^T + b` for one block of rows: `x` `[n, in]`, `p` `[n, 2H]`.
@@ -77,13 +100,13 @@ fn project(d: &Dims, x: &[f32], n: usize, w_t: &Packed, b: Option<&[f32]>, p: &m
     }
 }
 
-/// The forward scan of batch rows `first..first + p.len() / (T * 2H)`: `out` (`[rows][T][H]`
-/// of those rows) from the pre-activations `p` and the stored states.
+/// The forward scan of batch rows `first..first + a.len() / (T * 2H)`: `out` (`[rows][T][H]`
+/// of those rows) from the activated gates `a` (`[z | h~]` per step) and the stored states.
 fn scan(
     d: &Dims,
     level: Level,
     first: usize,
-    p: &[f32],
+    a: &[f32],
     start: &[bool],
     stored: &Stored<'_>,
     out: &mut [f32],
@@ -97,18 +120,17 @@ fn scan(
                 let b = first + r;
                 for t in 0..t_len {
                     let pos = b * t_len + t;
-                    let pz = &p[(r * t_len + t) * 2 * h..][..h];
-                    let ph = &p[(r * t_len + t) * 2 * h + h..][..h];
+                    let (z, candidate) = a[(r * t_len + t) * 2 * h..][..2 * h].split_at(h);
                     let (before, now) = out_row.split_at_mut(t * h);
                     let now = &mut now[..h];
                     let prev: &[f32] = if start[pos] {
                         &stored.h[stored.offset(d.steps, h, b, t)..][..h]
                     } else {
-                        &before[(t - 1) * h..]
+                        &before[(t - 1) * h..][..h]
                     };
-                    for j in 0..h {
-                        let z = sigmoid_with::<Fma>(pz[j]);
-                        now[j] = mingru_hidden(z, mingru_g_with::<Fma>(ph[j]), prev[j]);
+                    // Zipped slices of one length: no bounds checks, so the loop vectorizes.
+                    for (((y, &z), &c), &x) in now.iter_mut().zip(z).zip(candidate).zip(prev) {
+                        *y = mingru_hidden(z, c, x);
                     }
                 }
             }
@@ -117,7 +139,7 @@ fn scan(
 }
 
 /// One layer's forward over every row: writes `out` (`[B, T, H]`, every element) and returns
-/// the pre-activations `P` (`[B*T, 2H]`) when `keep`. `w` is `[2H, in]` row-major, `b` `[2H]`.
+/// the activated gates `A` (`[B*T, 2H]`) when `keep`. `w` is `[2H, in]` row-major, `b` `[2H]`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     d: &Dims,
@@ -153,6 +175,7 @@ pub(crate) fn forward(
                     b,
                     p,
                 );
+                activate(level, p, h);
                 scan(d, level, first, p, start, stored, out);
             }
         })
@@ -174,7 +197,7 @@ pub(crate) struct Grads {
     pub b: Option<Vec<f32>>,
 }
 
-/// One layer's backward. `p` is the forward's `P` (or `None` to recompute it), `out` the
+/// One layer's backward. `a` is the forward's `A` (or `None` to recompute it), `out` the
 /// forward's output `[B, T, H]`, `h0` the stored states `[B, T, H]`, `dout` `d loss / d out`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward(
@@ -186,7 +209,7 @@ pub(crate) fn backward(
     h0: &[f32],
     out: &[f32],
     dout: &[f32],
-    p: Option<Vec<f32>>,
+    a: Option<Vec<f32>>,
     threads: usize,
     wanted_x: bool,
     wanted_h0: bool,
@@ -194,10 +217,11 @@ pub(crate) fn backward(
 ) -> Grads {
     let (t_len, h, i) = (d.steps, d.hidden, d.input);
     let level = Level::current();
-    let mut dp = match p {
-        Some(p) => p,
+    let mut dp = match a {
+        Some(a) => a,
         None => {
-            // recompute = "full": P again, one GEMM (the scan's outputs are `out` already).
+            // recompute = "full": A again, one GEMM and the activations (the scan's outputs
+            // are `out` already).
             let w_t = Packed::new(Mat::rows(w, 2 * h, i).t(), level);
             let mut p = pool::take(d.positions() * 2 * h);
             let parts = blocks(d.positions(), threads);
@@ -206,7 +230,10 @@ pub(crate) fn backward(
                 .zip(split_mut(&mut p, parts.iter().map(|&(_, n)| n), 2 * h))
                 .map(|(&(first, n), p)| {
                     let w_t = &w_t;
-                    move || project(d, &x[first * i..][..n * i], n, w_t, b, p)
+                    move || {
+                        project(d, &x[first * i..][..n * i], n, w_t, b, p);
+                        activate(level, p, h);
+                    }
                 })
                 .collect();
             parallel(jobs);
@@ -215,7 +242,7 @@ pub(crate) fn backward(
     };
     let mut dh0 = wanted_h0.then(|| vec![0.0f32; d.positions() * h]);
     let mut dx = wanted_x.then(|| vec![0.0f32; d.positions() * i]);
-    // Phase 1, per block of batch rows: the reverse scan turns P into dP in place, then
+    // Phase 1, per block of batch rows: the reverse scan turns A into dP in place, then
     // dX = dP W for those rows.
     {
         let parts = blocks(d.rows, threads);
@@ -287,7 +314,7 @@ pub(crate) fn backward(
     }
 }
 
-/// The reverse scan of one block of batch rows (from `first`): `dp` holds the block's `P` on
+/// The reverse scan of one block of batch rows (from `first`): `dp` holds the block's `A` on
 /// entry and its `dP` on return; `dh0` (the block's `[rows][T][H]`) receives the gradient of
 /// the stored state at every segment start.
 #[allow(clippy::too_many_arguments)]
@@ -319,13 +346,20 @@ fn reverse_scan(
                         &out[(pos - 1) * h..][..h]
                     };
                     let dout = &dout[pos * h..][..h];
-                    let (pz, ph) = dp_row[t * 2 * h..][..2 * h].split_at_mut(h);
-                    for j in 0..h {
-                        let dh = dout[j] + carry[j];
-                        let (z, v) = (sigmoid_with::<Fma>(pz[j]), ph[j]);
-                        pz[j] = dh * (mingru_g_with::<Fma>(v) - prev[j]) * z * (1.0 - z);
-                        ph[j] = dh * z * g_grad(v);
-                        carry[j] = dh * (1.0 - z);
+                    let (az, ah) = dp_row[t * 2 * h..][..2 * h].split_at_mut(h);
+                    // Zipped slices of one length: no bounds checks, so the loop vectorizes.
+                    for ((((gz, gh), c), &x), &dy) in az
+                        .iter_mut()
+                        .zip(ah.iter_mut())
+                        .zip(carry.iter_mut())
+                        .zip(prev)
+                        .zip(dout)
+                    {
+                        let dh = dy + *c;
+                        let (z, candidate) = (*gz, *gh);
+                        *gz = dh * (candidate - x) * z * (1.0 - z);
+                        *gh = dh * z * g_grad(candidate);
+                        *c = dh * (1.0 - z);
                     }
                     if start[pos] {
                         if let Some(dh0) = dh0.as_deref_mut() {
@@ -351,8 +385,8 @@ struct LayerState {
     /// The layer's output `[1, B, T, H]`: the scan's `h`, which the backward reads as the
     /// state entering each next step.
     out: NdArrayTensor,
-    /// `P`, taken by the backward (`None` with `recompute = "full"`).
-    p: Arc<Mutex<Option<Vec<f32>>>>,
+    /// `A`, taken by the backward (`None` with `recompute = "full"`).
+    a: Arc<Mutex<Option<Vec<f32>>>>,
 }
 
 impl std::fmt::Debug for LayerState {
@@ -375,7 +409,7 @@ impl Backward<Cpu, 4> for MinGruBackward {
         let [nx, nh, nw, nb] = ops.parents;
         let dout = grads.consume::<Cpu>(&ops.node);
         let s = ops.state;
-        let p = s.p.lock().expect("minGRU layer state lock").take();
+        let a = s.a.lock().expect("minGRU layer state lock").take();
         let d = s.dims;
         let g = backward(
             &d,
@@ -386,7 +420,7 @@ impl Backward<Cpu, 4> for MinGruBackward {
             &host(&s.h0),
             &host(&s.out),
             &host(&dout),
-            p,
+            a,
             super::threads(),
             nx.is_some(),
             nh.is_some(),
@@ -453,7 +487,7 @@ pub(crate) fn autodiff_layer(
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let (out, p) = run(recompute == Recompute::None);
+            let (out, a) = run(recompute == Recompute::None);
             let state = LayerState {
                 dims: d,
                 start,
@@ -462,7 +496,7 @@ pub(crate) fn autodiff_layer(
                 w: w.primitive.clone(),
                 b: b.as_ref().map(|b| b.primitive.clone()),
                 out: out.clone(),
-                p: Arc::new(Mutex::new(p)),
+                a: Arc::new(Mutex::new(a)),
             };
             prep.finish(state, out)
         }
