@@ -31,11 +31,13 @@ fn actor(env: &str, cell: CellKind, envs: usize, steps: usize, seed: u64) -> Act
     Actor::new(config, policy).unwrap()
 }
 
-const CASES: [(&str, CellKind); 4] = [
+const CASES: [(&str, CellKind); 6] = [
     ("CartPole-v1", CellKind::Lstm),
     ("MaskedCartPole-v1", CellKind::Gru),
     ("Pendulum-v1", CellKind::Lstm),
     ("RepeatPrevious-v0", CellKind::Gru),
+    ("MaskedCartPole-v1", CellKind::MinGru),
+    ("Pendulum-v1", CellKind::MinGru),
 ];
 
 #[test]

@@ -1366,6 +1366,7 @@ max_grad_norm = 0.5
             [
                 "cartpole.toml",
                 "masked_cartpole.toml",
+                "masked_cartpole_mingru.toml",
                 "masked_pendulum.toml",
                 "pendulum.toml",
                 "popgym_position_only_cartpole.toml",

@@ -35,7 +35,7 @@ use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
 use super::gemm::{blocks, parallel, split_mut, Mat};
 use super::kernel::Stored;
 use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
-use super::{host, pool, primitive, AdTensor, Call};
+use super::{host, pool, primitive, register_grad, AdTensor, Call};
 use crate::backend::{Cpu, CpuAutodiff};
 use crate::recurrent::math::{mingru_g_with, mingru_hidden, sigmoid_in_place, OneRounding};
 use crate::recurrent::Recompute;
@@ -427,10 +427,8 @@ impl Backward<Cpu, 4> for MinGruBackward {
             nw.is_some() || nb.is_some(),
         );
         let (rows, t, h, i) = (d.rows, d.steps, d.hidden, d.input);
-        let mut give = |node: Option<NodeId>, values: Option<Vec<f32>>, shape: &[usize]| {
-            if let (Some(node), Some(values)) = (node, values) {
-                grads.register::<Cpu>(node, primitive(values, shape));
-            }
+        let mut give = |node: Option<NodeId>, values, shape: &[usize]| {
+            register_grad(grads, node, values, shape)
         };
         give(nx.map(|n| n.id), g.x, &[rows, t, i]);
         give(nh.map(|n| n.id), g.h0, &[rows, t, h]);

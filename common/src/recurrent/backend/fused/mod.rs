@@ -384,6 +384,19 @@ impl<'a> HostParams<'a> {
     }
 }
 
+/// Registers `values` (of shape `shape`) as the gradient of `node`, where the node is tracked
+/// and the gradient was computed.
+fn register_grad(
+    grads: &mut Gradients,
+    node: Option<NodeId>,
+    values: Option<Vec<f32>>,
+    shape: &[usize],
+) {
+    if let (Some(node), Some(values)) = (node, values) {
+        grads.register::<Cpu>(node, primitive(values, shape));
+    }
+}
+
 fn primitive(values: Vec<f32>, shape: &[usize]) -> NdArrayTensor {
     NdArrayTensor::from(
         ArcArray::from_shape_vec(IxDyn(shape), values).expect("values match the shape"),
@@ -467,10 +480,8 @@ impl Backward<Cpu, 7> for FusedLayerBackward {
             wanted,
         );
         let (b, t, h, i, w) = (d.rows, d.steps, d.hidden, d.input, d.width());
-        let mut give = |node: Option<NodeId>, values: Option<Vec<f32>>, shape: &[usize]| {
-            if let (Some(node), Some(values)) = (node, values) {
-                grads.register::<Cpu>(node, primitive(values, shape));
-            }
+        let mut give = |node: Option<NodeId>, values, shape: &[usize]| {
+            register_grad(grads, node, values, shape)
         };
         give(nx.map(|n| n.id), g.x, &[b, t, i]);
         give(nh.map(|n| n.id), g.h0, &[b, t, h]);
