@@ -271,13 +271,8 @@ impl RecurrentConfig {
             return Err(RecurrentError::Unsupported(format!(
                 "{} with backend = \"fused\": the fused kernels run on the CPU backends \
                  (Cpu, CpuAutodiff) and, in a build with the `cuda` or `wgpu` feature, on \
-                 burn's CUDA and wgpu backends{}; use backend = \"scan\" or \"auto\"",
+                 burn's CUDA and wgpu backends; use backend = \"scan\" or \"auto\"",
                 cell.module_name(),
-                if cell == CellKind::MinGru {
-                    " (minGRU: on the CPU backends only)"
-                } else {
-                    ""
-                },
             )));
         }
         if self.recompute == Recompute::Full && resolved != RecurrentBackend::Fused {

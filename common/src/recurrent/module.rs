@@ -9,7 +9,7 @@ use burn::nn::DropoutConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, Tensor, TensorData};
 
-use super::backend::{fused, fused_kernels_for, pad, scan, CellState, Segments};
+use super::backend::{fused, fused_kernels, pad, scan, CellState, Segments};
 use super::layer::RecurrentLayer;
 use super::{
     current_recurrent_mode, CellKind, Primer, PrimerEntry, RecurrentBackend, RecurrentConfig,
@@ -45,7 +45,7 @@ impl<B: Backend> RecurrentCore<B> {
         cell: CellKind,
         device: &B::Device,
     ) -> Result<Self, RecurrentError> {
-        config.validate(cell, fused_kernels_for::<B>(cell))?;
+        config.validate(cell, fused_kernels::<B>())?;
         let layers = (0..config.num_layers)
             .map(|l| {
                 let input = if l == 0 {
@@ -87,7 +87,7 @@ impl<B: Backend> RecurrentCore<B> {
     pub fn backend(&self) -> RecurrentBackend {
         self.config
             .backend
-            .resolve_for(fused_kernels_for::<B>(self.cell).available())
+            .resolve_for(fused_kernels::<B>().available())
     }
 
     /// The mode a call made now on this thread runs in.
@@ -736,8 +736,8 @@ mod tests {
         assert!(err.to_string().contains("`bias_hh_l0`: missing"), "{err}");
     }
 
-    /// minGRU's parameters carry the reference's names and shapes and round-trip; a CubeCL
-    /// or other non-CPU backend cannot run it fused, and the message says so.
+    /// minGRU's parameters carry the reference's names and shapes and round-trip; a backend
+    /// without fused kernels refuses `fused`, naming the module.
     #[test]
     fn mingru_parameters_are_named_and_round_trip() {
         let device = cpu_device();

@@ -13,9 +13,11 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
-use support::{assert_close, bools, floats, load_json, params, values};
+use support::{assert_close, bools, expected_next_h, floats, load_json, params, values};
 
-const FILES: [&str; 4] = ["lstm_l1", "lstm_l2", "gru_l1", "gru_l2"];
+const FILES: [&str; 6] = [
+    "lstm_l1", "lstm_l2", "gru_l1", "gru_l2", "mingru_l1", "mingru_l2",
+];
 
 /// `(abs, rel)` tolerances against the float32 PyTorch reference, per precision: `ieee` as
 /// the CPU backends (the kernel sums in another order than PyTorch's GEMM); `tf32` and `bf16`
@@ -55,11 +57,10 @@ fn module<Bk: Backend>(
     .with_backend(backend)
     .with_recompute(recompute)
     .with_matmul_precision(precision);
-    let core = match cell {
-        CellKind::Lstm => config.init_lstm::<Bk>(device).unwrap().core,
-        CellKind::Gru => config.init_gru::<Bk>(device).unwrap().core,
-    };
-    core.load_parameters(params(file)).unwrap()
+    RecurrentCore::<Bk>::new(&config, cell, device)
+        .unwrap()
+        .load_parameters(params(file))
+        .unwrap()
 }
 
 fn data<Bk: Backend, const D: usize>(t: Tensor<Bk, D>) -> Vec<f32> {
@@ -127,7 +128,8 @@ fn check_reference(name: &str, recompute: Recompute, precision: MatmulPrecision,
         &rp["features"],
         0.0,
     );
-    close(what("next_rs_h"), data(next.rs_h), &rp["next_rs_h"], 0.0);
+    let want_next = expected_next_h(rp);
+    assert_close(&what("next_rs_h"), &data(next.rs_h), &want_next, abs, 0.0);
     if let Some(c) = next.rs_c {
         close(what("next_rs_c"), data(c), &rp["next_rs_c"], 0.0);
     }
@@ -233,7 +235,11 @@ struct Case {
 
 fn case_with(hidden: impl Strategy<Value = usize>) -> impl Strategy<Value = Case> {
     (
-        prop_oneof![Just(CellKind::Lstm), Just(CellKind::Gru)],
+        prop_oneof![
+            Just(CellKind::Lstm),
+            Just(CellKind::Gru),
+            Just(CellKind::MinGru)
+        ],
         1usize..5,
         hidden,
         1usize..4,
@@ -518,7 +524,7 @@ proptest! {
 /// `H` = 300 > 256 units per cube: each unit runs two hidden units.
 #[test]
 fn hidden_wider_than_a_cube() {
-    for cell in [CellKind::Lstm, CellKind::Gru] {
+    for cell in [CellKind::Lstm, CellKind::Gru, CellKind::MinGru] {
         let case = Case {
             cell,
             input: 3,

@@ -119,3 +119,23 @@ pub fn reference_path_exists(relative: &str) -> bool {
         .join(relative)
         .exists()
 }
+
+/// The expected `("next", rs_h)` `[B, T, L, H]`: the file's `next_rs_h` (LSTM/GRU), or, for
+/// the minGRU files, their state after every step (`next_rs_h_every_step`) kept at the last
+/// step of each segment (before an `is_init` or at the row's end) and zero elsewhere.
+pub fn expected_next_h(rp: &Value) -> Vec<f32> {
+    if let Some(next) = rp.get("next_rs_h") {
+        return floats(next).1;
+    }
+    let (shape, every) = floats(&rp["next_rs_h_every_step"]);
+    let (_, init) = bools(&rp["is_init"]);
+    let (t_len, lh) = (shape[1], shape[2] * shape[3]);
+    let mut want = every;
+    for (pos, chunk) in want.chunks_exact_mut(lh).enumerate() {
+        let last = (pos + 1) % t_len == 0 || init[pos + 1];
+        if !last {
+            chunk.fill(0.0);
+        }
+    }
+    want
+}

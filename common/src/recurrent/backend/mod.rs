@@ -31,16 +31,6 @@ pub fn fused_kernels<B: Backend>() -> FusedKernels {
     FusedKernels::Unavailable
 }
 
-/// Which fused kernels run cell `cell` on backend `B`: as [`fused_kernels`], except that
-/// minGRU has CPU fused kernels only (on burn's CUDA and wgpu backends `auto` runs it on
-/// `scan`, and `fused` is refused with that reason).
-pub(crate) fn fused_kernels_for<B: Backend>(cell: CellKind) -> FusedKernels {
-    match fused_kernels::<B>() {
-        FusedKernels::Cube if cell == CellKind::MinGru => FusedKernels::Unavailable,
-        kernels => kernels,
-    }
-}
-
 /// The incoming state of one layer at one step: `h` `[R, H]` and, for an LSTM, `c`.
 pub(crate) type CellState<B> = (Tensor<B, 2>, Option<Tensor<B, 2>>);
 

@@ -34,6 +34,8 @@ pub const BF16: u32 = 2;
 /// `cell` values the kernels take at compile time.
 pub const LSTM: u32 = 0;
 pub const GRU: u32 = 1;
+/// minGRU runs its own kernels ([`mingru_forward`], [`mingru_backward`]).
+pub const MINGRU: u32 = 2;
 
 /// `x` rounded to nearest-even at `precision`'s mantissa (tf32: 10 bits, bf16: 7 bits), as a
 /// tensor core rounds its operands; the identity for `ieee`.
@@ -320,6 +322,167 @@ fn backward_kernel(
         }
         sync_cube();
     }
+}
+
+/// minGRU's candidate activation `g(v) = v + 0.5` for `v >= 0`, `sigmoid(v)` below.
+#[cube]
+fn mingru_g(v: f32) -> f32 {
+    let mut y = v + 0.5;
+    if v < 0.0 {
+        y = sigmoid(v);
+    }
+    y
+}
+
+/// minGRU's forward scan of one layer. Its gates read the input only, so each hidden unit of
+/// each row is an independent lane: unit `j` of the cube of row `b` walks `t` forward with
+/// `h = h + z (h~ - h)` and needs no shared memory and no barrier. `xp` `[B, T, 2H]` holds
+/// `x [W_z; W_h]^T + b`; `out` `[1, B, T, H]`; `saved` `[B, T, 2H]` receives `[z | h~]` when
+/// `keep`.
+#[cube(launch, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+fn mingru_forward_kernel(
+    xp: &Tensor<f32>,
+    h0: &Tensor<f32>,
+    start: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    saved: &mut Tensor<f32>,
+    #[comptime] hidden: usize,
+    #[comptime] keep: bool,
+) {
+    let row = CUBE_POS_X as usize;
+    let stride = CUBE_DIM_X as usize;
+    let steps = start.shape(1);
+    let mut j = UNIT_POS_X as usize;
+    while j < hidden {
+        let mut h = 0.0f32;
+        for t in 0..steps {
+            let pos = row * steps + t;
+            if start[pos] > 0.5 {
+                h = h0[pos * hidden + j];
+            }
+            let x = pos * 2 * hidden + j;
+            let z = sigmoid(xp[x]);
+            let candidate = mingru_g(xp[x + hidden]);
+            h += z * (candidate - h);
+            out[pos * hidden + j] = h;
+            if keep {
+                saved[x] = z;
+                saved[x + hidden] = candidate;
+            }
+        }
+        j += stride;
+    }
+}
+
+/// minGRU's backward: the reverse scan per (row, unit). From `saved` (`[z | h~]`), the
+/// forward's `out` and `dout` (`[B, T, H]`), writes the pre-activation gradients `dg`
+/// `[B, T, 2H]` and the stored states' gradients `dh0` `[B, T, H]` (zero except where a step
+/// starts a segment).
+#[cube(launch, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+fn mingru_backward_kernel(
+    h0: &Tensor<f32>,
+    start: &Tensor<f32>,
+    out: &Tensor<f32>,
+    saved: &Tensor<f32>,
+    dout: &Tensor<f32>,
+    dg: &mut Tensor<f32>,
+    dh0: &mut Tensor<f32>,
+    #[comptime] hidden: usize,
+) {
+    let row = CUBE_POS_X as usize;
+    let stride = CUBE_DIM_X as usize;
+    let steps = start.shape(1);
+    let mut j = UNIT_POS_X as usize;
+    while j < hidden {
+        let mut carry = 0.0f32;
+        for k in 0..steps {
+            let t = steps - 1 - k;
+            let pos = row * steps + t;
+            let at = pos * hidden + j;
+            let starts = start[pos] > 0.5;
+            let mut prev = h0[at];
+            if !starts {
+                prev = out[at - hidden];
+            }
+            let x = pos * 2 * hidden + j;
+            let z = saved[x];
+            let candidate = saved[x + hidden];
+            let dh = dout[at] + carry;
+            dg[x] = dh * (candidate - prev) * z * (1.0 - z);
+            // g' from h~: 1 where h~ >= 0.5 (v >= 0), else h~ (1 - h~).
+            let mut g_grad = 1.0f32;
+            if candidate < 0.5 {
+                g_grad = candidate * (1.0 - candidate);
+            }
+            dg[x + hidden] = dh * z * g_grad;
+            carry = dh * (1.0 - z);
+            if starts {
+                dh0[at] = carry;
+                carry = 0.0;
+            } else {
+                dh0[at] = 0.0;
+            }
+        }
+        j += stride;
+    }
+}
+
+/// Launches minGRU's forward scan; `saved` is written when `keep`.
+#[allow(clippy::too_many_arguments)]
+pub fn mingru_forward<R: CubeRuntime>(
+    l: Launch,
+    xp: &CubeTensor<R>,
+    h0: &CubeTensor<R>,
+    start: &CubeTensor<R>,
+    out: &CubeTensor<R>,
+    saved: &CubeTensor<R>,
+    keep: bool,
+) {
+    let rows = start.meta.shape()[0] as u32;
+    mingru_forward_kernel::launch::<R>(
+        &out.client,
+        CubeCount::Static(rows, 1, 1),
+        CubeDim::new_1d(l.units),
+        address(&[xp, h0, out, saved]),
+        xp.clone().into_tensor_arg(),
+        h0.clone().into_tensor_arg(),
+        start.clone().into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        saved.clone().into_tensor_arg(),
+        l.hidden,
+        keep,
+    );
+}
+
+/// Launches minGRU's reverse scan.
+#[allow(clippy::too_many_arguments)]
+pub fn mingru_backward<R: CubeRuntime>(
+    l: Launch,
+    h0: &CubeTensor<R>,
+    start: &CubeTensor<R>,
+    out: &CubeTensor<R>,
+    saved: &CubeTensor<R>,
+    dout: &CubeTensor<R>,
+    dg: &CubeTensor<R>,
+    dh0: &CubeTensor<R>,
+) {
+    let rows = start.meta.shape()[0] as u32;
+    mingru_backward_kernel::launch::<R>(
+        &out.client,
+        CubeCount::Static(rows, 1, 1),
+        CubeDim::new_1d(l.units),
+        address(&[h0, out, saved, dout, dg, dh0]),
+        h0.clone().into_tensor_arg(),
+        start.clone().into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        saved.clone().into_tensor_arg(),
+        dout.clone().into_tensor_arg(),
+        dg.clone().into_tensor_arg(),
+        dh0.clone().into_tensor_arg(),
+        l.hidden,
+    );
 }
 
 /// What [`forward`] is asked for.

@@ -173,9 +173,9 @@ struct Inputs<R: CubeRuntime> {
     /// `[B, T, H]`.
     h0: CubeTensor<R>,
     c0: Option<CubeTensor<R>>,
-    /// `[G*H, in]`, `[G*H, H]`, `[G*H]`.
+    /// `[G*H, in]`, `[G*H, H]` (none for minGRU), `[G*H]`.
     w_ih: CubeTensor<R>,
-    w_hh: CubeTensor<R>,
+    w_hh: Option<CubeTensor<R>>,
     b_ih: Option<CubeTensor<R>>,
     b_hh: Option<CubeTensor<R>>,
     /// `[B, T]`, 1.0 where a segment starts.
@@ -189,7 +189,7 @@ impl<R: CubeRuntime> Inputs<R> {
             h0: prim(call.h0),
             c0: call.c0.map(prim),
             w_ih: prim(call.w_ih),
-            w_hh: prim(call.w_hh.expect("the CubeCL kernels run LSTM and GRU only")),
+            w_hh: call.w_hh.map(prim),
             b_ih: call.b_ih.map(prim),
             b_hh: call.b_hh.map(prim),
             start: into_contiguous(start),
@@ -198,7 +198,7 @@ impl<R: CubeRuntime> Inputs<R> {
 
     fn dims(&self) -> [usize; 4] {
         let s = self.x.meta.shape();
-        [s[0], s[1], s[2], self.w_hh.meta.shape()[1]]
+        [s[0], s[1], s[2], self.h0.meta.shape()[2]]
     }
 }
 
@@ -212,8 +212,13 @@ fn units<R: CubeRuntime>(t: &CubeTensor<R>, hidden: usize) -> u32 {
 /// Refuses launches the device cannot run, naming the size.
 fn check_limits<R: CubeRuntime>(t: &CubeTensor<R>, cell: CellKind, rows: usize, hidden: usize) {
     let hw = &t.client.properties().hardware;
-    // The backward's shared memory: G*H gate gradients and three H vectors.
-    let shared = (cell.gates() + 3) * hidden * 4;
+    // The backward's shared memory: G*H gate gradients and three H vectors (minGRU's
+    // kernels use none).
+    let shared = if cell.has_hidden_weights() {
+        (cell.gates() + 3) * hidden * 4
+    } else {
+        0
+    };
     assert!(
         shared <= hw.max_shared_memory_size,
         "the CubeCL fused {} kernel keeps {shared} bytes per cube in shared memory for \
@@ -249,15 +254,30 @@ fn forward<R: CubeRuntime, BT: BoolElement>(
         xp = xp + wrap::<R, BT, 1>(b.clone()).unsqueeze_dim(0);
     }
     let xp = prim(xp.reshape([rows, steps, gh]));
+    let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
+    let Some(w_hh) = &inputs.w_hh else {
+        // minGRU: the scan over xp's [z | h~] pre-activations, no recurrent product.
+        let out = prim(Tensor::<Cube<R, BT>, 4>::empty(
+            [1, rows, steps, hidden],
+            device,
+        ));
+        let saved = if keep {
+            prim(Tensor::<Cube<R, BT>, 3>::empty([rows, steps, gh], device))
+        } else {
+            dummy()
+        };
+        let launch = launch_of(how, &out, hidden);
+        kernel::mingru_forward(launch, &xp, &inputs.h0, &inputs.start, &out, &saved, keep);
+        return (out, keep.then_some(saved));
+    };
     let w_t = rounded::<R, BT>(
-        prim(wrap::<R, BT, 2>(inputs.w_hh.clone()).transpose()),
+        prim(wrap::<R, BT, 2>(w_hh.clone()).transpose()),
         how.precision,
     );
     let b_hh = match &inputs.b_hh {
         Some(b) => b.clone(),
         None => prim(Tensor::<Cube<R, BT>, 1>::zeros([gh], device)),
     };
-    let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
     let c0 = inputs.c0.clone().unwrap_or_else(dummy);
     let out = prim(Tensor::<Cube<R, BT>, 4>::empty(
         [k, rows, steps, hidden],
@@ -292,7 +312,7 @@ fn launch_of<R: CubeRuntime>(how: How, t: &CubeTensor<R>, hidden: usize) -> kern
         cell: match how.cell {
             CellKind::Lstm => kernel::LSTM,
             CellKind::Gru => kernel::GRU,
-            CellKind::MinGru => unreachable!("minGRU has no CubeCL kernel (fused_kernels_for)"),
+            CellKind::MinGru => kernel::MINGRU,
         },
         hidden,
         precision: how.precision,
@@ -347,6 +367,44 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
         let gh = how.cell.gates() * hidden;
         let lstm = how.cell.has_cell_state();
         let device = &out.device;
+        let flat =
+            |t: CubeTensor<R>, width: usize| wrap::<R, BT, 3>(t).reshape([rows * steps, width]);
+        if how.cell == CellKind::MinGru {
+            let empty = |shape: [usize; 3]| prim(Tensor::<Cube<R, BT>, 3>::empty(shape, device));
+            let (dg, dh0) = (empty([rows, steps, gh]), empty([rows, steps, hidden]));
+            let launch = launch_of(how, &out, hidden);
+            kernel::mingru_backward(
+                launch,
+                &inputs.h0,
+                &inputs.start,
+                &out,
+                &saved,
+                &dout,
+                &dg,
+                &dh0,
+            );
+            let dg = flat(dg, gh);
+            let mut give = |node: Option<NodeId>, value: &dyn Fn() -> CubeTensor<R>| {
+                if let Some(node) = node {
+                    grads.register::<Cube<R, BT>>(node, value());
+                }
+            };
+            give(nx.map(|n| n.id), &|| {
+                prim(
+                    dg.clone()
+                        .matmul(wrap::<R, BT, 2>(inputs.w_ih.clone()))
+                        .reshape([rows, steps, input]),
+                )
+            });
+            give(nh.map(|n| n.id), &|| dh0.clone());
+            give(nwi.map(|n| n.id), &|| {
+                prim(dg.clone().transpose().matmul(flat(inputs.x.clone(), input)))
+            });
+            give(nbi.map(|n| n.id), &|| {
+                prim(dg.clone().sum_dim(0).reshape([gh]))
+            });
+            return;
+        }
         let empty = |shape: [usize; 3]| prim(Tensor::<Cube<R, BT>, 3>::empty(shape, device));
         let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
         let dg_ih = empty([rows, steps, gh]);
@@ -363,7 +421,8 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
             dummy()
         };
         let c0 = inputs.c0.clone().unwrap_or_else(dummy);
-        let w = rounded::<R, BT>(inputs.w_hh.clone(), how.precision);
+        let w_hh = inputs.w_hh.clone().expect("LSTM and GRU layers have W_hh");
+        let w = rounded::<R, BT>(w_hh, how.precision);
         kernel::backward(
             launch_of(how, &out, hidden),
             &w,
@@ -379,8 +438,6 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
             &dh0,
             &dc0,
         );
-        let flat =
-            |t: CubeTensor<R>, width: usize| wrap::<R, BT, 3>(t).reshape([rows * steps, width]);
         let dgi = flat(dg_ih, gh);
         let dgh = if lstm { dgi.clone() } else { flat(dg_hh, gh) };
         let mut give = |node: Option<NodeId>, value: &dyn Fn() -> CubeTensor<R>| {
@@ -437,7 +494,7 @@ fn autodiff_layer<R: CubeRuntime, BT: BoolElement>(
     let h0 = ad(call.h0);
     let c0 = call.c0.map(ad);
     let w_ih = ad(call.w_ih);
-    let w_hh = ad(call.w_hh.expect("the CubeCL kernels run LSTM and GRU only"));
+    let w_hh = call.w_hh.map(ad);
     let b_ih = call.b_ih.map(ad);
     let b_hh = call.b_hh.map(ad);
     let node = |t: &Option<AdTensor<R, BT>>| t.clone().unwrap_or_else(placeholder).node;
@@ -446,7 +503,7 @@ fn autodiff_layer<R: CubeRuntime, BT: BoolElement>(
         h0.node.clone(),
         node(&c0),
         w_ih.node.clone(),
-        w_hh.node.clone(),
+        node(&w_hh),
         node(&b_ih),
         node(&b_hh),
     ];
@@ -456,7 +513,7 @@ fn autodiff_layer<R: CubeRuntime, BT: BoolElement>(
         h0: contiguous(&h0),
         c0: c0.as_ref().map(contiguous),
         w_ih: contiguous(&w_ih),
-        w_hh: contiguous(&w_hh),
+        w_hh: w_hh.as_ref().map(contiguous),
         b_ih: b_ih.as_ref().map(contiguous),
         b_hh: b_hh.as_ref().map(contiguous),
         start: into_contiguous(start),
