@@ -28,6 +28,21 @@
 //! | `Pendulum-v1` | `[cos theta, sin theta, theta_dot]` | `Box([-2], [2])` torque | 200 steps |
 //! | `MaskedPendulum-v1` | `[cos theta, sin theta]` (velocity hidden) | as Pendulum | 200 steps |
 //! | `RepeatPrevious-v0` | one-hot suit `[4]` | `Discrete(4)` suit | 51 steps |
+//! | `popgym-RepeatFirst{Easy,Medium,Hard}-v0` | one-hot suit `[4]` | `Discrete(4)` | terminates after the last card (51 / 415 / 831 steps) |
+//! | `popgym-RepeatPrevious{Easy,Medium,Hard}-v0` | one-hot suit `[4]` | `Discrete(4)` | terminates after the last card (51 / 103 / 155 steps) |
+//! | `popgym-CountRecall{Easy,Medium,Hard}-v0` | one-hot dealt and queried kind `[2d]`, `d` = 2 / 4 / 13 | `Discrete(27 / 27 / 17)` count | terminates after the last card (51 / 103 / 207 steps) |
+//! | `popgym-Autoencode{Easy,Medium,Hard}-v0` | one-hot mode `[2]` + suit `[4]` | `Discrete(4)` | terminates after reciting (103 / 207 / 311 steps) |
+//! | `popgym-HigherLower{Easy,Medium,Hard}-v0` | one-hot rank `[13]` | `Discrete(2)` higher/lower | terminates after the last card (51 / 103 / 155 steps) |
+//! | `popgym-MultiarmedBandit{Easy,Medium,Hard}-v0` | one-hot payout `[2]` | `Discrete(10 / 20 / 30)` | truncates at 200 / 400 / 600 steps |
+//! | `popgym-Concentration{Easy,Medium,Hard}-v0` | one-hot per card `[52·3 / 104·3 / 52·14]` | `Discrete(52 / 104 / 52)` | all pairs found, or truncates at 104 / 208 / 104 steps |
+//! | `popgym-Battleship{Easy,Medium,Hard}-v0` | one-hot hit `[2]` | `MultiDiscrete([b, b])`, `b` = 8 / 10 / 12 | all ships sunk, or truncates at `b²` steps |
+//! | `popgym-MineSweeper{Easy,Medium,Hard}-v0` | one-hot count `[3 / 7 / 10]` | `MultiDiscrete([s, s])`, `s` = 4 / 6 / 8 | a mine or the board cleared, or truncates at 14 / 30 / 54 steps |
+//!
+//! The `popgym-*` ids ([`POPGYM_IDS`], module [`popgym`]) are native ports of the Python
+//! `popgym` package's environments of the same ids, step for step equal to it (observations
+//! flattened as the gymnasium bridge flattens them; `docs/popgym.md`). They end their episodes
+//! themselves and have no [`TimeLimit`]; they are not in [`ENV_IDS`] (which [`max_episode_steps`]
+//! covers) but [`make`] and [`Registry::builtin`] build them.
 //!
 //! Dynamics follow gymnasium 1.4 exactly (float64 state, float32 observations; checked against
 //! reference rollouts in `common/tests/reference_envs.rs`). Reset randomness comes from
@@ -37,6 +52,7 @@
 mod cartpole;
 pub mod gymnasium;
 mod pendulum;
+pub mod popgym;
 mod registry;
 mod repeat_previous;
 mod space;
@@ -46,6 +62,7 @@ mod vector;
 pub use cartpole::{CartPole, MaskedCartPole};
 pub use gymnasium::{GymVecEnv, GymnasiumOptions};
 pub use pendulum::{MaskedPendulum, Pendulum};
+pub use popgym::POPGYM_IDS;
 pub use registry::{is_gymnasium, EnvSpec, Registry, VectorEnv, GYMNASIUM_PREFIX};
 pub use repeat_previous::RepeatPrevious;
 pub use space::{ActionRef, Space};
@@ -206,7 +223,8 @@ pub fn max_episode_steps(id: &str) -> Result<u64, EnvError> {
 }
 
 /// Builds the environment `id` (one of [`ENV_IDS`]) wrapped in a [`TimeLimit`] of
-/// [`max_episode_steps`]`(id)`. Call [`Env::reset`] before the first step.
+/// [`max_episode_steps`]`(id)`, or one of [`POPGYM_IDS`] as is (those end their episodes
+/// themselves). Call [`Env::reset`] before the first step.
 ///
 /// # Errors
 /// [`EnvError::UnknownId`] naming `id` and the known ids.
@@ -216,6 +234,10 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
 
 /// What [`Registry::builtin`] registers for `id`.
 fn make_builtin(id: &str) -> Result<Box<dyn Env>, EnvError> {
+    if let Some(env) = popgym::make(id) {
+        // popgym ends its episodes itself: no TimeLimit, as the package registers them.
+        return Ok(env);
+    }
     let limit = max_episode_steps(id)?;
     Ok(match id {
         "CartPole-v1" => Box::new(TimeLimit::new(CartPole::new(), limit)?),
@@ -230,7 +252,11 @@ fn make_builtin(id: &str) -> Result<Box<dyn Env>, EnvError> {
 fn unknown(id: &str) -> EnvError {
     EnvError::UnknownId {
         id: id.to_owned(),
-        known: ENV_IDS.iter().map(|s| s.to_string()).collect(),
+        known: ENV_IDS
+            .iter()
+            .chain(POPGYM_IDS)
+            .map(|s| s.to_string())
+            .collect(),
     }
 }
 

@@ -208,7 +208,9 @@ impl Registry {
         }
     }
 
-    /// The built-in environments ([`ENV_IDS`]), registered with [`Registry::register_boxed`].
+    /// The built-in environments ([`ENV_IDS`], then the native POPGym ids
+    /// [`super::POPGYM_IDS`] without a time limit), registered with
+    /// [`Registry::register_boxed`].
     pub fn builtin() -> Self {
         let mut r = Self::empty();
         for &id in ENV_IDS {
@@ -216,6 +218,14 @@ impl Registry {
             // The built-in constructors already wrap their TimeLimit.
             r.register_boxed(id, Some(limit), move || {
                 super::make_builtin(id).expect("a built-in id builds")
+            })
+            .expect("built-in ids are unique");
+        }
+        // The native POPGym ports: no time limit (popgym ends its episodes itself, and
+        // registers its ids without one).
+        for &id in super::POPGYM_IDS {
+            r.register_boxed(id, None, move || {
+                super::popgym::make(id).expect("a popgym id builds")
             })
             .expect("built-in ids are unique");
         }
@@ -388,7 +398,12 @@ mod tests {
     #[test]
     fn builtins_are_registered_with_their_limits() {
         let r = Registry::builtin();
-        assert_eq!(r.ids(), ENV_IDS);
+        let native: Vec<&str> = ENV_IDS
+            .iter()
+            .chain(super::super::POPGYM_IDS)
+            .copied()
+            .collect();
+        assert_eq!(r.ids(), native);
         for &id in ENV_IDS {
             let spec = r.spec(id).unwrap();
             assert_eq!(spec.max_episode_steps, Some(max_episode_steps(id).unwrap()));

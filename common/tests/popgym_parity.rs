@@ -1,0 +1,232 @@
+//! The native POPGym environments (`common::envs::popgym`) against the installed Python
+//! `popgym` package, step for step.
+//!
+//! `popgym_trace.py` plays every native id with random actions from the package (3 seeds,
+//! at least 2,000 steps each, episode `k` of seed `s` reset with `reset(seed=s * 1000 + k)`)
+//! and records the observations flattened as recur's gymnasium bridge flattens them, the
+//! rewards and both flags. The native environment replays the same actions from
+//! `Env::reset(s * 1000 + k)` and must match bitwise: observations as `f32` bits, rewards as
+//! `f64` bits, `terminated` and `truncated` exactly.
+//!
+//! A second test runs each id through the bridge itself (`gymnasium:popgym-...`): the same
+//! spaces, and the same first episode as the native id under the same seed.
+//!
+//! Like the repo's other Python tests, these pass without running (printing a `SKIPPED` line
+//! on stderr) when `python3` (or `RECUR_PYTHON`) cannot import gymnasium, numpy and popgym,
+//! unless `RECUR_REQUIRE_PYTHON` is set (CI sets it), which makes them fail.
+
+use std::process::{Command, Stdio};
+
+use common::envs::{popgym, ActionRef, GymnasiumOptions, Registry, Space, VecActions, POPGYM_IDS};
+use serde_json::Value;
+
+const SEEDS: [u64; 3] = [1, 2, 3];
+const STEPS: usize = 2000;
+
+fn python() -> String {
+    std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// Whether the interpreter has gymnasium, numpy and popgym; when not, reports the skip (or
+/// panics under `RECUR_REQUIRE_PYTHON`), as `tests/support.rs`'s `python_module_available`.
+fn popgym_available() -> bool {
+    let python = python();
+    let ok = Command::new(&python)
+        .args(["-c", "import gymnasium, numpy, popgym"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("RECUR_REQUIRE_PYTHON").is_none(),
+            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import gymnasium, numpy, popgym \
+             (python3 -m pip install gymnasium numpy popgym)"
+        );
+        use std::io::Write;
+        let thread = std::thread::current();
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED {}: {python} cannot import gymnasium, numpy, popgym; install them \
+             (python3 -m pip install numpy gymnasium popgym) to run this test",
+            thread.name().unwrap_or("a test")
+        );
+    }
+    ok
+}
+
+/// The package's episodes for `ids`, one JSON object per (id, seed).
+fn package_traces(ids: &[&str]) -> Vec<Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/popgym_trace.py");
+    let seeds: Vec<String> = SEEDS.iter().map(u64::to_string).collect();
+    let output = Command::new(python())
+        .arg(script)
+        .arg(STEPS.to_string())
+        .arg(seeds.join(","))
+        .args(ids)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run popgym_trace.py");
+    assert!(
+        output.status.success(),
+        "popgym_trace.py failed: {}",
+        output.status
+    );
+    let text = String::from_utf8(output.stdout).expect("utf-8");
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON trace line"))
+        .collect()
+}
+
+/// A sparse `[[index, f32 bits], ...]` observation as a dense vector of bits.
+fn dense(sparse: &Value, dim: usize) -> Vec<u32> {
+    let mut out = vec![0u32; dim];
+    for pair in sparse.as_array().expect("sparse obs") {
+        let i = pair[0].as_u64().unwrap() as usize;
+        out[i] = pair[1].as_u64().unwrap() as u32;
+    }
+    out
+}
+
+fn bits(obs: &[f32]) -> Vec<u32> {
+    obs.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Replays one (id, seed) trace on the native environment; returns the steps compared.
+fn replay(trace: &Value) -> usize {
+    let id = trace["id"].as_str().unwrap();
+    let seed = trace["seed"].as_u64().unwrap();
+    let dim = trace["obs_dim"].as_u64().unwrap() as usize;
+    let mut env = popgym::make(id).unwrap_or_else(|| panic!("{id} is native"));
+    assert_eq!(env.observation_space().dim(), dim, "{id}: observation size");
+    let action_space = env.action_space();
+    let mut obs = vec![f32::NAN; dim];
+    let mut steps = 0;
+    for (k, episode) in trace["episodes"].as_array().unwrap().iter().enumerate() {
+        let reset_seed = episode["seed"].as_u64().unwrap();
+        assert_eq!(reset_seed, seed * 1000 + k as u64);
+        env.reset(reset_seed, &mut obs);
+        assert_eq!(
+            bits(&obs),
+            dense(&episode["obs"], dim),
+            "{id} seed {seed} episode {k}: reset observation"
+        );
+        let records = episode["steps"].as_array().unwrap();
+        for (t, step) in records.iter().enumerate() {
+            let ctx = format!("{id} seed {seed} episode {k} (reset seed {reset_seed}) step {t}");
+            let action: Vec<i64> = step[0]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_i64().unwrap())
+                .collect();
+            let r = match &action_space {
+                Space::Discrete { .. } => env.step(ActionRef::Discrete(action[0]), &mut obs),
+                Space::MultiDiscrete { .. } => {
+                    env.step(ActionRef::MultiDiscrete(&action), &mut obs)
+                }
+                Space::Box { .. } => {
+                    let a: Vec<f32> = action.iter().map(|&b| f32::from_bits(b as u32)).collect();
+                    env.step(ActionRef::Continuous(&a), &mut obs)
+                }
+            };
+            assert_eq!(bits(&obs), dense(&step[1], dim), "{ctx}: observation");
+            let want = f64::from_bits(step[2].as_u64().unwrap());
+            assert_eq!(
+                r.reward.to_bits(),
+                want.to_bits(),
+                "{ctx}: reward {} vs package {want}",
+                r.reward
+            );
+            assert_eq!(
+                r.terminated,
+                step[3].as_bool().unwrap(),
+                "{ctx}: terminated"
+            );
+            assert_eq!(r.truncated, step[4].as_bool().unwrap(), "{ctx}: truncated");
+            let last = t + 1 == records.len();
+            assert_eq!(r.terminated || r.truncated, last, "{ctx}: episode end");
+            steps += 1;
+        }
+    }
+    steps
+}
+
+#[test]
+fn every_native_id_matches_the_package_step_for_step() {
+    if !popgym_available() {
+        return;
+    }
+    let traces = package_traces(POPGYM_IDS);
+    assert_eq!(traces.len(), POPGYM_IDS.len() * SEEDS.len());
+    let mut report = String::new();
+    for &id in POPGYM_IDS {
+        let mut steps = Vec::new();
+        for trace in traces.iter().filter(|t| t["id"] == id) {
+            steps.push(replay(trace));
+        }
+        assert_eq!(steps.len(), SEEDS.len(), "{id}");
+        assert!(steps.iter().all(|&s| s >= STEPS), "{id}: {steps:?}");
+        report.push_str(&format!("{id}: {steps:?} steps\n"));
+    }
+    eprintln!("{report}");
+}
+
+/// The native id and `gymnasium:<id>` through recur's bridge: the same spaces, and the same
+/// first (seeded) episode under the same seed and actions.
+#[test]
+fn the_bridge_and_the_native_ids_are_interchangeable() {
+    if !popgym_available() {
+        return;
+    }
+    let options = GymnasiumOptions {
+        imports: vec!["popgym".into()],
+        workers: 1,
+        ..GymnasiumOptions::default()
+    };
+    let registry = Registry::builtin().with_gymnasium(options);
+    for &id in POPGYM_IDS {
+        let seed = 11;
+        let native_spec = registry.spec(id).unwrap();
+        let mut bridged = registry
+            .make_vec(&format!("gymnasium:{id}"), 1, seed)
+            .unwrap();
+        assert_eq!(
+            bridged.observation_space(),
+            native_spec.observation_space,
+            "{id}: observation space"
+        );
+        assert_eq!(
+            bridged.action_space(),
+            native_spec.action_space,
+            "{id}: action space"
+        );
+        let mut native = registry.make(id).unwrap();
+        let mut obs = vec![0.0f32; native_spec.observation_space.dim()];
+        native.reset(seed, &mut obs);
+        assert_eq!(bits(bridged.reset().unwrap()), bits(&obs), "{id}: reset");
+        let mut rng = popgym::numpy_rng::Generator::from_seed(99);
+        for t in 0.. {
+            let action: Vec<i64> = match &native_spec.action_space {
+                Space::Discrete { n } => vec![rng.integers(0, *n as i64)],
+                Space::MultiDiscrete { nvec } => {
+                    nvec.iter().map(|&n| rng.integers(0, n as i64)).collect()
+                }
+                Space::Box { .. } => unreachable!("no Box action among the ported families"),
+            };
+            let r = match &native_spec.action_space {
+                Space::Discrete { .. } => native.step(ActionRef::Discrete(action[0]), &mut obs),
+                _ => native.step(ActionRef::MultiDiscrete(&action), &mut obs),
+            };
+            let b = bridged.step(VecActions::Discrete(&action)).unwrap();
+            let ctx = format!("{id} step {t}");
+            assert_eq!(bits(&b.next_obs), bits(&obs), "{ctx}: observation");
+            assert_eq!(b.reward[0], r.reward as f32, "{ctx}: reward");
+            assert_eq!(b.terminated[0], r.terminated, "{ctx}: terminated");
+            assert_eq!(b.truncated[0], r.truncated, "{ctx}: truncated");
+            if r.terminated || r.truncated {
+                break;
+            }
+        }
+    }
+}

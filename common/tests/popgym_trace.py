@@ -1,0 +1,198 @@
+"""Records random-action episodes of the installed popgym package, for common/tests/popgym_parity.rs.
+
+Usage: python3 popgym_trace.py STEPS SEED[,SEED...] ID [ID ...]
+
+For each id and seed: one env from gymnasium.make(id) (as recur's gymnasium bridge builds it),
+episodes reset with seed = SEED * 1000 + episode, random actions (Python's random.Random, seeded
+from the id and SEED; in Battleship, MineSweeper and Concentration 50%, 15% or none of them, for seeds 1, 2, 3
+mod 3, are drawn among moves that make progress, see helpful_action) until at least STEPS steps have been taken, finishing the last episode.
+Writes one JSON line per (id, seed) on stdout:
+
+  {"id", "seed", "obs_dim", "episodes": [{"seed", "obs", "steps": [[action, obs, reward_bits,
+   terminated, truncated], ...]}]}
+
+Observations are flattened exactly as common/src/envs/gym_worker.py's `flattener` does (Box as
+float32 in C order, Discrete one-hot, MultiDiscrete concatenated one-hots, Tuple/Dict parts in
+order) and sent sparsely as [[index, float32 bits], ...] for every entry whose bits are not 0.
+Rewards are sent as the bits of float(reward) (float64). Actions are handed to the env as the
+bridge hands them: Discrete as a Python int, MultiDiscrete as an array of the space's dtype,
+Box as an array of the space's dtype.
+"""
+
+import json
+import random
+import struct
+import sys
+import warnings
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+import popgym  # noqa: F401  (registers the popgym-* ids)
+
+# gymnasium's passive env checker warns about popgym's shared info dicts; not our concern.
+warnings.simplefilter("ignore")
+
+
+def flattener(space):
+    """(size, write(value, out)): gym_worker.py's flattener, without the bounds."""
+    if isinstance(space, spaces.Box):
+        size = int(np.prod(space.shape)) if space.shape else 1
+
+        def write(v, out):
+            out[:] = np.asarray(v, dtype=np.float32).reshape(-1)
+
+        return size, write
+    if isinstance(space, spaces.Discrete):
+        n, start = int(space.n), int(space.start)
+
+        def write(v, out):
+            out[:] = 0.0
+            out[int(v) - start] = 1.0
+
+        return n, write
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = [int(x) for x in np.asarray(space.nvec).reshape(-1)]
+        starts = [int(x) for x in np.asarray(space.start).reshape(-1)]
+        offsets = np.cumsum([0] + nvec[:-1])
+
+        def write(v, out):
+            out[:] = 0.0
+            idx = np.asarray(v).reshape(-1) - starts + offsets
+            out[idx] = 1.0
+
+        return sum(nvec), write
+    if isinstance(space, (spaces.Tuple, spaces.Dict)):
+        if isinstance(space, spaces.Tuple):
+            keys = list(range(len(space.spaces)))
+            parts = list(space.spaces)
+        else:
+            keys = list(space.spaces.keys())
+            parts = [space.spaces[k] for k in keys]
+        subs = [flattener(p) for p in parts]
+        bounds = np.cumsum([0] + [s[0] for s in subs])
+
+        def write(v, out):
+            for j, (k, s) in enumerate(zip(keys, subs)):
+                s[1](v[k], out[bounds[j]:bounds[j + 1]])
+
+        return int(bounds[-1]), write
+    raise ValueError("unsupported observation space %r" % (space,))
+
+
+def action_sampler(space, rng):
+    """(sample() -> (JSON action, env action)) as the bridge's action_codec decodes them."""
+    if isinstance(space, spaces.Discrete):
+        n, start = int(space.n), int(space.start)
+
+        def sample():
+            a = rng.randrange(n)
+            return [a], start + a
+
+        return sample
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = [int(x) for x in space.nvec]
+        starts = np.asarray(space.start, dtype=np.int64)
+
+        def sample():
+            a = [rng.randrange(n) for n in nvec]
+            return a, (np.asarray(a, dtype=np.int64) + starts).astype(space.dtype)
+
+        return sample
+    if isinstance(space, spaces.Box):
+        lo = np.broadcast_to(space.low, space.shape).reshape(-1)
+        hi = np.broadcast_to(space.high, space.shape).reshape(-1)
+
+        def sample():
+            a = np.array([rng.uniform(float(l), float(h)) for l, h in zip(lo, hi)],
+                         dtype=np.float32)
+            bits = [struct.unpack("<I", struct.pack("<f", float(x)))[0] for x in a]
+            return bits, a.astype(space.dtype).reshape(space.shape)
+
+        return sample
+    raise ValueError("unsupported action space %r" % (space,))
+
+
+def helpful_action(env, rng):
+    """For the board games, a move that makes progress (an unguessed ship square, a clear
+    square, a face-down card matching the one in play), or None. Mixed in with the random
+    actions so that episodes also end by winning, not only by losing or running out of time.
+    Any action sequence is a valid replay: the Rust side only repeats the recorded actions."""
+    u = env.unwrapped
+    name = type(u).__name__
+    if name.startswith("Battleship"):
+        cells = np.argwhere((u.board == 1) & (u.guesses == 0))
+    elif name.startswith("MineSweeper"):
+        cells = np.argwhere(u.hidden_grid == 0)
+    elif name.startswith("Concentration"):
+        hidden = [p for p in range(u.deck.num_cards)
+                  if p not in u.deck["face_up_idx"] and p not in u.deck["in_play_idx"]]
+        if u.deck["in_play_idx"]:
+            want = u.deck_idx_type[u.deck.idx[u.deck["in_play_idx"][0]]]
+            hidden = [p for p in hidden if u.deck_idx_type[u.deck.idx[p]] == want] or hidden
+        return [rng.choice(hidden)] if hidden else None
+    else:
+        return None
+    if len(cells) == 0:
+        return None
+    return [int(x) for x in cells[rng.randrange(len(cells))]]
+
+
+def sparse(write, size, value):
+    out = np.zeros(size, dtype=np.float32)
+    write(value, out)
+    bits = out.view(np.uint32)
+    nz = np.flatnonzero(bits)
+    return [[int(i), int(bits[i])] for i in nz]
+
+
+def f64bits(x):
+    return struct.unpack("<Q", struct.pack("<d", float(x)))[0]
+
+
+def trace(env_id, seed, steps):
+    env = gym.make(env_id)
+    size, write = flattener(env.observation_space)
+    rng = random.Random("%s/%d" % (env_id, seed))
+    sample = action_sampler(env.action_space, rng)
+    # Seeds 1, 2, 3 (mod 3): half, 15% and none of the actions helpful.
+    help_rate = {1: 0.5, 2: 0.15, 0: 0.0}[seed % 3]
+    episodes, taken = [], 0
+    while taken < steps:
+        reset_seed = seed * 1000 + len(episodes)
+        obs, _ = env.reset(seed=reset_seed)
+        record = {"seed": reset_seed, "obs": sparse(write, size, obs), "steps": []}
+        while True:
+            action, env_action = sample()
+            if rng.random() < help_rate:
+                hint = helpful_action(env, rng)
+                if hint is not None:
+                    action = hint
+                    env_action = hint[0] if len(hint) == 1 else np.asarray(
+                        hint, dtype=env.action_space.dtype)
+            obs, reward, terminated, truncated, _ = env.step(env_action)
+            record["steps"].append([action, sparse(write, size, obs), f64bits(reward),
+                                    bool(terminated), bool(truncated)])
+            taken += 1
+            if terminated or truncated:
+                break
+            if len(record["steps"]) > 1_000_000:
+                raise RuntimeError("%s: an episode did not end" % env_id)
+        episodes.append(record)
+    env.close()
+    return {"id": env_id, "seed": seed, "obs_dim": size, "episodes": episodes}
+
+
+def main():
+    steps = int(sys.argv[1])
+    seeds = [int(s) for s in sys.argv[2].split(",")]
+    out = sys.stdout
+    for env_id in sys.argv[3:]:
+        for seed in seeds:
+            out.write(json.dumps(trace(env_id, seed, steps), separators=(",", ":")) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()
