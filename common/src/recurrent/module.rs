@@ -807,7 +807,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("MinGruModule") && err.contains("CPU backends only"),
+            err.contains("MinGruModule") && err.contains("backend = \"fused\""),
             "{err}"
         );
     }
