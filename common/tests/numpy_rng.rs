@@ -36,6 +36,8 @@ INT_RANGES = [(0, 1), (0, 2), (0, 3), (0, 10), (0, 2**31), (0, 2**33), (-5, 5),
               # Ranges where Lemire's rejection loop runs often (~25% / ~37%).
               (0, 3 * 2**30), (-2**62, 2**63 - 2**61)]
 NORMAL_PARAMS = [(1.5, 2.0), (-3.0, 0.1), (0.0, 0.0), (1e6, 1e-3)]
+UNIFORM_PARAMS = [(-0.05, 0.05), (0.0, 1.0), (-3.0, 7.5), (2.0, 2.0), (1e6, 1e6 + 1e-3),
+                  (-1e-300, 1e300)]
 
 seeds = [int(s) for s in sys.argv[1:]]
 out = {"numpy_version": np.__version__, "seeds": []}
@@ -84,6 +86,29 @@ for seed in seeds:
         normals.append({"loc": fbits(loc), "scale": fbits(scale),
                         "out": [fbits(g.normal(loc, scale)) for _ in range(N)]})
     d["normal"] = normals
+
+    # uniform: scalar bounds (one value, or size=4 as CartPole's reset), array bounds (as
+    # Pendulum's reset), interleaved with standard normals (the noisy popgym envs).
+    g = rng_for(seed)
+    un = []
+    for k in range(N):
+        lo, hi = UNIFORM_PARAMS[k % len(UNIFORM_PARAMS)]
+        if k % 4 == 0:
+            vals = [g.uniform(lo, hi)]
+        elif k % 4 == 1:
+            vals = list(g.uniform(low=lo, high=hi, size=(4,)))
+        elif k % 4 == 2:
+            high = np.array([np.pi, 1.0])
+            lo, hi = [-np.pi, -1.0], [np.pi, 1.0]
+            vals = list(g.uniform(low=-high, high=high))
+        else:
+            un.append({"lo": [], "hi": [], "out": [fbits(g.standard_normal())]})
+            continue
+        lo = lo if isinstance(lo, list) else [lo]
+        hi = hi if isinstance(hi, list) else [hi]
+        un.append({"lo": [fbits(v) for v in lo], "hi": [fbits(v) for v in hi],
+                   "out": [fbits(v) for v in vals]})
+    d["uniform"] = un
 
     g = rng_for(seed)
     seq = ["a", "b", "c", "d"]
@@ -496,6 +521,29 @@ fn normals_match() {
             let expected = case.get("out").u64s();
             let got: Vec<f64> = expected.iter().map(|_| g.normal(loc, scale)).collect();
             assert_f64s(&format!("normal({loc}, {scale})"), seed, &expected, &got);
+        }
+    }
+}
+
+#[test]
+fn uniform_matches() {
+    for (seed, d) in per_seed() {
+        let mut g = Generator::from_seed(seed);
+        for (k, case) in d.get("uniform").arr().iter().enumerate() {
+            let expected = case.get("out").u64s();
+            let (lo, hi) = (case.get("lo").u64s(), case.get("hi").u64s());
+            let got: Vec<f64> = if lo.is_empty() {
+                vec![g.standard_normal()]
+            } else {
+                (0..expected.len())
+                    .map(|j| {
+                        let low = f64::from_bits(lo[j % lo.len()]);
+                        let high = f64::from_bits(hi[j % hi.len()]);
+                        g.uniform(low, high)
+                    })
+                    .collect()
+            };
+            assert_f64s(&format!("uniform call {k}"), seed, &expected, &got);
         }
     }
 }

@@ -207,18 +207,28 @@ fn the_bridge_and_the_native_ids_are_interchangeable() {
         assert_eq!(bits(bridged.reset().unwrap()), bits(&obs), "{id}: reset");
         let mut rng = popgym::numpy_rng::Generator::from_seed(99);
         for t in 0.. {
-            let action: Vec<i64> = match &native_spec.action_space {
-                Space::Discrete { n } => vec![rng.integers(0, *n as i64)],
-                Space::MultiDiscrete { nvec } => {
-                    nvec.iter().map(|&n| rng.integers(0, n as i64)).collect()
+            let (r, b) = match &native_spec.action_space {
+                Space::Discrete { n } => {
+                    let action = [rng.integers(0, *n as i64)];
+                    let r = native.step(ActionRef::Discrete(action[0]), &mut obs);
+                    (r, bridged.step(VecActions::Discrete(&action)).unwrap())
                 }
-                Space::Box { .. } => unreachable!("no Box action among the ported families"),
+                Space::MultiDiscrete { nvec } => {
+                    let action: Vec<i64> =
+                        nvec.iter().map(|&n| rng.integers(0, n as i64)).collect();
+                    let r = native.step(ActionRef::MultiDiscrete(&action), &mut obs);
+                    (r, bridged.step(VecActions::Discrete(&action)).unwrap())
+                }
+                Space::Box { low, high } => {
+                    let action: Vec<f32> = low
+                        .iter()
+                        .zip(high)
+                        .map(|(&l, &h)| rng.uniform(l.into(), h.into()) as f32)
+                        .collect();
+                    let r = native.step(ActionRef::Continuous(&action), &mut obs);
+                    (r, bridged.step(VecActions::Continuous(&action)).unwrap())
+                }
             };
-            let r = match &native_spec.action_space {
-                Space::Discrete { .. } => native.step(ActionRef::Discrete(action[0]), &mut obs),
-                _ => native.step(ActionRef::MultiDiscrete(&action), &mut obs),
-            };
-            let b = bridged.step(VecActions::Discrete(&action)).unwrap();
             let ctx = format!("{id} step {t}");
             assert_eq!(bits(&b.next_obs), bits(&obs), "{ctx}: observation");
             assert_eq!(b.reward[0], r.reward as f32, "{ctx}: reward");

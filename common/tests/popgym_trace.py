@@ -5,7 +5,8 @@ Usage: python3 popgym_trace.py STEPS SEED[,SEED...] ID [ID ...]
 For each id and seed: one env from gymnasium.make(id) (as recur's gymnasium bridge builds it),
 episodes reset with seed = SEED * 1000 + episode, random actions (Python's random.Random, seeded
 from the id and SEED; in Battleship, MineSweeper and Concentration 50%, 15% or none of them, for seeds 1, 2, 3
-mod 3, are drawn among moves that make progress, see helpful_action) until at least STEPS steps have been taken, finishing the last episode.
+mod 3, are drawn among moves that make progress, and in the CartPole variants 90%, 50% or none come from a
+balancing controller, see helpful_action) until at least STEPS steps have been taken, finishing the last episode.
 Writes one JSON line per (id, seed) on stdout:
 
   {"id", "seed", "obs_dim", "episodes": [{"seed", "obs", "steps": [[action, obs, reward_bits,
@@ -125,6 +126,11 @@ def helpful_action(env, rng):
         cells = np.argwhere((u.board == 1) & (u.guesses == 0))
     elif name.startswith("MineSweeper"):
         cells = np.argwhere(u.hidden_grid == 0)
+    elif "CartPole" in name:
+        # A linear balancing controller on the hidden full state, so that episodes also last
+        # to popgym's max_episode_length (truncation), not only fall over.
+        x, x_dot, theta, theta_dot = u.state
+        return [int(theta + 0.5 * theta_dot + 0.05 * x + 0.1 * x_dot > 0)]
     elif name.startswith("Concentration"):
         hidden = [p for p in range(u.deck.num_cards)
                   if p not in u.deck["face_up_idx"] and p not in u.deck["in_play_idx"]]
@@ -156,8 +162,12 @@ def trace(env_id, seed, steps):
     size, write = flattener(env.observation_space)
     rng = random.Random("%s/%d" % (env_id, seed))
     sample = action_sampler(env.action_space, rng)
-    # Seeds 1, 2, 3 (mod 3): half, 15% and none of the actions helpful.
-    help_rate = {1: 0.5, 2: 0.15, 0: 0.0}[seed % 3]
+    # Seeds 1, 2, 3 (mod 3): half, 15% and none of the actions helpful (CartPole: 90%, half,
+    # none).
+    if "CartPole" in type(env.unwrapped).__name__:
+        help_rate = {1: 0.9, 2: 0.5, 0: 0.0}[seed % 3]
+    else:
+        help_rate = {1: 0.5, 2: 0.15, 0: 0.0}[seed % 3]
     episodes, taken = [], 0
     while taken < steps:
         reset_seed = seed * 1000 + len(episodes)

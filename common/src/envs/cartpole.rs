@@ -89,10 +89,11 @@ impl CartPole {
     }
 
     /// One Euler step under `action` (0 = left, 1 = right); gymnasium's arithmetic, in its order.
+    /// Shared with the POPGym CartPole variants (`popgym::cartpole`), whose `id` it names in panics.
     ///
     /// # Panics
     /// On any action other than `Discrete(0)` or `Discrete(1)`.
-    fn advance(&mut self, id: &str, action: ActionRef<'_>) -> StepResult {
+    pub(crate) fn advance(&mut self, id: &str, action: ActionRef<'_>) -> StepResult {
         let force = match action {
             ActionRef::Discrete(1) => Self::FORCE_MAG,
             ActionRef::Discrete(0) => -Self::FORCE_MAG,

@@ -37,6 +37,9 @@
 //! | `popgym-Concentration{Easy,Medium,Hard}-v0` | one-hot per card `[52·3 / 104·3 / 52·14]` | `Discrete(52 / 104 / 52)` | all pairs found, or truncates at 104 / 208 / 104 steps |
 //! | `popgym-Battleship{Easy,Medium,Hard}-v0` | one-hot hit `[2]` | `MultiDiscrete([b, b])`, `b` = 8 / 10 / 12 | all ships sunk, or truncates at `b²` steps |
 //! | `popgym-MineSweeper{Easy,Medium,Hard}-v0` | one-hot count `[3 / 7 / 10]` | `MultiDiscrete([s, s])`, `s` = 4 / 6 / 8 | a mine or the board cleared, or truncates at 14 / 30 / 54 steps |
+//! | `popgym-PositionOnlyCartPole{Easy,Medium,Hard}-v0` | `[x, theta]` | `Discrete(2)` | as CartPole, or truncates at 200 / 400 / 600 steps |
+//! | `popgym-NoisyPositionOnlyCartPole{Easy,Medium,Hard}-v0` | `[x, theta]` + N(0, 0.1 / 0.2 / 0.3) noise, clipped | `Discrete(2)` | as CartPole, or truncates at 200 steps |
+//! | `popgym-VelocityOnlyCartpole{Easy,Medium,Hard}-v0` | `[x_dot, theta_dot]` (`[x, theta]` at reset, as popgym) | `Discrete(2)` | as CartPole, or truncates at 200 / 400 / 600 steps |
 //!
 //! The `popgym-*` ids ([`POPGYM_IDS`], module [`popgym`]) are native ports of the Python
 //! `popgym` package's environments of the same ids, step for step equal to it (observations

@@ -8,8 +8,11 @@
 //!
 //! * **Spaces.** Observations are what the bridge makes of popgym's observation: a
 //!   `Discrete(n)` becomes a one-hot `Box([0; n], [1; n])`, a `MultiDiscrete` the
-//!   concatenated one-hots, a `Tuple` its parts in order (`gym_worker.py`'s `flattener`).
-//!   Actions are popgym's: `Discrete(n)` or `MultiDiscrete(nvec)`.
+//!   concatenated one-hots, a `Tuple` its parts in order, a `Box` its float32 values with
+//!   infinite bounds as `±f32::MAX` (`gym_worker.py`'s `flattener`). Actions are popgym's:
+//!   `Discrete(n)` or `MultiDiscrete(nvec)`.
+//! * **Control.** The CartPole variants ([`PopgymCartPole`]) step
+//!   [`CartPole`](super::CartPole)'s own dynamics (gymnasium's, bit for bit).
 //! * **Dynamics.** Rewards (as the same `f64`), `terminated` and `truncated` are popgym's,
 //!   including its own episode ends (`max_episode_length` and friends). popgym registers its
 //!   ids without a gymnasium `TimeLimit`, so neither does recur: the [`super::EnvSpec`] says
@@ -17,7 +20,8 @@
 //! * **Randomness.** [`super::Env::reset`]`(seed)` reseeds the environment's generator exactly
 //!   as `env.reset(seed=seed)` does in gymnasium: `np_random = default_rng(seed)`, ported bit
 //!   for bit in [`numpy_rng`]. Every draw popgym makes (deck shuffles, ship placement, mine
-//!   placement, bandit payouts) is the same draw from the same stream. None of the ported
+//!   placement, bandit payouts, the CartPole variants' `uniform` reset state and observation
+//!   noise) is the same draw from the same stream. None of the ported
 //!   families draws from the global `np.random` in the code paths gymnasium runs:
 //!   `Deck.__init__` shuffles with `np.random` only when built with `shuffle=True`, which no
 //!   POPGym environment does, and `CountRecall.sample_deck` (which would use `np.random.choice`)
@@ -35,6 +39,7 @@ pub mod numpy_rng;
 
 mod autoencode;
 mod battleship;
+mod cartpole;
 mod concentration;
 mod count_recall;
 mod higher_lower;
@@ -45,6 +50,7 @@ mod repeat_previous;
 
 pub use autoencode::Autoencode;
 pub use battleship::Battleship;
+pub use cartpole::PopgymCartPole;
 pub use concentration::Concentration;
 pub use count_recall::CountRecall;
 pub use higher_lower::HigherLower;
@@ -86,6 +92,16 @@ pub const POPGYM_IDS: &[&str] = &[
     "popgym-MineSweeperEasy-v0",
     "popgym-MineSweeperMedium-v0",
     "popgym-MineSweeperHard-v0",
+    "popgym-PositionOnlyCartPoleEasy-v0",
+    "popgym-PositionOnlyCartPoleMedium-v0",
+    "popgym-PositionOnlyCartPoleHard-v0",
+    "popgym-NoisyPositionOnlyCartPoleEasy-v0",
+    "popgym-NoisyPositionOnlyCartPoleMedium-v0",
+    "popgym-NoisyPositionOnlyCartPoleHard-v0",
+    // popgym's own spelling, lower-case "pole".
+    "popgym-VelocityOnlyCartpoleEasy-v0",
+    "popgym-VelocityOnlyCartpoleMedium-v0",
+    "popgym-VelocityOnlyCartpoleHard-v0",
 ];
 
 /// popgym's three difficulty levels; each family documents its parameters per level.
@@ -131,6 +147,9 @@ pub fn make(id: &str) -> Option<Box<dyn Env>> {
         "Concentration" => Box::new(Concentration::new(level)),
         "Battleship" => Box::new(Battleship::new(level)),
         "MineSweeper" => Box::new(MineSweeper::new(level)),
+        "PositionOnlyCartPole" => Box::new(PopgymCartPole::position_only(level)),
+        "NoisyPositionOnlyCartPole" => Box::new(PopgymCartPole::noisy_position_only(level)),
+        "VelocityOnlyCartpole" => Box::new(PopgymCartPole::velocity_only(level)),
         _ => return None,
     })
 }
@@ -332,7 +351,14 @@ mod tests {
                                     nvec.iter().map(|&n| rng.integers(0, n as i64)).collect();
                                 env.step(ActionRef::MultiDiscrete(&a), &mut obs)
                             }
-                            Space::Box { .. } => unreachable!(),
+                            Space::Box { low, high } => {
+                                let a: Vec<f32> = low
+                                    .iter()
+                                    .zip(high)
+                                    .map(|(&l, &h)| rng.uniform(l.into(), h.into()) as f32)
+                                    .collect();
+                                env.step(ActionRef::Continuous(&a), &mut obs)
+                            }
                         };
                         assert!(space.contains_obs(&obs), "{id}: {obs:?}");
                         trace.push((r.reward.to_bits(), obs.clone()));

@@ -16,7 +16,8 @@
 //! `Generator.integers`, `random`, `standard_normal`, `normal`), plus the two
 //! other calls POPGym makes: `random(dtype=np.float32)`
 //! ([`Generator::random_f32`]) and `choice(n, size, replace=False)`
-//! ([`Generator::choice_without_replacement`]).
+//! ([`Generator::choice_without_replacement`]), and `uniform`
+//! ([`Generator::uniform`], gymnasium's CartPole and Pendulum resets).
 //!
 //! Checked draw for draw against numpy by `common/tests/numpy_rng.rs` (which
 //! fails, never skips, without Python and numpy; `RECUR_PYTHON` picks the
@@ -312,6 +313,22 @@ impl Generator {
     /// `next_double`, i.e. `(next_uint64 >> 11) * 2^-53`, in `[0, 1)`.
     pub fn random(&mut self) -> f64 {
         self.bit_generator.next_double()
+    }
+
+    /// `Generator.uniform(low, high)` for one value: `random_uniform` in `distributions.c`,
+    /// `low + (high - low) * next_double()`, with `high - low` computed first in float64 (as
+    /// `Generator.uniform` does, for scalar and array bounds alike). An array call
+    /// (`uniform(low, high, size)`, or array bounds) is one such call per element, in C order,
+    /// each with its own element's bounds.
+    ///
+    /// # Panics
+    /// If `high - low` is negative or not finite (numpy raises `ValueError` /
+    /// `OverflowError`).
+    pub fn uniform(&mut self, low: f64, high: f64) -> f64 {
+        let range = high - low;
+        assert!(range.is_finite(), "high - low range exceeds valid bounds");
+        assert!(range >= 0.0, "high - low < 0");
+        low + range * self.random()
     }
 
     /// `Generator.random(dtype=np.float32)`: `next_float` in
