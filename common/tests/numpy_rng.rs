@@ -7,7 +7,9 @@
 //! equality (floats compared by `to_bits`; the script sends floats as their
 //! IEEE-754 bit patterns so no decimal round trip is involved).
 //!
-//! If Python or numpy is unavailable the tests FAIL (they never skip).
+//! Like the repo's other Python tests, without Python and numpy they pass without running and
+//! print a `SKIPPED <test>: <why>` line (uncaptured), unless `RECUR_REQUIRE_PYTHON` is set
+//! (CI sets it), which makes them fail.
 
 use common::envs::popgym::numpy_rng::{Generator, Pcg64, SeedSequence};
 use std::collections::BTreeMap;
@@ -396,10 +398,45 @@ fn numpy_data() -> &'static Json {
     })
 }
 
+/// Whether `python3` (or `RECUR_PYTHON`) can import numpy; when not, reports the skip on the
+/// real stderr, or panics under `RECUR_REQUIRE_PYTHON` (as `tests/support.rs` does).
+fn numpy_available() -> bool {
+    let python = std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let ok = Command::new(&python)
+        .args(["-c", "import numpy"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("RECUR_REQUIRE_PYTHON").is_none(),
+            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import numpy (python3 -m pip install numpy)"
+        );
+        use std::io::Write;
+        let thread = std::thread::current();
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED {}: {python} cannot import numpy; install it (python3 -m pip install \
+             numpy) to compare the port with numpy",
+            thread.name().unwrap_or("a test")
+        );
+    }
+    ok
+}
+
+/// Every seed's numpy draws; none (after the skip line) without numpy.
 fn per_seed() -> impl Iterator<Item = (u64, &'static Json)> {
+    if !numpy_available() {
+        return Vec::new().into_iter();
+    }
     let seeds = numpy_data().get("seeds").arr();
     assert_eq!(seeds.len(), SEEDS.len());
-    seeds.iter().map(|d| (d.get("seed").u64(), d))
+    seeds
+        .iter()
+        .map(|d| (d.get("seed").u64(), d))
+        .collect::<Vec<_>>()
+        .into_iter()
 }
 
 fn f(bits: &Json) -> f64 {
