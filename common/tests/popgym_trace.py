@@ -6,7 +6,8 @@ For each id and seed: one env from gymnasium.make(id) (as recur's gymnasium brid
 episodes reset with seed = SEED * 1000 + episode, random actions (Python's random.Random, seeded
 from the id and SEED; in Battleship, MineSweeper and Concentration 50%, 15% or none of them, for seeds 1, 2, 3
 mod 3, are drawn among moves that make progress, and in the CartPole variants 90%, 50% or none come from a
-balancing controller, see helpful_action) until at least STEPS steps have been taken, finishing the last episode.
+balancing controller, see helpful_action; Box actions, the Pendulum variants' torques, are uniform float32
+in the space's bounds) until at least STEPS steps have been taken, finishing the last episode.
 Writes one JSON line per (id, seed) on stdout:
 
   {"id", "seed", "obs_dim", "episodes": [{"seed", "obs", "steps": [[action, obs, reward_bits,

@@ -40,6 +40,8 @@
 //! | `popgym-PositionOnlyCartPole{Easy,Medium,Hard}-v0` | `[x, theta]` | `Discrete(2)` | as CartPole, or truncates at 200 / 400 / 600 steps |
 //! | `popgym-NoisyPositionOnlyCartPole{Easy,Medium,Hard}-v0` | `[x, theta]` + N(0, 0.1 / 0.2 / 0.3) noise, clipped | `Discrete(2)` | as CartPole, or truncates at 200 steps |
 //! | `popgym-VelocityOnlyCartpole{Easy,Medium,Hard}-v0` | `[x_dot, theta_dot]` (`[x, theta]` at reset, as popgym) | `Discrete(2)` | as CartPole, or truncates at 200 / 400 / 600 steps |
+//! | `popgym-PositionOnlyPendulum{Easy,Medium,Hard}-v0` | `[cos theta, sin theta]` | `Box([-2], [2])` torque | truncates at 200 / 150 / 100 steps |
+//! | `popgym-NoisyPositionOnlyPendulum{Easy,Medium,Hard}-v0` | `[cos theta, sin theta]` + N(0, 0.1 / 0.2 / 0.3) noise, clipped to `[-1, 1]` | `Box([-2], [2])` torque | truncates at 200 steps |
 //!
 //! The `popgym-*` ids ([`POPGYM_IDS`], module [`popgym`]) are native ports of the Python
 //! `popgym` package's environments of the same ids, step for step equal to it (observations

@@ -63,6 +63,42 @@ impl Pendulum {
     }
 }
 
+impl Pendulum {
+    /// The torque of `action`, clipped to `[-2, 2]` in float32 (gymnasium's
+    /// `np.clip(u, -max_torque, max_torque)[0]`). Shared with the POPGym variants, whose `id`
+    /// it names in panics.
+    ///
+    /// # Panics
+    /// Unless `action` is `Continuous` with exactly one value.
+    pub(crate) fn torque(id: &str, action: ActionRef<'_>) -> f32 {
+        match action {
+            ActionRef::Continuous(&[u]) => u.clamp(-Self::MAX_TORQUE, Self::MAX_TORQUE),
+            other => panic!("{id}: action must be Continuous([torque]), got {other:?}"),
+        }
+    }
+
+    /// One step under the clipped torque `u`; returns gymnasium's reward `-costs` of the state
+    /// before the step. `square` and `square_f32` compute numpy's `x**2` on float64 and float32
+    /// scalars: [`Pendulum`] uses the correctly rounded products, the POPGym variants glibc's
+    /// `pow`/`powf` (what numpy calls), bit for bit.
+    pub(crate) fn advance(
+        &mut self,
+        u: f32,
+        square: fn(f64) -> f64,
+        square_f32: fn(f32) -> f32,
+    ) -> f64 {
+        let [th, thdot] = self.state;
+        let costs =
+            square(angle_normalize(th)) + 0.1 * square(thdot) + f64::from(0.001f32 * square_f32(u));
+        let accel = 3.0 * Self::G / (2.0 * Self::L) * th.sin()
+            + f64::from((3.0 / (Self::M * Self::L * Self::L)) as f32 * u);
+        let newthdot = (thdot + accel * Self::DT).clamp(-Self::MAX_SPEED, Self::MAX_SPEED);
+        let newth = th + newthdot * Self::DT;
+        self.state = [newth, newthdot];
+        -costs
+    }
+}
+
 impl Default for Pendulum {
     fn default() -> Self {
         Self::new()
@@ -109,21 +145,11 @@ impl Env for Pendulum {
     /// # Panics
     /// Unless `action` is `Continuous` with exactly one value.
     fn step(&mut self, action: ActionRef<'_>, obs: &mut [f32]) -> StepResult {
-        let u = match action {
-            ActionRef::Continuous(&[u]) => u.clamp(-Self::MAX_TORQUE, Self::MAX_TORQUE),
-            other => panic!("Pendulum-v1: action must be Continuous([torque]), got {other:?}"),
-        };
-        let [th, thdot] = self.state;
-        let an = angle_normalize(th);
-        let costs = an * an + 0.1 * (thdot * thdot) + f64::from(0.001f32 * (u * u));
-        let accel = 3.0 * Self::G / (2.0 * Self::L) * th.sin()
-            + f64::from((3.0 / (Self::M * Self::L * Self::L)) as f32 * u);
-        let newthdot = (thdot + accel * Self::DT).clamp(-Self::MAX_SPEED, Self::MAX_SPEED);
-        let newth = th + newthdot * Self::DT;
-        self.state = [newth, newthdot];
+        let u = Self::torque("Pendulum-v1", action);
+        let reward = self.advance(u, |x| x * x, |u| u * u);
         write_obs(self.id(), obs, &self.observation());
         StepResult {
-            reward: -costs,
+            reward,
             terminated: false,
             truncated: false,
         }

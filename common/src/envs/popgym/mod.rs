@@ -10,9 +10,12 @@
 //!   `Discrete(n)` becomes a one-hot `Box([0; n], [1; n])`, a `MultiDiscrete` the
 //!   concatenated one-hots, a `Tuple` its parts in order, a `Box` its float32 values with
 //!   infinite bounds as `±f32::MAX` (`gym_worker.py`'s `flattener`). Actions are popgym's:
-//!   `Discrete(n)` or `MultiDiscrete(nvec)`.
+//!   `Discrete(n)`, `MultiDiscrete(nvec)` or (Pendulum) `Box([-2], [2])`.
 //! * **Control.** The CartPole variants ([`PopgymCartPole`]) step
-//!   [`CartPole`](super::CartPole)'s own dynamics (gymnasium's, bit for bit).
+//!   [`CartPole`](super::CartPole)'s own dynamics (gymnasium's, bit for bit), the Pendulum
+//!   variants ([`PopgymPendulum`]) [`Pendulum`](super::Pendulum)'s, except that their cost
+//!   squares as numpy's scalar `**` 2 does, through ports of glibc's `pow` and `powf`
+//!   (`libm.rs`), which are not correctly rounded.
 //! * **Dynamics.** Rewards (as the same `f64`), `terminated` and `truncated` are popgym's,
 //!   including its own episode ends (`max_episode_length` and friends). popgym registers its
 //!   ids without a gymnasium `TimeLimit`, so neither does recur: the [`super::EnvSpec`] says
@@ -20,8 +23,8 @@
 //! * **Randomness.** [`super::Env::reset`]`(seed)` reseeds the environment's generator exactly
 //!   as `env.reset(seed=seed)` does in gymnasium: `np_random = default_rng(seed)`, ported bit
 //!   for bit in [`numpy_rng`]. Every draw popgym makes (deck shuffles, ship placement, mine
-//!   placement, bandit payouts, the CartPole variants' `uniform` reset state and observation
-//!   noise) is the same draw from the same stream. None of the ported
+//!   placement, bandit payouts, the CartPole and Pendulum variants' `uniform` reset state
+//!   and observation noise) is the same draw from the same stream. None of the ported
 //!   families draws from the global `np.random` in the code paths gymnasium runs:
 //!   `Deck.__init__` shuffles with `np.random` only when built with `shuffle=True`, which no
 //!   POPGym environment does, and `CountRecall.sample_deck` (which would use `np.random.choice`)
@@ -43,8 +46,10 @@ mod cartpole;
 mod concentration;
 mod count_recall;
 mod higher_lower;
+mod libm;
 mod minesweeper;
 mod multiarmed_bandit;
+mod pendulum;
 mod repeat_first;
 mod repeat_previous;
 
@@ -56,6 +61,7 @@ pub use count_recall::CountRecall;
 pub use higher_lower::HigherLower;
 pub use minesweeper::MineSweeper;
 pub use multiarmed_bandit::MultiarmedBandit;
+pub use pendulum::PopgymPendulum;
 pub use repeat_first::RepeatFirst;
 pub use repeat_previous::RepeatPrevious;
 
@@ -102,6 +108,12 @@ pub const POPGYM_IDS: &[&str] = &[
     "popgym-VelocityOnlyCartpoleEasy-v0",
     "popgym-VelocityOnlyCartpoleMedium-v0",
     "popgym-VelocityOnlyCartpoleHard-v0",
+    "popgym-PositionOnlyPendulumEasy-v0",
+    "popgym-PositionOnlyPendulumMedium-v0",
+    "popgym-PositionOnlyPendulumHard-v0",
+    "popgym-NoisyPositionOnlyPendulumEasy-v0",
+    "popgym-NoisyPositionOnlyPendulumMedium-v0",
+    "popgym-NoisyPositionOnlyPendulumHard-v0",
 ];
 
 /// popgym's three difficulty levels; each family documents its parameters per level.
@@ -150,6 +162,8 @@ pub fn make(id: &str) -> Option<Box<dyn Env>> {
         "PositionOnlyCartPole" => Box::new(PopgymCartPole::position_only(level)),
         "NoisyPositionOnlyCartPole" => Box::new(PopgymCartPole::noisy_position_only(level)),
         "VelocityOnlyCartpole" => Box::new(PopgymCartPole::velocity_only(level)),
+        "PositionOnlyPendulum" => Box::new(PopgymPendulum::position_only(level)),
+        "NoisyPositionOnlyPendulum" => Box::new(PopgymPendulum::noisy_position_only(level)),
         _ => return None,
     })
 }
