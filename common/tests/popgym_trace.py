@@ -13,7 +13,7 @@ Writes one JSON line per (id, seed) on stdout:
   {"id", "seed", "obs_dim", "episodes": [{"seed", "obs", "steps": [[action, obs, reward_bits,
    terminated, truncated], ...]}]}
 
-Observations are flattened exactly as common/src/envs/gym_worker.py's `flattener` does (Box as
+Observations are flattened by the bridge's own `flattener`, imported from common/src/envs/gym_worker.py (Box as
 float32 in C order, Discrete one-hot, MultiDiscrete concatenated one-hots, Tuple/Dict parts in
 order) and sent sparsely as [[index, float32 bits], ...] for every entry whose bits are not 0.
 Rewards are sent as the bits of float(reward) (float64). Actions are handed to the env as the
@@ -22,6 +22,7 @@ Box as an array of the space's dtype.
 """
 
 import json
+import os
 import random
 import struct
 import sys
@@ -33,54 +34,19 @@ from gymnasium import spaces
 
 import popgym  # noqa: F401  (registers the popgym-* ids)
 
+# The bridge's worker, imported for its observation flattener (its protocol set-up runs only
+# when it is the worker).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "envs"))
+from gym_worker import flattener as bridge_flattener  # noqa: E402
+
 # gymnasium's passive env checker warns about popgym's shared info dicts; not our concern.
 warnings.simplefilter("ignore")
 
 
 def flattener(space):
-    """(size, write(value, out)): gym_worker.py's flattener, without the bounds."""
-    if isinstance(space, spaces.Box):
-        size = int(np.prod(space.shape)) if space.shape else 1
-
-        def write(v, out):
-            out[:] = np.asarray(v, dtype=np.float32).reshape(-1)
-
-        return size, write
-    if isinstance(space, spaces.Discrete):
-        n, start = int(space.n), int(space.start)
-
-        def write(v, out):
-            out[:] = 0.0
-            out[int(v) - start] = 1.0
-
-        return n, write
-    if isinstance(space, spaces.MultiDiscrete):
-        nvec = [int(x) for x in np.asarray(space.nvec).reshape(-1)]
-        starts = [int(x) for x in np.asarray(space.start).reshape(-1)]
-        offsets = np.cumsum([0] + nvec[:-1])
-
-        def write(v, out):
-            out[:] = 0.0
-            idx = np.asarray(v).reshape(-1) - starts + offsets
-            out[idx] = 1.0
-
-        return sum(nvec), write
-    if isinstance(space, (spaces.Tuple, spaces.Dict)):
-        if isinstance(space, spaces.Tuple):
-            keys = list(range(len(space.spaces)))
-            parts = list(space.spaces)
-        else:
-            keys = list(space.spaces.keys())
-            parts = [space.spaces[k] for k in keys]
-        subs = [flattener(p) for p in parts]
-        bounds = np.cumsum([0] + [s[0] for s in subs])
-
-        def write(v, out):
-            for j, (k, s) in enumerate(zip(keys, subs)):
-                s[1](v[k], out[bounds[j]:bounds[j + 1]])
-
-        return int(bounds[-1]), write
-    raise ValueError("unsupported observation space %r" % (space,))
+    """(size, write(value, out)): the bridge's own flattener (gym_worker.py), without the bounds."""
+    size, _low, _high, write = bridge_flattener(space)
+    return size, write
 
 
 def action_sampler(space, rng):

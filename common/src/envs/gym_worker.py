@@ -26,9 +26,13 @@ import struct
 import sys
 import traceback
 
-PROTO = os.fdopen(os.dup(1), "wb", buffering=0)
-os.dup2(2, 1)
-sys.stdout = sys.stderr
+# The protocol pipe: the original stdout. Only when run as the worker; a test that imports this
+# file for its `flattener` keeps its own stdout.
+PROTO = None
+if __name__ == "__main__":
+    PROTO = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
 
 F32_MAX = 3.4028234663852886e38
 
@@ -292,4 +296,5 @@ def main():
             continue
         PROTO.write(b"K")
 
-main()
+if __name__ == "__main__":
+    main()
