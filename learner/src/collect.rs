@@ -10,7 +10,7 @@ use common::rollout::init_policy;
 use common::weights::to_blob;
 
 use crate::recording::Recording;
-use crate::run_dir::write_summary;
+use crate::run_dir::{write_summary, RunDir};
 use crate::transport::{CollectSummary, ShmTransport, Transport, TransportConfig};
 
 /// What a collection run does.
@@ -57,9 +57,12 @@ pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
     let schema = chunk_schema(&policy_config, t.envs, t.steps);
     let policy = init_policy(&policy_config, t.seed)?;
     let mut recording = Recording::create(config.save_replay.as_deref(), &t.env, &schema)?;
-    let mut transport = ShmTransport::start(t, schema, &to_blob(&policy, 1))?;
+    let signals = crate::signals::install()?;
+    let run_dir = RunDir::create(&t.run_dir, false)?;
+    let mut transport = ShmTransport::start_in(run_dir.names(), t, schema, &to_blob(&policy, 1))?;
     let mut next_publish = config.publish_every;
-    while transport.stats().frames < config.frames && !transport.stop_requested() {
+    let stop = |transport: &ShmTransport| signals.raised() || transport.stop_requested();
+    while transport.stats().frames < config.frames && !stop(&transport) {
         transport.register();
         let chunks = transport.receive()?;
         recording.record(&chunks)?;
@@ -73,7 +76,7 @@ pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-    let stopped = transport.stop_requested();
+    let stopped = stop(&transport);
     let (summary, tail) = transport.finish(stopped)?;
     recording.record(&tail)?;
     write_summary(&t.run_dir, &summary)?;

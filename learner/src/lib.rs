@@ -42,6 +42,7 @@ pub mod policy;
 pub mod ppo;
 pub mod recording;
 pub mod replay;
+pub mod run;
 pub mod run_dir;
 pub mod signals;
 pub mod slice_sampler;

@@ -5,22 +5,23 @@
 //! `metrics.csv` (`frames` = steps trained on, `mean_return` = the latest evaluation),
 //! `learning_curve.png`, `checkpoint/` and `summary.json`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
-use common::checkpoint::save_checkpoint;
-use common::dataset::read_dataset;
+use common::dataset::{read_dataset, Dataset};
+use common::envs::Registry;
 use serde::{Deserialize, Serialize};
 
-use crate::algo::{self, LearnerSpec};
+use crate::algo::{self, Learner, LearnerSpec};
 use crate::config::{Algo, ReplayConfig};
-use crate::eval::{env_registry, evaluate, host_policy};
-use crate::metrics::{MetricsRow, MetricsWriter, REPLAY_AXES};
+use crate::eval::{env_registry, evaluate, host_policy, Evaluation};
+use crate::metrics::{MetricsRow, REPLAY_AXES};
 use crate::policy::fit_policy_spec;
-use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary, RunDir};
+use crate::run::{Run, RunOptions};
+use common::policy::PolicyConfig;
 
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {
@@ -68,118 +69,34 @@ fn replay_on<B: AutodiffBackend>(
     opts: &ReplayOptions,
     device: &B::Device,
 ) -> anyhow::Result<ReplaySummary> {
-    let config = &opts.config;
-    let r = &config.replay;
-    let started = Instant::now();
-    // SIGINT/SIGTERM end the run cleanly (final evaluation and checkpoint); the run directory
-    // is locked for the run's life, and one that holds a run is refused.
-    let signals = crate::signals::install()?;
-    let _run_dir = RunDir::create(&opts.run_dir, false)?;
-    let data = read_dataset(&opts.dataset)
-        .with_context(|| format!("reading dataset {}", opts.dataset.display()))?;
-    if data.ignored_tail_bytes > 0 {
-        tracing::warn!(
-            "dataset {}: ignored {} bytes after the last complete chunk (a recording cut short)",
-            opts.dataset.display(),
-            data.ignored_tail_bytes
-        );
-    }
-    if data.unindexed_chunks > 0 || data.index_records_past_data > 0 {
-        tracing::warn!(
-            "dataset {}: {} complete chunks without an index record, {} index records past the \
-             data (a recording cut short); the chunk files were read",
-            opts.dataset.display(),
-            data.unindexed_chunks,
-            data.index_records_past_data
-        );
-    }
-    anyhow::ensure!(
-        !data.chunks.is_empty(),
-        "dataset {} holds no complete chunk",
-        opts.dataset.display()
-    );
+    // Setup: the run (signals: a stop ends it cleanly with a final evaluation and checkpoint),
+    // the dataset, the environment exactly as recorded (gymnasium: the dataset's imports and
+    // kwargs) for the policy's sizes and the evaluations, the learner.
+    let (config, r) = (&opts.config, &opts.config.replay);
+    let mut run = Run::open(RunOptions {
+        path: &opts.run_dir,
+        resume: false,
+        progress: opts.progress,
+        total: r.updates,
+        unit: "updates",
+        max_seconds: opts.max_seconds,
+        checkpoint_every: r.checkpoint_every,
+    })?;
+    let data = load_dataset(&opts.dataset)?;
     let env = data.meta.env.clone();
-    let schema = data.meta.schema.clone();
-    let chunk_frames = (schema.envs * schema.steps) as u64;
-    let dataset_frames = chunk_frames * data.chunks.len() as u64;
-    tracing::info!(
-        "dataset {}: {env}, {} chunks, {dataset_frames} frames",
-        opts.dataset.display(),
-        data.chunks.len()
-    );
-    // The environment exactly as recorded (gymnasium: the dataset's imports and kwargs), for
-    // the policy's sizes and the evaluations.
     let registry = env_registry(&data.meta.env_imports, data.meta.env_kwargs.clone());
-    let spec = registry
-        .spec(&env)
-        .with_context(|| format!("building dataset environment {env}"))?;
-    let pc = fit_policy_spec(&spec, &config.policy);
-    let algo = config.algorithm();
-    let mut learner = algo::build::<B>(
-        &LearnerSpec {
-            algo: &algo,
-            policy: &pc,
-            schema: &schema,
-            capacity: dataset_frames as usize,
-            seed: r.seed,
-        },
-        device,
-    )?;
-    let frames_per_update = algo.trained_steps_per_update();
-    if r.algo != Algo::Ppo {
-        for chunk in &data.chunks {
-            learner.add_chunk(chunk);
-        }
-    }
-    write_config(&opts.run_dir, &config.to_toml())?;
-    let metrics_path = opts.run_dir.join("metrics.csv");
-    let _ = std::fs::remove_file(&metrics_path);
-    let mut metrics = MetricsWriter::open(&metrics_path)?;
-    let checkpoint = opts.run_dir.join("checkpoint");
-    let bar = progress_bar(opts.progress, r.updates, "{pos:>7}/{len} updates");
-    let mut summary = ReplaySummary {
-        env: env.clone(),
-        algo: r.algo.name().into(),
-        dataset: opts.dataset.display().to_string(),
-        dataset_frames,
-        dataset_chunks: data.chunks.len(),
-        ignored_tail_bytes: data.ignored_tail_bytes,
-        target_return: r.target_return,
-        best_eval_return: f64::NAN,
-        final_eval_return: f64::NAN,
-        ..Default::default()
+    let (mut learner, pc) = replay_learner::<B>(config, &data, &registry, device)?;
+    run.write_config(&config.to_toml())?;
+    run.start_metrics(None)?;
+    let mut summary = ReplaySummary::new(opts, &data);
+    let evals = Evaluator {
+        registry: &registry,
+        env: &env,
+        config,
     };
-    let mut train_s = 0.0f64;
-    let mut next_chunk = 0usize;
-    let mut eval_return = f64::NAN;
-    let mut eval_episodes = 0u64;
-    let run_eval = |learner: &algo::Learner<B>, updates: u64, summary: &mut ReplaySummary| {
-        let eval = evaluate(
-            host_policy(&learner.model().valid())?,
-            &registry,
-            &env,
-            r.eval_episodes,
-            r.seed ^ 0xe7a1 ^ updates,
-        )?;
-        summary.evaluations.push((updates, eval.mean_return));
-        summary.final_eval_return = eval.mean_return;
-        if summary.best_eval_return.is_nan() || eval.mean_return > summary.best_eval_return {
-            summary.best_eval_return = eval.mean_return;
-        }
-        anyhow::Ok(eval)
-    };
-    while summary.updates < r.updates {
-        if signals.raised() {
-            tracing::info!("stopped by a signal");
-            break;
-        }
-        if opts
-            .max_seconds
-            .is_some_and(|m| started.elapsed().as_secs_f64() >= m)
-        {
-            tracing::info!("time limit reached");
-            break;
-        }
+    let (mut train_s, mut next_chunk) = (0.0f64, 0usize);
+    let (mut eval_return, mut eval_episodes) = (f64::NAN, 0u64);
+    while summary.updates < r.updates && run.stop_reason().is_none() {
         let t0 = Instant::now();
         if r.algo == Algo::Ppo {
             // On-policy updates consume the dataset in recording order, cycling.
@@ -192,23 +109,19 @@ fn replay_on<B: AutodiffBackend>(
         let stats = learner.update()?;
         train_s += t0.elapsed().as_secs_f64();
         summary.updates += 1;
-        summary.trained_frames += frames_per_update;
+        summary.trained_frames += config.algorithm().trained_steps_per_update();
         let u = summary.updates;
         let eval_now = (r.eval_every > 0 && u.is_multiple_of(r.eval_every)) || u == r.updates;
         if eval_now {
-            let last = run_eval(&learner, u, &mut summary)?;
+            let last = evals.run(&learner, u, &mut summary)?;
             (eval_return, eval_episodes) = (last.mean_return, eval_episodes + last.episodes as u64);
             tracing::info!(
                 "update {u}: greedy return {:.1} (min {:.0}, max {:.0}) over {} episodes, loss {:.4}",
-                last.mean_return,
-                last.min_return,
-                last.max_return,
-                last.episodes,
-                stats.loss
+                last.mean_return, last.min_return, last.max_return, last.episodes, stats.loss
             );
         }
-        let now = started.elapsed().as_secs_f64();
-        metrics.write(&MetricsRow {
+        let now = run.elapsed();
+        let row = MetricsRow {
             frames: summary.trained_frames,
             wall_s: now,
             updates: u,
@@ -218,28 +131,19 @@ fn replay_on<B: AutodiffBackend>(
             frames_per_s: summary.trained_frames as f64 / train_s.max(1e-9),
             dropped_chunks: 0,
             ..MetricsRow::from(&stats)
-        })?;
-        bar.set_position(u);
-        bar.set_message(format!(
-            "loss {:.4}  greedy return {:.1}  {:.0} updates/s",
-            stats.loss,
-            eval_return,
-            u as f64 / train_s.max(1e-9)
-        ));
-        if r.checkpoint_every > 0 && u.is_multiple_of(r.checkpoint_every) {
-            save_checkpoint(
-                &checkpoint,
-                &*learner,
-                r.algo.name(),
-                &summary,
-                Default::default(),
-                u,
-            )?;
+        };
+        let updates_per_s = u as f64 / train_s.max(1e-9);
+        let message = format!(
+            "loss {:.4}  greedy return {eval_return:.1}  {updates_per_s:.0} updates/s",
+            stats.loss
+        );
+        run.report(&row, u, message)?;
+        if run.checkpoint_due(u) {
+            run.save_checkpoint(&*learner, r.algo.name(), &summary, Default::default(), u)?;
         }
         if let (Some(target), None) = (r.target_return, summary.updates_to_target) {
             if eval_now && eval_return >= target {
-                summary.updates_to_target = Some(u);
-                summary.seconds_to_target = Some(now);
+                (summary.updates_to_target, summary.seconds_to_target) = (Some(u), Some(now));
                 tracing::info!(
                     "greedy return {eval_return:.1} >= {target} after {u} updates, {now:.1} s"
                 );
@@ -247,21 +151,19 @@ fn replay_on<B: AutodiffBackend>(
             }
         }
     }
-    bar.finish_and_clear();
+
+    // Finish: a last evaluation of the final weights, the checkpoint, curve and summary.
+    run.end_progress();
     if summary.evaluations.last().map(|e| e.0) != Some(summary.updates) {
-        let last = run_eval(&learner, summary.updates, &mut summary)?;
+        let last = evals.run(&learner, summary.updates, &mut summary)?;
         tracing::info!(
             "final greedy return {:.1} over {} episodes",
             last.mean_return,
             last.episodes
         );
     }
-    summary.seconds = started.elapsed().as_secs_f64();
-    summary.train_seconds = train_s;
-    summary.updates_per_s = summary.updates as f64 / train_s.max(1e-9);
-    summary.trained_frames_per_s = summary.trained_frames as f64 / train_s.max(1e-9);
-    save_checkpoint(
-        &checkpoint,
+    summary.timed(run.elapsed(), train_s);
+    run.save_checkpoint(
         &*learner,
         r.algo.name(),
         &summary,
@@ -274,7 +176,133 @@ fn replay_on<B: AutodiffBackend>(
         pc.cell.name(),
         pc.hidden_size
     );
-    plot_curve(&opts.run_dir, &title, REPLAY_AXES, r.target_return)?;
-    write_summary(&opts.run_dir, &summary)?;
+    run.finish(&title, REPLAY_AXES, r.target_return, &summary)?;
     Ok(summary)
+}
+
+/// The learner for `data` (off-policy algorithms get the whole dataset in their replay
+/// storage now; PPO takes it in recording order as it updates), and its policy's
+/// architecture, fitted to the environment as recorded.
+fn replay_learner<B: AutodiffBackend>(
+    config: &ReplayConfig,
+    data: &Dataset,
+    registry: &Registry,
+    device: &B::Device,
+) -> anyhow::Result<(Learner<B>, PolicyConfig)> {
+    let (env, schema, r) = (&data.meta.env, &data.meta.schema, &config.replay);
+    let spec = registry
+        .spec(env)
+        .with_context(|| format!("building dataset environment {env}"))?;
+    let pc = fit_policy_spec(&spec, &config.policy);
+    let algo = config.algorithm();
+    let spec = LearnerSpec {
+        algo: &algo,
+        policy: &pc,
+        schema,
+        capacity: schema.envs * schema.steps * data.chunks.len(),
+        seed: r.seed,
+    };
+    let mut learner = algo::build::<B>(&spec, device)?;
+    if r.algo != Algo::Ppo {
+        data.chunks
+            .iter()
+            .for_each(|chunk| learner.add_chunk(chunk));
+    }
+    Ok((learner, pc))
+}
+
+impl ReplaySummary {
+    /// A summary before the first update.
+    fn new(opts: &ReplayOptions, data: &Dataset) -> Self {
+        let (schema, r) = (&data.meta.schema, &opts.config.replay);
+        ReplaySummary {
+            env: data.meta.env.clone(),
+            algo: r.algo.name().into(),
+            dataset: opts.dataset.display().to_string(),
+            dataset_frames: (schema.envs * schema.steps * data.chunks.len()) as u64,
+            dataset_chunks: data.chunks.len(),
+            ignored_tail_bytes: data.ignored_tail_bytes,
+            target_return: r.target_return,
+            best_eval_return: f64::NAN,
+            final_eval_return: f64::NAN,
+            ..Default::default()
+        }
+    }
+
+    /// The run took `seconds`, `train_s` of them training.
+    fn timed(&mut self, seconds: f64, train_s: f64) {
+        self.seconds = seconds;
+        self.train_seconds = train_s;
+        self.updates_per_s = self.updates as f64 / train_s.max(1e-9);
+        self.trained_frames_per_s = self.trained_frames as f64 / train_s.max(1e-9);
+    }
+}
+
+/// Reads the dataset (warning about a recording cut short); refuses one without a complete
+/// chunk.
+fn load_dataset(path: &Path) -> anyhow::Result<Dataset> {
+    let data = read_dataset(path).with_context(|| format!("reading dataset {}", path.display()))?;
+    if data.ignored_tail_bytes > 0 {
+        tracing::warn!(
+            "dataset {}: ignored {} bytes after the last complete chunk (a recording cut short)",
+            path.display(),
+            data.ignored_tail_bytes
+        );
+    }
+    if data.unindexed_chunks > 0 || data.index_records_past_data > 0 {
+        tracing::warn!(
+            "dataset {}: {} complete chunks without an index record, {} index records past the \
+             data (a recording cut short); the chunk files were read",
+            path.display(),
+            data.unindexed_chunks,
+            data.index_records_past_data
+        );
+    }
+    anyhow::ensure!(
+        !data.chunks.is_empty(),
+        "dataset {} holds no complete chunk",
+        path.display()
+    );
+    let schema = &data.meta.schema;
+    tracing::info!(
+        "dataset {}: {}, {} chunks, {} frames",
+        path.display(),
+        data.meta.env,
+        data.chunks.len(),
+        schema.envs * schema.steps * data.chunks.len()
+    );
+    Ok(data)
+}
+
+/// The in-process greedy evaluations of a replay run.
+struct Evaluator<'a> {
+    registry: &'a Registry,
+    env: &'a str,
+    config: &'a ReplayConfig,
+}
+
+impl Evaluator<'_> {
+    /// Evaluates `learner`'s policy after update `updates`, noting it in `summary`.
+    fn run<B: AutodiffBackend>(
+        &self,
+        learner: &Learner<B>,
+        updates: u64,
+        summary: &mut ReplaySummary,
+    ) -> anyhow::Result<Evaluation> {
+        let r = &self.config.replay;
+        let policy = host_policy(&learner.model().valid())?;
+        let eval = evaluate(
+            policy,
+            self.registry,
+            self.env,
+            r.eval_episodes,
+            r.seed ^ 0xe7a1 ^ updates,
+        )?;
+        summary.evaluations.push((updates, eval.mean_return));
+        summary.final_eval_return = eval.mean_return;
+        if summary.best_eval_return.is_nan() || eval.mean_return > summary.best_eval_return {
+            summary.best_eval_return = eval.mean_return;
+        }
+        Ok(eval)
+    }
 }

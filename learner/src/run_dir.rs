@@ -18,10 +18,17 @@ use crate::metrics::{plot_learning_curve, read_curve, Axes};
 
 /// A run's directory, its lock and the run-unique id in its segment names.
 pub struct RunDir {
-    path: PathBuf,
-    run_id: String,
+    names: RunNames,
     /// Holds the exclusive lock on `run.lock` while the run lives.
     _lock: std::fs::File,
+}
+
+/// The names a run gives its resources (its directory, control socket, segments, token file),
+/// without the lock: a transport keeps a copy while the run holds the [`RunDir`].
+#[derive(Clone, Debug)]
+pub struct RunNames {
+    path: PathBuf,
+    run_id: String,
 }
 
 /// The files that say a directory holds a run (a new run there would overwrite them).
@@ -94,12 +101,26 @@ impl RunDir {
             );
         }
         Ok(RunDir {
-            path: path.to_path_buf(),
-            run_id: unique_run_id(),
+            names: RunNames {
+                path: path.to_path_buf(),
+                run_id: unique_run_id(),
+            },
             _lock: lock,
         })
     }
 
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.names.path
+    }
+
+    /// The names of the run's resources.
+    pub fn names(&self) -> &RunNames {
+        &self.names
+    }
+}
+
+impl RunNames {
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.path

@@ -133,7 +133,8 @@ pub trait Transport {
         version: u64,
     ) -> Option<Vec<u8>>;
 
-    /// A signal or a control-plane request asked the run to stop.
+    /// A control-plane request (`recur-learner stop`, `Request::Shutdown`) asked the run to
+    /// stop. (Signals are the run's: [`crate::run::Run::stop_reason`].)
     fn stop_requested(&self) -> bool;
 
     /// Ends the run: the actors stop, what they still sent is received (and returned), the

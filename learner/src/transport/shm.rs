@@ -18,8 +18,7 @@ use common::shm::{reclaim_stale, RingConfig, RingReader, WeightPublisher};
 use super::tcp::{RemoteLink, RemoteOptions, RemoteRegistration, RemoteServer};
 use super::{CollectSummary, IncarnationSummary, Transport, TransportConfig};
 use crate::control_server::{ControlServer, Registration};
-use crate::run_dir::RunDir;
-use crate::signals::StopFlag;
+use crate::run_dir::RunNames;
 use crate::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
 
 struct RingSlot {
@@ -51,7 +50,7 @@ type Incarnations = BTreeMap<(u32, u32), IncarnationSummary>;
 pub struct ShmTransport {
     config: TransportConfig,
     schema: ChunkSchema,
-    run_dir: RunDir,
+    run_dir: RunNames,
     slot_bytes: usize,
     weights: WeightPublisher,
     server: ControlServer,
@@ -61,7 +60,6 @@ pub struct ShmTransport {
     buf: Vec<u8>,
     summary: CollectSummary,
     start: Instant,
-    signals: StopFlag,
     /// The last exit of an actor process (named when every actor is gone).
     last_exit: Option<String>,
     /// Sync runs: per actor id, the state a registering actor continues from.
@@ -92,26 +90,15 @@ pub struct ActorsGone {
 }
 
 impl ShmTransport {
-    /// Creates the run directory, reclaims stale segments, publishes `initial_blob` as
-    /// version 1, starts the control socket and the actors.
-    pub fn start(
-        config: &TransportConfig,
-        schema: ChunkSchema,
-        initial_blob: &[u8],
-    ) -> anyhow::Result<Self> {
-        let run_dir = RunDir::create(&config.run_dir, false)?;
-        Self::start_in(run_dir, config, schema, initial_blob)
-    }
-
-    /// [`start`](Self::start) in a run directory the caller already holds (locked).
+    /// Reclaims stale segments, publishes `initial_blob` as version 1, starts the control
+    /// socket and the actors, in the run directory `run_dir` names (the caller holds its lock).
     pub fn start_in(
-        run_dir: RunDir,
+        run_dir: &RunNames,
         config: &TransportConfig,
         schema: ChunkSchema,
         initial_blob: &[u8],
     ) -> anyhow::Result<Self> {
         let start = Instant::now();
-        let signals = crate::signals::install()?;
         // Segments of runs whose owner died are removed before this run creates its own.
         let reclaimed_segments = reclaim_stale();
         for name in &reclaimed_segments {
@@ -165,7 +152,7 @@ impl ShmTransport {
         Ok(ShmTransport {
             config: config.clone(),
             schema,
-            run_dir,
+            run_dir: run_dir.clone(),
             slot_bytes,
             weights,
             server,
@@ -175,7 +162,6 @@ impl ShmTransport {
             buf: Vec::with_capacity(slot_bytes),
             summary,
             start,
-            signals,
             last_exit: None,
             actor_states: config.restore.clone(),
             remote,
@@ -651,7 +637,7 @@ impl Transport for ShmTransport {
     }
 
     fn stop_requested(&self) -> bool {
-        self.signals.raised() || self.server.shared.stop_requested.load(Ordering::SeqCst)
+        self.server.shared.stop_requested.load(Ordering::SeqCst)
     }
 
     /// Every registered actor (spawned or attached) is told to stop at its next heartbeat; their

@@ -1,0 +1,240 @@
+//! What a training run counts as chunks arrive: which chunks the algorithm takes
+//! ([`Admission`]), the episode returns ([`Returns`]), a sync update's chunks held until all
+//! are in, the actors' saved states, and the counters a checkpoint keeps ([`TrainState`]).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use burn::tensor::backend::AutodiffBackend;
+use common::checkpoint::ResumeState;
+use common::chunk::Chunk;
+use serde::{Deserialize, Serialize};
+
+use crate::algo::Learner;
+use crate::transport::Transport;
+
+/// What a checkpoint holds besides the model and optimizer.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TrainState {
+    pub updates: u64,
+    pub frames: u64,
+    pub policy_version: u64,
+    pub wall_s: f64,
+    pub episodes: u64,
+    pub recent_returns: Vec<f64>,
+    pub best_mean_return: Option<f64>,
+    pub frames_to_target: Option<u64>,
+    pub seconds_to_target: Option<f64>,
+}
+
+/// Episodes in the running mean return.
+const RECENT: usize = 20;
+
+/// The chunks of a run on their way to the algorithm: admitted or dropped, their episodes
+/// counted, a sync update's held until all are in (then fed in actor order, with each actor's
+/// state after its chunk kept for the checkpoint).
+pub struct Intake {
+    pub admission: Admission,
+    pub returns: Returns,
+    /// Sync runs: each actor's state after its chunk of the last update (the checkpoint's).
+    pub actor_states: BTreeMap<u32, Vec<u8>>,
+    held: Vec<Chunk>,
+    chunk_frames: u64,
+    frames_per_update: usize,
+}
+
+impl Intake {
+    pub fn new(
+        admission: Admission,
+        resumed: &ResumeState,
+        state: &TrainState,
+        chunk_frames: u64,
+        frames_per_update: usize,
+    ) -> Self {
+        Intake {
+            admission,
+            returns: Returns {
+                open: resumed.open_returns.iter().copied().collect(),
+                recent: state.recent_returns.iter().copied().collect(),
+            },
+            actor_states: resumed.actors.iter().cloned().collect(),
+            held: Vec::new(),
+            chunk_frames,
+            frames_per_update,
+        }
+    }
+
+    /// Takes one chunk while the weights are at `version`: every chunk's episodes count; an
+    /// admitted one adds its frames and goes to `learner` (a sync update's once all its chunks
+    /// are in, in actor order: arrival order depends on timing).
+    pub fn take<B: AutodiffBackend>(
+        &mut self,
+        chunk: Chunk,
+        version: u64,
+        transport: &mut impl Transport,
+        learner: &mut Learner<B>,
+        state: &mut TrainState,
+    ) {
+        if !self.admission.admit(&chunk, version) {
+            state.episodes += self.returns.add(&chunk);
+            return;
+        }
+        state.frames += self.chunk_frames;
+        if !self.admission.sync {
+            state.episodes += self.returns.add(&chunk);
+            learner.add_chunk(&chunk);
+            return;
+        }
+        let m = &chunk.meta;
+        match transport.admit_actor_state(m.actor_id, m.incarnation, m.policy_version) {
+            Some(saved) => self.actor_states.insert(m.actor_id, saved),
+            None => self.actor_states.remove(&m.actor_id),
+        };
+        self.held.push(chunk);
+        if self.held.len() * (self.chunk_frames as usize) < self.frames_per_update {
+            return;
+        }
+        self.held.sort_by_key(|c| c.meta.actor_id);
+        for chunk in self.held.drain(..) {
+            state.episodes += self.returns.add(&chunk);
+            learner.add_chunk(&chunk);
+        }
+    }
+
+    /// What `resume.bin` holds besides the algorithm's own state (sorted: the same run writes
+    /// the same bytes).
+    pub fn resume_state(&self) -> ResumeState {
+        let mut open_returns: Vec<(i64, f64)> =
+            self.returns.open.iter().map(|(&k, &v)| (k, v)).collect();
+        open_returns.sort_by_key(|&(k, _)| k);
+        ResumeState {
+            actors: self
+                .actor_states
+                .iter()
+                .map(|(&a, s)| (a, s.clone()))
+                .collect(),
+            open_returns,
+            ..Default::default()
+        }
+    }
+}
+
+/// Which chunks the algorithm gets: in async mode those at most `max_policy_lag` versions
+/// behind (any, for an off-policy algorithm); in sync mode one chunk per actor per update, all
+/// from the current weights. Counts the policy lag of what it admits and what it drops.
+#[derive(Default)]
+pub struct Admission {
+    pub sync: bool,
+    pub max_policy_lag: u64,
+    pub off_policy: bool,
+    /// Actors whose chunk this update already has (sync mode).
+    taken: Vec<u32>,
+    lag_sum: u64,
+    lag_n: u64,
+    pub dropped: u64,
+}
+
+impl Admission {
+    pub fn new(sync: bool, max_policy_lag: u64, off_policy: bool) -> Self {
+        Admission {
+            sync,
+            max_policy_lag,
+            off_policy,
+            ..Default::default()
+        }
+    }
+
+    /// Whether `chunk` goes to the algorithm while the weights are at `version`.
+    fn admit(&mut self, chunk: &Chunk, version: u64) -> bool {
+        let lag = version.saturating_sub(chunk.meta.policy_version);
+        let accept = if self.sync {
+            lag == 0 && !self.taken.contains(&chunk.meta.actor_id)
+        } else {
+            self.off_policy || lag <= self.max_policy_lag
+        };
+        if !accept {
+            self.dropped += 1;
+            return false;
+        }
+        if self.sync {
+            self.taken.push(chunk.meta.actor_id);
+        }
+        self.lag_sum += lag;
+        self.lag_n += 1;
+        true
+    }
+
+    /// An update happened: in sync mode every actor's next chunk is wanted. Returns the mean
+    /// lag of the chunks admitted since the last update.
+    pub fn updated(&mut self) -> f64 {
+        self.taken.clear();
+        let mean = self.lag_sum as f64 / self.lag_n.max(1) as f64;
+        (self.lag_sum, self.lag_n) = (0, 0);
+        mean
+    }
+}
+
+/// Episode returns: rewards summed per trajectory until its `done`; the last [`RECENT`]
+/// finished episodes kept.
+pub struct Returns {
+    open: HashMap<i64, f64>,
+    recent: VecDeque<f64>,
+}
+
+impl Returns {
+    /// Adds a chunk's rewards; returns how many episodes ended in it.
+    fn add(&mut self, chunk: &Chunk) -> u64 {
+        let mut ended = 0;
+        for p in 0..chunk.traj_ids.len() {
+            let r = self.open.entry(chunk.traj_ids[p]).or_insert(0.0);
+            *r += chunk.next_reward[p] as f64;
+            if chunk.next_done[p] == 1 {
+                ended += 1;
+                let ret = self.open.remove(&chunk.traj_ids[p]).unwrap_or(0.0);
+                self.recent.push_back(ret);
+                if self.recent.len() > RECENT {
+                    self.recent.pop_front();
+                }
+            }
+        }
+        ended
+    }
+
+    /// The mean of the recent returns (NaN before the first finished episode).
+    pub fn mean(&self) -> f64 {
+        if self.recent.is_empty() {
+            f64::NAN
+        } else {
+            self.recent.iter().sum::<f64>() / self.recent.len() as f64
+        }
+    }
+
+    pub fn recent(&self) -> Vec<f64> {
+        self.recent.iter().copied().collect()
+    }
+}
+
+impl TrainState {
+    /// Takes in the returns after an update at wall time `now`: the recent ones, the best mean,
+    /// when the mean first reached `target`. Returns the mean.
+    pub fn note_returns(&mut self, returns: &Returns, target: Option<f64>, now: f64) -> f64 {
+        let mean_return = returns.mean();
+        self.recent_returns = returns.recent();
+        if mean_return.is_finite() {
+            self.best_mean_return = Some(
+                self.best_mean_return
+                    .map_or(mean_return, |b| b.max(mean_return)),
+            );
+        }
+        if let (Some(target), None) = (target, self.frames_to_target) {
+            if returns.recent.len() >= RECENT && mean_return >= target {
+                self.frames_to_target = Some(self.frames);
+                self.seconds_to_target = Some(now);
+                tracing::info!(
+                    "mean return {mean_return:.2} >= {target} after {} frames, {now:.1} s",
+                    self.frames
+                );
+            }
+        }
+        mean_return
+    }
+}

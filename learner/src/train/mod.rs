@@ -1,0 +1,370 @@
+//! `recur-learner train`: the whole job. Actors collect through the transport; the learner
+//! computes advantages with its recurrent critic, runs PPO updates, broadcasts the new weights,
+//! and keeps the run directory: `config.toml` (resolved), `metrics.csv`, `learning_curve.png`,
+//! `checkpoint/` (model, optimizer, weights, counters; rewritten atomically), `summary.json`,
+//! and with `[eval]` `eval.csv` (greedy evaluations beside training, [`crate::eval`]).
+//! SIGINT/SIGTERM end the run cleanly with a final checkpoint; `--resume RUN_DIR` continues it.
+
+mod intake;
+mod setup;
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use burn::tensor::backend::AutodiffBackend;
+use common::chunk::Chunk;
+use common::weights::{check_finite, to_blob};
+use serde::Serialize;
+
+pub use intake::TrainState;
+use intake::{Admission, Intake, Returns};
+use setup::Plan;
+
+use crate::algo::Learner;
+use crate::config::{CollectorMode, TrainConfig};
+use crate::eval::{first_at_target, EvalWorker};
+use crate::metrics::{MetricsRow, UpdateStats, TRAIN_AXES};
+use crate::recording::Recording;
+use crate::run::{Run, RunOptions, StopReason};
+use crate::transport::{ActorsGone, CollectSummary, ShmTransport, Transport};
+
+/// How a training run is started.
+#[derive(Clone, Debug)]
+pub struct TrainOptions {
+    pub config: TrainConfig,
+    pub run_dir: PathBuf,
+    /// Continue from `run_dir/checkpoint`.
+    pub resume: bool,
+    pub actor_program: PathBuf,
+    /// Show a progress bar (on a terminal).
+    pub progress: bool,
+    /// End the run after this wall time.
+    pub max_seconds: Option<f64>,
+    /// Also record every received chunk into this (new) dataset directory.
+    pub save_replay: Option<PathBuf>,
+}
+
+/// The outcome of a run (`summary.json`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TrainSummary {
+    pub env: String,
+    pub frames: u64,
+    pub updates: u64,
+    pub seconds: f64,
+    pub episodes: u64,
+    /// Mean return of the last 20 episodes at the end.
+    pub final_mean_return: f64,
+    /// Best mean return after any update (`None` before the first finished episodes).
+    pub best_mean_return: Option<f64>,
+    pub target_return: Option<f64>,
+    pub frames_to_target: Option<u64>,
+    pub seconds_to_target: Option<f64>,
+    /// The last greedy evaluation (`[eval]`): mean return and the frames it was taken at.
+    pub final_eval_return: Option<f64>,
+    pub final_eval_frames: Option<u64>,
+    /// The first greedy evaluation reaching `target_return`: frames and training seconds.
+    pub eval_frames_to_target: Option<u64>,
+    pub eval_seconds_to_target: Option<f64>,
+    pub dropped_chunks: u64,
+    pub stopped_by_request: bool,
+    /// Why the run ended early because its actors were gone for good (the last actor exit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actors_gone: Option<String>,
+    pub transport: CollectSummary,
+}
+
+/// Runs (or resumes) a training run on `run.device`.
+pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+    on_train_device!(opts.config.run.device, train_on(opts))
+}
+
+fn train_on<B: AutodiffBackend>(
+    opts: &TrainOptions,
+    device: &B::Device,
+) -> anyhow::Result<TrainSummary> {
+    // Setup: the run (signals, locked directory), the plan, the learner (resumed from its
+    // checkpoint, which is checked before anything is written), the transport with its actors.
+    let config = &opts.config;
+    let mut run = Run::open(RunOptions {
+        path: &opts.run_dir,
+        resume: opts.resume,
+        progress: opts.progress,
+        total: config.run.frames,
+        unit: "frames",
+        max_seconds: opts.max_seconds,
+        checkpoint_every: config.run.checkpoint_every,
+    })?;
+    let plan = Plan::new(opts)?;
+    let mut learner = plan.learner::<B>(config, device)?;
+    let (state, resumed) = setup::resume(opts, &mut learner, &plan.policy)?;
+    run.write_config(&config.to_toml())?;
+    let resumed_at = opts
+        .resume
+        .then_some((state.updates, state.frames, state.wall_s));
+    run.start_metrics(resumed_at)?;
+    let c = &config.collector;
+    let sync = c.mode == CollectorMode::Sync;
+    let admission = Admission::new(sync, c.max_policy_lag, learner.off_policy());
+    let (chunk_frames, frames_per_update) = (plan.chunk_frames, plan.frames_per_update);
+    let intake = Intake::new(admission, &resumed, &state, chunk_frames, frames_per_update);
+    if opts.resume && state.frames >= config.run.frames {
+        tracing::info!(
+            "the run is complete ({} frames): nothing to train",
+            state.frames
+        );
+        let summary = TrainSummary::counted(config, &state, &intake.returns);
+        run.write_summary(&summary)?;
+        return Ok(summary);
+    }
+    let version = state.policy_version.max(1);
+    let mut transport = ShmTransport::start_in(
+        run.dir().names(),
+        &plan.transport_config(opts, &state, &resumed),
+        plan.schema.clone(),
+        &to_blob(learner.model(), version),
+    )?;
+    if version > 1 {
+        transport.publish(version, &to_blob(learner.model(), version))?;
+    }
+    let mut t = Training {
+        recording: setup::recording(opts, &plan.schema, &state)?,
+        eval: setup::eval_worker(opts, &plan.policy, state.frames)?,
+        last_eval_frames: None,
+        last_report: (state.frames, state.wall_s),
+        run,
+        plan,
+        learner,
+        transport,
+        intake,
+        state,
+        version,
+    };
+    let (mut stopped_by_request, mut actors_gone) = (false, None);
+    let mut pending: VecDeque<Chunk> = VecDeque::new();
+
+    'run: while t.state.frames < config.run.frames {
+        match (t.transport.stop_requested(), t.run.stop_reason()) {
+            (true, _) | (_, Some(StopReason::Signal)) => {
+                stopped_by_request = true;
+                break;
+            }
+            (_, Some(StopReason::TimeLimit)) => break,
+            _ => {}
+        }
+        // Receive: admit new actors, take their chunks (recorded as they arrive).
+        t.transport.register();
+        match t.transport.receive() {
+            Ok(chunks) => {
+                t.recording.record(&chunks)?;
+                pending.extend(chunks);
+            }
+            // No actor left: end the run (final checkpoint, summary), then report it.
+            Err(e) => {
+                let gone = e.downcast::<ActorsGone>()?;
+                tracing::error!("{gone}");
+                actors_gone = Some(gone);
+                break;
+            }
+        }
+        if pending.is_empty() {
+            std::thread::sleep(Duration::from_micros(300));
+            continue;
+        }
+        // Add: every chunk's episodes count; the admitted ones go to the algorithm. Update
+        // once it is ready, and stop once the run is done.
+        while let Some(chunk) = pending.pop_front() {
+            let version = t.version;
+            t.intake.take(
+                chunk,
+                version,
+                &mut t.transport,
+                &mut t.learner,
+                &mut t.state,
+            );
+            if !t.learner.ready() {
+                continue;
+            }
+            t.update(config)?;
+            let at_target = config.run.stop_at_target && t.state.frames_to_target.is_some();
+            if at_target || t.state.frames >= config.run.frames {
+                break 'run;
+            }
+        }
+    }
+    t.finish(config, stopped_by_request, actors_gone)
+}
+
+/// A training run's loop state once its actors run.
+struct Training<B: AutodiffBackend> {
+    run: Run,
+    plan: Plan,
+    learner: Learner<B>,
+    transport: ShmTransport,
+    intake: Intake,
+    state: TrainState,
+    /// The weights' version (one per update; 1 before the first).
+    version: u64,
+    recording: Recording,
+    eval: Option<EvalWorker>,
+    last_eval_frames: Option<u64>,
+    /// Frames and wall seconds at the last report (for frames/s).
+    last_report: (u64, f64),
+}
+
+impl<B: AutodiffBackend> Training<B> {
+    /// One update: the new weights published to the actors (and to the evaluation), the
+    /// report, the checkpoint when one is due.
+    fn update(&mut self, config: &TrainConfig) -> anyhow::Result<()> {
+        let state = &mut self.state;
+        self.learner
+            .set_progress(state.frames as f64 / config.run.frames as f64);
+        let stats = self.learner.update()?;
+        state.updates += 1;
+        self.version += 1;
+        let blob = to_blob(self.learner.model(), self.version);
+        check_finite(&blob).with_context(|| {
+            format!(
+                "update {} produced weights that are not finite: not published, not \
+                 checkpointed (the last checkpoint is kept)",
+                state.updates
+            )
+        })?;
+        self.transport.publish(self.version, &blob)?;
+        if let Some(eval) = self.eval.as_mut().filter(|e| e.due(state.frames)) {
+            eval.submit(state.frames, self.run.wall(), blob);
+            self.last_eval_frames = Some(state.frames);
+        }
+        state.policy_version = self.version;
+        self.report(&stats, config)?;
+        if self.run.checkpoint_due(self.state.updates) {
+            let snapshot = TrainState {
+                wall_s: self.run.wall(),
+                ..self.state.clone()
+            };
+            self.checkpoint(config, &snapshot)?;
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&self, config: &TrainConfig, state: &TrainState) -> anyhow::Result<()> {
+        let algo = config.run.algo.name();
+        let resume = self.intake.resume_state();
+        self.run
+            .save_checkpoint(&*self.learner, algo, state, resume, self.version)
+    }
+
+    /// An update's report: the returns taken in, metrics.csv, the progress bar, and a log
+    /// line every 10th update (25th without a bar).
+    fn report(&mut self, stats: &UpdateStats, config: &TrainConfig) -> anyhow::Result<()> {
+        let (state, intake) = (&mut self.state, &mut self.intake);
+        let now = self.run.wall();
+        let mean_return = state.note_returns(&intake.returns, config.run.target_return, now);
+        let last = std::mem::replace(&mut self.last_report, (state.frames, now));
+        let fps = (state.frames - last.0) as f64 / (now - last.1).max(1e-9);
+        let row = MetricsRow {
+            frames: state.frames,
+            wall_s: now,
+            updates: state.updates,
+            mean_return,
+            policy_lag: intake.admission.updated(),
+            episodes: state.episodes,
+            frames_per_s: fps,
+            dropped_chunks: intake.admission.dropped,
+            ..MetricsRow::from(stats)
+        };
+        let (loss, lag, updates) = (stats.loss, row.policy_lag, state.updates);
+        let message = format!(
+            "{fps:>7.0} frames/s  return {mean_return:>7.2}  lag {lag:.2}  loss {loss:.4}  \
+             update {updates}"
+        );
+        self.run.report(&row, state.frames, message)?;
+        if updates % 10 == 0 || self.run.quiet() && updates % 25 == 0 {
+            tracing::info!(
+                "update {updates}: {} frames, {now:.1} s, {fps:.0} frames/s, mean return \
+                 {mean_return:.2}, lag {lag:.2}, loss {loss:.4}",
+                state.frames
+            );
+        }
+        Ok(())
+    }
+
+    /// Ends the run: the final checkpoint, the actors stopped (what they still sent recorded),
+    /// the last evaluation, the learning curve and `summary.json`. Errs after all that when
+    /// the actors were gone for good.
+    fn finish(
+        mut self,
+        config: &TrainConfig,
+        stopped_by_request: bool,
+        actors_gone: Option<ActorsGone>,
+    ) -> anyhow::Result<TrainSummary> {
+        self.run.end_progress();
+        self.state.wall_s = self.run.wall();
+        self.state.recent_returns = self.intake.returns.recent();
+        self.checkpoint(config, &self.state)?;
+        let (transport_summary, tail) = self.transport.finish(stopped_by_request)?;
+        self.recording.record(&tail)?;
+        let state = &self.state;
+        let eval_rows = match self.eval {
+            Some(worker) => {
+                worker.finish((self.last_eval_frames != Some(state.frames)).then(|| {
+                    let blob = to_blob(self.learner.model(), self.version);
+                    (state.frames, state.wall_s, blob)
+                }))?
+            }
+            None => Vec::new(),
+        };
+        // A resumed run's earlier evaluations are in eval.csv too.
+        let all_rows = crate::eval::read_eval_rows(&self.run.path().join("eval.csv"));
+        let eval_target = first_at_target(&all_rows, config.run.target_return);
+        let summary = TrainSummary {
+            final_eval_return: eval_rows.last().map(|r| r.eval_return_mean),
+            final_eval_frames: eval_rows.last().map(|r| r.frames),
+            eval_frames_to_target: eval_target.map(|t| t.0),
+            eval_seconds_to_target: eval_target.map(|t| t.1),
+            dropped_chunks: self.intake.admission.dropped,
+            stopped_by_request,
+            actors_gone: actors_gone.as_ref().map(|g| g.last_exit.clone()),
+            transport: transport_summary,
+            ..TrainSummary::counted(config, state, &self.intake.returns)
+        };
+        let pc = &self.plan.policy;
+        let title = format!(
+            "{} ({} {}-{})",
+            config.run.env,
+            config.run.algo.name().to_uppercase(),
+            pc.cell.name(),
+            pc.hidden_size
+        );
+        let path = self.run.path().to_path_buf();
+        self.run
+            .finish(&title, TRAIN_AXES, config.run.target_return, &summary)?;
+        match actors_gone {
+            Some(gone) => Err(anyhow::Error::new(gone).context(format!(
+                "the run ended early; its final checkpoint and summary are in {}",
+                path.display()
+            ))),
+            None => Ok(summary),
+        }
+    }
+}
+
+impl TrainSummary {
+    /// The fields the run's counters give (the others are filled in where they are known).
+    fn counted(config: &TrainConfig, state: &TrainState, returns: &Returns) -> Self {
+        TrainSummary {
+            env: config.run.env.clone(),
+            frames: state.frames,
+            updates: state.updates,
+            seconds: state.wall_s,
+            episodes: state.episodes,
+            final_mean_return: returns.mean(),
+            best_mean_return: state.best_mean_return,
+            target_return: config.run.target_return,
+            frames_to_target: state.frames_to_target,
+            seconds_to_target: state.seconds_to_target,
+            ..Default::default()
+        }
+    }
+}

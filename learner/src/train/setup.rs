@@ -1,0 +1,236 @@
+//! What a training run is built from its config before its loop starts: the plan (the actors'
+//! environment, the policy fitted to it, the chunk schema, the pacing), the learner resumed from
+//! its checkpoint, the dataset recording, the actors' transport config and the evaluation.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use burn::tensor::backend::AutodiffBackend;
+use common::checkpoint::{load_checkpoint, ResumeState};
+use common::chunk::ChunkSchema;
+use common::envs::EnvSpec;
+use common::policy::{chunk_schema, CriticCore, PolicyConfig};
+use common::rollout::EpsilonSchedule;
+
+use super::{TrainOptions, TrainState};
+use crate::algo::{self, Learner, LearnerSpec};
+use crate::config::{Algo, AlgoConfig, CollectorMode, TrainConfig};
+use crate::eval::{EvalPlan, EvalWorker};
+use crate::policy::{describe_env, env_args, fit_policy_spec};
+use crate::recording::Recording;
+use crate::supervisor::default_actor_count;
+use crate::transport::TransportConfig;
+
+/// The shape of a training run, derived from its config and the actors' environment.
+pub struct Plan {
+    /// The environment as the actors see it (the policy is built for its spaces).
+    pub spec: EnvSpec,
+    pub policy: PolicyConfig,
+    pub schema: ChunkSchema,
+    pub actors: u32,
+    /// Frames per chunk, and frames an update waits for.
+    pub chunk_frames: u64,
+    pub frames_per_update: usize,
+}
+
+impl Plan {
+    /// Asks the actor program for the environment's spaces (a registering actor that reports
+    /// others is refused) and fits the policy and the chunks to them.
+    pub fn new(opts: &TrainOptions) -> anyhow::Result<Self> {
+        let config = &opts.config;
+        let c = &config.collector;
+        let actors = config.run.actors.unwrap_or_else(default_actor_count);
+        let chunk_frames = (c.envs_per_actor * c.steps) as u64;
+        let frames_per_update = match (c.mode, &config.ppo) {
+            (CollectorMode::Sync, _) => actors as usize * chunk_frames as usize,
+            (CollectorMode::Async, Some(ppo)) => ppo.frames_per_update,
+            (CollectorMode::Async, None) => chunk_frames as usize,
+        };
+        let spec = describe_env(&opts.actor_program, &config.run)?;
+        let policy = fit_policy_spec(&spec, &config.policy);
+        let schema = chunk_schema(&policy, c.envs_per_actor, c.steps);
+        Ok(Plan {
+            spec,
+            policy,
+            schema,
+            actors,
+            chunk_frames,
+            frames_per_update,
+        })
+    }
+
+    /// The algorithm of `config` for this plan, on `device`.
+    pub fn learner<B: AutodiffBackend>(
+        &self,
+        config: &TrainConfig,
+        device: &B::Device,
+    ) -> anyhow::Result<Learner<B>> {
+        let mut algo = config.algorithm();
+        if let AlgoConfig::Ppo(ppo) = &mut algo {
+            ppo.frames_per_update = self.frames_per_update;
+        }
+        algo::build::<B>(
+            &LearnerSpec {
+                algo: &algo,
+                policy: &self.policy,
+                schema: &self.schema,
+                capacity: config.dqn.as_ref().map_or(0, |d| d.buffer_size),
+                seed: config.run.seed,
+            },
+            device,
+        )
+    }
+
+    /// The actors: the collector section, the learner's policy architecture, the algorithm's
+    /// exploration (PPO samples from its policy; DQN actors are epsilon-greedy with the
+    /// schedule counted in policy versions, one per update, one update per chunk); a resumed
+    /// run (`state`, `resumed`) seeds them anew and restores their saved states.
+    pub fn transport_config(
+        &self,
+        opts: &TrainOptions,
+        state: &TrainState,
+        resumed: &ResumeState,
+    ) -> TransportConfig {
+        let config = &opts.config;
+        let c = &config.collector;
+        let pc = &self.policy;
+        TransportConfig {
+            env: config.run.env.clone(),
+            actors: self.actors,
+            envs: c.envs_per_actor,
+            steps: c.steps,
+            cell: pc.cell,
+            hidden: pc.hidden_size,
+            layers: pc.num_layers,
+            encoder: pc.encoder.clone(),
+            seed: config.run.seed.wrapping_add(state.updates),
+            run_dir: opts.run_dir.clone(),
+            actor_program: opts.actor_program.clone(),
+            slots: c.ring_slots,
+            max_restarts: c.max_restarts,
+            restart_window: Duration::from_secs_f64(c.restart_window_s),
+            restart_backoff: Duration::from_secs_f64(c.restart_backoff_s),
+            spec: Some(self.spec.clone()),
+            sync: c.mode == CollectorMode::Sync,
+            restore: resumed.actors.iter().cloned().collect(),
+            listen: config.run.listen.clone(),
+            actor_args: env_args(&config.run)
+                .into_iter()
+                .chain(match (config.run.algo, &config.dqn) {
+                    (Algo::Dqn, Some(d)) => {
+                        let schedule = EpsilonSchedule {
+                            start: d.epsilon_start,
+                            end: d.epsilon_end,
+                            decay_versions: d.epsilon_decay_frames / self.chunk_frames.max(1),
+                        };
+                        vec![
+                            "--exploration".into(),
+                            "greedy".into(),
+                            "--epsilon".into(),
+                            schedule.to_string(),
+                        ]
+                    }
+                    // The critic core is part of the actors' policy (its state is in every
+                    // chunk).
+                    _ if pc.critic_core == CriticCore::Separate => {
+                        vec!["--critic-core".into(), "separate".into()]
+                    }
+                    _ => Vec::new(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A resumed run's learner state from `run_dir/checkpoint` (checked before anything is
+/// written): the counters and what `resume.bin` holds. A new run, or a run stopped before its
+/// first checkpoint, starts from update 0.
+pub fn resume<B: AutodiffBackend>(
+    opts: &TrainOptions,
+    learner: &mut Learner<B>,
+    policy: &PolicyConfig,
+) -> anyhow::Result<(TrainState, ResumeState)> {
+    if !opts.resume {
+        return Ok(Default::default());
+    }
+    let checkpoint = opts.run_dir.join("checkpoint");
+    let algo_name = opts.config.run.algo.name();
+    match load_checkpoint::<B, TrainState>(&checkpoint, &mut **learner, algo_name, policy)
+        .with_context(|| format!("resuming {}", opts.run_dir.display()))?
+    {
+        Some(loaded) => {
+            if let Some(why) = &loaded.fell_back {
+                tracing::warn!(
+                    "{why}: resuming from the previous checkpoint {}",
+                    loaded.from.display()
+                );
+            }
+            tracing::info!(
+                "resumed at update {} ({} frames) from {}",
+                loaded.state.updates,
+                loaded.state.frames,
+                loaded.from.display()
+            );
+            Ok((loaded.state, loaded.resume))
+        }
+        None => {
+            tracing::warn!(
+                "{} holds no checkpoint (the run was stopped before its first one): starting \
+                 from update 0 with its config.toml",
+                opts.run_dir.display()
+            );
+            Ok(Default::default())
+        }
+    }
+}
+
+/// `--save-replay`: every received chunk recorded into a new dataset (or nothing).
+pub fn recording(
+    opts: &TrainOptions,
+    schema: &ChunkSchema,
+    state: &TrainState,
+) -> anyhow::Result<Recording> {
+    let run = &opts.config.run;
+    Recording::create_with_source(
+        opts.save_replay.as_deref(),
+        &run.env,
+        schema,
+        &common::dataset::EnvSource {
+            imports: run.env_imports.clone(),
+            kwargs: env_kwargs(opts),
+            seed: Some(run.seed.wrapping_add(state.updates)),
+        },
+    )
+}
+
+/// `[eval]`: greedy evaluations beside training, on their own thread (or none).
+pub fn eval_worker(
+    opts: &TrainOptions,
+    policy: &PolicyConfig,
+    frames: u64,
+) -> anyhow::Result<Option<EvalWorker>> {
+    let config = &opts.config;
+    let Some(e) = &config.eval else {
+        return Ok(None);
+    };
+    let plan = EvalPlan {
+        env: config.run.env.clone(),
+        registry: crate::eval::env_registry(&config.run.env_imports, env_kwargs(opts)),
+        policy: policy.clone(),
+        episodes: e.episodes,
+        seed: e
+            .seed
+            .unwrap_or_else(|| config.run.seed.wrapping_add(1_000_000)),
+        every_frames: e.every_frames,
+        csv: opts.run_dir.join("eval.csv"),
+    };
+    Ok(Some(EvalWorker::start(plan, frames)?))
+}
+
+fn env_kwargs(opts: &TrainOptions) -> Option<serde_json::Value> {
+    opts.config
+        .run
+        .env_kwargs
+        .as_ref()
+        .map(|t| serde_json::to_value(t).expect("a TOML table is JSON"))
+}
