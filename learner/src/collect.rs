@@ -9,9 +9,10 @@ use common::policy::{chunk_schema, policy_config_for};
 use common::rollout::init_policy;
 use common::weights::to_blob;
 
+use crate::actors::Actors;
 use crate::recording::Recording;
 use crate::run_dir::{write_summary, RunDir};
-use crate::transport::{CollectSummary, ShmTransport, Transport, TransportConfig};
+use crate::transport::{CollectSummary, TransportConfig};
 
 /// What a collection run does.
 #[derive(Clone, Debug)]
@@ -59,9 +60,9 @@ pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
     let mut recording = Recording::create(config.save_replay.as_deref(), &t.env, &schema)?;
     let signals = crate::signals::install()?;
     let run_dir = RunDir::create(&t.run_dir, false)?;
-    let mut transport = ShmTransport::start_in(run_dir.names(), t, schema, &to_blob(&policy, 1))?;
+    let mut transport = Actors::start(run_dir.names(), t, schema, &to_blob(&policy, 1))?;
     let mut next_publish = config.publish_every;
-    let stop = |transport: &ShmTransport| signals.raised() || transport.stop_requested();
+    let stop = |transport: &Actors| signals.raised() || transport.stop_requested();
     while transport.stats().frames < config.frames && !stop(&transport) {
         transport.register();
         let chunks = transport.receive()?;

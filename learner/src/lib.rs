@@ -25,6 +25,7 @@ macro_rules! on_train_device {
     };
 }
 
+pub mod actors;
 pub mod algo;
 pub mod batch;
 pub mod bc;

@@ -9,8 +9,8 @@ use common::checkpoint::ResumeState;
 use common::chunk::Chunk;
 use serde::{Deserialize, Serialize};
 
+use crate::actors::Actors;
 use crate::algo::Learner;
-use crate::transport::Transport;
 
 /// What a checkpoint holds besides the model and optimizer.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -70,7 +70,7 @@ impl Intake {
         &mut self,
         chunk: Chunk,
         version: u64,
-        transport: &mut impl Transport,
+        actors: &mut Actors,
         learner: &mut Learner<B>,
         state: &mut TrainState,
     ) {
@@ -85,7 +85,7 @@ impl Intake {
             return;
         }
         let m = &chunk.meta;
-        match transport.admit_actor_state(m.actor_id, m.incarnation, m.policy_version) {
+        match actors.admit_actor_state(m.actor_id, m.incarnation, m.policy_version) {
             Some(saved) => self.actor_states.insert(m.actor_id, saved),
             None => self.actor_states.remove(&m.actor_id),
         };

@@ -22,13 +22,14 @@ pub use intake::TrainState;
 use intake::{Admission, Intake, Returns};
 use setup::Plan;
 
+use crate::actors::{Actors, ActorsGone};
 use crate::algo::Learner;
 use crate::config::{CollectorMode, TrainConfig};
 use crate::eval::{first_at_target, EvalWorker};
 use crate::metrics::{MetricsRow, UpdateStats, TRAIN_AXES};
 use crate::recording::Recording;
 use crate::run::{Run, RunOptions, StopReason};
-use crate::transport::{ActorsGone, CollectSummary, ShmTransport, Transport};
+use crate::transport::CollectSummary;
 
 /// How a training run is started.
 #[derive(Clone, Debug)]
@@ -119,14 +120,14 @@ fn train_on<B: AutodiffBackend>(
         return Ok(summary);
     }
     let version = state.policy_version.max(1);
-    let mut transport = ShmTransport::start_in(
+    let mut actors = Actors::start(
         run.dir().names(),
         &plan.transport_config(opts, &state, &resumed),
         plan.schema.clone(),
         &to_blob(learner.model(), version),
     )?;
     if version > 1 {
-        transport.publish(version, &to_blob(learner.model(), version))?;
+        actors.publish(version, &to_blob(learner.model(), version))?;
     }
     let mut t = Training {
         recording: setup::recording(opts, &plan.schema, &state)?,
@@ -136,7 +137,7 @@ fn train_on<B: AutodiffBackend>(
         run,
         plan,
         learner,
-        transport,
+        actors,
         intake,
         state,
         version,
@@ -145,7 +146,7 @@ fn train_on<B: AutodiffBackend>(
     let mut pending: VecDeque<Chunk> = VecDeque::new();
 
     'run: while t.state.frames < config.run.frames {
-        match (t.transport.stop_requested(), t.run.stop_reason()) {
+        match (t.actors.stop_requested(), t.run.stop_reason()) {
             (true, _) | (_, Some(StopReason::Signal)) => {
                 stopped_by_request = true;
                 break;
@@ -154,8 +155,8 @@ fn train_on<B: AutodiffBackend>(
             _ => {}
         }
         // Receive: admit new actors, take their chunks (recorded as they arrive).
-        t.transport.register();
-        match t.transport.receive() {
+        t.actors.register();
+        match t.actors.receive() {
             Ok(chunks) => {
                 t.recording.record(&chunks)?;
                 pending.extend(chunks);
@@ -176,13 +177,8 @@ fn train_on<B: AutodiffBackend>(
         // once it is ready, and stop once the run is done.
         while let Some(chunk) = pending.pop_front() {
             let version = t.version;
-            t.intake.take(
-                chunk,
-                version,
-                &mut t.transport,
-                &mut t.learner,
-                &mut t.state,
-            );
+            t.intake
+                .take(chunk, version, &mut t.actors, &mut t.learner, &mut t.state);
             if !t.learner.ready() {
                 continue;
             }
@@ -201,7 +197,7 @@ struct Training<B: AutodiffBackend> {
     run: Run,
     plan: Plan,
     learner: Learner<B>,
-    transport: ShmTransport,
+    actors: Actors,
     intake: Intake,
     state: TrainState,
     /// The weights' version (one per update; 1 before the first).
@@ -231,7 +227,7 @@ impl<B: AutodiffBackend> Training<B> {
                 state.updates
             )
         })?;
-        self.transport.publish(self.version, &blob)?;
+        self.actors.publish(self.version, &blob)?;
         if let Some(eval) = self.eval.as_mut().filter(|e| e.due(state.frames)) {
             eval.submit(state.frames, self.run.wall(), blob);
             self.last_eval_frames = Some(state.frames);
@@ -303,7 +299,7 @@ impl<B: AutodiffBackend> Training<B> {
         self.state.wall_s = self.run.wall();
         self.state.recent_returns = self.intake.returns.recent();
         self.checkpoint(config, &self.state)?;
-        let (transport_summary, tail) = self.transport.finish(stopped_by_request)?;
+        let (transport_summary, tail) = self.actors.finish(stopped_by_request)?;
         self.recording.record(&tail)?;
         let state = &self.state;
         let eval_rows = match self.eval {

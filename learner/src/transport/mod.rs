@@ -1,22 +1,29 @@
-//! How chunks reach the learner and weights reach the actors: the [`Transport`] interface,
-//! what a transport is started with ([`TransportConfig`]) and what it counts
-//! ([`CollectSummary`]). [`ShmTransport`] serves the learner's own actors through shared
-//! memory (one ring per actor incarnation, one weight segment) and, with `listen`, remote
-//! actors over authenticated TCP ([`tcp`]): both kinds mix in one run, their chunks verified
-//! and counted the same way.
+//! How chunks reach the learner and weights reach the actors, one medium per type behind the
+//! [`Transport`] interface: [`ShmTransport`] serves actors on this machine through shared
+//! memory (the control socket, one ring per actor incarnation, one weight segment) and
+//! [`TcpTransport`] remote actors over authenticated TCP. The run's [`crate::actors::Actors`]
+//! fans them in (both kinds mix in one run) beside the supervisor of the local actor
+//! processes; every chunk is verified and counted the same way, in one [`Ledger`]. Also: what
+//! the actors are started with ([`TransportConfig`]) and what a run counts
+//! ([`CollectSummary`]).
 
+mod ledger;
 mod shm;
 pub mod tcp;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use common::chunk::Chunk;
-use common::envs::EnvSpec;
+use common::chunk::{Chunk, ChunkSchema};
+use common::control::schema_mismatch;
+use common::envs::{EnvSpec, Space};
 use common::recurrent::CellKind;
 use serde::Serialize;
 
-pub use shm::{ActorsGone, ShmTransport};
+use crate::supervisor::ActorEvent;
+pub use ledger::{Channel, Ledger};
+pub use shm::ShmTransport;
+pub use tcp::TcpTransport;
 
 /// The actors a transport starts and the channels it gives them.
 #[derive(Clone, Debug)]
@@ -102,24 +109,36 @@ pub struct CollectSummary {
     pub stopped_by_request: bool,
 }
 
-/// A running transport session between the learner and its actors. A run loop calls
+/// One medium between the learner and its actors. A run's fan-in calls
 /// [`register`](Self::register) and [`receive`](Self::receive) in turn, publishes weights after
-/// each update, and ends with [`finish`](Self::finish).
+/// each update, and at the end [`shut_down`](Self::shut_down)s, drains until no actor holds a
+/// channel ([`busy`](Self::busy)), and [`close`](Self::close)s.
 pub trait Transport {
     /// Answers the actors that asked to join since the last call: one whose environment and
-    /// chunk schema match the run's gets a channel for its chunks, any other a refusal naming
-    /// the mismatch.
-    fn register(&mut self);
+    /// chunk schema match the run's ([`Expected`]) gets a channel for its chunks, any other a
+    /// refusal naming the mismatch. Chunks a replaced channel still held go to `out`.
+    fn register(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>);
 
-    /// The chunks received since the last call: verified (checksum, schema, sender), sequence
-    /// numbers checked per actor incarnation, in arrival order per actor. Notices actors that
-    /// exited; errs once every actor has stopped for good.
-    fn receive(&mut self) -> anyhow::Result<Vec<Chunk>>;
+    /// The chunks received since the last call, verified and counted by `ledger`, in arrival
+    /// order per actor.
+    fn receive(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>);
 
     /// Broadcasts weight version `version` (actors adopt it at their next chunk boundary).
     fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()>;
 
-    fn stats(&self) -> &CollectSummary;
+    /// Actor processes the supervisor saw start, exit or given up on.
+    fn actors_changed(&mut self, _events: &[ActorEvent]) {}
+
+    /// Actors may join on their own at any time (a listener): the run never runs out of them.
+    fn open_ended(&self) -> bool {
+        false
+    }
+
+    /// Some actor still holds a channel of this transport (or its chunks are not all taken).
+    fn busy(&self) -> bool;
+
+    /// The actors holding a channel, named for a log line.
+    fn waiting_for(&self) -> Vec<String>;
 
     /// Sync runs: an update took the chunk of `actor_id`/`incarnation` collected with weights
     /// `version`. The state that actor saved right after collecting it becomes the one an
@@ -128,18 +147,69 @@ pub trait Transport {
     /// restarting actor then starts fresh.
     fn admit_actor_state(
         &mut self,
-        actor_id: u32,
-        incarnation: u32,
-        version: u64,
-    ) -> Option<Vec<u8>>;
+        _actor_id: u32,
+        _incarnation: u32,
+        _version: u64,
+    ) -> Option<Vec<u8>> {
+        None
+    }
 
-    /// A control-plane request (`recur-learner stop`, `Request::Shutdown`) asked the run to
-    /// stop. (Signals are the run's: [`crate::run::Run::stop_reason`].)
-    fn stop_requested(&self) -> bool;
+    /// An actor or an operator asked the run to stop through this transport.
+    fn stop_requested(&self) -> bool {
+        false
+    }
 
-    /// Ends the run: the actors stop, what they still sent is received (and returned), the
-    /// transport's resources are removed; returns the final counts.
-    fn finish(self, stopped_by_request: bool) -> anyhow::Result<(CollectSummary, Vec<Chunk>)>
-    where
-        Self: Sized;
+    /// Registrations refused so far.
+    fn refused(&self) -> u64;
+
+    /// The run is ending: every actor is told to stop at its next heartbeat, and registrations
+    /// from now on are refused.
+    fn shut_down(&mut self);
+
+    /// Refuses the registrations that arrived while the run ends.
+    fn refuse_registrations(&mut self);
+
+    /// The grace is over: what is left is drained into `out` and no actor is waited for.
+    fn abandon(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>);
+
+    /// The last pass: everything drained into `out`, the channels dropped.
+    fn close(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>);
+}
+
+/// What a registering actor must match: the run's environment, its spaces and chunk schema.
+#[derive(Clone, Debug)]
+pub struct Expected {
+    pub env: String,
+    /// The environment's spaces the run was built for; `None`: not checked.
+    pub spec: Option<EnvSpec>,
+    pub schema: ChunkSchema,
+}
+
+impl Expected {
+    /// Why an actor of `env` with these spaces and chunk schema cannot join the run (`None`:
+    /// it can).
+    pub fn mismatch(
+        &self,
+        env: &str,
+        observation_space: &Space,
+        action_space: &Space,
+        schema: &ChunkSchema,
+    ) -> Option<String> {
+        if env != self.env {
+            return Some(format!("env {env:?} (the run has {:?})", self.env));
+        }
+        if let Some(spec) = self.spec.as_ref().filter(|s| {
+            &s.observation_space != observation_space || &s.action_space != action_space
+        }) {
+            return Some(format!(
+                "env {env:?}: the actor reports observation space {}, action space {}; the run \
+                 was built for observation space {}, action space {}",
+                observation_space.describe(),
+                action_space.describe(),
+                spec.observation_space.describe(),
+                spec.action_space.describe()
+            ));
+        }
+        schema_mismatch(&self.schema, schema)
+    }
 }

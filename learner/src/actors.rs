@@ -1,0 +1,322 @@
+//! The run's actors: the supervisor of the learner's own actor processes and the transports
+//! every actor reaches the learner through ([`ShmTransport`] always, [`TcpTransport`] with
+//! `listen`), fanned in: registrations answered, chunks received into one [`Ledger`], weights
+//! published to all, and at the end every actor stopped and drained. The run owns this; the
+//! transports own only their medium.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use common::chunk::{Chunk, ChunkMeta, ChunkSchema};
+use common::shm::reclaim_stale;
+
+use crate::run_dir::RunNames;
+use crate::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
+use crate::transport::tcp::RemoteOptions;
+use crate::transport::{
+    CollectSummary, Expected, Ledger, ShmTransport, TcpTransport, Transport, TransportConfig,
+};
+
+/// How long the end of a run waits for its actors to stop before it kills its own children and
+/// leaves attached and remote actors (which it does not own) to notice on their own.
+const FINISH_GRACE: Duration = Duration::from_secs(10);
+
+/// Every actor of the run stopped for good (the supervisor gave up on them): the run cannot
+/// collect any more. A run loop ends the run (final checkpoint, summary) and reports it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "every actor stopped for good ({frames} frames had arrived); the last actor exit: {last_exit}"
+)]
+pub struct ActorsGone {
+    pub frames: u64,
+    pub last_exit: String,
+}
+
+/// The supervisor and the transports of a run.
+pub struct Actors {
+    supervisor: Supervisor,
+    transports: Vec<Box<dyn Transport>>,
+    ledger: Ledger,
+    summary: CollectSummary,
+    /// Chunks taken while answering registrations (returned by the next `receive`).
+    early: Vec<Chunk>,
+    /// The last exit of an actor process (named when every actor is gone).
+    last_exit: Option<String>,
+    start: Instant,
+}
+
+impl Actors {
+    /// Reclaims stale segments, publishes `initial_blob` as version 1 on every transport,
+    /// then starts the actors, in the run directory `names` names (the caller holds its lock).
+    pub fn start(
+        names: &RunNames,
+        config: &TransportConfig,
+        schema: ChunkSchema,
+        initial_blob: &[u8],
+    ) -> anyhow::Result<Self> {
+        let start = Instant::now();
+        // Segments of runs whose owner died are removed before this run creates its own.
+        let reclaimed_segments = reclaim_stale();
+        for name in &reclaimed_segments {
+            tracing::warn!("removed shared-memory segment {name} left by a crashed run");
+        }
+        let mut summary = CollectSummary {
+            env: config.env.clone(),
+            reclaimed_segments,
+            policy_version: 1,
+            ..Default::default()
+        };
+        let slot_bytes = Chunk::zeros(&schema, ChunkMeta::new(0, 0, 0, 0))
+            .encode(&schema)?
+            .len();
+        let expected = Expected {
+            env: config.env.clone(),
+            spec: config.spec.clone(),
+            schema: schema.clone(),
+        };
+        let shm = ShmTransport::start(names, config, expected.clone(), slot_bytes, initial_blob)?;
+        let mut transports: Vec<Box<dyn Transport>> = vec![Box::new(shm)];
+        if let Some(listen) = &config.listen {
+            let opts = RemoteOptions {
+                listen: listen.clone(),
+                token: names.token()?,
+                args: actor_args(config, None),
+                chunk_bytes: slot_bytes,
+                weight_bytes: initial_blob.len(),
+                window: config.slots,
+                local_actors: config.actors,
+            };
+            let tcp = TcpTransport::start(expected, opts, initial_blob)?;
+            tracing::info!(
+                "remote actors: listening on {} (token in {})",
+                tcp.address(),
+                names.path().join("token").display()
+            );
+            summary.listen = Some(tcp.address());
+            transports.push(Box::new(tcp));
+        }
+        let socket = names.control_socket();
+        let (supervisor, events) = Supervisor::start(SupervisorConfig {
+            program: config.actor_program.clone(),
+            args: actor_args(config, Some(&socket)),
+            actors: config.actors,
+            max_restarts: config.max_restarts,
+            restart_window: config.restart_window,
+            backoff: config.restart_backoff,
+        })
+        .with_context(|| format!("starting actors with {}", config.actor_program.display()))?;
+        let mut actors = Actors {
+            supervisor,
+            transports,
+            ledger: Ledger::new(schema),
+            summary,
+            early: Vec::new(),
+            last_exit: None,
+            start,
+        };
+        actors.changed(&events);
+        Ok(actors)
+    }
+
+    /// Answers the actors that asked to join since the last call, on every transport.
+    pub fn register(&mut self) {
+        for t in &mut self.transports {
+            t.register(&mut self.ledger, &mut self.early);
+        }
+    }
+
+    /// The chunks received since the last call (verified, sequence numbers checked per actor
+    /// incarnation, in arrival order per actor). Reaps and restarts actors; errs once every
+    /// actor has stopped for good ([`ActorsGone`]).
+    pub fn receive(&mut self) -> anyhow::Result<Vec<Chunk>> {
+        let mut chunks = std::mem::take(&mut self.early);
+        for t in &mut self.transports {
+            t.receive(&mut self.ledger, &mut chunks);
+        }
+        self.supervise()?;
+        self.count();
+        // Remote actors may join at any time: a listening run never runs out of actors.
+        let open = self.transports.iter().any(|t| t.open_ended() || t.busy());
+        if self.supervisor.all_done() && !open {
+            return Err(ActorsGone {
+                frames: self.ledger.frames,
+                last_exit: self
+                    .last_exit
+                    .clone()
+                    .unwrap_or_else(|| "none recorded".into()),
+            }
+            .into());
+        }
+        Ok(chunks)
+    }
+
+    /// Broadcasts weight version `version` on every transport.
+    pub fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()> {
+        for t in &mut self.transports {
+            t.publish(version, blob)?;
+        }
+        self.summary.policy_version = version;
+        Ok(())
+    }
+
+    /// See [`Transport::admit_actor_state`].
+    pub fn admit_actor_state(
+        &mut self,
+        actor_id: u32,
+        incarnation: u32,
+        version: u64,
+    ) -> Option<Vec<u8>> {
+        self.transports
+            .iter_mut()
+            .find_map(|t| t.admit_actor_state(actor_id, incarnation, version))
+    }
+
+    /// An actor or an operator asked the run to stop (the control plane).
+    pub fn stop_requested(&self) -> bool {
+        self.transports.iter().any(|t| t.stop_requested())
+    }
+
+    /// The counts so far (`incarnations` are filled in by [`finish`](Self::finish)).
+    pub fn stats(&self) -> &CollectSummary {
+        &self.summary
+    }
+
+    /// Ends the run: every actor (spawned, attached or remote) is told to stop at its next
+    /// heartbeat, and drained as it exits. After [`FINISH_GRACE`] the learner kills the actors
+    /// it spawned and stops waiting for the others (not its children: never killed); then
+    /// the transports close. Returns the final counts and the chunks that arrived meanwhile.
+    pub fn finish(
+        mut self,
+        stopped_by_request: bool,
+    ) -> anyhow::Result<(CollectSummary, Vec<Chunk>)> {
+        for t in &mut self.transports {
+            t.shut_down();
+        }
+        self.supervisor.stop_restarting();
+        let deadline = Instant::now() + FINISH_GRACE;
+        let mut tail = std::mem::take(&mut self.early);
+        loop {
+            for t in &mut self.transports {
+                t.refuse_registrations();
+                t.receive(&mut self.ledger, &mut tail);
+            }
+            self.supervise()?;
+            let busy = self.transports.iter().any(|t| t.busy());
+            if self.supervisor.running().is_empty() && !busy {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let own: Vec<u32> = self.supervisor.running().iter().map(|r| r.2).collect();
+                let others: Vec<String> = self
+                    .transports
+                    .iter()
+                    .flat_map(|t| t.waiting_for())
+                    .filter(|w| !own.iter().any(|pid| w.ends_with(&format!("(pid {pid})"))))
+                    .collect();
+                tracing::warn!(
+                    "actors did not stop within {FINISH_GRACE:?} of the end of the run: killing \
+                     the learner's own {own:?}, no longer waiting for attached and remote \
+                     {others:?}"
+                );
+                let events = self.supervisor.shutdown(Duration::from_secs(1));
+                self.changed(&events);
+                for t in &mut self.transports {
+                    t.abandon(&mut self.ledger, &mut tail);
+                }
+                continue;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The last pass: everything drained, half-written slots reported, channels dropped.
+        for t in &mut self.transports {
+            t.close(&mut self.ledger, &mut tail);
+        }
+        self.count();
+        let mut summary = std::mem::take(&mut self.summary);
+        summary.incarnations = std::mem::take(&mut self.ledger.incarnations)
+            .into_values()
+            .collect();
+        summary.seconds = self.start.elapsed().as_secs_f64();
+        summary.stopped_by_request = stopped_by_request;
+        Ok((summary, tail))
+    }
+
+    /// Reaps and restarts actors; tells the transports who exited.
+    fn supervise(&mut self) -> anyhow::Result<()> {
+        let events = self.supervisor.poll()?;
+        self.changed(&events);
+        Ok(())
+    }
+
+    fn changed(&mut self, events: &[ActorEvent]) {
+        for t in &mut self.transports {
+            t.actors_changed(events);
+        }
+        for e in events {
+            match e {
+                ActorEvent::Started {
+                    actor_id,
+                    incarnation,
+                    pid,
+                } => {
+                    if *incarnation > 0 {
+                        self.summary.restarts += 1;
+                    }
+                    tracing::info!("actor {actor_id}/{incarnation} started (pid {pid})");
+                }
+                ActorEvent::Exited {
+                    actor_id,
+                    incarnation,
+                    status,
+                } => {
+                    tracing::info!("actor {actor_id}/{incarnation} exited: {status}");
+                    self.last_exit = Some(format!("actor {actor_id}/{incarnation}: {status}"));
+                }
+                ActorEvent::GaveUp { actor_id, restarts } => {
+                    tracing::error!("actor {actor_id} died {restarts} times; not restarting it")
+                }
+            }
+        }
+    }
+
+    /// The ledger's and the transports' counts into the summary.
+    fn count(&mut self) {
+        let l = &self.ledger;
+        let s = &mut self.summary;
+        (s.chunks, s.frames, s.corrupted, s.rejected) =
+            (l.chunks, l.frames, l.corrupted, l.rejected);
+        s.refused_registrations = self.transports.iter().map(|t| t.refused()).sum();
+    }
+}
+
+/// The `recur-actor` arguments of the run's actors: `--connect socket` for local ones; the
+/// rest (environment, policy, seed, exploration) is what a remote actor receives.
+fn actor_args(config: &TransportConfig, socket: Option<&std::path::Path>) -> Vec<String> {
+    let mut args = match socket {
+        Some(socket) => vec!["--connect".to_string(), socket.display().to_string()],
+        None => Vec::new(),
+    };
+    args.extend(config.actor_args.iter().cloned());
+    for (flag, value) in [
+        ("--env", config.env.clone()),
+        ("--envs", config.envs.to_string()),
+        ("--steps", config.steps.to_string()),
+        ("--cell", config.cell.name().to_string()),
+        ("--hidden", config.hidden.to_string()),
+        ("--layers", config.layers.to_string()),
+        (
+            "--encoder",
+            config
+                .encoder
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        ("--seed", config.seed.to_string()),
+    ] {
+        args.push(flag.into());
+        args.push(value);
+    }
+    args
+}
