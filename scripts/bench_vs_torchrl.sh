@@ -52,7 +52,7 @@ Per side:
 
 Output:
   --out FILE             JSON-lines file of both runs and the ratio lines
-                         [default: docs/bench-rnn-vs-torchrl-<threads>cores.jsonl]
+                         [default: benchmarks/results/bench-rnn-vs-torchrl-<threads>cores.jsonl]
   --no-build             use the built recur-bench as it is (default: cargo build
                          --release first; nothing to do when it is up to date)
 
