@@ -1,0 +1,3 @@
+#![no_main]
+// common::fuzz::chunk: see common/src/fuzz.rs for the decoder and where its bytes come from.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| common::fuzz::chunk(data));
