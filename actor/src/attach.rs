@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use common::control::{call, Request, Response, MAX_FRAME};
+use common::chunk::{Chunk, STATE_TRAILER};
+use common::control::{call, Request, Response};
 use common::envs::EnvSpec;
 use common::rollout::Actor;
 use common::shm::{RingError, RingWriter, WeightSubscriber};
@@ -48,6 +49,7 @@ pub fn run_attached(socket: &Path, mut actor: Actor, spec: &EnvSpec) -> anyhow::
         observation_space: spec.observation_space.clone(),
         action_space: spec.action_space.clone(),
         schema: actor.schema().clone(),
+        state_bytes: actor.save_state().map_or(0, |s| s.len() as u64),
     };
     let (ring, weights, sync, restore) = match call(&mut stream, &register)? {
         Response::Registered {
@@ -115,22 +117,13 @@ pub fn run_attached(socket: &Path, mut actor: Actor, spec: &EnvSpec) -> anyhow::
             }
         }
         let chunk = actor.collect()?;
-        let bytes = chunk.encode(actor.schema())?;
-        // Sync runs: the state after this chunk goes to the learner before the chunk, so it is
-        // there when an update takes the chunk (and in the checkpoint after it).
+        let mut bytes = chunk.encode(actor.schema())?;
+        // Sync runs: the state after this chunk rides with it, so it is there when an update
+        // takes the chunk (and in the checkpoint after it).
         if sync {
             match actor.save_state() {
-                Some(state) if state.len() + 1024 <= MAX_FRAME => {
-                    let snapshot = Request::Snapshot {
-                        actor_id: config.actor_id,
-                        incarnation: config.incarnation,
-                        policy_version: actor.policy_version(),
-                        state,
-                    };
-                    if let Some(stop) = heartbeat(&mut stream, &snapshot, chunks_sent) {
-                        return Ok(stop);
-                    }
-                    last_beat = Instant::now();
+                Some(state) if bytes.len() + STATE_TRAILER + state.len() <= ring.capacity() => {
+                    Chunk::append_state(&mut bytes, &state);
                 }
                 other if !snapshot_warned => {
                     snapshot_warned = true;
@@ -139,7 +132,10 @@ pub fn run_attached(socket: &Path, mut actor: Actor, spec: &EnvSpec) -> anyhow::
                          episodes here",
                         config.env,
                         match other {
-                            Some(s) => format!("{} bytes, over the control frame limit", s.len()),
+                            Some(s) => format!(
+                                "{} bytes, more than the ring slot leaves after the chunk",
+                                s.len()
+                            ),
                             None => "the environments cannot save theirs".into(),
                         }
                     );

@@ -28,6 +28,10 @@
 //! 16+HL   P     payload: the columns above in that order, P = meta.payload_len
 //! ```
 //!
+//! A chunk may be followed by the state its actor saved right after collecting it (sync runs;
+//! [`Chunk::append_state`]): `state length (u32 LE) | CRC-32 of the state (u32 LE) | state`.
+//! Rings carry it; datasets and TCP frames never do.
+//!
 //! `meta.payload_crc32` is the CRC-32 (IEEE) of the payload. Decoding checks the magic, the
 //! version, every length against the buffer, the schema hash and the checksum, and rejects
 //! NaN/Inf in float columns naming the field.
@@ -41,6 +45,8 @@ pub const CHUNK_MAGIC: [u8; 8] = *b"RECURCK1";
 pub const LAYOUT_VERSION: u32 = 1;
 /// Bytes before the header: magic, version, header length.
 pub const PREFIX_LEN: usize = 16;
+/// The actor-state trailer's header: its length and CRC-32 ([`Chunk::append_state`]).
+pub const STATE_TRAILER: usize = 8;
 
 /// How actions are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -257,6 +263,8 @@ pub enum ChunkError {
         index: usize,
         value: f32,
     },
+    #[error("chunk: actor-state trailer: {0}")]
+    Trailer(String),
     #[error("chunk: `{field}` has {got} elements, the schema needs {expected}")]
     Length {
         field: &'static str,
@@ -354,6 +362,46 @@ impl Chunk {
     pub fn encoded_len(bytes: &[u8]) -> Result<usize, ChunkError> {
         let (meta, header_end) = decode_meta(bytes)?;
         Ok(header_end + meta.payload_len as usize)
+    }
+
+    /// Appends the state the actor saved right after collecting this chunk (sync runs: the
+    /// state an actor restarting with its id continues from) to the encoded chunk `encoded`:
+    /// `length u32 LE | CRC-32 u32 LE | state` ([`STATE_TRAILER`] bytes plus the state).
+    pub fn append_state(encoded: &mut Vec<u8>, state: &[u8]) {
+        let len = u32::try_from(state.len()).expect("an actor state under 4 GiB");
+        encoded.extend_from_slice(&len.to_le_bytes());
+        encoded.extend_from_slice(&crc32fast::hash(state).to_le_bytes());
+        encoded.extend_from_slice(state);
+    }
+
+    /// Splits an encoded chunk from its actor-state trailer, if it has one: the chunk's bytes
+    /// and the state, after checking the trailer's length against the buffer and its CRC.
+    pub fn split_state(bytes: &[u8]) -> Result<(&[u8], Option<&[u8]>), ChunkError> {
+        let end = Self::encoded_len(bytes)?;
+        let (chunk, rest) = bytes.split_at(end.min(bytes.len()));
+        if rest.is_empty() {
+            return Ok((chunk, None));
+        }
+        let bad = |what: String| ChunkError::Trailer(what);
+        if rest.len() < STATE_TRAILER {
+            return Err(bad(format!(
+                "{} bytes after the chunk, fewer than its header",
+                rest.len()
+            )));
+        }
+        let word = |at: usize| u32::from_le_bytes(rest[at..at + 4].try_into().expect("4 bytes"));
+        let (len, crc) = (word(0) as usize, word(4));
+        let state = &rest[STATE_TRAILER..];
+        if state.len() != len {
+            return Err(bad(format!("length {len}, {} bytes follow", state.len())));
+        }
+        let got = crc32fast::hash(state);
+        if got != crc {
+            return Err(bad(format!(
+                "CRC-32 {got:#010x} differs from its header's {crc:#010x}"
+            )));
+        }
+        Ok((chunk, Some(state)))
     }
 
     /// The header of the chunk that starts `bytes` and the offset of its payload, after
@@ -841,5 +889,29 @@ mod tests {
             assert_ne!(base, other);
         }
         assert!(traj_id(2047, 255, 65535, (1 << 28) - 1) >= 0);
+    }
+
+    #[test]
+    fn an_actor_state_trailer_round_trips_and_a_damaged_one_is_named() {
+        let schema = schema(CellKind::Lstm, ActionKind::Discrete);
+        let mut bytes = Chunk::zeros(&schema, ChunkMeta::new(1, 2, 3, 4))
+            .encode(&schema)
+            .unwrap();
+        let plain = bytes.clone();
+        assert_eq!(Chunk::split_state(&plain).unwrap(), (&plain[..], None));
+        Chunk::append_state(&mut bytes, b"saved state");
+        let (chunk, state) = Chunk::split_state(&bytes).unwrap();
+        assert_eq!((chunk, state), (&plain[..], Some(&b"saved state"[..])));
+        assert_eq!(Chunk::decode(chunk, &schema).unwrap().meta.seq, 3);
+        for (damage, what) in [(bytes.len() - 1, "CRC-32"), (plain.len(), "length")] {
+            let mut bad = bytes.clone();
+            bad[damage] ^= 1;
+            let err = Chunk::split_state(&bad).unwrap_err().to_string();
+            assert!(err.contains("trailer") && err.contains(what), "{err}");
+        }
+        let err = Chunk::split_state(&bytes[..plain.len() + 3])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fewer than its header"), "{err}");
     }
 }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::chunk::ChunkSchema;
 use crate::envs::Space;
 
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 pub const MAX_FRAME: usize = 1 << 20;
 
 /// What an actor asks.
@@ -34,6 +34,10 @@ pub enum Request {
         observation_space: Space,
         action_space: Space,
         schema: ChunkSchema,
+        /// The size of the actor's saved state now (`rollout::Actor::save_state`; 0: its
+        /// environments cannot save theirs): a sync run's ring slots leave room for it after
+        /// each chunk.
+        state_bytes: u64,
     },
     /// Sent about once a second; the answer says whether to shut down.
     Heartbeat {
@@ -42,15 +46,6 @@ pub enum Request {
         chunks_sent: u64,
         full_waits: u64,
         policy_version: u64,
-    },
-    /// Sync runs: the actor's state right after collecting the chunk of `policy_version` it
-    /// is about to push (`rollout::Actor::save_state`), sent before that chunk; an actor that
-    /// (re)starts resumes from the state of its last chunk an update used.
-    Snapshot {
-        actor_id: u32,
-        incarnation: u32,
-        policy_version: u64,
-        state: Vec<u8>,
     },
     /// The learner's counters.
     Stats,
@@ -67,7 +62,9 @@ pub enum Response {
         /// Shared-memory segment of the weight broadcast.
         weights: String,
         /// `sync` collection: after each chunk, wait for newer weights before the next one,
-        /// and send a [`Request::Snapshot`] before pushing it.
+        /// and append the state saved right after collecting it to the chunk
+        /// (`chunk::Chunk::append_state`): an actor that (re)starts resumes from the state
+        /// after its last chunk an update used.
         sync: bool,
         /// A saved actor state to continue from (`rollout::Actor::restore`).
         restore: Option<Vec<u8>>,
@@ -227,6 +224,7 @@ mod tests {
             observation_space: Space::Discrete { n: 2 },
             action_space: Space::Discrete { n: 2 },
             schema: schema(),
+            state_bytes: 0,
         };
         write_frame(&mut a, &req).unwrap();
         assert_eq!(read_frame::<Request>(&mut b).unwrap(), req);

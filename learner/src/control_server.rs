@@ -3,7 +3,6 @@
 //! main loop (which owns the shared-memory segments) and answered with its reply; heartbeats,
 //! stats and shutdown requests are answered here (signals are [`crate::signals`]'s).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,11 +27,10 @@ pub struct Registration {
     pub observation_space: Space,
     pub action_space: Space,
     pub schema: ChunkSchema,
+    /// The size of the actor's saved state (sync runs append it to each chunk).
+    pub state_bytes: u64,
     pub reply: oneshot::Sender<Response>,
 }
-
-/// An actor's saved state: (incarnation, policy version of its chunk, state).
-pub type Snapshot = (u32, u64, Vec<u8>);
 
 /// State shared between the main loop and the server.
 #[derive(Default)]
@@ -44,8 +42,6 @@ pub struct Shared {
     pub stats: Mutex<LearnerStats>,
     /// Last heartbeat per (actor, incarnation).
     pub heartbeats: Mutex<Vec<(u32, u32, Instant)>>,
-    /// The latest [`Request::Snapshot`] per actor id.
-    pub snapshots: Mutex<HashMap<u32, Snapshot>>,
 }
 
 /// The running server; dropping it stops the runtime and removes the socket file.
@@ -151,6 +147,7 @@ async fn connection(
                 observation_space,
                 action_space,
                 schema,
+                state_bytes,
             }) => {
                 let (reply, answer) = oneshot::channel();
                 let reg = Registration {
@@ -161,6 +158,7 @@ async fn connection(
                     observation_space,
                     action_space,
                     schema,
+                    state_bytes,
                     reply,
                 };
                 if registrations.send(reg).is_err() {
@@ -186,21 +184,6 @@ async fn connection(
                     Some(b) => b.2 = Instant::now(),
                     None => beats.push((actor_id, incarnation, Instant::now())),
                 }
-                Response::Ack {
-                    shutdown: shared.shutdown.load(Ordering::SeqCst),
-                }
-            }
-            Ok(Request::Snapshot {
-                actor_id,
-                incarnation,
-                policy_version,
-                state,
-            }) => {
-                shared
-                    .snapshots
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(actor_id, (incarnation, policy_version, state));
                 Response::Ack {
                     shutdown: shared.shutdown.load(Ordering::SeqCst),
                 }

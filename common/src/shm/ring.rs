@@ -25,8 +25,9 @@
 //! # Verification
 //!
 //! The reader checks the length word against the slot capacity, the chunk prefix and header
-//! ([`Chunk::peek_meta`]: magic, version, header bounds), that header + payload fill the slot
-//! exactly, and the payload CRC-32, computed block by block while copying (so the checksum
+//! ([`Chunk::peek_meta`]: magic, version, header bounds), that header + payload fit the slot's
+//! length (what follows is an actor-state trailer with its own CRC, [`Chunk::split_state`]),
+//! and the payload CRC-32, computed block by block while copying (so the checksum
 //! reads bytes that are still in cache). A slot failing any check is freed, counted and
 //! reported as [`RingError::Corrupt`]; the next slot is read normally.
 //!
@@ -39,6 +40,7 @@
 //!
 //! [`Chunk::encode`]: crate::chunk::Chunk::encode
 //! [`Chunk::peek_meta`]: crate::chunk::Chunk::peek_meta
+//! [`Chunk::split_state`]: crate::chunk::Chunk::split_state
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -462,19 +464,21 @@ impl RingReader {
         unsafe { copy_from_shm(out, src, PREFIX_LEN, header_end) };
         let (meta, payload_at) = Chunk::peek_meta(out).map_err(|e| (None, e.to_string()))?;
         let seq = Some(meta.seq);
-        let end = (payload_at as u64).checked_add(meta.payload_len);
-        if end != Some(len as u64) {
+        let end = (payload_at as u64)
+            .checked_add(meta.payload_len)
+            .filter(|&end| end <= len as u64);
+        let Some(end) = end.map(|e| e as usize) else {
             return Err((
                 seq,
                 format!(
-                    "header ({payload_at} bytes) + payload_len {} != slot length {len}",
+                    "header ({payload_at} bytes) + payload_len {} > slot length {len}",
                     meta.payload_len
                 ),
             ));
-        }
+        };
         // Copy and checksum the payload in one pass.
-        // SAFETY: as above, for `len` bytes.
-        let got = unsafe { copy_crc::append(self.kernel, out, src, payload_at, len) };
+        // SAFETY: as above, for `end <= len` bytes.
+        let got = unsafe { copy_crc::append(self.kernel, out, src, payload_at, end) };
         if got != meta.payload_crc32 {
             return Err((
                 seq,
@@ -484,6 +488,10 @@ impl RingReader {
                 ),
             ));
         }
+        // An actor-state trailer (sync runs) follows; it carries its own CRC, checked by
+        // `Chunk::split_state`.
+        // SAFETY: as above, end <= len.
+        unsafe { copy_from_shm(out, src, end, len) };
         Ok(len)
     }
 

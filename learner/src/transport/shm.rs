@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use common::chunk::Chunk;
+use common::chunk::{Chunk, STATE_TRAILER};
 use common::control::Response;
 use common::shm::{RingConfig, RingReader, WeightPublisher};
 
@@ -38,8 +38,12 @@ pub struct ShmTransport {
     server: ControlServer,
     rings: Vec<RingSlot>,
     buf: Vec<u8>,
-    /// Sync runs: per actor id, the state a registering actor continues from.
+    /// Sync runs: per actor id, the state a registering actor continues from (that of its
+    /// last chunk an update used).
     actor_states: BTreeMap<u32, Vec<u8>>,
+    /// Sync runs: per actor id, the state that came with its latest chunk, with that chunk's
+    /// incarnation and policy version (admitted when an update takes the chunk).
+    latest_states: BTreeMap<u32, (u32, u64, Vec<u8>)>,
     refused: u64,
 }
 
@@ -69,6 +73,7 @@ impl ShmTransport {
             rings: Vec::new(),
             buf: Vec::with_capacity(slot_bytes),
             actor_states: config.restore.clone(),
+            latest_states: BTreeMap::new(),
             refused: 0,
         })
     }
@@ -95,7 +100,17 @@ impl ShmTransport {
             Some(reason) => Err(reason),
             None => {
                 let name = self.names.ring_segment(a, i);
-                RingReader::create(&name, self.ring)
+                // Sync runs: room after each chunk for the actor's saved state (twice its
+                // size now, and 64 KiB, for states that grow).
+                let state_room = match self.sync && reg.state_bytes > 0 {
+                    true => STATE_TRAILER + 2 * reg.state_bytes as usize + (64 << 10),
+                    false => 0,
+                };
+                let config = RingConfig {
+                    slot_bytes: self.ring.slot_bytes + state_room,
+                    ..self.ring
+                };
+                RingReader::create(&name, config)
                     .map(|reader| (name.clone(), reader))
                     .map_err(|e| format!("cannot create ring {name}: {e}"))
             }
@@ -135,12 +150,25 @@ impl ShmTransport {
         for ring in self.rings.iter_mut() {
             loop {
                 match ring.reader.try_recv(&mut self.buf) {
-                    Ok(Some(len)) => out.extend(ledger.accept(
-                        Channel::Ring,
-                        ring.actor_id,
-                        ring.incarnation,
-                        &self.buf[..len],
-                    )),
+                    Ok(Some(len)) => {
+                        let (a, i) = (ring.actor_id, ring.incarnation);
+                        let (bytes, state) = match Chunk::split_state(&self.buf[..len]) {
+                            Ok(split) => split,
+                            Err(e) => {
+                                ledger.rejected += 1;
+                                tracing::error!("actor {a}/{i}: chunk rejected: {e}");
+                                continue;
+                            }
+                        };
+                        let Some(chunk) = ledger.accept(Channel::Ring, a, i, bytes) else {
+                            continue;
+                        };
+                        if let Some(state) = state {
+                            let version = chunk.meta.policy_version;
+                            self.latest_states.insert(a, (i, version, state.to_vec()));
+                        }
+                        out.push(chunk);
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         ledger.corrupted += 1;
@@ -236,21 +264,15 @@ impl Transport for ShmTransport {
         incarnation: u32,
         version: u64,
     ) -> Option<Vec<u8>> {
-        let mut snapshots = self
-            .server
-            .shared
-            .snapshots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        match snapshots.remove(&actor_id) {
+        match self.latest_states.remove(&actor_id) {
             Some((i, v, state)) if (i, v) == (incarnation, version) => {
                 self.actor_states.insert(actor_id, state.clone());
                 Some(state)
             }
             other => {
-                // A snapshot of another chunk stays for its own chunk.
+                // The state of another chunk stays for its own chunk.
                 if let Some(other) = other {
-                    snapshots.insert(actor_id, other);
+                    self.latest_states.insert(actor_id, other);
                 }
                 self.actor_states.remove(&actor_id);
                 None
