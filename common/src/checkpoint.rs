@@ -98,6 +98,15 @@ pub struct ResumeState {
     pub open_returns: Vec<(i64, f64)>,
 }
 
+/// Decodes `resume.bin` (all of it: bytes left over are an error).
+pub fn decode_resume(bytes: &[u8]) -> Result<ResumeState, String> {
+    match bincode::serde::decode_from_slice(bytes, bincode::config::standard()) {
+        Ok((resume, used)) if used == bytes.len() => Ok(resume),
+        Ok(_) => Err("bytes left over".to_string()),
+        Err(e) => Err(format!("does not decode: {e}")),
+    }
+}
+
 /// `manifest.json`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Manifest {
@@ -499,11 +508,7 @@ fn load_one<B: Backend, S: DeserializeOwned>(
     // Checkpoints written before resume.bin existed resume without it (not exactly).
     let resume = if manifest.files.iter().any(|f| f.name == RESUME) {
         let bytes = read_verified(dir, &manifest, RESUME)?;
-        match bincode::serde::decode_from_slice(&bytes, bincode::config::standard()) {
-            Ok((resume, used)) if used == bytes.len() => resume,
-            Ok(_) => return Err(damaged(&dir.join(RESUME), "bytes left over".to_string())),
-            Err(e) => return Err(damaged(&dir.join(RESUME), format!("does not decode: {e}"))),
-        }
+        decode_resume(&bytes).map_err(|e| damaged(&dir.join(RESUME), e))?
     } else {
         ResumeState::default()
     };

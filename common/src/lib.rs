@@ -33,6 +33,7 @@ pub mod chunk;
 pub mod control;
 pub mod dataset;
 pub mod envs;
+pub mod fuzz;
 mod hash;
 pub mod policy;
 pub mod recurrent;
