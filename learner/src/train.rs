@@ -13,17 +13,16 @@ use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
 use common::checkpoint::{load_checkpoint, save_checkpoint, ResumeState};
 use common::chunk::Chunk;
-use common::policy::{chunk_schema, CriticCore};
-use common::rollout::EpsilonSchedule;
+use common::policy::chunk_schema;
 use common::weights::{check_finite, to_blob};
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{self, LearnerSpec};
-use crate::config::{Algo, AlgoConfig, CollectorMode, TrainConfig};
+use crate::config::{AlgoConfig, CollectorMode, TrainConfig};
 use crate::eval::{first_at_target, EvalPlan, EvalWorker};
 use crate::metrics::{truncate_metrics, MetricsRow, MetricsWriter, TRAIN_AXES};
-use crate::policy::{describe_env, env_args, fit_policy_spec};
+use crate::policy::{actor_args, describe_env, fit_policy_spec};
 use crate::recording::Recording;
 use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary, RunDir};
 use crate::supervisor::default_actor_count;
@@ -204,19 +203,10 @@ fn train_on<B: AutodiffBackend>(
     )?;
     let mut version = state.policy_version.max(1);
     // The actors: the collector section, the learner's policy architecture, the algorithm's
-    // exploration (PPO samples from its policy; DQN actors are epsilon-greedy with the schedule
-    // counted in policy versions, one per update, one update per chunk); a resumed run seeds
-    // them anew.
+    // exploration ([`crate::policy::actor_args`]); a resumed run seeds them anew.
     let transport_config = TransportConfig {
-        env: config.run.env.clone(),
+        actor_args: actor_args(config, &pc, config.run.seed.wrapping_add(state.updates)),
         actors,
-        envs: c.envs_per_actor,
-        steps: c.steps,
-        cell: pc.cell,
-        hidden: pc.hidden_size,
-        layers: pc.num_layers,
-        encoder: pc.encoder.clone(),
-        seed: config.run.seed.wrapping_add(state.updates),
         run_dir: opts.run_dir.clone(),
         actor_program: opts.actor_program.clone(),
         slots: c.ring_slots,
@@ -227,29 +217,6 @@ fn train_on<B: AutodiffBackend>(
         sync: c.mode == CollectorMode::Sync,
         restore: resumed.actors.iter().cloned().collect(),
         listen: config.run.listen.clone(),
-        actor_args: env_args(&config.run)
-            .into_iter()
-            .chain(match (config.run.algo, &config.dqn) {
-                (Algo::Dqn, Some(d)) => {
-                    let schedule = EpsilonSchedule {
-                        start: d.epsilon_start,
-                        end: d.epsilon_end,
-                        decay_versions: d.epsilon_decay_frames / chunk_frames.max(1),
-                    };
-                    vec![
-                        "--exploration".into(),
-                        "greedy".into(),
-                        "--epsilon".into(),
-                        schedule.to_string(),
-                    ]
-                }
-                // The critic core is part of the actors' policy (its state is in every chunk).
-                _ if pc.critic_core == CriticCore::Separate => {
-                    vec!["--critic-core".into(), "separate".into()]
-                }
-                _ => Vec::new(),
-            })
-            .collect(),
     };
     let mut transport = ShmTransport::start_in(
         run_dir,

@@ -6,7 +6,6 @@
 //! per connection, verified and counted like a ring (and duplicates after a reconnect dropped).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -118,7 +117,7 @@ impl ShmTransport {
             tracing::warn!("removed shared-memory segment {name} left by a crashed run");
         }
         let mut summary = CollectSummary {
-            env: config.env.clone(),
+            env: config.actor_args.env.clone(),
             reclaimed_segments,
             ..Default::default()
         };
@@ -135,7 +134,7 @@ impl ShmTransport {
                 let remote = RemoteServer::start(RemoteOptions {
                     listen: listen.clone(),
                     token,
-                    args: actor_args(config, None),
+                    args: config.actor_args.clone(),
                     chunk_bytes: slot_bytes,
                     weight_bytes: initial_blob.len(),
                     window: config.slots,
@@ -154,7 +153,8 @@ impl ShmTransport {
         };
         let (supervisor, events) = Supervisor::start(SupervisorConfig {
             program: config.actor_program.clone(),
-            args: actor_args(config, Some(server.path())),
+            connect: server.path().to_path_buf(),
+            actor_args: config.actor_args.clone(),
             actors: config.actors,
             max_restarts: config.max_restarts,
             restart_window: config.restart_window,
@@ -273,8 +273,11 @@ impl ShmTransport {
         action_space: &common::envs::Space,
         schema: &ChunkSchema,
     ) -> Option<String> {
-        if env != self.config.env {
-            return Some(format!("env {env:?} (the run has {:?})", self.config.env));
+        if env != self.config.actor_args.env {
+            return Some(format!(
+                "env {env:?} (the run has {:?})",
+                self.config.actor_args.env
+            ));
         }
         if let Some(spec) = self.config.spec.as_ref().filter(|s| {
             &s.observation_space != observation_space || &s.action_space != action_space
@@ -777,36 +780,4 @@ fn incarnation(all: &mut Incarnations, actor_id: u32, incarnation: u32) -> &mut 
             incarnation,
             ..Default::default()
         })
-}
-
-/// The `recur-actor` arguments of the run's actors: `--connect socket` for local ones; the
-/// rest (environment, policy, seed, exploration) is what a remote actor receives.
-fn actor_args(config: &TransportConfig, socket: Option<&Path>) -> Vec<String> {
-    let mut args = match socket {
-        Some(socket) => vec!["--connect".to_string(), socket.display().to_string()],
-        None => Vec::new(),
-    };
-    args.extend(config.actor_args.iter().cloned());
-    for (flag, value) in [
-        ("--env", config.env.clone()),
-        ("--envs", config.envs.to_string()),
-        ("--steps", config.steps.to_string()),
-        ("--cell", config.cell.name().to_string()),
-        ("--hidden", config.hidden.to_string()),
-        ("--layers", config.layers.to_string()),
-        (
-            "--encoder",
-            config
-                .encoder
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
-        ("--seed", config.seed.to_string()),
-    ] {
-        args.push(flag.into());
-        args.push(value);
-    }
-    args
 }
