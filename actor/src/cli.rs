@@ -1,23 +1,43 @@
 //! The `recur-actor` command line and what it runs: an actor standalone (optionally recording
-//! a dataset), attached to a learner ([`crate::attach`]), or the spec check of an environment.
+//! a dataset), attached to a learner ([`crate::outlet`]), or the spec check of an environment.
+//! The flags that say what an actor runs are parsed into one [`ActorArgs`] (or read whole from
+//! `--actor-args`, as the learner passes them), and [`crate::start`] builds the actor from it.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::Parser;
-use common::checkpoint::load_checkpoint_policy;
+use common::actor_args::ActorArgs;
 use common::dataset::{DatasetWriter, EnvSource};
-use common::envs::{is_gymnasium, EnvSpec, GymnasiumOptions, Registry};
-use common::policy::{policy_config_for_spec, CriticCore};
+use common::envs::Registry;
+use common::policy::CriticCore;
 use common::recurrent::CellKind;
-use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Exploration};
+use common::rollout::{Actor, EpsilonSchedule, Exploration};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::attach::{run_attached, Stop};
-use crate::check::check_env_specs;
-use crate::remote::{run_remote, tcp_address, Session};
+use crate::outlet::shm::ShmOutlet;
+use crate::outlet::tcp::{tcp_address, Session, TcpOutlet};
+use crate::outlet::{self, Outlet};
+use crate::start::{finite_bounds, registry_for, start, Identity};
+
+/// The flags that [`ActorArgs`] holds: `--actor-args` replaces them all.
+const ACTOR_ARGS_FLAGS: [&str; 13] = [
+    "env",
+    "env_imports",
+    "env_kwargs",
+    "envs",
+    "steps",
+    "cell",
+    "hidden",
+    "layers",
+    "encoder",
+    "critic_core",
+    "seed",
+    "exploration",
+    "epsilon",
+];
 
 /// `recur-actor`'s flags.
 #[derive(Parser)]
@@ -28,11 +48,11 @@ use crate::remote::{run_remote, tcp_address, Session};
 )]
 pub struct Cli {
     /// Check an environment's specs with a short rollout and exit.
-    #[arg(long, value_name = "ENV", conflicts_with_all = ["env", "record"])]
+    #[arg(long, value_name = "ENV", conflicts_with_all = ["env", "record", "actor_args"])]
     check_env: Option<String>,
     /// Print an environment's spaces and time limit as one JSON line and exit (the learner
     /// asks a custom actor binary this before a run).
-    #[arg(long, value_name = "ENV", conflicts_with_all = ["env", "record", "check_env"])]
+    #[arg(long, value_name = "ENV", conflicts_with_all = ["env", "record", "check_env", "actor_args"])]
     describe_env: Option<String>,
     /// Environment id: a registered one (built in: CartPole-v1, MaskedCartPole-v1,
     /// Pendulum-v1, RepeatPrevious-v0) or gymnasium:<id> (the gymnasium bridge).
@@ -92,6 +112,10 @@ pub struct Cli {
     /// (linear in the policy version, for epsilon-greedy actors attached to a DQN learner).
     #[arg(long, default_value = "0")]
     epsilon: EpsilonSchedule,
+    /// Everything the flags from --env to --epsilon say, as one JSON object (how the learner
+    /// starts its actors: every field required, no other accepted); replaces those flags.
+    #[arg(long, value_name = "JSON", conflicts_with_all = ACTOR_ARGS_FLAGS)]
+    actor_args: Option<String>,
     /// Attach to a learner (instead of running standalone): the control socket of a learner
     /// on this machine, or `tcp://HOST:PORT` for a learner elsewhere (with --token-file and
     /// --actor-id; the learner then gives the environment, the policy and the seeds, and
@@ -102,6 +126,50 @@ pub struct Cli {
     /// --connect tcp://.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+}
+
+impl Cli {
+    /// What the flags say the actor runs: `--actor-args` parsed and checked, or the flags
+    /// from `--env` to `--epsilon` (`--check-env ENV` in place of `--env`).
+    pub fn actor_args(&self) -> anyhow::Result<ActorArgs> {
+        if let Some(text) = &self.actor_args {
+            return ActorArgs::from_json(text).with_context(|| format!("--actor-args {text}"));
+        }
+        let env_kwargs = match &self.env_kwargs {
+            Some(text) => Some(
+                serde_json::from_str(text)
+                    .ok()
+                    .with_context(|| format!("--env-kwargs {text:?}: expected a JSON object"))?,
+            ),
+            None => None,
+        };
+        let args = ActorArgs {
+            env: self.check_env.clone().unwrap_or_else(|| self.env.clone()),
+            env_imports: self.env_imports.clone(),
+            env_kwargs,
+            envs: self.envs,
+            steps: self.steps,
+            cell: self.cell,
+            hidden: self.hidden,
+            layers: self.layers,
+            encoder: self.encoder.0.clone(),
+            critic_core: self.critic_core,
+            seed: self.seed,
+            exploration: match self.exploration.as_str() {
+                "greedy" => Exploration::Greedy(self.epsilon),
+                _ => Exploration::Sample(self.epsilon),
+            },
+        };
+        args.validate().context("the command line's actor flags")?;
+        Ok(args)
+    }
+
+    fn identity(&self) -> Identity {
+        Identity {
+            actor_id: self.actor_id,
+            incarnation: self.incarnation,
+        }
+    }
 }
 
 fn parse_critic_core(s: &str) -> Result<CriticCore, String> {
@@ -142,121 +210,29 @@ pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
             format!("--connect tcp://{addr} needs --token-file (the learner's RUN_DIR/token)")
         })?;
         let token = common::remote::read_token_file(token_file)?;
+        // The learner gives the arguments and the incarnation; this side gives its id.
         let session = Session::open(addr, token, cli.actor_id)?;
-        let welcome = &session.welcome;
-        // The learner's arguments for its actors, and this actor's identity.
-        let args = std::iter::once("recur-actor".to_string())
-            .chain(welcome.args.iter().cloned())
-            .chain([
-                "--actor-id".into(),
-                cli.actor_id.to_string(),
-                "--incarnation".into(),
-                welcome.incarnation.to_string(),
-            ]);
-        let remote = Cli::try_parse_from(args).context("the learner's actor arguments")?;
-        anyhow::ensure!(
-            remote.connect.is_none()
-                && remote.record.is_none()
-                && remote.checkpoint.is_none()
-                && remote.check_env.is_none()
-                && remote.describe_env.is_none(),
-            "the learner's actor arguments {:?} ask for more than an environment and a policy",
-            welcome.args
-        );
-        return run_inner(remote, registry, Some(session));
+        let id = Identity {
+            actor_id: cli.actor_id,
+            incarnation: session.welcome.incarnation,
+        };
+        let mut started = start(&session.welcome.args.clone(), id, registry, None)?;
+        let mut outlet = TcpOutlet::register(session, &started.actor, &started.spec)?;
+        return attached(&mut started.actor, &mut outlet, id, "sent");
     }
     anyhow::ensure!(
         cli.token_file.is_none(),
         "--token-file is for --connect tcp://HOST:PORT"
     );
-    run_inner(cli, registry, None)
-}
-
-/// [`run_with`] after a remote actor joined its learner (`session`).
-fn run_inner(cli: Cli, registry: Registry, session: Option<Session>) -> anyhow::Result<()> {
-    // One actor is one thread: several actor processes share the machine, so the GEMM and
-    // tensor thread pools stay at one thread unless the environment asks otherwise.
-    for var in ["MATMUL_NUM_THREADS", "RAYON_NUM_THREADS"] {
-        if std::env::var_os(var).is_none() {
-            std::env::set_var(var, "1");
-        }
-    }
-    if cli.envs == 0 {
-        bail!("--envs must be at least 1, got 0");
-    }
-    let kwargs = match &cli.env_kwargs {
-        Some(text) => Some(
-            serde_json::from_str::<serde_json::Value>(text)
-                .ok()
-                .filter(|v| v.is_object())
-                .with_context(|| format!("--env-kwargs {text:?}: expected a JSON object"))?,
-        ),
-        None => None,
-    };
-    let registry = registry.with_gymnasium(GymnasiumOptions {
-        imports: cli.env_imports.clone(),
-        kwargs: kwargs.clone(),
-        ..GymnasiumOptions::default()
-    });
+    let args = cli.actor_args()?;
     if let Some(env) = &cli.describe_env {
-        let spec = registry.spec(env)?;
+        let spec = registry_for(&args, registry).spec(env)?;
         println!("{}", serde_json::to_string(&finite_bounds(spec))?);
         return Ok(());
     }
-    let env = cli.check_env.clone().unwrap_or_else(|| cli.env.clone());
-    if !registry.contains(&env) {
-        bail!(
-            "--env {env:?}: unknown environment; this actor knows {:?} and gymnasium:<id>",
-            registry.ids()
-        );
-    }
-    // Seed contract of the gymnasium bridge: env i of actor a first reset with
-    // seed + a * envs + i (a restarted incarnation shifts by incarnation << 32).
-    let env_seed = if is_gymnasium(&env) {
-        cli.seed
-            .wrapping_add(cli.actor_id as u64 * cli.envs as u64)
-            .wrapping_add((cli.incarnation as u64) << 32)
-    } else {
-        cli.seed ^ ((cli.actor_id as u64) << 32) ^ ((cli.incarnation as u64) << 48)
-    };
-    let envs = registry.make_vec(&env, cli.envs, env_seed)?;
-    // The spaces as `--describe-env` reports them (infinite bounds clamped), so that the
-    // learner compares like with like at registration.
-    let spec = finite_bounds(EnvSpec {
-        id: env.clone(),
-        observation_space: envs.observation_space(),
-        action_space: envs.action_space(),
-        max_episode_steps: None,
-    });
-    let policy_config = policy_config_for_spec(&spec)
-        .with_cell(cli.cell)
-        .with_hidden_size(cli.hidden)
-        .with_num_layers(cli.layers)
-        .with_encoder(cli.encoder.0.clone())
-        .with_critic_core(cli.critic_core);
-    let (policy, version) = match &cli.checkpoint {
-        Some(dir) => load_checkpoint_policy(dir)?,
-        None => (
-            init_policy(&policy_config, cli.seed).context("building the policy")?,
-            0,
-        ),
-    };
-    let exploration = match cli.exploration.as_str() {
-        "greedy" => Exploration::Greedy(cli.epsilon),
-        _ => Exploration::Sample(cli.epsilon),
-    };
-
-    // The spec check runs before every actor start, and alone with --check-env.
-    let report = check_env_specs(
-        &registry,
-        &env,
-        policy.clone(),
-        cli.envs.min(8),
-        cli.steps.min(64),
-        4,
-        cli.seed,
-    )?;
+    let mut started = start(&args, cli.identity(), registry, cli.checkpoint.as_deref())?;
     if cli.check_env.is_some() {
+        let report = &started.report;
         println!(
             "{}: spec check passed ({} envs x {} steps x {} chunks, {} episodes ended; fields: {})",
             report.env,
@@ -268,69 +244,47 @@ fn run_inner(cli: Cli, registry: Registry, session: Option<Session>) -> anyhow::
         );
         return Ok(());
     }
-
-    let config = ActorConfig {
-        env: env.clone(),
-        num_envs: cli.envs,
-        steps: cli.steps,
-        // Every actor and every restart explores differently.
-        seed: cli.seed ^ ((cli.actor_id as u64) << 32) ^ ((cli.incarnation as u64) << 48),
-        actor_id: cli.actor_id,
-        incarnation: cli.incarnation,
-        exploration,
-    };
-    if let Some(session) = session {
-        let actor = Actor::with_envs(config, policy, envs)?;
-        let (chunks, why) = match run_remote(session, actor, &spec)? {
-            Stop::Shutdown { chunks } => (chunks, "the run ended"),
-            Stop::LearnerGone { chunks } => (chunks, "the learner is gone"),
-        };
-        say(format!(
-            "actor {}/{}: sent {chunks} chunks; {why}; exiting",
-            cli.actor_id, cli.incarnation
-        ));
-        return Ok(());
-    }
     if let Some(socket) = &cli.connect {
-        let actor = Actor::with_envs(config, policy, envs)?;
-        let (chunks, why) = match run_attached(std::path::Path::new(socket), actor, &spec)? {
-            Stop::Shutdown { chunks } => (chunks, "the run ended"),
-            Stop::LearnerGone { chunks } => (chunks, "the learner is gone"),
-        };
-        say(format!(
-            "actor {}/{}: pushed {chunks} chunks; {why}; exiting",
-            cli.actor_id, cli.incarnation
-        ));
-        return Ok(());
+        let mut outlet = ShmOutlet::attach(Path::new(socket), &started.actor, &started.spec)?;
+        return attached(&mut started.actor, &mut outlet, cli.identity(), "pushed");
     }
-    let mut actor = Actor::with_envs(config, policy.clone(), envs)?;
+    let actor = &mut started.actor;
     // The chunks carry the checkpoint's version (an epsilon schedule reads it too).
-    actor.set_policy(policy, version);
-    if version > 0 {
+    actor.set_policy(actor.policy().clone(), started.version);
+    if started.version > 0 {
         say(format!(
-            "{env}: running checkpoint weights version {version}, exploration {} epsilon {}",
-            exploration.name(),
-            exploration.schedule()
+            "{}: running checkpoint weights version {}, exploration {} epsilon {}",
+            args.env,
+            started.version,
+            args.exploration.name(),
+            args.exploration.schedule()
         ));
     }
     let source = EnvSource {
-        imports: cli.env_imports.clone(),
-        kwargs,
-        seed: Some(cli.seed),
+        imports: args.env_imports.clone(),
+        kwargs: args.env_kwargs.clone().map(serde_json::Value::Object),
+        seed: Some(args.seed),
     };
-    run_standalone(&mut actor, &cli, &source)
+    run_standalone(actor, &cli, &source)
 }
 
-/// `spec` with infinite bounds replaced by the largest finite `f32` (JSON has no infinity).
-fn finite_bounds(mut spec: EnvSpec) -> EnvSpec {
-    for space in [&mut spec.observation_space, &mut spec.action_space] {
-        if let common::envs::Space::Box { low, high } = space {
-            for x in low.iter_mut().chain(high.iter_mut()) {
-                *x = x.clamp(f32::MIN, f32::MAX);
-            }
-        }
-    }
-    spec
+/// Runs the attach loop of `actor` into `outlet` and says how it ended (`verb`: what the
+/// outlet did with the chunks).
+fn attached(
+    actor: &mut Actor,
+    outlet: &mut impl Outlet,
+    id: Identity,
+    verb: &str,
+) -> anyhow::Result<()> {
+    let stop = outlet::run(actor, outlet)?;
+    say(format!(
+        "actor {}/{}: {verb} {} chunks; {}; exiting",
+        id.actor_id,
+        id.incarnation,
+        stop.chunks,
+        stop.why()
+    ));
+    Ok(())
 }
 
 /// Collects `--frames` frames (whole chunks) with `actor`, recording them into `--record` if
@@ -346,7 +300,7 @@ fn run_standalone(actor: &mut Actor, cli: &Cli, source: &EnvSource) -> anyhow::R
         )?),
         None => None,
     };
-    let per_chunk = (cli.envs * cli.steps) as u64;
+    let per_chunk = (actor.config().num_envs * actor.config().steps) as u64;
     let chunks = cli.frames.div_ceil(per_chunk);
     let bar = ProgressBar::new(chunks * per_chunk);
     bar.set_style(
@@ -398,4 +352,113 @@ fn run_standalone(actor: &mut Actor, cli: &Cli, source: &EnvSource) -> anyhow::R
 /// same moment interleave mid-line (the learner's log and the tests read them).
 fn say(line: String) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("recur-actor").chain(args.iter().copied()))
+    }
+
+    /// The flags' defaults are `ActorArgs::default()`, and every flag lands in its field.
+    #[test]
+    fn flags_parse_into_the_same_actor_args_as_their_json() {
+        let defaults = parse(&[]).unwrap().actor_args().unwrap();
+        assert_eq!(defaults, ActorArgs::default());
+        let flags = parse(&[
+            "--env",
+            "gymnasium:CartPole-v1",
+            "--env-import",
+            "popgym",
+            "--env-kwargs",
+            r#"{"k": [1, 2]}"#,
+            "--envs",
+            "3",
+            "--steps",
+            "5",
+            "--cell",
+            "gru",
+            "--hidden",
+            "7",
+            "--layers",
+            "2",
+            "--encoder",
+            "",
+            "--critic-core",
+            "separate",
+            "--seed",
+            "11",
+            "--exploration",
+            "greedy",
+            "--epsilon",
+            "1:0.1:30",
+        ])
+        .unwrap()
+        .actor_args()
+        .unwrap();
+        assert_eq!(
+            flags.env_kwargs.as_ref().unwrap()["k"],
+            serde_json::json!([1, 2])
+        );
+        assert_eq!(
+            (
+                flags.envs,
+                flags.steps,
+                flags.cell,
+                flags.hidden,
+                flags.layers
+            ),
+            (3, 5, CellKind::Gru, 7, 2)
+        );
+        assert!(flags.encoder.is_empty() && flags.critic_core == CriticCore::Separate);
+        assert_eq!(
+            flags.exploration,
+            Exploration::Greedy("1:0.1:30".parse().unwrap())
+        );
+        let json = flags.to_json();
+        let from_json = parse(&["--actor-args", &json, "--connect", "/x.sock"]).unwrap();
+        assert_eq!(from_json.actor_args().unwrap(), flags);
+    }
+
+    /// A malformed `--actor-args` fails before anything starts, naming the flag, the value and
+    /// what is wrong; mixing it with the flags it replaces is refused by the parser.
+    #[test]
+    fn malformed_actor_args_are_refused_naming_flag_and_problem() {
+        let good = ActorArgs::default().to_json();
+        let cases = [
+            ("{\"env\": ".to_string(), "EOF while parsing"),
+            (
+                good.replace("\"steps\":32", "\"steps\":\"32\""),
+                "invalid type: string \"32\"",
+            ),
+            (
+                good.replace("\"seed\":0", "\"seed\":0,\"sed\":1"),
+                "unknown field `sed`",
+            ),
+            (
+                good.replace("\"hidden\":64", "\"hidden\":0"),
+                "actor argument hidden = 0",
+            ),
+        ];
+        for (text, expected) in cases {
+            let cli = parse(&["--actor-args", &text, "--connect", "/nonexistent.sock"]).unwrap();
+            let err = format!("{:#}", run_with(cli, Registry::builtin()).unwrap_err());
+            assert!(err.starts_with("--actor-args "), "{err}");
+            assert!(
+                err.contains(&text) && err.contains(expected),
+                "{text}: {err}"
+            );
+        }
+        let mixed = parse(&["--actor-args", &good, "--envs", "4"]);
+        let err = mixed
+            .err()
+            .expect("--actor-args with --envs parsed")
+            .to_string();
+        assert!(
+            err.contains("--envs") && err.contains("--actor-args"),
+            "{err}"
+        );
+    }
 }

@@ -3,15 +3,18 @@
 //! actor loop itself is [`common::rollout`] (the learner's evaluation and the benchmarks run it
 //! too); this crate holds what only the actor process needs.
 //!
-//! - [`attach`]: the actor attached to a learner (control socket, ring, weights).
+//! - [`start`]: from [`ActorArgs`](common::actor_args::ActorArgs) (what the learner decides
+//!   for its actors) to an actor ready to collect; every way an actor runs goes through it.
+//! - [`outlet`]: the actor attached to a learner: the [`outlet::Outlet`] trait, one attach loop
+//!   over it, and one outlet per medium (shared memory on this machine, authenticated TCP
+//!   from another).
 //! - [`check`]: the spec check run at start and by `recur-actor --check-env`.
 //! - [`cli`]: the `recur-actor` command line and what it runs (standalone, recording, attached).
-//! - [`remote`]: the actor attached to a learner on another machine (authenticated TCP).
 
-pub mod attach;
 pub mod check;
 pub mod cli;
-pub mod remote;
+pub mod outlet;
+pub mod start;
 
 pub use common::envs::Registry;
 pub use common::rollout::{Actor, ActorConfig, ActorError, Episode};

@@ -11,6 +11,8 @@
 //!   the `TimeLimit` wrapper and the auto-resetting `VecEnv` the actor steps.
 //! - [`chunk`]: the trajectory chunk (schema, columns, encoding) that crosses processes.
 //! - [`checkpoint`]: the checkpoint directory (save, load, its files).
+//! - [`actor_args`]: what the learner decides for its actors ([`actor_args::ActorArgs`]: env,
+//!   policy architecture, seed, exploration), one serde value sent whole.
 //! - [`control`]: the control-plane protocol (register, heartbeat, stats, shutdown) and its frames.
 //! - [`dataset`]: recorded datasets of chunks (append-only, crash-safe prefix).
 //! - [`shm`]: the shared-memory transport: per-actor trajectory rings and the weight double
@@ -27,6 +29,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod actor_args;
 pub mod backend;
 pub mod checkpoint;
 pub mod chunk;

@@ -16,7 +16,7 @@
 //! the connection, never the process.
 //!
 //! The session: `Hello` -> [`LearnerMsg::Welcome`] (the incarnation, the actor's arguments:
-//! environment, policy, seeds) -> `Register` (spaces and schema, checked like a local actor's)
+//! one [`ActorArgs`] with the environment, the policy, the seed and the exploration) -> `Register` (spaces and schema, checked like a local actor's)
 //! -> [`LearnerMsg::Registered`] (the sequence number to continue from) -> chunks and
 //! heartbeats one way, weights and acknowledgements the other.
 
@@ -26,11 +26,12 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::actor_args::ActorArgs;
 use crate::chunk::ChunkSchema;
 use crate::envs::Space;
 
-/// Bumped whenever a message changes shape.
-pub const REMOTE_PROTOCOL_VERSION: u32 = 1;
+/// Bumped whenever a message changes shape (2: `Welcome` carries an [`ActorArgs`]).
+pub const REMOTE_PROTOCOL_VERSION: u32 = 2;
 /// The largest frame the learner reads before a connection has presented the token.
 pub const HELLO_MAX: usize = 4096;
 /// The largest message frame either side reads (chunks and weights have their own limits,
@@ -74,11 +75,11 @@ pub enum ActorMsg {
 /// What the learner sends.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum LearnerMsg {
-    /// The token matched: the actor's incarnation and the `recur-actor` arguments it runs with
-    /// (the same the learner gives its own actors), and the frame limits of the run.
+    /// The token matched: the actor's incarnation and the arguments it runs with (the same the
+    /// learner gives its own actors), and the frame limits of the run.
     Welcome {
         incarnation: u32,
-        args: Vec<String>,
+        args: ActorArgs,
         /// Exact size of an encoded chunk of this run.
         chunk_bytes: u64,
         /// Exact size of a weight blob of this run.

@@ -61,7 +61,7 @@ impl Actors {
             tracing::warn!("removed shared-memory segment {name} left by a crashed run");
         }
         let mut summary = CollectSummary {
-            env: config.env.clone(),
+            env: config.actor_args.env.clone(),
             reclaimed_segments,
             policy_version: 1,
             ..Default::default()
@@ -70,7 +70,7 @@ impl Actors {
             .encode(&schema)?
             .len();
         let expected = Expected {
-            env: config.env.clone(),
+            env: config.actor_args.env.clone(),
             spec: config.spec.clone(),
             schema: schema.clone(),
         };
@@ -80,7 +80,7 @@ impl Actors {
             let opts = RemoteOptions {
                 listen: listen.clone(),
                 token: names.token()?,
-                args: actor_args(config, None),
+                args: config.actor_args.clone(),
                 chunk_bytes: slot_bytes,
                 weight_bytes: initial_blob.len(),
                 window: config.slots,
@@ -98,7 +98,8 @@ impl Actors {
         let socket = names.control_socket();
         let (supervisor, events) = Supervisor::start(SupervisorConfig {
             program: config.actor_program.clone(),
-            args: actor_args(config, Some(&socket)),
+            connect: socket,
+            actor_args: config.actor_args.clone(),
             actors: config.actors,
             max_restarts: config.max_restarts,
             restart_window: config.restart_window,
@@ -287,36 +288,4 @@ impl Actors {
             (l.chunks, l.frames, l.corrupted, l.rejected);
         s.refused_registrations = self.transports.iter().map(|t| t.refused()).sum();
     }
-}
-
-/// The `recur-actor` arguments of the run's actors: `--connect socket` for local ones; the
-/// rest (environment, policy, seed, exploration) is what a remote actor receives.
-fn actor_args(config: &TransportConfig, socket: Option<&std::path::Path>) -> Vec<String> {
-    let mut args = match socket {
-        Some(socket) => vec!["--connect".to_string(), socket.display().to_string()],
-        None => Vec::new(),
-    };
-    args.extend(config.actor_args.iter().cloned());
-    for (flag, value) in [
-        ("--env", config.env.clone()),
-        ("--envs", config.envs.to_string()),
-        ("--steps", config.steps.to_string()),
-        ("--cell", config.cell.name().to_string()),
-        ("--hidden", config.hidden.to_string()),
-        ("--layers", config.layers.to_string()),
-        (
-            "--encoder",
-            config
-                .encoder
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
-        ("--seed", config.seed.to_string()),
-    ] {
-        args.push(flag.into());
-        args.push(value);
-    }
-    args
 }

@@ -30,11 +30,12 @@ impl CollectConfig {
     /// Checks the sizes (`--envs`, `--steps`, `--slots`, `--actors`).
     pub fn validate(&self) -> anyhow::Result<()> {
         let t = &self.transport;
+        let a = &t.actor_args;
         anyhow::ensure!(
-            t.envs >= 1 && t.steps >= 1,
+            a.envs >= 1 && a.steps >= 1,
             "--envs and --steps must be at least 1 (got {} and {})",
-            t.envs,
-            t.steps
+            a.envs,
+            a.steps
         );
         anyhow::ensure!(t.slots >= 2, "--slots must be at least 2, got {}", t.slots);
         anyhow::ensure!(
@@ -50,14 +51,15 @@ impl CollectConfig {
 /// the summary.
 pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
     let t = &config.transport;
-    let policy_config = policy_config_for(&t.env)?
-        .with_cell(t.cell)
-        .with_hidden_size(t.hidden)
-        .with_num_layers(t.layers)
-        .with_encoder(t.encoder.clone());
-    let schema = chunk_schema(&policy_config, t.envs, t.steps);
-    let policy = init_policy(&policy_config, t.seed)?;
-    let mut recording = Recording::create(config.save_replay.as_deref(), &t.env, &schema)?;
+    let a = &t.actor_args;
+    let policy_config = policy_config_for(&a.env)?
+        .with_cell(a.cell)
+        .with_hidden_size(a.hidden)
+        .with_num_layers(a.layers)
+        .with_encoder(a.encoder.clone());
+    let schema = chunk_schema(&policy_config, a.envs, a.steps);
+    let policy = init_policy(&policy_config, a.seed)?;
+    let mut recording = Recording::create(config.save_replay.as_deref(), &a.env, &schema)?;
     let signals = crate::signals::install()?;
     let run_dir = RunDir::create(&t.run_dir, false)?;
     let mut transport = Actors::start(run_dir.names(), t, schema, &to_blob(&policy, 1))?;

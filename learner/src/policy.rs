@@ -1,15 +1,18 @@
 //! The policy a run trains: a config's `[policy]` section fitted to its environment (the
-//! observation and action sizes come from the environment registry).
+//! observation and action sizes come from the environment registry), and what the run's
+//! actors run ([`actor_args`]).
 
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::Context;
+use common::actor_args::ActorArgs;
 use common::envs::EnvSpec;
 use common::policy::PolicyConfig;
 use common::policy::{policy_config_for, policy_config_for_spec};
+use common::rollout::{EpsilonSchedule, Exploration};
 
-use crate::config::{PolicySection, RunSection};
+use crate::config::{Algo, PolicySection, RunSection, TrainConfig};
 
 /// The policy a `[policy]` section describes, fitted to environment `env` (training and
 /// replay configs alike).
@@ -35,28 +38,63 @@ fn with_section(fitted: PolicyConfig, p: &PolicySection) -> PolicyConfig {
         .with_critic_core(p.critic_core)
 }
 
-/// The actor arguments that select `run.env`'s gymnasium imports and kwargs.
-pub fn env_args(run: &RunSection) -> Vec<String> {
-    let mut args = Vec::new();
-    for m in &run.env_imports {
-        args.push("--env-import".to_string());
-        args.push(m.clone());
+/// What the actors of a training run run: `run.env` with its gymnasium imports and kwargs,
+/// the collector's sizes, the learner's policy architecture `pc` (its critic core included:
+/// its state is in every chunk), `seed`, and the algorithm's exploration (PPO samples from its
+/// policy; DQN actors are epsilon-greedy with the schedule counted in policy versions, one per
+/// update, one update per chunk).
+pub fn actor_args(config: &TrainConfig, pc: &PolicyConfig, seed: u64) -> ActorArgs {
+    let c = &config.collector;
+    let chunk_frames = (c.envs_per_actor * c.steps) as u64;
+    let exploration = match (config.run.algo, &config.dqn) {
+        (Algo::Dqn, Some(d)) => Exploration::Greedy(EpsilonSchedule {
+            start: d.epsilon_start,
+            end: d.epsilon_end,
+            decay_versions: d.epsilon_decay_frames / chunk_frames.max(1),
+        }),
+        _ => Exploration::default(),
+    };
+    ActorArgs {
+        env: config.run.env.clone(),
+        env_imports: config.run.env_imports.clone(),
+        env_kwargs: env_kwargs(&config.run),
+        envs: c.envs_per_actor,
+        steps: c.steps,
+        cell: pc.cell,
+        hidden: pc.hidden_size,
+        layers: pc.num_layers,
+        encoder: pc.encoder.clone(),
+        critic_core: pc.critic_core,
+        seed,
+        exploration,
     }
-    if let Some(kwargs) = &run.env_kwargs {
-        args.push("--env-kwargs".to_string());
-        args.push(serde_json::to_string(kwargs).expect("a TOML table is JSON"));
-    }
-    args
+}
+
+/// `run.env_kwargs` as a JSON object.
+fn env_kwargs(run: &RunSection) -> Option<serde_json::Map<String, serde_json::Value>> {
+    run.env_kwargs.as_ref().map(|table| {
+        serde_json::to_value(table)
+            .ok()
+            .and_then(|v| v.as_object().cloned())
+            .expect("a TOML table is a JSON object")
+    })
 }
 
 /// Asks the actor executable `program` for the spaces of `run.env`
-/// (`program --describe-env ENV`): the run's policy is built for what the actors will run,
-/// user-registered and gymnasium environments included.
+/// (`program --describe-env ENV [--env-import M].. [--env-kwargs JSON]`, the one question the
+/// learner asks the binary on its command line): the run's policy is built for what the actors
+/// will run, user-registered and gymnasium environments included.
 pub fn describe_env(program: &Path, run: &RunSection) -> anyhow::Result<EnvSpec> {
-    let output = Command::new(program)
-        .arg("--describe-env")
-        .arg(&run.env)
-        .args(env_args(run))
+    let mut ask = Command::new(program);
+    ask.arg("--describe-env").arg(&run.env);
+    for m in &run.env_imports {
+        ask.arg("--env-import").arg(m);
+    }
+    if let Some(kwargs) = env_kwargs(run) {
+        ask.arg("--env-kwargs")
+            .arg(serde_json::Value::Object(kwargs).to_string());
+    }
+    let output = ask
         .output()
         .with_context(|| format!("starting {} --describe-env", program.display()))?;
     let stderr = String::from_utf8_lossy(&output.stderr);

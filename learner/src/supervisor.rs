@@ -2,12 +2,16 @@
 //! it under a new incarnation id (with backoff, up to `max_restarts` restarts per actor within a
 //! sliding `restart_window`), and kills them all when the run ends — also when the learner
 //! unwinds from a panic (drop guard).
+//!
+//! Every actor starts as `PROGRAM --connect SOCKET --actor-args JSON --actor-id N
+//! --incarnation K`: the run's [`ActorArgs`] travel whole, as JSON, on the command line.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use common::actor_args::ActorArgs;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -16,8 +20,10 @@ use nix::unistd::Pid;
 pub struct SupervisorConfig {
     /// The `recur-actor` executable.
     pub program: PathBuf,
-    /// Arguments shared by every actor (`--connect`, env, policy options).
-    pub args: Vec<String>,
+    /// The learner's control socket the actors attach to.
+    pub connect: PathBuf,
+    /// What every actor runs (env, policy, seed, exploration).
+    pub actor_args: ActorArgs,
     pub actors: u32,
     /// Restarts allowed per actor within `restart_window` before the supervisor gives up on it.
     pub max_restarts: u32,
@@ -62,6 +68,8 @@ struct Slot {
 /// Owns the actor processes of one run.
 pub struct Supervisor {
     config: SupervisorConfig,
+    /// `config.actor_args` as JSON (`--actor-args`).
+    args: String,
     slots: Vec<Slot>,
     stopping: bool,
 }
@@ -70,6 +78,7 @@ impl Supervisor {
     /// Starts every actor (incarnation 0).
     pub fn start(config: SupervisorConfig) -> std::io::Result<(Self, Vec<ActorEvent>)> {
         let mut s = Supervisor {
+            args: config.actor_args.to_json(),
             slots: (0..config.actors)
                 .map(|actor_id| Slot {
                     actor_id,
@@ -90,8 +99,11 @@ impl Supervisor {
 
     fn spawn(&self, actor_id: u32, incarnation: u32) -> std::io::Result<Child> {
         Command::new(&self.config.program)
-            .args(&self.config.args)
+            .arg("--connect")
+            .arg(&self.config.connect)
             .args([
+                "--actor-args",
+                &self.args,
                 "--actor-id",
                 &actor_id.to_string(),
                 "--incarnation",
@@ -263,12 +275,15 @@ fn describe(status: ExitStatus) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
-    fn config(program: &str, args: &[&str], max_restarts: u32) -> SupervisorConfig {
+    fn config(program: &Path, max_restarts: u32) -> SupervisorConfig {
         SupervisorConfig {
             program: program.into(),
-            args: args.iter().map(|s| s.to_string()).collect(),
+            connect: "/nonexistent/control.sock".into(),
+            actor_args: ActorArgs::default(),
             actors: 2,
             max_restarts,
             restart_window: Duration::from_secs(60),
@@ -276,10 +291,63 @@ mod tests {
         }
     }
 
+    /// An executable shell script `body` in a fresh temporary directory (the supervisor's
+    /// arguments land in `$1`..).
+    fn script(name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("recur-supervisor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// An actor is started as `PROGRAM --connect SOCKET --actor-args JSON --actor-id N
+    /// --incarnation K`, and the JSON is the run's `ActorArgs`.
+    #[test]
+    fn actors_get_the_socket_their_identity_and_the_actor_args_as_json() {
+        let out =
+            std::env::temp_dir().join(format!("recur-supervisor-argv-{}", std::process::id()));
+        let _ = std::fs::remove_file(&out);
+        let program = script(
+            "print-argv",
+            &format!(
+                "for a in \"$@\"; do printf '%s\\n' \"$a\"; done > {}",
+                out.display()
+            ),
+        );
+        let mut c = config(&program, 0);
+        c.actors = 1;
+        c.actor_args = ActorArgs {
+            env: "gymnasium:CartPole-v1".into(),
+            env_imports: vec!["popgym".into()],
+            seed: 7,
+            ..ActorArgs::default()
+        };
+        let (mut s, mut all) = Supervisor::start(c.clone()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !all.iter().any(|e| matches!(e, ActorEvent::Exited { .. })) {
+            assert!(Instant::now() < deadline, "{all:?}");
+            all.extend(s.poll().unwrap());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let argv = std::fs::read_to_string(&out).unwrap();
+        let argv: Vec<&str> = argv.lines().collect();
+        assert_eq!(argv.len(), 8, "{argv:?}");
+        assert_eq!(
+            argv[..3],
+            ["--connect", "/nonexistent/control.sock", "--actor-args"]
+        );
+        assert_eq!(ActorArgs::from_json(argv[3]).unwrap(), c.actor_args);
+        assert_eq!(argv[4..], ["--actor-id", "0", "--incarnation", "0"]);
+        std::fs::remove_file(&out).unwrap();
+    }
+
     #[test]
     fn dead_actors_restart_with_new_incarnations_until_the_limit() {
         // `false --actor-id N --incarnation K` exits at once with code 1.
-        let (mut s, events) = Supervisor::start(config("false", &[], 2)).unwrap();
+        let (mut s, events) = Supervisor::start(config(Path::new("false"), 2)).unwrap();
         assert_eq!(
             events
                 .iter()
@@ -325,9 +393,8 @@ mod tests {
 
     #[test]
     fn shutdown_kills_what_does_not_exit_and_drop_leaves_no_orphans() {
-        // `sh -c '...' sh --actor-id N ...`: the supervisor's arguments land in $1.. ; `exec`
-        // makes the supervised pid the sleeper itself.
-        let stubborn = config("sh", &["-c", "trap '' TERM; exec sleep 30", "sh"], 0);
+        // `exec` makes the supervised pid the sleeper itself.
+        let stubborn = config(&script("stubborn", "trap '' TERM; exec sleep 30"), 0);
         let (mut s, _) = Supervisor::start(stubborn).unwrap();
         let pids: Vec<u32> = s.running().iter().map(|r| r.2).collect();
         assert_eq!(pids.len(), 2);
@@ -351,7 +418,7 @@ mod tests {
                 "actor {pid} survived shutdown"
             );
         }
-        let (s, _) = Supervisor::start(config("sh", &["-c", "exec sleep 30", "sh"], 0)).unwrap();
+        let (s, _) = Supervisor::start(config(&script("sleeper", "exec sleep 30"), 0)).unwrap();
         let pids: Vec<u32> = s.running().iter().map(|r| r.2).collect();
         assert_eq!(pids.len(), 2);
         drop(s);
@@ -367,7 +434,7 @@ mod tests {
     /// window is restarted every time, past `max_restarts`.
     #[test]
     fn restarts_outside_the_window_do_not_count() {
-        let mut c = config("sh", &["-c", "sleep 0.05; exit 1", "sh"], 1);
+        let mut c = config(&script("flaky", "sleep 0.05; exit 1"), 1);
         c.actors = 1;
         c.restart_window = Duration::from_millis(1);
         let (mut s, mut all) = Supervisor::start(c).unwrap();

@@ -74,7 +74,7 @@ fn server(
     let server = RemoteServer::start(RemoteOptions {
         listen: "127.0.0.1:0".into(),
         token,
-        args: Vec::new(),
+        args: Default::default(),
         chunk_bytes,
         weight_bytes,
         window,

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use common::actor_args::ActorArgs;
 use common::recurrent::CellKind;
 use learner::collect::{run_collect, CollectConfig};
 use learner::config::{blame_flags, Algo, ReplayConfig, TrainConfig};
@@ -292,22 +293,24 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|| run_dir::default_path("collect"));
             let config = CollectConfig {
                 transport: TransportConfig {
-                    env: a.env,
+                    actor_args: ActorArgs {
+                        env: a.env,
+                        envs: a.envs,
+                        steps: a.steps,
+                        cell: a.cell,
+                        hidden: a.hidden,
+                        layers: 1,
+                        encoder: vec![64],
+                        seed: a.seed,
+                        ..ActorArgs::default()
+                    },
                     actors: a.actors.unwrap_or_else(default_actor_count),
-                    envs: a.envs,
-                    steps: a.steps,
-                    cell: a.cell,
-                    hidden: a.hidden,
-                    layers: 1,
-                    encoder: vec![64],
-                    seed: a.seed,
                     run_dir: run_dir.clone(),
                     actor_program: actor_program(a.actor_bin)?,
                     slots: a.slots,
                     max_restarts: a.max_restarts,
                     restart_window: std::time::Duration::from_secs(60),
                     restart_backoff: std::time::Duration::from_millis(200),
-                    actor_args: Vec::new(),
                     spec: None,
                     sync: false,
                     restore: Default::default(),

@@ -9,14 +9,13 @@ use burn::tensor::backend::AutodiffBackend;
 use common::checkpoint::{load_checkpoint, ResumeState};
 use common::chunk::ChunkSchema;
 use common::envs::EnvSpec;
-use common::policy::{chunk_schema, CriticCore, PolicyConfig};
-use common::rollout::EpsilonSchedule;
+use common::policy::{chunk_schema, PolicyConfig};
 
 use super::{TrainOptions, TrainState};
 use crate::algo::{self, Learner, LearnerSpec};
-use crate::config::{Algo, AlgoConfig, CollectorMode, TrainConfig};
+use crate::config::{AlgoConfig, CollectorMode, TrainConfig};
 use crate::eval::{EvalPlan, EvalWorker};
-use crate::policy::{describe_env, env_args, fit_policy_spec};
+use crate::policy::{actor_args, describe_env, fit_policy_spec};
 use crate::recording::Recording;
 use crate::supervisor::default_actor_count;
 use crate::transport::TransportConfig;
@@ -82,9 +81,8 @@ impl Plan {
     }
 
     /// The actors: the collector section, the learner's policy architecture, the algorithm's
-    /// exploration (PPO samples from its policy; DQN actors are epsilon-greedy with the
-    /// schedule counted in policy versions, one per update, one update per chunk); a resumed
-    /// run (`state`, `resumed`) seeds them anew and restores their saved states.
+    /// exploration ([`crate::policy::actor_args`]); a resumed run (`state`, `resumed`) seeds
+    /// them anew and restores their saved states.
     pub fn transport_config(
         &self,
         opts: &TrainOptions,
@@ -95,15 +93,8 @@ impl Plan {
         let c = &config.collector;
         let pc = &self.policy;
         TransportConfig {
-            env: config.run.env.clone(),
+            actor_args: actor_args(config, pc, config.run.seed.wrapping_add(state.updates)),
             actors: self.actors,
-            envs: c.envs_per_actor,
-            steps: c.steps,
-            cell: pc.cell,
-            hidden: pc.hidden_size,
-            layers: pc.num_layers,
-            encoder: pc.encoder.clone(),
-            seed: config.run.seed.wrapping_add(state.updates),
             run_dir: opts.run_dir.clone(),
             actor_program: opts.actor_program.clone(),
             slots: c.ring_slots,
@@ -114,30 +105,6 @@ impl Plan {
             sync: c.mode == CollectorMode::Sync,
             restore: resumed.actors.iter().cloned().collect(),
             listen: config.run.listen.clone(),
-            actor_args: env_args(&config.run)
-                .into_iter()
-                .chain(match (config.run.algo, &config.dqn) {
-                    (Algo::Dqn, Some(d)) => {
-                        let schedule = EpsilonSchedule {
-                            start: d.epsilon_start,
-                            end: d.epsilon_end,
-                            decay_versions: d.epsilon_decay_frames / self.chunk_frames.max(1),
-                        };
-                        vec![
-                            "--exploration".into(),
-                            "greedy".into(),
-                            "--epsilon".into(),
-                            schedule.to_string(),
-                        ]
-                    }
-                    // The critic core is part of the actors' policy (its state is in every
-                    // chunk).
-                    _ if pc.critic_core == CriticCore::Separate => {
-                        vec!["--critic-core".into(), "separate".into()]
-                    }
-                    _ => Vec::new(),
-                })
-                .collect(),
         }
     }
 }

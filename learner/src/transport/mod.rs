@@ -14,10 +14,10 @@ pub mod tcp;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use common::actor_args::ActorArgs;
 use common::chunk::{Chunk, ChunkSchema};
 use common::control::schema_mismatch;
 use common::envs::{EnvSpec, Space};
-use common::recurrent::CellKind;
 use serde::Serialize;
 
 use crate::supervisor::ActorEvent;
@@ -28,16 +28,11 @@ pub use tcp::TcpTransport;
 /// The actors a transport starts and the channels it gives them.
 #[derive(Clone, Debug)]
 pub struct TransportConfig {
-    pub env: String,
+    /// What every actor runs (environment, policy architecture, seed, exploration): the
+    /// learner's own actors get it on their command line, remote ones in their `Welcome`.
+    /// Registering actors must report its `env`.
+    pub actor_args: ActorArgs,
     pub actors: u32,
-    pub envs: usize,
-    pub steps: usize,
-    pub cell: CellKind,
-    pub hidden: usize,
-    /// Recurrent layers and encoder widths of the actors' policy (must match the learner's).
-    pub layers: usize,
-    pub encoder: Vec<usize>,
-    pub seed: u64,
     pub run_dir: PathBuf,
     /// The `recur-actor` executable.
     pub actor_program: PathBuf,
@@ -48,8 +43,6 @@ pub struct TransportConfig {
     pub restart_window: std::time::Duration,
     /// The first restart's delay (doubled per recent restart, capped at 8 s).
     pub restart_backoff: std::time::Duration,
-    /// Extra actor arguments (exploration, gymnasium imports and kwargs).
-    pub actor_args: Vec<String>,
     /// The environment's spaces the run was built for: a registering actor that reports
     /// others is refused, both named. `None`: not checked.
     pub spec: Option<EnvSpec>,

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use common::actor_args::ActorArgs;
 use common::chunk::{Chunk, ChunkSchema};
 use common::envs::Space;
 use common::remote::{
@@ -47,8 +48,8 @@ pub struct RemoteOptions {
     /// `HOST:PORT` to listen on (`run.listen`; port 0: any free port).
     pub listen: String,
     pub token: [u8; TOKEN_BYTES],
-    /// The `recur-actor` arguments a remote actor runs with (env, policy, seed, exploration).
-    pub args: Vec<String>,
+    /// What a remote actor runs (env, policy, seed, exploration), sent whole in `Welcome`.
+    pub args: ActorArgs,
     /// Exact sizes of an encoded chunk and a weight blob of the run (frame limits).
     pub chunk_bytes: usize,
     pub weight_bytes: usize,

@@ -1,8 +1,10 @@
-//! A remote actor: attached to a learner on another machine over authenticated TCP
-//! ([`common::remote`]). It presents the run token, receives its incarnation and its
-//! arguments (environment, policy, seeds: the learner's, as a local actor gets them on its
-//! command line), registers, then streams chunks and adopts the newest weights at chunk
-//! boundaries.
+//! The outlet to a learner on another machine, over authenticated TCP ([`common::remote`]).
+//! A [`Session`] presents the run token and receives the actor's incarnation and its
+//! [`ActorArgs`](common::actor_args::ActorArgs) (environment, policy, seed, exploration: the
+//! learner's, as a local actor gets them on its command line); the actor is built from them and
+//! registers ([`TcpOutlet::register`]), then the attach loop ([`super::run`]) streams chunks
+//! and adopts the newest weights at chunk boundaries. A connection thread (tokio) sends the
+//! chunks and heartbeats and receives weights and acknowledgements.
 //!
 //! Chunks stay in a bounded outbox until the learner acknowledges them (a `window` of them:
 //! when it is full the actor waits, so a slow link slows the actor instead of growing a queue).
@@ -18,7 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
+use common::actor_args::ActorArgs;
 use common::chunk::ChunkSchema;
 use common::envs::EnvSpec;
 use common::remote::{
@@ -27,9 +30,9 @@ use common::remote::{
     TOKEN_BYTES,
 };
 use common::rollout::Actor;
-use common::weights::{blob_version, from_blob};
+use common::weights::blob_version;
 
-use crate::attach::Stop;
+use super::{End, Outlet, Progress, HEARTBEAT};
 
 /// No frame from the learner for this long: the link is considered cut (the learner
 /// acknowledges four times a second).
@@ -40,15 +43,13 @@ pub const RECONNECT_WINDOW: Duration = Duration::from_secs(15);
 /// cluster launcher starts learner and actors together).
 const FIRST_CONNECT: Duration = Duration::from_secs(60);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const HEARTBEAT: Duration = Duration::from_millis(250);
-const FIRST_WEIGHTS: Duration = Duration::from_secs(10);
 
 /// What the learner told the actor when it accepted the token.
 #[derive(Clone, Debug)]
 pub struct Welcome {
     pub incarnation: u32,
-    /// The `recur-actor` arguments the actor runs with.
-    pub args: Vec<String>,
+    /// What the actor runs (checked by [`Session::open`]).
+    pub args: ActorArgs,
     pub chunk_bytes: usize,
     pub weight_bytes: usize,
     pub window: usize,
@@ -90,6 +91,10 @@ impl Session {
         let (stream, welcome) = hello(stream, &token, actor_id, None)
             .map_err(anyhow::Error::from)
             .with_context(|| format!("joining the learner at tcp://{addr}"))?;
+        welcome
+            .args
+            .validate()
+            .with_context(|| format!("the actor arguments of the learner at tcp://{addr}"))?;
         Ok(Session {
             addr: addr.to_string(),
             token,
@@ -230,6 +235,8 @@ struct Shared {
     wake: tokio::sync::Notify,
     /// The newest weight blob not yet adopted.
     weights: Mutex<Option<(u64, Vec<u8>)>>,
+    /// The newest weight version received (0: none yet).
+    latest: AtomicU64,
     chunks_sent: AtomicU64,
     policy_version: AtomicU64,
 }
@@ -238,129 +245,143 @@ struct Outbox {
     /// Chunks sent or to send, not yet acknowledged: (sequence number, encoded chunk).
     queue: VecDeque<(u64, Arc<Vec<u8>>)>,
     window: usize,
-    stop: Option<Result<Stop, String>>,
+    stop: Option<Result<End, String>>,
 }
 
 impl Shared {
-    fn stop(&self, why: Result<Stop, String>) {
+    fn stop(&self, why: Result<End, String>) {
         let mut out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
         out.stop.get_or_insert(why);
         self.space.notify_all();
     }
 
-    fn stopped(&self) -> Option<Result<Stop, String>> {
+    fn stopped(&self) -> Option<Result<End, String>> {
         let out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
         out.stop.clone()
     }
 }
 
-/// Runs `actor` (built from the session's welcome) against the learner until the run ends or
-/// the learner is gone; registers with `spec` and the actor's schema.
-pub fn run_remote(session: Session, mut actor: Actor, spec: &EnvSpec) -> anyhow::Result<Stop> {
-    let Session {
-        addr,
-        token,
-        actor_id,
-        mut stream,
-        welcome,
-    } = session;
-    let config = actor.config().clone();
-    let who = format!("actor {actor_id}/{}", welcome.incarnation);
-    let reg = Registration {
-        env: config.env.clone(),
-        spec: spec.clone(),
-        schema: actor.schema().clone(),
-    };
-    let next_seq = register(&mut stream, &reg)?;
-    anyhow::ensure!(
-        next_seq == 0,
-        "the learner asks a new incarnation to start at chunk {next_seq}"
-    );
-    say(format!(
-        "{who}: registered with the learner at tcp://{addr}"
-    ));
-    let shared = Arc::new(Shared {
-        outbox: Mutex::new(Outbox {
-            queue: VecDeque::new(),
-            window: welcome.window,
-            stop: None,
-        }),
-        space: Condvar::new(),
-        wake: tokio::sync::Notify::new(),
-        weights: Mutex::new(None),
-        chunks_sent: AtomicU64::new(0),
-        policy_version: AtomicU64::new(0),
-    });
-    let link = Link {
-        addr,
-        token,
-        actor_id,
-        incarnation: welcome.incarnation,
-        weight_bytes: welcome.weight_bytes,
-        reg,
-        who: who.clone(),
-        shared: Arc::clone(&shared),
-    };
-    let net = std::thread::Builder::new()
-        .name("link".into())
-        .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a tokio runtime");
-            let why = runtime.block_on(link.run(stream));
-            link.shared.stop(why);
-        })?;
-    let result = collect(&mut actor, &shared);
-    shared.stop(Ok(Stop::Shutdown { chunks: 0 }));
-    shared.wake.notify_one();
-    let _ = net.join();
-    result
+/// A registered remote actor's channel: the outbox the connection thread sends from, the
+/// newest weights it received. Dropping it ends the connection politely and joins its thread.
+pub struct TcpOutlet {
+    shared: Arc<Shared>,
+    /// Chunks pushed (the next chunk's sequence number).
+    seq: u64,
+    net: Option<std::thread::JoinHandle<()>>,
 }
 
-/// The actor loop: the newest weights at each chunk boundary, one chunk, into the outbox.
-fn collect(actor: &mut Actor, shared: &Shared) -> anyhow::Result<Stop> {
-    let deadline = Instant::now() + FIRST_WEIGHTS;
-    loop {
-        let newest = shared
-            .weights
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some((version, blob)) = newest {
-            if version > actor.policy_version() {
-                let (policy, _) = from_blob(actor.policy().clone(), &blob)?;
-                actor.set_policy(policy, version);
-                shared.policy_version.store(version, Ordering::Relaxed);
-            }
-        }
-        if actor.policy_version() > 0 {
-            break;
-        }
-        if let Some(stop) = shared.stopped() {
-            return stop.map_err(anyhow::Error::msg);
-        }
-        if Instant::now() > deadline {
-            bail!("no weights from the learner within {FIRST_WEIGHTS:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
+impl TcpOutlet {
+    /// Registers `actor` (built from the session's welcome) with the learner, reporting the
+    /// spaces of `spec` and the actor's schema, and starts the connection thread.
+    pub fn register(session: Session, actor: &Actor, spec: &EnvSpec) -> anyhow::Result<Self> {
+        let Session {
+            addr,
+            token,
+            actor_id,
+            mut stream,
+            welcome,
+        } = session;
+        let who = format!("actor {actor_id}/{}", welcome.incarnation);
+        let reg = Registration {
+            env: actor.config().env.clone(),
+            spec: spec.clone(),
+            schema: actor.schema().clone(),
+        };
+        let next_seq = register(&mut stream, &reg)?;
+        anyhow::ensure!(
+            next_seq == 0,
+            "the learner asks a new incarnation to start at chunk {next_seq}"
+        );
+        say(format!(
+            "{who}: registered with the learner at tcp://{addr}"
+        ));
+        let shared = Arc::new(Shared {
+            outbox: Mutex::new(Outbox {
+                queue: VecDeque::new(),
+                window: welcome.window,
+                stop: None,
+            }),
+            space: Condvar::new(),
+            wake: tokio::sync::Notify::new(),
+            weights: Mutex::new(None),
+            latest: AtomicU64::new(0),
+            chunks_sent: AtomicU64::new(0),
+            policy_version: AtomicU64::new(0),
+        });
+        let link = Link {
+            addr,
+            token,
+            actor_id,
+            incarnation: welcome.incarnation,
+            weight_bytes: welcome.weight_bytes,
+            reg,
+            who,
+            shared: Arc::clone(&shared),
+        };
+        let net = std::thread::Builder::new()
+            .name("link".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime");
+                let why = runtime.block_on(link.run(stream));
+                link.shared.stop(why);
+            })?;
+        Ok(TcpOutlet {
+            shared,
+            seq: 0,
+            net: Some(net),
+        })
     }
-    let mut seq = 0u64;
-    loop {
-        let newest = shared
+
+    /// Whether the connection thread ended the run (or failed).
+    fn ended(&self) -> anyhow::Result<Option<End>> {
+        match self.shared.stopped() {
+            None => Ok(None),
+            Some(Ok(end)) => Ok(Some(end)),
+            Some(Err(e)) => Err(anyhow::Error::msg(e)),
+        }
+    }
+}
+
+impl Outlet for TcpOutlet {
+    fn latest_version(&mut self) -> u64 {
+        self.shared.latest.load(Ordering::Relaxed)
+    }
+
+    fn fetch_newer(&mut self, have: u64, blob: &mut Vec<u8>) -> anyhow::Result<Option<u64>> {
+        let mut newest = self
+            .shared
             .weights
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some((version, blob)) = newest.filter(|(v, _)| *v > actor.policy_version()) {
-            let (policy, _) = from_blob(actor.policy().clone(), &blob)?;
-            actor.set_policy(policy, version);
-            shared.policy_version.store(version, Ordering::Relaxed);
+            .unwrap_or_else(|e| e.into_inner());
+        match newest.take() {
+            Some((version, bytes)) if version > have => {
+                *blob = bytes;
+                self.shared.policy_version.store(version, Ordering::Relaxed);
+                Ok(Some(version))
+            }
+            _ => Ok(None),
         }
-        let chunk = actor.collect()?;
-        debug_assert_eq!(chunk.meta.seq, seq);
-        let bytes = Arc::new(chunk.encode(actor.schema())?);
+    }
+
+    /// The connection thread sends the heartbeats (every [`HEARTBEAT`]); this hands it the
+    /// numbers to report.
+    fn beat(&mut self, progress: Progress) -> anyhow::Result<Option<End>> {
+        let shared = &self.shared;
+        shared
+            .policy_version
+            .store(progress.policy_version, Ordering::Relaxed);
+        self.ended()
+    }
+
+    /// Into the outbox; while it holds a whole window of unacknowledged chunks the actor
+    /// waits (a slow link slows the actor).
+    fn push(&mut self, chunk: Vec<u8>, _progress: Progress) -> anyhow::Result<Option<End>> {
+        let bytes = Arc::new(chunk);
         {
+            let shared = &self.shared;
             let mut out = shared.outbox.lock().unwrap_or_else(|e| e.into_inner());
             while out.queue.len() >= out.window && out.stop.is_none() {
                 out = shared
@@ -369,23 +390,28 @@ fn collect(actor: &mut Actor, shared: &Shared) -> anyhow::Result<Stop> {
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
-            if let Some(stop) = out.stop.clone() {
-                return stop
-                    .map(|s| with_chunks(s, seq))
-                    .map_err(anyhow::Error::msg);
+            if out.stop.is_some() {
+                drop(out);
+                return self.ended();
             }
-            out.queue.push_back((seq, bytes));
+            out.queue.push_back((self.seq, bytes));
         }
-        seq += 1;
-        shared.chunks_sent.store(seq, Ordering::Relaxed);
-        shared.wake.notify_one();
+        self.seq += 1;
+        self.shared.chunks_sent.store(self.seq, Ordering::Relaxed);
+        self.shared.wake.notify_one();
+        Ok(None)
     }
 }
 
-fn with_chunks(stop: Stop, chunks: u64) -> Stop {
-    match stop {
-        Stop::Shutdown { .. } => Stop::Shutdown { chunks },
-        Stop::LearnerGone { .. } => Stop::LearnerGone { chunks },
+impl Drop for TcpOutlet {
+    /// The actor loop is done: the connection closes politely (what is in flight still
+    /// arrives), and its thread is joined.
+    fn drop(&mut self) {
+        self.shared.stop(Ok(End::Shutdown));
+        self.shared.wake.notify_one();
+        if let Some(net) = self.net.take() {
+            let _ = net.join();
+        }
     }
 }
 
@@ -414,7 +440,7 @@ enum Ended {
 }
 
 impl Link {
-    async fn run(&self, first: TcpStream) -> Result<Stop, String> {
+    async fn run(&self, first: TcpStream) -> Result<End, String> {
         let mut stream = Some(first);
         let mut next_seq = 0;
         loop {
@@ -422,11 +448,10 @@ impl Link {
                 unreachable!("a connection is open here")
             };
             match self.stream(s, next_seq).await {
-                Ended::Shutdown => return Ok(Stop::Shutdown { chunks: 0 }),
-                Ended::Local => return Ok(Stop::Shutdown { chunks: 0 }),
+                Ended::Shutdown | Ended::Local => return Ok(End::Shutdown),
                 Ended::Gone(why) => {
                     say(format!("{}: the learner is gone ({why})", self.who));
-                    return Ok(Stop::LearnerGone { chunks: 0 });
+                    return Ok(End::LearnerGone);
                 }
                 Ended::Cut(why) => {
                     say(format!(
@@ -451,11 +476,11 @@ impl Link {
 
     /// Reconnects within [`RECONNECT_WINDOW`]: hello with this incarnation, register again;
     /// returns the connection and the sequence number to continue at.
-    async fn reconnect(&self) -> Result<(TcpStream, u64), Result<Stop, String>> {
+    async fn reconnect(&self) -> Result<(TcpStream, u64), Result<End, String>> {
         let start = Instant::now();
         loop {
             if self.shared.stopped().is_some() {
-                return Err(Ok(Stop::Shutdown { chunks: 0 }));
+                return Err(Ok(End::Shutdown));
             }
             let (addr, token, id, inc, reg) = (
                 self.addr.clone(),
@@ -488,14 +513,14 @@ impl Link {
                 Ok(ok) => return Ok(ok),
                 Err(HandshakeError::Refused(reason)) => {
                     say(format!("{}: the learner is gone ({reason})", self.who));
-                    return Err(Ok(Stop::LearnerGone { chunks: 0 }));
+                    return Err(Ok(End::LearnerGone));
                 }
                 Err(HandshakeError::Link(e)) if start.elapsed() >= RECONNECT_WINDOW => {
                     say(format!(
                         "{}: no learner within {RECONNECT_WINDOW:?} ({e:#}); the learner is gone",
                         self.who
                     ));
-                    return Err(Ok(Stop::LearnerGone { chunks: 0 }));
+                    return Err(Ok(End::LearnerGone));
                 }
                 Err(HandshakeError::Link(e)) => {
                     tracing::debug!("reconnecting: {e:#}");
@@ -590,6 +615,8 @@ impl Link {
                     if version > have && newest.as_ref().is_none_or(|(v, _)| version > *v) {
                         *newest = Some((version, frame.body));
                     }
+                    // Under the lock, after the blob: a loop that sees the version finds it.
+                    self.shared.latest.fetch_max(version, Ordering::Relaxed);
                 }
                 KIND_MESSAGE => match frame.message::<LearnerMsg>() {
                     Ok(LearnerMsg::Ack { received, shutdown }) => {

@@ -1,0 +1,292 @@
+//! What the learner decides for its actors: [`ActorArgs`], one value that travels whole.
+//!
+//! The learner builds one `ActorArgs` per run. Its own actors get it on their command line as
+//! JSON (`recur-actor --connect SOCKET --actor-args '<json>'`, written by the supervisor),
+//! remote actors in [`LearnerMsg::Welcome`](crate::remote::LearnerMsg::Welcome) (bincode). A
+//! human's `recur-actor --env ... --hidden ...` flags are parsed into the same value, so an
+//! actor process has one path from `ActorArgs` to a running actor.
+//!
+//! ```
+//! use common::actor_args::ActorArgs;
+//!
+//! let args = ActorArgs { env: "CartPole-v1".into(), envs: 8, ..ActorArgs::default() };
+//! let json = args.to_json();
+//! assert_eq!(ActorArgs::from_json(&json).unwrap(), args);
+//! // Every field is required, and none other is accepted.
+//! assert!(ActorArgs::from_json(r#"{"env": "CartPole-v1"}"#).is_err());
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::policy::CriticCore;
+use crate::recurrent::CellKind;
+use crate::rollout::{EpsilonSchedule, Exploration};
+
+/// Everything an actor runs with that its learner decides: the environment (and the gymnasium
+/// bridge's imports and kwargs), the vector size, the chunk length, the policy architecture,
+/// the seed and the exploration. The actor's identity (`--actor-id`, `--incarnation`) is not
+/// part of it: it differs per actor.
+///
+/// The defaults are `recur-actor`'s flag defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActorArgs {
+    /// Environment id: a registered one or `gymnasium:<id>`.
+    pub env: String,
+    /// Python modules imported before `gymnasium.make` (gymnasium ids).
+    pub env_imports: Vec<String>,
+    /// Keyword arguments of `gymnasium.make` (gymnasium ids). A JSON object in JSON; JSON
+    /// text in bincode (which cannot carry a self-describing value).
+    #[serde(with = "json_object")]
+    pub env_kwargs: Option<Map<String, Value>>,
+    /// Environments stepped together (`E`).
+    pub envs: usize,
+    /// Steps per chunk (`T`).
+    pub steps: usize,
+    /// The policy's recurrent cell, hidden size, stacked layers and encoder MLP widths.
+    pub cell: CellKind,
+    pub hidden: usize,
+    pub layers: usize,
+    pub encoder: Vec<usize>,
+    /// Whether the value head reads the actor's recurrent core or has its own.
+    pub critic_core: CriticCore,
+    /// Seeds the environments, the sampling and the initial weights (each actor and
+    /// incarnation derives its own from it).
+    pub seed: u64,
+    /// How actions are chosen (`sample` or `greedy`) and the epsilon schedule.
+    #[serde(with = "ExplorationDef")]
+    pub exploration: Exploration,
+}
+
+impl Default for ActorArgs {
+    fn default() -> Self {
+        ActorArgs {
+            env: "MaskedCartPole-v1".into(),
+            env_imports: Vec::new(),
+            env_kwargs: None,
+            envs: 64,
+            steps: 32,
+            cell: CellKind::Lstm,
+            hidden: 64,
+            layers: 1,
+            encoder: vec![64],
+            critic_core: CriticCore::Shared,
+            seed: 0,
+            exploration: Exploration::default(),
+        }
+    }
+}
+
+/// Actor arguments that do not parse or do not make sense.
+#[derive(Debug, thiserror::Error)]
+pub enum ActorArgsError {
+    #[error("actor arguments are not the JSON of ActorArgs: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("actor argument {field} = {value}: expected {expected}")]
+    Invalid {
+        field: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+}
+
+impl ActorArgs {
+    /// One line of JSON (what `recur-actor --actor-args` reads).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("actor arguments serialize to JSON")
+    }
+
+    /// Parses and [validates](Self::validate) the JSON of [`to_json`](Self::to_json).
+    pub fn from_json(text: &str) -> Result<Self, ActorArgsError> {
+        let args: ActorArgs = serde_json::from_str(text)?;
+        args.validate()?;
+        Ok(args)
+    }
+
+    /// Checks the sizes (at least 1; an empty encoder is allowed, a width of 0 is not), the
+    /// environment id (not empty) and the epsilon schedule (probabilities in `[0, 1]`).
+    pub fn validate(&self) -> Result<(), ActorArgsError> {
+        let invalid = |field, value: String, expected| {
+            Err(ActorArgsError::Invalid {
+                field,
+                value,
+                expected,
+            })
+        };
+        if self.env.trim().is_empty() {
+            return invalid("env", format!("{:?}", self.env), "an environment id");
+        }
+        for (field, value) in [
+            ("envs", self.envs),
+            ("steps", self.steps),
+            ("hidden", self.hidden),
+            ("layers", self.layers),
+        ] {
+            if value == 0 {
+                return invalid(field, value.to_string(), "at least 1");
+            }
+        }
+        if self.encoder.contains(&0) {
+            return invalid(
+                "encoder",
+                format!("{:?}", self.encoder),
+                "widths of at least 1",
+            );
+        }
+        let eps = self.exploration.schedule();
+        for (field, p) in [("epsilon start", eps.start), ("epsilon end", eps.end)] {
+            if !(0.0..=1.0).contains(&p) {
+                return invalid(field, p.to_string(), "a probability in [0, 1]");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// serde's description of [`EpsilonSchedule`] (defined in `rollout`, which has no serde).
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "EpsilonSchedule", deny_unknown_fields)]
+struct EpsilonScheduleDef {
+    start: f32,
+    end: f32,
+    decay_versions: u64,
+}
+
+/// serde's description of [`Exploration`]: `{"sample": {schedule}}` or `{"greedy": ...}`.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Exploration", rename_all = "lowercase")]
+enum ExplorationDef {
+    Sample(#[serde(with = "EpsilonScheduleDef")] EpsilonSchedule),
+    Greedy(#[serde(with = "EpsilonScheduleDef")] EpsilonSchedule),
+}
+
+/// An optional JSON object: itself in human-readable formats (JSON), its JSON text in binary
+/// ones (bincode cannot deserialize a self-describing value).
+mod json_object {
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::{Map, Value};
+
+    pub fn serialize<S: Serializer>(
+        v: &Option<Map<String, Value>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            v.serialize(s)
+        } else {
+            v.as_ref()
+                .map(|m| serde_json::to_string(m).expect("a JSON map serializes"))
+                .serialize(s)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Map<String, Value>>, D::Error> {
+        if d.is_human_readable() {
+            Option::<Map<String, Value>>::deserialize(d)
+        } else {
+            Option::<String>::deserialize(d)?
+                .map(|text| {
+                    serde_json::from_str(&text).map_err(|e| {
+                        D::Error::custom(format!("env_kwargs {text:?}: not a JSON object: {e}"))
+                    })
+                })
+                .transpose()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_field_set() -> ActorArgs {
+        let mut kwargs = Map::new();
+        kwargs.insert("length".into(), Value::from(7));
+        kwargs.insert("nested".into(), serde_json::json!({"a": [1.5, null, "x"]}));
+        ActorArgs {
+            env: "gymnasium:RecurTest/Faulty-v0".into(),
+            env_imports: vec!["popgym".into(), "recur_test_envs".into()],
+            env_kwargs: Some(kwargs),
+            envs: 3,
+            steps: 17,
+            cell: CellKind::MinGru,
+            hidden: 12,
+            layers: 2,
+            encoder: vec![],
+            critic_core: CriticCore::Separate,
+            seed: u64::MAX - 5,
+            exploration: Exploration::Greedy(EpsilonSchedule {
+                start: 1.0,
+                end: 0.05,
+                decay_versions: 200,
+            }),
+        }
+    }
+
+    #[test]
+    fn json_and_bincode_round_trip_every_field() {
+        for args in [ActorArgs::default(), every_field_set()] {
+            let json = args.to_json();
+            assert_eq!(ActorArgs::from_json(&json).unwrap(), args, "{json}");
+            let bytes = bincode::serde::encode_to_vec(&args, bincode::config::standard()).unwrap();
+            let (back, used): (ActorArgs, usize) =
+                bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).unwrap();
+            assert_eq!((back, used), (args, bytes.len()));
+        }
+        // The JSON reads as a person would write it.
+        let json: Value = serde_json::from_str(&every_field_set().to_json()).unwrap();
+        assert_eq!(json["cell"], "mingru");
+        assert_eq!(json["critic_core"], "separate");
+        assert_eq!(json["env_kwargs"]["length"], 7);
+        assert_eq!(json["exploration"]["greedy"]["decay_versions"], 200);
+    }
+
+    #[test]
+    fn malformed_and_senseless_arguments_are_named() {
+        let good: Value = serde_json::from_str(&ActorArgs::default().to_json()).unwrap();
+        let with = |key: &str, value: Value| {
+            let mut v = good.clone();
+            v[key] = value;
+            v.to_string()
+        };
+        let without = |key: &str| {
+            let mut v = good.clone();
+            v.as_object_mut().unwrap().remove(key);
+            v.to_string()
+        };
+        let cases = [
+            ("{not json".to_string(), "key must be a string"),
+            (without("steps"), "missing field `steps`"),
+            (with("hiden", Value::from(3)), "unknown field `hiden`"),
+            (with("cell", "rnn".into()), "unknown variant `rnn`"),
+            (with("envs", Value::from(-1)), "invalid value: integer `-1`"),
+            (
+                with("env_kwargs", Value::from(3)),
+                "invalid type: integer `3`",
+            ),
+            (
+                with("envs", Value::from(0)),
+                "actor argument envs = 0: expected at least 1",
+            ),
+            (with("env", "".into()), "actor argument env = \"\""),
+            (
+                with("encoder", serde_json::json!([64, 0])),
+                "actor argument encoder = [64, 0]",
+            ),
+            (
+                with(
+                    "exploration",
+                    serde_json::json!({"sample": {"start": 0.5, "end": 1.5, "decay_versions": 9}}),
+                ),
+                "actor argument epsilon end = 1.5: expected a probability in [0, 1]",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = ActorArgs::from_json(&text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+    }
+}
