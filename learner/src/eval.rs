@@ -19,6 +19,8 @@ use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Explorat
 use common::weights::{from_blob, to_blob};
 use serde::{Deserialize, Serialize};
 
+use crate::config::{Override, TrainConfig};
+
 /// Returns of one evaluation.
 #[derive(Clone, Debug, Serialize)]
 pub struct Evaluation {
@@ -216,23 +218,24 @@ pub struct CheckpointEvaluation {
 
 /// Evaluates the policy of a checkpoint (a run directory or its `checkpoint/`) greedily on
 /// `episodes` environments of `env` (default: `run.env` of the run's `config.toml`, built with
-/// its `run.env_imports` and `run.env_kwargs`).
+/// its `run.env_imports` and `run.env_kwargs`; `overrides`: `--set` over that config.toml).
 pub fn evaluate_checkpoint(
     dir: &Path,
     env: Option<&str>,
     episodes: usize,
     seed: u64,
+    overrides: &[Override],
 ) -> anyhow::Result<CheckpointEvaluation> {
     if episodes == 0 {
         anyhow::bail!("--episodes 0: at least one episode");
     }
     let (policy, version) = common::checkpoint::load_checkpoint_policy(dir)?;
     let (env, registry) = match env {
-        Some(e) => (e.to_string(), Registry::builtin()),
-        None => {
-            let run = run_env(dir)?;
+        Some(e) if overrides.is_empty() => (e.to_string(), Registry::builtin()),
+        _ => {
+            let run = run_env(dir, overrides)?;
             let registry = env_registry(&run.env_imports, run.env_kwargs);
-            (run.env, registry)
+            (env.map_or(run.env, str::to_string), registry)
         }
     };
     let evaluation = evaluate(policy, &registry, &env, episodes, seed)?;
@@ -256,8 +259,9 @@ struct RunEnv {
 }
 
 /// `run.env` (with its imports and kwargs) of the `config.toml` of run directory `dir` (or of
-/// the run holding checkpoint directory `dir`).
-fn run_env(dir: &Path) -> anyhow::Result<RunEnv> {
+/// the run holding checkpoint directory `dir`); with `overrides`, of that config overridden
+/// and checked as a training config.
+fn run_env(dir: &Path, overrides: &[Override]) -> anyhow::Result<RunEnv> {
     let path = [dir.join("config.toml"), dir.join("../config.toml")]
         .into_iter()
         .find(|p| p.exists())
@@ -267,6 +271,16 @@ fn run_env(dir: &Path) -> anyhow::Result<RunEnv> {
                 dir.display()
             )
         })?;
+    if !overrides.is_empty() {
+        let run = TrainConfig::load_with(&path, overrides)?.run;
+        return Ok(RunEnv {
+            env: run.env,
+            env_imports: run.env_imports,
+            env_kwargs: run
+                .env_kwargs
+                .map(|t| serde_json::to_value(t).expect("TOML is JSON")),
+        });
+    }
     let text = std::fs::read_to_string(&path)?;
     let value: toml::Value =
         toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;

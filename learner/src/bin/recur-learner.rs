@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use common::recurrent::CellKind;
 use learner::collect::{run_collect, CollectConfig};
-use learner::config::{blame_flags, Algo, ReplayConfig, TrainConfig};
+use learner::config::{blame_flags, Algo, Override, ReplayConfig, TrainConfig};
 use learner::offline::{replay, ReplayOptions};
 use learner::run_dir;
 use learner::supervisor::{actor_program, default_actor_count};
@@ -55,6 +55,12 @@ struct EvalArgs {
     /// Environment [default: run.env of RUN_DIR/config.toml].
     #[arg(long)]
     env: Option<String>,
+    /// Override a config value: SECTION.KEY=VALUE, VALUE read as TOML (a bare word that is not
+    /// TOML as a string), applied to the file before it is checked; repeatable, in order.
+    /// Over RUN_DIR/config.toml, checked as a training config; evaluation uses its
+    /// run.env, run.env_imports and run.env_kwargs (--env wins over run.env).
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    set: Vec<Override>,
 }
 
 #[derive(clap::Args)]
@@ -62,6 +68,11 @@ struct TrainArgs {
     /// Training config (TOML).
     #[arg(long, default_value = "configs/masked_cartpole.toml")]
     config: PathBuf,
+    /// Override a config value: SECTION.KEY=VALUE, VALUE read as TOML (a bare word that is not
+    /// TOML as a string), applied to the file before it is checked; repeatable, in order.
+    /// The flags below win over a --set of the same key.
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    set: Vec<Override>,
     /// Actor processes the learner starts [default: run.actors, else the machine's cores];
     /// 0 with --listen: remote actors only.
     #[arg(long)]
@@ -107,6 +118,11 @@ struct ReplayArgs {
     /// Replay config (TOML) [default: configs/replay/<algo>.toml].
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Override a config value: SECTION.KEY=VALUE, VALUE read as TOML (a bare word that is not
+    /// TOML as a string), applied to the file before it is checked; repeatable, in order.
+    /// The flags below win over a --set of the same key.
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    set: Vec<Override>,
     /// Gradient steps (dqn, bc) or PPO updates [default: replay.updates].
     #[arg(long)]
     updates: Option<u64>,
@@ -183,7 +199,7 @@ fn main() -> anyhow::Result<()> {
                 Some(dir) => (dir.join("config.toml"), Some(dir.clone())),
                 None => (a.config.clone(), a.run_dir.clone()),
             };
-            let mut config = TrainConfig::load(&config_path)?;
+            let mut config = TrainConfig::load_with(&config_path, &a.set)?;
             if let Some(n) = a.actors {
                 config.run.actors = Some(n);
             }
@@ -243,7 +259,7 @@ fn main() -> anyhow::Result<()> {
                     algo.unwrap_or(Algo::Dqn).name()
                 ))
             });
-            let mut config = ReplayConfig::load(&config_path)?;
+            let mut config = ReplayConfig::load_with(&config_path, &a.set)?;
             if let Some(algo) = algo {
                 config.replay.algo = algo;
             }
@@ -337,6 +353,7 @@ fn main() -> anyhow::Result<()> {
                 a.env.as_deref(),
                 a.episodes,
                 a.seed,
+                &a.set,
             )?;
             println!("{}", serde_json::to_string(&line)?);
         }

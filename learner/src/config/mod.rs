@@ -5,7 +5,8 @@
 //! - `validate`: the ranges and combinations every config is checked against;
 //! - `environment`: which `run.env` ids a config may name;
 //! - `resources`: the memory a config would plan, refused above the machine's RAM;
-//! - `overrides`: command-line values over the file's, blamed on their flag.
+//! - `overrides`: command-line values over the file's (`--set KEY=VALUE` and the dedicated
+//!   flags), blamed on the flag that set them.
 
 use std::path::Path;
 
@@ -15,7 +16,7 @@ mod resources;
 mod schema;
 mod validate;
 
-pub use overrides::blame_flags;
+pub use overrides::{blame_flags, Override};
 pub use schema::{
     Algo, AlgoConfig, BcSection, CollectorMode, CollectorSection, DqnSection, EvalSection,
     InitialState, PolicySection, PpoSection, ReplayConfig, ReplaySection, RunSection, Schedule,
@@ -41,6 +42,12 @@ pub enum ConfigError {
         value: String,
         expected: String,
     },
+    #[error("command-line --set {arg} (over {path}): {message}")]
+    Set {
+        path: String,
+        arg: String,
+        message: String,
+    },
     #[error("config {path}: `{key}` = {value} is invalid: {expected}")]
     Invalid {
         path: String,
@@ -51,26 +58,45 @@ pub enum ConfigError {
 }
 
 /// `load`, `parse` and `to_toml` of the config files, which check themselves (`validate`)
-/// after parsing.
+/// after parsing, with or without `--set` overrides.
 macro_rules! config_file {
     ($($config:ty),*) => {$(
         impl $config {
             /// Reads and validates `path`.
             pub fn load(path: &Path) -> Result<Self, ConfigError> {
+                Self::load_with(path, &[])
+            }
+
+            /// Reads `path`, applies `overrides` in order to its TOML and validates the result.
+            pub fn load_with(path: &Path, overrides: &[Override]) -> Result<Self, ConfigError> {
                 let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
                     path: path.display().to_string(),
                     source,
                 })?;
-                Self::parse(&text, &path.display().to_string())
+                Self::parse_with(&text, &path.display().to_string(), overrides)
             }
 
             /// Parses and validates TOML text (`origin` names it in errors).
             pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-                let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
-                    path: origin.to_string(),
-                    message: e.to_string().trim().replace('\n', " "),
-                })?;
-                config.validate(origin)?;
+                Self::parse_with(text, origin, &[])
+            }
+
+            /// Parses TOML text, applies `overrides` in order and validates the result; an
+            /// error a value of an override causes names the override.
+            pub fn parse_with(
+                text: &str,
+                origin: &str,
+                overrides: &[Override],
+            ) -> Result<Self, ConfigError> {
+                let config: Self = if overrides.is_empty() {
+                    toml::from_str(text).map_err(|e| ConfigError::Parse {
+                        path: origin.to_string(),
+                        message: e.to_string().trim().replace('\n', " "),
+                    })?
+                } else {
+                    overrides::merged(text, origin, overrides)?
+                };
+                overrides::blame_overrides(config.validate(origin), overrides)?;
                 Ok(config)
             }
 
