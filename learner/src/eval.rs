@@ -20,6 +20,7 @@ use common::weights::{from_blob, to_blob};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Override, TrainConfig};
+use crate::tensorboard::TensorBoard;
 
 /// Returns of one evaluation.
 #[derive(Clone, Debug, Serialize)]
@@ -40,6 +41,18 @@ pub struct EvalRow {
     pub eval_return_mean: f64,
     pub eval_return_std: f64,
     pub episodes: usize,
+}
+
+impl EvalRow {
+    /// The row as TensorBoard scalars at step `frames` (SB3's EvalCallback tags, and recur's).
+    pub fn scalars(&self) -> [(&'static str, f64); 4] {
+        [
+            ("eval/mean_reward", self.eval_return_mean),
+            ("eval/std_reward", self.eval_return_std),
+            ("eval/episodes", self.episodes as f64),
+            ("eval/time_elapsed", self.wall_s),
+        ]
+    }
 }
 
 /// The built-in environments, and gymnasium ids built with `imports` and `kwargs` (a run's
@@ -66,6 +79,8 @@ pub struct EvalPlan {
     pub every_frames: u64,
     /// `eval.csv` (appended to; header when new).
     pub csv: PathBuf,
+    /// The run's TensorBoard event file, which gets the rows too.
+    pub tensorboard: Option<TensorBoard>,
 }
 
 /// Greedy evaluation beside training (rl-zoo's EvalCallback): the training loop hands over a
@@ -84,7 +99,7 @@ impl EvalWorker {
     /// multiple of `every_frames`.
     pub fn start(plan: EvalPlan, frames: u64) -> anyhow::Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded::<(u64, f64, Vec<u8>)>();
-        let mut writer = EvalWriter::open(&plan.csv)?;
+        let mut writer = EvalWriter::open(&plan.csv, plan.tensorboard.clone())?;
         let every = plan.every_frames;
         let handle = std::thread::Builder::new()
             .name("eval".into())
@@ -180,13 +195,14 @@ pub fn read_eval_rows(path: &Path) -> Vec<EvalRow> {
         .collect()
 }
 
-/// Appends rows to `eval.csv` (header when the file is new).
+/// Appends rows to `eval.csv` (header when the file is new) and to the event file.
 struct EvalWriter {
     csv: csv::Writer<std::fs::File>,
+    tensorboard: Option<TensorBoard>,
 }
 
 impl EvalWriter {
-    fn open(path: &Path) -> anyhow::Result<Self> {
+    fn open(path: &Path, tensorboard: Option<TensorBoard>) -> anyhow::Result<Self> {
         let new = !path.exists();
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -195,12 +211,17 @@ impl EvalWriter {
             .with_context(|| format!("opening {}", path.display()))?;
         Ok(EvalWriter {
             csv: csv::WriterBuilder::new().has_headers(new).from_writer(file),
+            tensorboard,
         })
     }
 
     fn write(&mut self, row: &EvalRow) -> anyhow::Result<()> {
         self.csv.serialize(row)?;
-        Ok(self.csv.flush()?)
+        self.csv.flush()?;
+        if let Some(tb) = &self.tensorboard {
+            tb.scalars(row.frames, &row.scalars())?;
+        }
+        Ok(())
     }
 }
 
@@ -380,6 +401,7 @@ mod tests {
                 seed: 5,
                 every_frames: 100,
                 csv: csv.clone(),
+                tensorboard: None,
             },
             0,
         )

@@ -21,6 +21,7 @@ use crate::eval::{env_registry, evaluate, host_policy};
 use crate::metrics::{MetricsRow, MetricsWriter, REPLAY_AXES};
 use crate::policy::fit_policy_spec;
 use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary, RunDir};
+use crate::tensorboard::TensorBoard;
 
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {
@@ -134,7 +135,9 @@ fn replay_on<B: AutodiffBackend>(
     write_config(&opts.run_dir, &config.to_toml())?;
     let metrics_path = opts.run_dir.join("metrics.csv");
     let _ = std::fs::remove_file(&metrics_path);
-    let mut metrics = MetricsWriter::open(&metrics_path)?;
+    let mut metrics = MetricsWriter::open(&metrics_path)?.with_tensorboard(
+        TensorBoard::for_run_if(r.tensorboard, &opts.run_dir, 0, &config.to_toml())?,
+    );
     let checkpoint = opts.run_dir.join("checkpoint");
     let bar = progress_bar(opts.progress, r.updates, "{pos:>7}/{len} updates");
     let mut summary = ReplaySummary {

@@ -27,6 +27,7 @@ use crate::policy::{describe_env, env_args, fit_policy_spec};
 use crate::recording::Recording;
 use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary, RunDir};
 use crate::supervisor::default_actor_count;
+use crate::tensorboard::TensorBoard;
 use crate::transport::{ActorsGone, CollectSummary, ShmTransport, Transport, TransportConfig};
 
 /// How a training run is started.
@@ -294,6 +295,7 @@ fn train_on<B: AutodiffBackend>(
                     .unwrap_or_else(|| config.run.seed.wrapping_add(1_000_000)),
                 every_frames: e.every_frames,
                 csv: opts.run_dir.join("eval.csv"),
+                tensorboard: progress.metrics.tensorboard(),
             },
             state.frames,
         )?),
@@ -639,7 +641,14 @@ impl Progress {
         let bar = progress_bar(opts.progress, total, "{pos:>8}/{len} frames");
         bar.set_position(state.frames);
         Ok(Progress {
-            metrics: MetricsWriter::open(&opts.run_dir.join("metrics.csv"))?,
+            metrics: MetricsWriter::open(&opts.run_dir.join("metrics.csv"))?.with_tensorboard(
+                TensorBoard::for_run_if(
+                    opts.config.run.tensorboard,
+                    &opts.run_dir,
+                    state.frames,
+                    &opts.config.to_toml(),
+                )?,
+            ),
             bar,
             total,
             started: Instant::now(),

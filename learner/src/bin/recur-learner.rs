@@ -28,7 +28,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train a recurrent PPO policy with actor processes (the main job): writes the run
-    /// directory (config.toml, metrics.csv, learning_curve.png, checkpoint/, summary.json).
+    /// directory (config.toml, metrics.csv, tb/, learning_curve.png, checkpoint/, summary.json).
     Train(TrainArgs),
     /// Learner-only training from a recorded dataset (no actors, no shared memory): DQN,
     /// behaviour cloning or PPO; greedy evaluation episodes run in-process.

@@ -107,6 +107,10 @@ pub struct RunSection {
     /// Keyword arguments of `gymnasium.make` (`gymnasium:` ids only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_kwargs: Option<toml::Table>,
+    /// Also write the metrics and evaluations as TensorBoard scalars and the config as text,
+    /// to `RUN_DIR/tb/` (`learner::tensorboard`).
+    #[serde(default = "yes")]
+    pub tensorboard: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -408,6 +412,9 @@ pub struct ReplaySection {
     /// `--features cuda`).
     #[serde(default)]
     pub device: TrainDevice,
+    /// Also write the metrics as TensorBoard scalars and the config as text, to `RUN_DIR/tb/`.
+    #[serde(default = "yes")]
+    pub tensorboard: bool,
 }
 
 /// A learner-only replay config (`recur-learner replay --config`).

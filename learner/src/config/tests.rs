@@ -419,3 +419,38 @@ fn floats_are_finite_sizes_bounded_and_flags_blamed() {
         "{err}"
     );
 }
+
+/// `run.tensorboard` / `replay.tensorboard`: on unless set to false; a boolean, named when not.
+#[test]
+fn tensorboard_is_on_by_default_and_a_boolean() {
+    let c = TrainConfig::parse(GOOD, "good.toml").unwrap();
+    assert!(c.run.tensorboard);
+    assert!(
+        c.to_toml().contains("tensorboard = true"),
+        "{}",
+        c.to_toml()
+    );
+    let off = GOOD.replace("frames = 1000000", "frames = 1000000\ntensorboard = false");
+    let c = TrainConfig::parse(&off, "x.toml").unwrap();
+    assert!(!c.run.tensorboard);
+    assert_eq!(TrainConfig::parse(&c.to_toml(), "resolved").unwrap(), c);
+    let err = train_err(&GOOD.replace("frames = 1000000", "frames = 1000000\ntensorboard = 0"));
+    assert!(
+        err.contains("x.toml") && err.contains("tensorboard") && err.contains("bool"),
+        "{err}"
+    );
+    let bc = bc_toml();
+    assert!(
+        ReplayConfig::parse(&bc, "b.toml")
+            .unwrap()
+            .replay
+            .tensorboard
+    );
+    let off = bc.replace("[replay]", "[replay]\ntensorboard = false");
+    assert!(
+        !ReplayConfig::parse(&off, "b.toml")
+            .unwrap()
+            .replay
+            .tensorboard
+    );
+}
