@@ -97,6 +97,29 @@ fn set_overrides_reach_the_run_config_and_a_bad_key_is_refused() {
         "run.tensorboard = false writes no event file"
     );
 
+    // `eval --set` overrides the run's config.toml, checked as a training config.
+    let eval = |set: &str| {
+        let mut cmd = Command::new(binary("recur-learner"));
+        cmd.args(["eval", "--checkpoint"])
+            .arg(&run_dir)
+            .args(["--episodes", "2", "--set", set])
+            .env("RUST_BACKTRACE", "0");
+        run_with_deadline(cmd, Duration::from_secs(120))
+    };
+    let out = eval("run.env=CartPole-v1");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"env\":\"CartPole-v1\""));
+    let out = eval("run.envv=CartPole-v1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("unknown key `run.envv`"),
+        "{stderr}"
+    );
+
     // Bad overrides: refused before anything starts, naming the --set, the key and the value.
     for (set, expected) in [
         ("ppo.lrr=1", "unknown key `ppo.lrr`"),

@@ -327,6 +327,21 @@ mod tests {
     }
 
     #[test]
+    fn replay_configs_take_overrides_too() {
+        let bc = include_str!("../../../configs/replay/bc.toml");
+        let c =
+            crate::config::ReplayConfig::parse_with(bc, "bc.toml", &[set("bc.lr=1e-4")]).unwrap();
+        assert_eq!(c.bc.unwrap().lr, 1e-4);
+        let err = crate::config::ReplayConfig::parse_with(bc, "bc.toml", &[set("bc.lrr=1")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("command-line --set bc.lrr=1 (over bc.toml): unknown key `bc.lrr`"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn bad_overrides_name_the_set_the_key_and_the_value() {
         let err = with(&["ppo.lrr=1"]).unwrap_err();
         assert!(
