@@ -19,6 +19,9 @@ use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Explorat
 use common::weights::{from_blob, to_blob};
 use serde::{Deserialize, Serialize};
 
+use crate::config::{Override, TrainConfig};
+use crate::tensorboard::TensorBoard;
+
 /// Returns of one evaluation.
 #[derive(Clone, Debug, Serialize)]
 pub struct Evaluation {
@@ -38,6 +41,18 @@ pub struct EvalRow {
     pub eval_return_mean: f64,
     pub eval_return_std: f64,
     pub episodes: usize,
+}
+
+impl EvalRow {
+    /// The row as TensorBoard scalars at step `frames` (SB3's EvalCallback tags, and recur's).
+    pub fn scalars(&self) -> [(&'static str, f64); 4] {
+        [
+            ("eval/mean_reward", self.eval_return_mean),
+            ("eval/std_reward", self.eval_return_std),
+            ("eval/episodes", self.episodes as f64),
+            ("eval/time_elapsed", self.wall_s),
+        ]
+    }
 }
 
 /// The built-in environments, and gymnasium ids built with `imports` and `kwargs` (a run's
@@ -64,6 +79,8 @@ pub struct EvalPlan {
     pub every_frames: u64,
     /// `eval.csv` (appended to; header when new).
     pub csv: PathBuf,
+    /// The run's TensorBoard event file, which gets the rows too.
+    pub tensorboard: Option<TensorBoard>,
 }
 
 /// Greedy evaluation beside training (rl-zoo's EvalCallback): the training loop hands over a
@@ -82,7 +99,7 @@ impl EvalWorker {
     /// multiple of `every_frames`.
     pub fn start(plan: EvalPlan, frames: u64) -> anyhow::Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded::<(u64, f64, Vec<u8>)>();
-        let mut writer = EvalWriter::open(&plan.csv)?;
+        let mut writer = EvalWriter::open(&plan.csv, plan.tensorboard.clone())?;
         let every = plan.every_frames;
         let handle = std::thread::Builder::new()
             .name("eval".into())
@@ -178,13 +195,14 @@ pub fn read_eval_rows(path: &Path) -> Vec<EvalRow> {
         .collect()
 }
 
-/// Appends rows to `eval.csv` (header when the file is new).
+/// Appends rows to `eval.csv` (header when the file is new) and to the event file.
 struct EvalWriter {
     csv: csv::Writer<std::fs::File>,
+    tensorboard: Option<TensorBoard>,
 }
 
 impl EvalWriter {
-    fn open(path: &Path) -> anyhow::Result<Self> {
+    fn open(path: &Path, tensorboard: Option<TensorBoard>) -> anyhow::Result<Self> {
         let new = !path.exists();
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -193,12 +211,17 @@ impl EvalWriter {
             .with_context(|| format!("opening {}", path.display()))?;
         Ok(EvalWriter {
             csv: csv::WriterBuilder::new().has_headers(new).from_writer(file),
+            tensorboard,
         })
     }
 
     fn write(&mut self, row: &EvalRow) -> anyhow::Result<()> {
         self.csv.serialize(row)?;
-        Ok(self.csv.flush()?)
+        self.csv.flush()?;
+        if let Some(tb) = &self.tensorboard {
+            tb.scalars(row.frames, &row.scalars())?;
+        }
+        Ok(())
     }
 }
 
@@ -216,23 +239,24 @@ pub struct CheckpointEvaluation {
 
 /// Evaluates the policy of a checkpoint (a run directory or its `checkpoint/`) greedily on
 /// `episodes` environments of `env` (default: `run.env` of the run's `config.toml`, built with
-/// its `run.env_imports` and `run.env_kwargs`).
+/// its `run.env_imports` and `run.env_kwargs`; `overrides`: `--set` over that config.toml).
 pub fn evaluate_checkpoint(
     dir: &Path,
     env: Option<&str>,
     episodes: usize,
     seed: u64,
+    overrides: &[Override],
 ) -> anyhow::Result<CheckpointEvaluation> {
     if episodes == 0 {
         anyhow::bail!("--episodes 0: at least one episode");
     }
     let (policy, version) = common::checkpoint::load_checkpoint_policy(dir)?;
     let (env, registry) = match env {
-        Some(e) => (e.to_string(), Registry::builtin()),
-        None => {
-            let run = run_env(dir)?;
+        Some(e) if overrides.is_empty() => (e.to_string(), Registry::builtin()),
+        _ => {
+            let run = run_env(dir, overrides)?;
             let registry = env_registry(&run.env_imports, run.env_kwargs);
-            (run.env, registry)
+            (env.map_or(run.env, str::to_string), registry)
         }
     };
     let evaluation = evaluate(policy, &registry, &env, episodes, seed)?;
@@ -256,8 +280,9 @@ struct RunEnv {
 }
 
 /// `run.env` (with its imports and kwargs) of the `config.toml` of run directory `dir` (or of
-/// the run holding checkpoint directory `dir`).
-fn run_env(dir: &Path) -> anyhow::Result<RunEnv> {
+/// the run holding checkpoint directory `dir`); with `overrides`, of that config overridden
+/// and checked as a training config.
+fn run_env(dir: &Path, overrides: &[Override]) -> anyhow::Result<RunEnv> {
     let path = [dir.join("config.toml"), dir.join("../config.toml")]
         .into_iter()
         .find(|p| p.exists())
@@ -267,6 +292,16 @@ fn run_env(dir: &Path) -> anyhow::Result<RunEnv> {
                 dir.display()
             )
         })?;
+    if !overrides.is_empty() {
+        let run = TrainConfig::load_with(&path, overrides)?.run;
+        return Ok(RunEnv {
+            env: run.env,
+            env_imports: run.env_imports,
+            env_kwargs: run
+                .env_kwargs
+                .map(|t| serde_json::to_value(t).expect("TOML is JSON")),
+        });
+    }
     let text = std::fs::read_to_string(&path)?;
     let value: toml::Value =
         toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
@@ -366,6 +401,7 @@ mod tests {
                 seed: 5,
                 every_frames: 100,
                 csv: csv.clone(),
+                tensorboard: None,
             },
             0,
         )

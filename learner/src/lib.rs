@@ -48,5 +48,6 @@ pub mod run_dir;
 pub mod signals;
 pub mod slice_sampler;
 pub mod supervisor;
+pub mod tensorboard;
 pub mod train;
 pub mod transport;

@@ -1,10 +1,13 @@
-//! Run metrics: `metrics.csv` (one row per update, written and read back through serde) and
+//! Run metrics: `metrics.csv` (one row per update, written and read back through serde), the
+//! same rows as TensorBoard scalars ([`MetricsRow::scalars`], `RUN_DIR/tb/`), and
 //! `learning_curve.png`.
 
 use std::path::Path;
 
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
+
+use crate::tensorboard::TensorBoard;
 
 /// Declares [`UpdateStats`] with the loss columns `$field` of a metrics row, its `mean` and the
 /// row holding them (the field list written once).
@@ -84,11 +87,38 @@ pub struct MetricsRow {
     pub q_mean: f32,
 }
 
-/// Appends rows to `metrics.csv` (header written when the file is new). Errors name the file
-/// (a full disk too).
+impl MetricsRow {
+    /// The row as TensorBoard scalars, one per column after `frames` (the step), in column
+    /// order: SB3's tags where SB3 logs the same value (`rollout/ep_rew_mean`, `time/fps`,
+    /// `train/approx_kl`, `train/clip_fraction`, ...), recur's own under the same sections.
+    pub fn scalars(&self) -> [(&'static str, f64); 15] {
+        [
+            ("time/time_elapsed", self.wall_s),
+            ("time/iterations", self.updates as f64),
+            ("rollout/ep_rew_mean", self.mean_return),
+            ("train/policy_lag", self.policy_lag),
+            ("time/episodes", self.episodes as f64),
+            ("train/loss", self.loss.into()),
+            ("train/policy_loss", self.policy_loss.into()),
+            ("train/value_loss", self.value_loss.into()),
+            ("train/entropy", self.entropy.into()),
+            ("train/approx_kl", self.approx_kl.into()),
+            ("train/clip_fraction", self.clip_frac.into()),
+            ("train/grad_norm", self.grad_norm.into()),
+            ("time/fps", self.frames_per_s),
+            ("rollout/dropped_chunks", self.dropped_chunks as f64),
+            ("train/q_mean", self.q_mean.into()),
+        ]
+    }
+}
+
+/// Appends rows to `metrics.csv` (header written when the file is new), and with
+/// [`MetricsWriter::with_tensorboard`] to the run's TensorBoard event file, each row flushed
+/// before `write` returns. Errors name the file (a full disk too).
 pub struct MetricsWriter {
     csv: csv::Writer<std::fs::File>,
     path: std::path::PathBuf,
+    tensorboard: Option<TensorBoard>,
 }
 
 impl MetricsWriter {
@@ -103,15 +133,32 @@ impl MetricsWriter {
         Ok(MetricsWriter {
             csv,
             path: path.to_path_buf(),
+            tensorboard: None,
         })
     }
 
+    /// Also writes every row to `tensorboard` (`None`: `run.tensorboard = false`).
+    pub fn with_tensorboard(mut self, tensorboard: Option<TensorBoard>) -> Self {
+        self.tensorboard = tensorboard;
+        self
+    }
+
+    /// The event file the rows also go to, for the other writers of the run (`eval.csv`'s).
+    pub fn tensorboard(&self) -> Option<TensorBoard> {
+        self.tensorboard.clone()
+    }
+
+    /// Appends `row` to `metrics.csv` and, at step `frames`, to the event file.
     pub fn write(&mut self, row: &MetricsRow) -> std::io::Result<()> {
         self.csv
             .serialize(row)
             .map_err(std::io::Error::other)
             .and_then(|()| self.csv.flush())
-            .map_err(|e| named(&self.path, e))
+            .map_err(|e| named(&self.path, e))?;
+        match &self.tensorboard {
+            Some(tb) => tb.scalars(row.frames, &row.scalars()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -281,6 +328,71 @@ mod tests {
         assert_eq!(lines[1].split(',').nth(6), Some("0.5"), "{text}");
         assert_eq!(read_curve(&path).unwrap(), [(20.0, 1.5)]);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every column after `frames` has its TensorBoard tag, in column order, with the value
+    /// the CSV holds (distinct values per column, so a swapped pair shows).
+    #[test]
+    fn every_column_is_a_tensorboard_scalar_with_its_value() {
+        let row = MetricsRow {
+            frames: 1,
+            wall_s: 2.5,
+            updates: 3,
+            mean_return: 4.5,
+            policy_lag: 5.5,
+            episodes: 6,
+            loss: 7.5,
+            policy_loss: 8.5,
+            value_loss: 9.5,
+            entropy: 10.5,
+            approx_kl: 11.5,
+            clip_frac: 12.5,
+            grad_norm: 13.5,
+            frames_per_s: 14.5,
+            dropped_chunks: 15,
+            q_mean: 16.5,
+        };
+        let mut csv = csv::Writer::from_writer(Vec::new());
+        csv.serialize(&row).unwrap();
+        let text = String::from_utf8(csv.into_inner().unwrap()).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let values: Vec<f64> = lines
+            .next()
+            .unwrap()
+            .split(',')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let scalars = row.scalars();
+        assert_eq!(header.len(), scalars.len() + 1);
+        assert_eq!(header[0], "frames");
+        let pairs: Vec<(&str, &str)> = header[1..]
+            .iter()
+            .zip(&scalars)
+            .map(|(column, s)| (*column, s.0))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("wall_s", "time/time_elapsed"),
+                ("updates", "time/iterations"),
+                ("mean_return", "rollout/ep_rew_mean"),
+                ("policy_lag", "train/policy_lag"),
+                ("episodes", "time/episodes"),
+                ("loss", "train/loss"),
+                ("policy_loss", "train/policy_loss"),
+                ("value_loss", "train/value_loss"),
+                ("entropy", "train/entropy"),
+                ("approx_kl", "train/approx_kl"),
+                ("clip_frac", "train/clip_fraction"),
+                ("grad_norm", "train/grad_norm"),
+                ("frames_per_s", "time/fps"),
+                ("dropped_chunks", "rollout/dropped_chunks"),
+                ("q_mean", "train/q_mean"),
+            ]
+        );
+        let scalar_values: Vec<f64> = scalars.iter().map(|s| s.1).collect();
+        assert_eq!(scalar_values, values[1..]);
     }
 
     /// A full disk (here /dev/full) is reported with the file's path.

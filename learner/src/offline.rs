@@ -87,7 +87,7 @@ fn replay_on<B: AutodiffBackend>(
     let registry = env_registry(&data.meta.env_imports, data.meta.env_kwargs.clone());
     let (mut learner, pc) = replay_learner::<B>(config, &data, &registry, device)?;
     run.write_config(&config.to_toml())?;
-    run.start_metrics(None)?;
+    run.start_metrics(None, r.tensorboard, &config.to_toml())?;
     let mut summary = ReplaySummary::new(opts, &data);
     let evals = Evaluator {
         registry: &registry,

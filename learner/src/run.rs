@@ -26,6 +26,7 @@ use serde::Serialize;
 use crate::metrics::{truncate_metrics, Axes, MetricsRow, MetricsWriter};
 use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary, RunDir};
 use crate::signals::StopFlag;
+use crate::tensorboard::TensorBoard;
 
 /// How a run is opened.
 #[derive(Clone, Debug)]
@@ -118,8 +119,16 @@ impl Run {
 
     /// Opens `metrics.csv` at position (`updates`, `frames`, `wall_s`): `Some` continues a
     /// resumed run, dropping the rows written after its checkpoint; `None` starts it anew.
-    pub fn start_metrics(&mut self, resumed: Option<(u64, u64, f64)>) -> anyhow::Result<()> {
+    /// With `tensorboard`, the rows also go to an event file in `tb/` (its first event the
+    /// run's config as text; a resumed run's drops what was written after `frames`).
+    pub fn start_metrics(
+        &mut self,
+        resumed: Option<(u64, u64, f64)>,
+        tensorboard: bool,
+        config_toml: &str,
+    ) -> anyhow::Result<()> {
         let path = self.path().join("metrics.csv");
+        let frames = resumed.map_or(0, |r| r.1);
         match resumed {
             Some((updates, frames, wall_s)) => {
                 let dropped = truncate_metrics(&path, updates)?;
@@ -136,8 +145,14 @@ impl Run {
                 let _ = std::fs::remove_file(&path);
             }
         }
-        self.metrics = Some(MetricsWriter::open(&path)?);
+        let tb = TensorBoard::for_run_if(tensorboard, self.path(), frames, config_toml)?;
+        self.metrics = Some(MetricsWriter::open(&path)?.with_tensorboard(tb));
         Ok(())
+    }
+
+    /// The run's TensorBoard event file (for the evaluation rows), if it writes one.
+    pub fn tensorboard(&self) -> Option<TensorBoard> {
+        self.metrics.as_ref().and_then(MetricsWriter::tensorboard)
     }
 
     /// Wall seconds of the whole run so far (a resumed run's earlier ones included).

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use common::actor_args::ActorArgs;
 use common::recurrent::CellKind;
 use learner::collect::{run_collect, CollectConfig};
-use learner::config::{blame_flags, Algo, ReplayConfig, TrainConfig};
+use learner::config::{blame_flags, Algo, Override, ReplayConfig, TrainConfig};
 use learner::offline::{replay, ReplayOptions};
 use learner::run_dir;
 use learner::supervisor::{actor_program, default_actor_count};
@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train a recurrent PPO policy with actor processes (the main job): writes the run
-    /// directory (config.toml, metrics.csv, learning_curve.png, checkpoint/, summary.json).
+    /// directory (config.toml, metrics.csv, tb/, learning_curve.png, checkpoint/, summary.json).
     Train(TrainArgs),
     /// Learner-only training from a recorded dataset (no actors, no shared memory): DQN,
     /// behaviour cloning or PPO; greedy evaluation episodes run in-process.
@@ -56,6 +56,12 @@ struct EvalArgs {
     /// Environment [default: run.env of RUN_DIR/config.toml].
     #[arg(long)]
     env: Option<String>,
+    /// Override a config value: SECTION.KEY=VALUE, VALUE read as TOML (a bare word that is not
+    /// TOML as a string), applied to the file before it is checked; repeatable, in order.
+    /// Over RUN_DIR/config.toml, checked as a training config; evaluation uses its
+    /// run.env, run.env_imports and run.env_kwargs (--env wins over run.env).
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    set: Vec<Override>,
 }
 
 #[derive(clap::Args)]
@@ -63,6 +69,11 @@ struct TrainArgs {
     /// Training config (TOML).
     #[arg(long, default_value = "configs/masked_cartpole.toml")]
     config: PathBuf,
+    /// Override a config value: SECTION.KEY=VALUE, VALUE read as TOML (a bare word that is not
+    /// TOML as a string), applied to the file before it is checked; repeatable, in order.
+    /// The flags below win over a --set of the same key.
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    set: Vec<Override>,
     /// Actor processes the learner starts [default: run.actors, else the machine's cores];
     /// 0 with --listen: remote actors only.
     #[arg(long)]
@@ -108,6 +119,11 @@ struct ReplayArgs {
     /// Replay config (TOML) [default: configs/replay/<algo>.toml].
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Override a config value: SECTION.KEY=VALUE, VALUE read as TOML (a bare word that is not
+    /// TOML as a string), applied to the file before it is checked; repeatable, in order.
+    /// The flags below win over a --set of the same key.
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    set: Vec<Override>,
     /// Gradient steps (dqn, bc) or PPO updates [default: replay.updates].
     #[arg(long)]
     updates: Option<u64>,
@@ -184,7 +200,7 @@ fn main() -> anyhow::Result<()> {
                 Some(dir) => (dir.join("config.toml"), Some(dir.clone())),
                 None => (a.config.clone(), a.run_dir.clone()),
             };
-            let mut config = TrainConfig::load(&config_path)?;
+            let mut config = TrainConfig::load_with(&config_path, &a.set)?;
             if let Some(n) = a.actors {
                 config.run.actors = Some(n);
             }
@@ -244,7 +260,7 @@ fn main() -> anyhow::Result<()> {
                     algo.unwrap_or(Algo::Dqn).name()
                 ))
             });
-            let mut config = ReplayConfig::load(&config_path)?;
+            let mut config = ReplayConfig::load_with(&config_path, &a.set)?;
             if let Some(algo) = algo {
                 config.replay.algo = algo;
             }
@@ -340,6 +356,7 @@ fn main() -> anyhow::Result<()> {
                 a.env.as_deref(),
                 a.episodes,
                 a.seed,
+                &a.set,
             )?;
             println!("{}", serde_json::to_string(&line)?);
         }

@@ -104,7 +104,7 @@ fn train_on<B: AutodiffBackend>(
     let resumed_at = opts
         .resume
         .then_some((state.updates, state.frames, state.wall_s));
-    run.start_metrics(resumed_at)?;
+    run.start_metrics(resumed_at, config.run.tensorboard, &config.to_toml())?;
     let c = &config.collector;
     let sync = c.mode == CollectorMode::Sync;
     let admission = Admission::new(sync, c.max_policy_lag, learner.off_policy());
@@ -131,7 +131,7 @@ fn train_on<B: AutodiffBackend>(
     }
     let mut t = Training {
         recording: setup::recording(opts, &plan.schema, &state)?,
-        eval: setup::eval_worker(opts, &plan.policy, state.frames)?,
+        eval: setup::eval_worker(opts, &plan.policy, state.frames, run.tensorboard())?,
         last_eval_frames: None,
         last_report: (state.frames, state.wall_s),
         run,

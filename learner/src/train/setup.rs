@@ -18,6 +18,7 @@ use crate::eval::{EvalPlan, EvalWorker};
 use crate::policy::{actor_args, describe_env, fit_policy_spec};
 use crate::recording::Recording;
 use crate::supervisor::default_actor_count;
+use crate::tensorboard::TensorBoard;
 use crate::transport::TransportConfig;
 
 /// The shape of a training run, derived from its config and the actors' environment.
@@ -175,6 +176,7 @@ pub fn eval_worker(
     opts: &TrainOptions,
     policy: &PolicyConfig,
     frames: u64,
+    tensorboard: Option<TensorBoard>,
 ) -> anyhow::Result<Option<EvalWorker>> {
     let config = &opts.config;
     let Some(e) = &config.eval else {
@@ -190,6 +192,7 @@ pub fn eval_worker(
             .unwrap_or_else(|| config.run.seed.wrapping_add(1_000_000)),
         every_frames: e.every_frames,
         csv: opts.run_dir.join("eval.csv"),
+        tensorboard,
     };
     Ok(Some(EvalWorker::start(plan, frames)?))
 }
