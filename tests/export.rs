@@ -25,7 +25,7 @@ use common::dataset::read_dataset;
 use common::policy::dist::{argmax, squashed_gaussian_mode};
 use common::policy::inference::{InferencePolicy, StepOutput};
 use common::policy::ActionSpec;
-use recur_tests::{binary, python_module_available, run_with_deadline, temp_dir};
+use recur_tests::{binary, report_skip, run_with_deadline, temp_dir};
 use serde_json::Value;
 
 /// The tests train, record and run Python: one at a time on a small machine.
@@ -42,8 +42,30 @@ fn python() -> String {
     std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// Whether Python can import `modules` (comma-separated). When it cannot, the test says
+/// SKIPPED, or fails under `RECUR_REQUIRE_PYTHON` (CI, whose `.ci/run` installs them).
+fn python_has(modules: &str) -> bool {
+    let ok = Command::new(python())
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        let install = format!("python3 -m pip install {}", modules.replace(',', ""));
+        assert!(
+            std::env::var_os("RECUR_REQUIRE_PYTHON").is_none(),
+            "RECUR_REQUIRE_PYTHON=1 but {} cannot import {modules} ({install})",
+            python()
+        );
+        report_skip(&format!(
+            "{} cannot import {modules}; `{install}` to run this test",
+            python()
+        ));
+    }
+    ok
+}
+
 fn exporter_python_available() -> bool {
-    python_module_available("numpy, torch, safetensors, onnxruntime")
+    python_has("numpy, torch, safetensors, onnxruntime")
 }
 
 /// Output of `cmd` (run with a deadline), asserting success.
@@ -435,5 +457,77 @@ fn bad_checkpoints_and_outputs_are_refused_naming_the_file() {
     std::fs::rename(moved.join("checkpoint"), moved.join("checkpoint.old")).unwrap();
     let (ok, text) = export(&moved, &dir.join("good-old"));
     assert!(ok && text.contains("checkpoint.old"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The fenced code blocks of markdown `text` tagged `lang`, in order.
+fn code_blocks(text: &str, lang: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match &mut current {
+            None if line.trim_end() == format!("```{lang}") => current = Some(String::new()),
+            None => {}
+            Some(_) if line.trim_end() == "```" => blocks.extend(current.take()),
+            Some(block) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+        }
+    }
+    assert!(current.is_none(), "an unclosed ```{lang} block");
+    blocks
+}
+
+/// docs/use-a-trained-policy.md, run as a reader would: in a directory holding a freshly
+/// trained MaskedCartPole-v1 run at `runs/masked-cartpole` and recur's `scripts/`, its `sh`
+/// blocks (with the built `recur-learner` on the PATH), then its `python` blocks in order as
+/// one program. Every block runs; the page cannot rot.
+#[test]
+fn the_use_a_trained_policy_page_runs() {
+    let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    if !python_has("numpy, torch, safetensors, onnxruntime, gymnasium") {
+        return;
+    }
+    let page = std::fs::read_to_string(root().join("docs/use-a-trained-policy.md")).unwrap();
+    let shell = code_blocks(&page, "sh");
+    let python_blocks = code_blocks(&page, "python");
+    assert!(
+        shell.iter().any(|b| b.contains("recur-learner export")),
+        "{shell:?}"
+    );
+    let program = python_blocks.concat();
+    for needle in ["recur_policy.load", "policy.act", "InferenceSession"] {
+        assert!(program.contains(needle), "the page's Python lacks {needle}");
+    }
+
+    let dir = temp_dir("export-page");
+    let run = train(&dir, "masked_cartpole.toml", &[], "2048");
+    let work = dir.join("work");
+    std::fs::create_dir_all(work.join("runs")).unwrap();
+    std::os::unix::fs::symlink(&run, work.join("runs/masked-cartpole")).unwrap();
+    std::os::unix::fs::symlink(root().join("scripts"), work.join("scripts")).unwrap();
+    let bin_dir = binary("recur-learner").parent().unwrap().to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for block in &shell {
+        let mut cmd = Command::new("bash");
+        cmd.args(["-euo", "pipefail", "-c", block])
+            .current_dir(&work)
+            .env("PATH", &path);
+        run_ok(cmd, &format!("the page's sh block {block:?}"));
+    }
+    assert!(work.join("exported/policy.onnx").exists());
+    let script = work.join("page.py");
+    std::fs::write(&script, &program).unwrap();
+    let mut cmd = Command::new(python());
+    cmd.arg(&script).current_dir(&work);
+    let stdout = run_ok(cmd, "the page's Python");
+    for needle in ["greedy return", "onnx actions", "torch and onnx agree"] {
+        assert!(stdout.contains(needle), "`{needle}` not in:\n{stdout}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
