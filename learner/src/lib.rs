@@ -35,6 +35,7 @@ pub mod config;
 pub mod control_server;
 pub mod dqn;
 pub mod eval;
+pub mod export;
 pub mod gae;
 pub mod metrics;
 pub mod offline;

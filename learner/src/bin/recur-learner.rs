@@ -40,6 +40,10 @@ enum Command {
     /// Greedy evaluation of a checkpoint: N episodes (one per environment, in parallel) on
     /// environments of their own seeds; prints one JSON line.
     Eval(EvalArgs),
+    /// Export a checkpoint's policy for PyTorch (policy.safetensors + policy.json, loaded by
+    /// scripts/recur_policy.py) and ONNX (policy.onnx: one sequential step); prints one JSON
+    /// line.
+    Export(learner::export::ExportArgs),
 }
 
 #[derive(clap::Args)]
@@ -359,6 +363,13 @@ fn main() -> anyhow::Result<()> {
                 &a.set,
             )?;
             println!("{}", serde_json::to_string(&line)?);
+        }
+        Command::Export(a) => {
+            let exported = learner::export::export(&a.checkpoint, &a.out)?;
+            if let Some(why) = &exported.fell_back {
+                tracing::warn!("{why}");
+            }
+            println!("{}", serde_json::to_string(&exported)?);
         }
     }
     Ok(())

@@ -1,0 +1,626 @@
+//! The policy's sequential-mode step as an ONNX graph (opset 17), built from primitive ops so
+//! that it computes what recur's actor computes (`common::policy::inference`), op for op:
+//!
+//! ```text
+//! inputs:  obs [B, obs_dim] f32, is_init [B] bool, rs_h [B, S, H] f32 (, rs_c [B, S, H] f32)
+//! outputs: logits [B, K]            (discrete, multi-discrete)
+//!          | mean, log_std [B, A]   (box: log_std clamped to [-5, 2], as the distribution uses it)
+//!          action [B] i64 | [B, K] i64 | [B, A] f32   (the greedy action)
+//!          value [B] f32
+//!          next_rs_h [B, S, H] f32 (, next_rs_c [B, S, H] f32)
+//! ```
+//!
+//! The step: normalize (`clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)`), the encoder
+//! (`Gemm` + `Tanh` per layer), then each recurrent layer `k` reads its state `rs_h[:, k]`
+//! (zeroed where `is_init`: the primer's state at a reset), runs its cell (LSTM, GRU, minGRU
+//! equations of docs/recurrent-cells.md) and writes `next_rs_h[:, k]`; a separate critic core
+//! reads layers `L..2L`. `B` is symbolic (`"batch"`).
+
+use prost::Message;
+
+use common::policy::{ActionSpec, CriticCore};
+use common::recurrent::CellKind;
+
+use super::onnx_proto::*;
+use super::params::{Named, OBS_NORM_EPS};
+
+/// The opset the graph is written for (`Split` with a `split` input, `Squeeze`/`Unsqueeze`
+/// with an `axes` input: opset 13 and later).
+pub const OPSET: i64 = 17;
+/// The IR version that goes with opset 17.
+const IR_VERSION: i64 = 8;
+
+/// What the graph is built from: the architecture and the named tensors (PyTorch names).
+pub struct StepModel<'a> {
+    pub obs_dim: usize,
+    pub cell: CellKind,
+    pub hidden: usize,
+    pub num_layers: usize,
+    pub encoder_layers: usize,
+    pub critic_core: CriticCore,
+    pub action: &'a ActionSpec,
+    pub tensors: &'a [Named],
+    pub producer_version: &'a str,
+}
+
+/// The graph's input names, in order.
+pub fn input_names(cell: CellKind) -> Vec<String> {
+    let mut names = vec!["obs".to_string(), "is_init".into(), "rs_h".into()];
+    if cell.has_cell_state() {
+        names.push("rs_c".into());
+    }
+    names
+}
+
+/// The graph's output names, in order.
+pub fn output_names(cell: CellKind, action: &ActionSpec) -> Vec<String> {
+    let mut names: Vec<String> = match action {
+        ActionSpec::Continuous { .. } => vec!["mean".into(), "log_std".into()],
+        _ => vec!["logits".into()],
+    };
+    names.extend(["action".into(), "value".into(), "next_rs_h".into()]);
+    if cell.has_cell_state() {
+        names.push("next_rs_c".into());
+    }
+    names
+}
+
+/// Nodes and initializers, with fresh names for intermediate values.
+#[derive(Default)]
+struct Graph {
+    nodes: Vec<NodeProto>,
+    initializers: Vec<TensorProto>,
+    next_id: usize,
+}
+
+fn int_attr(name: &str, value: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        i: Some(value),
+        r#type: AttributeType::Int as i32,
+        ..Default::default()
+    }
+}
+
+impl Graph {
+    /// Adds a node with `outputs` fresh outputs; returns their names.
+    fn op_n(
+        &mut self,
+        op: &str,
+        inputs: &[&str],
+        outputs: usize,
+        attribute: Vec<AttributeProto>,
+    ) -> Vec<String> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let output: Vec<String> = (0..outputs)
+            .map(|i| format!("{}_{id}_{i}", op.to_lowercase()))
+            .collect();
+        self.nodes.push(NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: output.clone(),
+            name: format!("{op}_{id}"),
+            op_type: op.into(),
+            attribute,
+        });
+        output
+    }
+
+    /// Adds a node with one fresh output; returns its name.
+    fn op(&mut self, op: &str, inputs: &[&str]) -> String {
+        self.op_n(op, inputs, 1, Vec::new()).remove(0)
+    }
+
+    fn op_attr(&mut self, op: &str, inputs: &[&str], attribute: Vec<AttributeProto>) -> String {
+        self.op_n(op, inputs, 1, attribute).remove(0)
+    }
+
+    /// Renames the output of the last node to `name` (a graph output).
+    fn name_last(&mut self, name: &str) {
+        let node = self.nodes.last_mut().expect("a node to name");
+        node.output[0] = name.to_string();
+    }
+
+    fn f32_tensor(&mut self, name: &str, dims: &[usize], values: &[f32]) -> String {
+        debug_assert_eq!(dims.iter().product::<usize>(), values.len());
+        self.initializers.push(TensorProto {
+            dims: dims.iter().map(|&d| d as i64).collect(),
+            data_type: DataType::Float as i32,
+            name: name.into(),
+            raw_data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        });
+        name.to_string()
+    }
+
+    fn i64_tensor(&mut self, name: &str, dims: &[usize], values: &[i64]) -> String {
+        self.initializers.push(TensorProto {
+            dims: dims.iter().map(|&d| d as i64).collect(),
+            data_type: DataType::Int64 as i32,
+            name: name.into(),
+            raw_data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        });
+        name.to_string()
+    }
+
+    /// A scalar `f32` constant.
+    fn scalar(&mut self, name: &str, value: f32) -> String {
+        self.f32_tensor(name, &[], &[value])
+    }
+}
+
+/// Looks up a named tensor (one the exporter made, so it exists).
+fn tensor<'a>(tensors: &'a [Named], name: &str) -> &'a Named {
+    tensors
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("the exporter names tensor {name}"))
+}
+
+/// `x W^T + b` with `W` `[out, in]` (PyTorch's layout) and `b` `[out]`, if given.
+fn gemm(g: &mut Graph, x: &str, weight: &str, bias: Option<&str>) -> String {
+    let mut inputs = vec![x, weight];
+    inputs.extend(bias);
+    g.op_attr("Gemm", &inputs, vec![int_attr("transB", 1)])
+}
+
+/// Puts the named tensor into the graph as an initializer under its own name.
+fn init(g: &mut Graph, tensors: &[Named], name: &str) -> String {
+    let t = tensor(tensors, name);
+    g.f32_tensor(&t.name, &t.shape, &t.values)
+}
+
+/// Initializes the tensor `name` if it exists (a bias), else `None`.
+fn init_opt(g: &mut Graph, tensors: &[Named], name: &str) -> Option<String> {
+    tensors
+        .iter()
+        .any(|t| t.name == name)
+        .then(|| init(g, tensors, name))
+}
+
+/// The recurrent state handed to one layer: `[B, H]` of state layer `layer`, zeroed at
+/// `is_init` (`reset` is `is_init` `[B, 1]`).
+fn layer_state(g: &mut Graph, state: &str, layer: usize, reset: &str, zero: &str) -> String {
+    let index = g.i64_tensor(&format!("const.layer_{layer}"), &[], &[layer as i64]);
+    let taken = g.op_attr("Gather", &[state, &index], vec![int_attr("axis", 1)]);
+    g.op("Where", &[reset, zero, &taken])
+}
+
+/// The `[B, S, H]` state from per-layer `[B, H]` states.
+fn stack_layers(g: &mut Graph, layers: &[String], axis_one: &str) -> String {
+    let unsqueezed: Vec<String> = layers
+        .iter()
+        .map(|h| g.op("Unsqueeze", &[h, axis_one]))
+        .collect();
+    let refs: Vec<&str> = unsqueezed.iter().map(String::as_str).collect();
+    g.op_attr("Concat", &refs, vec![int_attr("axis", 1)])
+}
+
+/// Splits `x` `[B, sizes.sum()]` along axis 1.
+fn split(g: &mut Graph, x: &str, sizes: &[usize], name: &str) -> Vec<String> {
+    let sizes_name = g.i64_tensor(
+        name,
+        &[sizes.len()],
+        &sizes.iter().map(|&s| s as i64).collect::<Vec<_>>(),
+    );
+    g.op_n(
+        "Split",
+        &[x, &sizes_name],
+        sizes.len(),
+        vec![int_attr("axis", 1)],
+    )
+}
+
+struct CoreOut {
+    features: String,
+    next_h: Vec<String>,
+    next_c: Vec<String>,
+}
+
+/// One recurrent core (`prefix` = `core` or `critic_core`) on `x`, its layers at state layers
+/// `offset..offset + L`; `reset` is `is_init` `[B, 1]`, `zero` the scalar 0.
+fn core(
+    g: &mut Graph,
+    m: &StepModel,
+    (prefix, offset): (&str, usize),
+    x: &str,
+    reset: &str,
+    zero: &str,
+) -> CoreOut {
+    let h_dim = m.hidden;
+    let mut x = x.to_string();
+    let mut out = CoreOut {
+        features: String::new(),
+        next_h: Vec::new(),
+        next_c: Vec::new(),
+    };
+    for k in 0..m.num_layers {
+        let h = layer_state(g, "rs_h", offset + k, reset, zero);
+        let p = |n: &str| format!("{prefix}.{n}_l{k}");
+        let h_next = match m.cell {
+            CellKind::Lstm => {
+                let c = layer_state(g, "rs_c", offset + k, reset, zero);
+                let w_ih = init(g, m.tensors, &p("weight_ih"));
+                let w_hh = init(g, m.tensors, &p("weight_hh"));
+                let b_ih = init_opt(g, m.tensors, &p("bias_ih"));
+                let b_hh = init_opt(g, m.tensors, &p("bias_hh"));
+                let gx = gemm(g, &x, &w_ih, b_ih.as_deref());
+                let gh = gemm(g, &h, &w_hh, b_hh.as_deref());
+                let gates = g.op("Add", &[&gx, &gh]);
+                let parts = split(g, &gates, &[h_dim; 4], &format!("const.split4_{h_dim}"));
+                let i = g.op("Sigmoid", &[&parts[0]]);
+                let f = g.op("Sigmoid", &[&parts[1]]);
+                let gg = g.op("Tanh", &[&parts[2]]);
+                let o = g.op("Sigmoid", &[&parts[3]]);
+                // c' = f c + i g; h' = o tanh(c')
+                let fc = g.op("Mul", &[&f, &c]);
+                let ig = g.op("Mul", &[&i, &gg]);
+                let c_next = g.op("Add", &[&fc, &ig]);
+                let tc = g.op("Tanh", &[&c_next]);
+                out.next_c.push(c_next);
+                g.op("Mul", &[&o, &tc])
+            }
+            CellKind::Gru => {
+                let w_ih = init(g, m.tensors, &p("weight_ih"));
+                let w_hh = init(g, m.tensors, &p("weight_hh"));
+                let b_ih = init_opt(g, m.tensors, &p("bias_ih"));
+                let b_hh = init_opt(g, m.tensors, &p("bias_hh"));
+                let gx = gemm(g, &x, &w_ih, b_ih.as_deref());
+                let gh = gemm(g, &h, &w_hh, b_hh.as_deref());
+                let split_name = format!("const.split3_{h_dim}");
+                let xs = split(g, &gx, &[h_dim; 3], &split_name);
+                let hs = split(g, &gh, &[h_dim; 3], &split_name);
+                // r, z = sigmoid(x_r + h_r), sigmoid(x_z + h_z); n = tanh(x_n + r h_n);
+                // h' = n + z (h - n)
+                let r_pre = g.op("Add", &[&xs[0], &hs[0]]);
+                let r = g.op("Sigmoid", &[&r_pre]);
+                let z_pre = g.op("Add", &[&xs[1], &hs[1]]);
+                let z = g.op("Sigmoid", &[&z_pre]);
+                let rh = g.op("Mul", &[&r, &hs[2]]);
+                let n_pre = g.op("Add", &[&xs[2], &rh]);
+                let n = g.op("Tanh", &[&n_pre]);
+                let h_minus_n = g.op("Sub", &[&h, &n]);
+                let zd = g.op("Mul", &[&z, &h_minus_n]);
+                g.op("Add", &[&n, &zd])
+            }
+            CellKind::MinGru => {
+                let w_z = init(g, m.tensors, &p("weight_z"));
+                let w_h = init(g, m.tensors, &p("weight_h"));
+                let b_z = init_opt(g, m.tensors, &p("bias_z"));
+                let b_h = init_opt(g, m.tensors, &p("bias_h"));
+                let z_pre = gemm(g, &x, &w_z, b_z.as_deref());
+                let v = gemm(g, &x, &w_h, b_h.as_deref());
+                // z = sigmoid(.); h~ = v + 0.5 where v >= 0, else sigmoid(v);
+                // h' = h + z (h~ - h)
+                let z = g.op("Sigmoid", &[&z_pre]);
+                let half = g.scalar("const.half", 0.5);
+                let lin = g.op("Add", &[&v, &half]);
+                let sig = g.op("Sigmoid", &[&v]);
+                let zero_f = g.scalar("const.zero", 0.0);
+                let non_negative = g.op("GreaterOrEqual", &[&v, &zero_f]);
+                let candidate = g.op("Where", &[&non_negative, &lin, &sig]);
+                let diff = g.op("Sub", &[&candidate, &h]);
+                let zd = g.op("Mul", &[&z, &diff]);
+                g.op("Add", &[&h, &zd])
+            }
+        };
+        out.next_h.push(h_next.clone());
+        x = h_next;
+    }
+    out.features = x;
+    out
+}
+
+/// The ONNX model of `m`'s sequential-mode step, encoded.
+pub fn step_model(m: &StepModel) -> Vec<u8> {
+    let mut g = Graph::default();
+    let t = m.tensors;
+    // The incoming state of a layer is zeroed where is_init.
+    let axis_one = g.i64_tensor("const.axis_1", &[1], &[1]);
+    let reset = g.op("Unsqueeze", &["is_init", &axis_one]);
+    let zero = g.scalar("const.zero", 0.0);
+
+    // Observation normalizer.
+    let mean = init(&mut g, t, "obs_norm.mean");
+    let var = init(&mut g, t, "obs_norm.var");
+    let clip = init(&mut g, t, "obs_norm.clip");
+    let eps = g.scalar("const.obs_norm_eps", OBS_NORM_EPS);
+    let centred = g.op("Sub", &["obs", &mean]);
+    let var_eps = g.op("Add", &[&var, &eps]);
+    let std = g.op("Sqrt", &[&var_eps]);
+    let scaled = g.op("Div", &[&centred, &std]);
+    let neg_clip = g.op("Neg", &[&clip]);
+    let lower = g.op("Max", &[&scaled, &neg_clip]);
+    let mut x = g.op("Min", &[&lower, &clip]);
+
+    // Encoder.
+    for i in 0..m.encoder_layers {
+        let w = init(&mut g, t, &format!("encoder.{i}.weight"));
+        let b = init_opt(&mut g, t, &format!("encoder.{i}.bias"));
+        let y = gemm(&mut g, &x, &w, b.as_deref());
+        x = g.op("Tanh", &[&y]);
+    }
+
+    // Cores.
+    let actor = core(&mut g, m, ("core", 0), &x, &reset, &zero);
+    let critic = match m.critic_core {
+        CriticCore::Shared => None,
+        CriticCore::Separate => Some(core(
+            &mut g,
+            m,
+            ("critic_core", m.num_layers),
+            &x,
+            &reset,
+            &zero,
+        )),
+    };
+
+    // Heads.
+    let w = init(&mut g, t, "policy_head.weight");
+    let b = init_opt(&mut g, t, "policy_head.bias");
+    let head = gemm(&mut g, &actor.features, &w, b.as_deref());
+    match m.action {
+        ActionSpec::Discrete { .. } => {
+            g.op("Identity", &[&head]);
+            g.name_last("logits");
+            g.op_attr(
+                "ArgMax",
+                &["logits"],
+                vec![int_attr("axis", 1), int_attr("keepdims", 0)],
+            );
+            g.name_last("action");
+        }
+        ActionSpec::MultiDiscrete { nvec } => {
+            g.op("Identity", &[&head]);
+            g.name_last("logits");
+            let parts = split(&mut g, "logits", nvec, "const.nvec");
+            let picks: Vec<String> = parts
+                .iter()
+                .map(|p| {
+                    g.op_attr(
+                        "ArgMax",
+                        &[p],
+                        vec![int_attr("axis", 1), int_attr("keepdims", 1)],
+                    )
+                })
+                .collect();
+            let refs: Vec<&str> = picks.iter().map(String::as_str).collect();
+            g.op_attr("Concat", &refs, vec![int_attr("axis", 1)]);
+            g.name_last("action");
+        }
+        ActionSpec::Continuous { low, high } => {
+            use common::policy::dist::{LOG_STD_MAX, LOG_STD_MIN};
+            let a = low.len();
+            let halves = split(&mut g, &head, &[a, a], &format!("const.split2_{a}"));
+            g.op("Identity", &[&halves[0]]);
+            g.name_last("mean");
+            let lo = g.scalar("const.log_std_min", LOG_STD_MIN);
+            let hi = g.scalar("const.log_std_max", LOG_STD_MAX);
+            g.op("Clip", &[&halves[1], &lo, &hi]);
+            g.name_last("log_std");
+            // The greedy action: low + (tanh(mean) + 1) * 0.5 * (high - low).
+            let range: Vec<f32> = low.iter().zip(high).map(|(l, h)| h - l).collect();
+            let low_t = g.f32_tensor("const.action_low", &[a], low);
+            let range_t = g.f32_tensor("const.action_range", &[a], &range);
+            let half = g.scalar("const.half", 0.5);
+            let one = g.scalar("const.one", 1.0);
+            let th = g.op("Tanh", &["mean"]);
+            let plus = g.op("Add", &[&th, &one]);
+            let halved = g.op("Mul", &[&plus, &half]);
+            let scaled = g.op("Mul", &[&halved, &range_t]);
+            g.op("Add", &[&low_t, &scaled]);
+            g.name_last("action");
+        }
+    }
+    let value_features = critic
+        .as_ref()
+        .map_or(actor.features.as_str(), |c| c.features.as_str());
+    let w = init(&mut g, t, "value_head.weight");
+    let b = init_opt(&mut g, t, "value_head.bias");
+    let value = gemm(&mut g, value_features, &w, b.as_deref());
+    g.op("Squeeze", &[&value, &axis_one]);
+    g.name_last("value");
+
+    // Next state: the actor core's layers, then the critic core's.
+    let mut next_h = actor.next_h;
+    let mut next_c = actor.next_c;
+    if let Some(c) = critic {
+        next_h.extend(c.next_h);
+        next_c.extend(c.next_c);
+    }
+    stack_layers(&mut g, &next_h, &axis_one);
+    g.name_last("next_rs_h");
+    if m.cell.has_cell_state() {
+        stack_layers(&mut g, &next_c, &axis_one);
+        g.name_last("next_rs_c");
+    }
+
+    // Shared constants were added once per use: keep the first of each name.
+    let mut seen = std::collections::HashSet::new();
+    g.initializers.retain(|t| seen.insert(t.name.clone()));
+
+    let state_layers = match m.critic_core {
+        CriticCore::Shared => m.num_layers,
+        CriticCore::Separate => 2 * m.num_layers,
+    };
+    let batch = || DimensionValue::DimParam("batch".into());
+    let fixed = |n: usize| DimensionValue::DimValue(n as i64);
+    let state_dims = || vec![batch(), fixed(state_layers), fixed(m.hidden)];
+    let mut inputs = vec![
+        value_info("obs", DataType::Float, vec![batch(), fixed(m.obs_dim)]),
+        value_info("is_init", DataType::Bool, vec![batch()]),
+        value_info("rs_h", DataType::Float, state_dims()),
+    ];
+    if m.cell.has_cell_state() {
+        inputs.push(value_info("rs_c", DataType::Float, state_dims()));
+    }
+    let mut outputs = Vec::new();
+    match m.action {
+        ActionSpec::Discrete { n } => {
+            outputs.push(value_info(
+                "logits",
+                DataType::Float,
+                vec![batch(), fixed(*n)],
+            ));
+            outputs.push(value_info("action", DataType::Int64, vec![batch()]));
+        }
+        ActionSpec::MultiDiscrete { nvec } => {
+            let k: usize = nvec.iter().sum();
+            outputs.push(value_info(
+                "logits",
+                DataType::Float,
+                vec![batch(), fixed(k)],
+            ));
+            outputs.push(value_info(
+                "action",
+                DataType::Int64,
+                vec![batch(), fixed(nvec.len())],
+            ));
+        }
+        ActionSpec::Continuous { low, .. } => {
+            let a = low.len();
+            for name in ["mean", "log_std", "action"] {
+                outputs.push(value_info(name, DataType::Float, vec![batch(), fixed(a)]));
+            }
+        }
+    }
+    outputs.push(value_info("value", DataType::Float, vec![batch()]));
+    outputs.push(value_info("next_rs_h", DataType::Float, state_dims()));
+    if m.cell.has_cell_state() {
+        outputs.push(value_info("next_rs_c", DataType::Float, state_dims()));
+    }
+    debug_assert_eq!(
+        outputs.iter().map(|o| o.name.clone()).collect::<Vec<_>>(),
+        output_names(m.cell, m.action)
+    );
+
+    let model = ModelProto {
+        ir_version: IR_VERSION,
+        producer_name: "recur".into(),
+        producer_version: m.producer_version.into(),
+        doc_string: "recur policy, one sequential-mode step: (obs, is_init, state) -> \
+                     (distribution parameters, greedy action, value, next state); the state \
+                     is zeroed where is_init before the step"
+            .into(),
+        graph: Some(GraphProto {
+            node: g.nodes,
+            name: "recur_policy_step".into(),
+            initializer: g.initializers,
+            doc_string: String::new(),
+            input: inputs,
+            output: outputs,
+        }),
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: OPSET,
+        }],
+        metadata_props: vec![StringStringEntryProto {
+            key: "recur.cell".into(),
+            value: m.cell.name().into(),
+        }],
+    };
+    model.encode_to_vec()
+}
+
+fn value_info(name: &str, elem: DataType, dims: Vec<DimensionValue>) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: elem as i32,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .into_iter()
+                        .map(|v| Dimension { value: Some(v) })
+                        .collect(),
+                }),
+            }),
+        }),
+        doc_string: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::params::named_tensors;
+    use common::backend::{cpu_device, Cpu};
+    use common::policy::PolicyConfig;
+
+    fn model_for(config: &PolicyConfig) -> ModelProto {
+        let policy = config.init_seeded::<Cpu>(3, &cpu_device()).unwrap();
+        let tensors = named_tensors(&policy);
+        let bytes = step_model(&StepModel {
+            obs_dim: config.obs_dim,
+            cell: config.cell,
+            hidden: config.hidden_size,
+            num_layers: config.num_layers,
+            encoder_layers: config.encoder.len(),
+            critic_core: config.critic_core,
+            action: &config.action,
+            tensors: &tensors,
+            producer_version: "test",
+        });
+        ModelProto::decode(&bytes[..]).expect("the model decodes")
+    }
+
+    /// Every architecture gives a well-formed graph: each node input is a graph input, an
+    /// initializer or an earlier node's output; every output is produced once; every
+    /// initializer is used; the graph's outputs are the documented ones.
+    #[test]
+    fn every_architecture_gives_a_well_formed_graph() {
+        let actions = [
+            ActionSpec::Discrete { n: 3 },
+            ActionSpec::MultiDiscrete { nvec: vec![2, 3] },
+            ActionSpec::Continuous {
+                low: vec![-2.0, 0.0],
+                high: vec![2.0, 1.0],
+            },
+        ];
+        for cell in [CellKind::Lstm, CellKind::Gru, CellKind::MinGru] {
+            for layers in [1, 2] {
+                for critic in [CriticCore::Shared, CriticCore::Separate] {
+                    for (encoder, action) in [vec![], vec![6, 5]].into_iter().zip(&actions) {
+                        let config = PolicyConfig::new(4, action.clone())
+                            .with_cell(cell)
+                            .with_hidden_size(8)
+                            .with_num_layers(layers)
+                            .with_encoder(encoder)
+                            .with_critic_core(critic);
+                        let model = model_for(&config);
+                        let graph = model.graph.as_ref().unwrap();
+                        let mut defined: std::collections::HashSet<String> = graph
+                            .input
+                            .iter()
+                            .map(|i| i.name.clone())
+                            .chain(graph.initializer.iter().map(|t| t.name.clone()))
+                            .collect();
+                        let mut used = std::collections::HashSet::new();
+                        for node in &graph.node {
+                            for input in &node.input {
+                                assert!(
+                                    defined.contains(input),
+                                    "{cell:?} L={layers}: {} reads undefined {input}",
+                                    node.name
+                                );
+                                used.insert(input.clone());
+                            }
+                            for output in &node.output {
+                                assert!(defined.insert(output.clone()), "{output} twice");
+                            }
+                        }
+                        for init in &graph.initializer {
+                            assert!(used.contains(&init.name), "unused {}", init.name);
+                        }
+                        let outputs: Vec<String> =
+                            graph.output.iter().map(|o| o.name.clone()).collect();
+                        assert_eq!(outputs, output_names(cell, action));
+                        for o in &outputs {
+                            assert!(defined.contains(o), "{o} is never computed");
+                        }
+                        assert_eq!(model.opset_import[0].version, OPSET);
+                    }
+                }
+            }
+        }
+    }
+}
