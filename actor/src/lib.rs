@@ -8,6 +8,8 @@
 //! - [`cli`]: the `recur-actor` command line and what it runs (standalone, recording, attached).
 //! - [`remote`]: the actor attached to a learner on another machine (authenticated TCP).
 
+#![forbid(unsafe_code)]
+
 pub mod attach;
 pub mod check;
 pub mod cli;
