@@ -10,9 +10,10 @@ use clap::Parser;
 use common::checkpoint::load_checkpoint_policy;
 use common::dataset::{DatasetWriter, EnvSource};
 use common::envs::{is_gymnasium, EnvSpec, GymnasiumOptions, Registry};
+use common::policy::init_policy;
 use common::policy::{policy_config_for_spec, CriticCore};
 use common::recurrent::CellKind;
-use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Exploration};
+use common::rollout::{Actor, ActorConfig, EpsilonSchedule, Exploration};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::attach::{run_attached, Stop};

@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{cpu_device, Cpu};
+use crate::backend::Cpu;
 use crate::chunk::{traj_id, ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSchema};
 use crate::envs::{EnvError, Space, VecActions, VecEnv, VectorEnv};
 use crate::policy::dist::{
@@ -27,7 +27,7 @@ use crate::policy::dist::{
     squashed_gaussian_mode,
 };
 use crate::policy::inference::{InferencePolicy, StepOutput};
-use crate::policy::{action_spec, chunk_schema, ActionSpec, Policy, PolicyConfig};
+use crate::policy::{action_spec, chunk_schema, ActionSpec, Policy};
 use crate::recurrent::{current_recurrent_mode, RecurrentError, RecurrentMode};
 
 /// What an actor runs.
@@ -759,9 +759,4 @@ fn standard_normal(rng: &mut ChaCha12Rng) -> f32 {
     let u1: f64 = 1.0 - rng.random::<f64>(); // (0, 1]
     let u2: f64 = rng.random::<f64>();
     ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
-}
-
-/// A policy for `env` with `config`'s architecture, initialised deterministically from `seed`.
-pub fn init_policy(config: &PolicyConfig, seed: u64) -> Result<Policy<Cpu>, RecurrentError> {
-    config.init_seeded::<Cpu>(seed, &cpu_device())
 }

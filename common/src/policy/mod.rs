@@ -17,6 +17,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{cpu_device, Cpu};
 use crate::chunk::{ActionKind, Chunk, ChunkSchema};
 use crate::envs::{EnvError, EnvSpec, Registry, Space};
 use crate::recurrent::{
@@ -233,6 +234,12 @@ impl<B: Backend> burn::module::ModuleMapper<B> for Materialize {}
 /// Serialises seeded initialisation: burn draws initial weights from one process-wide RNG,
 /// lazily, at a parameter's first use.
 static SEEDED_INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A CPU policy with `config`'s architecture, initialised deterministically from `seed`
+/// ([`PolicyConfig::init_seeded`] on [`Cpu`]): what actors, evaluation and checkpoints build.
+pub fn init_policy(config: &PolicyConfig, seed: u64) -> Result<Policy<Cpu>, RecurrentError> {
+    config.init_seeded::<Cpu>(seed, &cpu_device())
+}
 
 impl PolicyConfig {
     /// Builds the policy with weights that depend on `seed` alone: seeds burn's RNG and
