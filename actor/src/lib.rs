@@ -11,6 +11,8 @@
 //! - [`check`]: the spec check run at start and by `recur-actor --check-env`.
 //! - [`cli`]: the `recur-actor` command line and what it runs (standalone, recording, attached).
 
+#![forbid(unsafe_code)]
+
 pub mod check;
 pub mod cli;
 pub mod outlet;

@@ -9,9 +9,10 @@ use common::backend::{cpu_device, Cpu};
 use common::chunk::{ActionColumn, Chunk};
 use common::policy::dist::{categorical_log_prob, squashed_gaussian_log_prob_tensor};
 use common::policy::inference::{InferencePolicy, StepOutput};
+use common::policy::init_policy;
 use common::policy::{policy_config_for, ActionSpec};
 use common::recurrent::{CellKind, RecurrentState};
-use common::rollout::{init_policy, Actor, ActorConfig};
+use common::rollout::{Actor, ActorConfig};
 
 fn actor(env: &str, cell: CellKind, envs: usize, steps: usize, seed: u64) -> Actor {
     let config = policy_config_for(env)

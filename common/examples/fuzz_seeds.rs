@@ -14,10 +14,11 @@ use std::path::{Path, PathBuf};
 use common::chunk::ChunkSchema;
 use common::control::{encode_frame, LearnerStats, Request, Response};
 use common::envs::Registry;
+use common::policy::init_policy;
 use common::policy::{chunk_schema, policy_config_for};
 use common::recurrent::CellKind;
 use common::remote::{data_head, message_frame, ActorMsg, LearnerMsg, KIND_CHUNK, KIND_WEIGHTS};
-use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Exploration};
+use common::rollout::{Actor, ActorConfig, EpsilonSchedule, Exploration};
 use common::weights::to_blob;
 
 fn main() -> anyhow::Result<()> {

@@ -42,8 +42,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Cpu;
-use crate::policy::{Policy, PolicyConfig};
-use crate::rollout::init_policy;
+use crate::policy::{init_policy, Policy, PolicyConfig};
 use crate::weights::{check_finite, from_blob, layout, layout_hash, to_blob};
 
 /// The files of a checkpoint directory an actor can run from.

@@ -192,7 +192,7 @@ pub fn checkpoint(data: &[u8]) {
 /// A weight blob, loaded into each target policy.
 pub fn weights(data: &[u8]) {
     for (_, pc, _) in policies() {
-        let policy = crate::rollout::init_policy(pc, 0).expect("a policy");
+        let policy = crate::policy::init_policy(pc, 0).expect("a policy");
         let _ = crate::weights::from_blob(policy, data);
     }
 }
@@ -210,7 +210,7 @@ pub fn actor_state(data: &[u8]) {
             incarnation: 0,
             exploration: Exploration::Sample(EpsilonSchedule::constant(0.0)),
         };
-        let policy = crate::rollout::init_policy(pc, 0).expect("a policy");
+        let policy = crate::policy::init_policy(pc, 0).expect("a policy");
         let mut actor = Actor::new(config, policy).expect("an actor");
         let _ = actor.restore(data);
     }

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::policy::init_policy;
 use common::policy::{chunk_schema, policy_config_for};
-use common::rollout::init_policy;
 use common::weights::to_blob;
 
 use crate::actors::Actors;

@@ -303,9 +303,10 @@ impl<B: AutodiffBackend> Checkpointed<B> for Dqn<B> {
 mod tests {
     use super::*;
     use common::backend::{cpu_device, Cpu};
+    use common::policy::init_policy;
     use common::policy::{chunk_schema, policy_config_for};
     use common::recurrent::CellKind;
-    use common::rollout::{init_policy, Actor, ActorConfig};
+    use common::rollout::{Actor, ActorConfig};
 
     use crate::config::InitialState;
 

@@ -14,8 +14,9 @@ use anyhow::Context;
 use burn::tensor::backend::Backend;
 use common::backend::{cpu_device, Cpu};
 use common::envs::{GymnasiumOptions, Registry};
+use common::policy::init_policy;
 use common::policy::{Policy, PolicyConfig};
-use common::rollout::{init_policy, Actor, ActorConfig, EpsilonSchedule, Exploration};
+use common::rollout::{Actor, ActorConfig, EpsilonSchedule, Exploration};
 use common::weights::{from_blob, to_blob};
 use serde::{Deserialize, Serialize};
 

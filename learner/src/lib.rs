@@ -3,6 +3,8 @@
 //! server, the actor supervisor and the run directory), and the benchmarks ([`bench`], run by
 //! the `recur-bench` binary).
 
+#![forbid(unsafe_code)]
+
 // Defined before the modules so that `train` and `offline` see it (textual macro scope).
 /// Calls `$run::<B>($opts, &device)` with `B` the autodiff backend of train device `$device`
 /// (errs for a CUDA device in a build without the `cuda` feature).

@@ -357,9 +357,10 @@ impl<B: AutodiffBackend> Ppo<B> {
 mod tests {
     use common::backend::cpu_device;
     use common::envs::{ActionRef, Env, Registry, Space, StepResult};
+    use common::policy::init_policy;
     use common::policy::{chunk_schema, policy_config_for_spec};
     use common::recurrent::CellKind;
-    use common::rollout::{init_policy, Actor, ActorConfig};
+    use common::rollout::{Actor, ActorConfig};
     use common::weights::{from_blob, to_blob};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};

@@ -1,6 +1,6 @@
 """recur's gymnasium worker: steps E gymnasium environments for one actor.
 
-Started by the actor (common/src/envs/gymnasium.rs) as `python -c <this file> CONFIG_JSON`.
+Started by the actor (common/src/envs/gymnasium/worker.rs) as `python -c <this file> CONFIG_JSON`.
 Needs only gymnasium and numpy. Protocol (the actor is the only peer):
 
 1. The worker imports `imports`, builds E envs with gymnasium.make(id, **kwargs) and writes one

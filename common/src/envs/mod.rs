@@ -61,18 +61,20 @@ pub mod popgym;
 mod registry;
 mod repeat_previous;
 mod space;
+mod spec;
 mod time_limit;
 mod vector;
 
 pub use cartpole::{CartPole, MaskedCartPole};
-pub use gymnasium::{GymVecEnv, GymnasiumOptions};
+pub use gymnasium::{is_gymnasium, GymVecEnv, GymnasiumOptions, GYMNASIUM_PREFIX};
 pub use pendulum::{MaskedPendulum, Pendulum};
 pub use popgym::POPGYM_IDS;
-pub use registry::{is_gymnasium, EnvSpec, Registry, VectorEnv, GYMNASIUM_PREFIX};
+pub use registry::Registry;
 pub use repeat_previous::RepeatPrevious;
 pub use space::{ActionRef, Space};
+pub use spec::EnvSpec;
 pub use time_limit::TimeLimit;
-pub use vector::{episode_seed, VecActions, VecEnv, VecStep};
+pub use vector::{episode_seed, VecActions, VecEnv, VecStep, VectorEnv};
 
 /// The built-in ids ([`make`] and [`Registry::builtin`]), in the order they are documented.
 pub const ENV_IDS: &[&str] = &[
@@ -128,10 +130,7 @@ pub trait Env: Send {
     /// restore one: the default).
     fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
         let _ = state;
-        Err(EnvError::State {
-            id: self.id().to_owned(),
-            reason: "this environment cannot restore a saved state".into(),
-        })
+        Err(EnvError::cannot_restore(self.id()))
     }
 }
 
@@ -210,6 +209,17 @@ pub enum EnvError {
         /// The value given.
         max_episode_steps: u64,
     },
+}
+
+impl EnvError {
+    /// What an environment that saves no state answers a `load_state` with (the default of
+    /// [`Env::load_state`] and [`VectorEnv::load_state`]).
+    fn cannot_restore(id: &str) -> Self {
+        EnvError::State {
+            id: id.to_owned(),
+            reason: "this environment cannot restore a saved state".into(),
+        }
+    }
 }
 
 /// The time limit [`make`] wraps `id` in: gymnasium's registered `max_episode_steps` (500 for

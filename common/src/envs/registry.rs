@@ -34,139 +34,10 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-use super::gymnasium::{GymVecEnv, GymnasiumOptions};
-use super::{
-    max_episode_steps, Env, EnvError, Space, TimeLimit, VecActions, VecEnv, VecStep, ENV_IDS,
-};
-
-/// Ids of the form `gymnasium:<gymnasium id>` run through the gymnasium bridge.
-pub const GYMNASIUM_PREFIX: &str = "gymnasium:";
-
-/// What the registry knows about an environment without stepping it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct EnvSpec {
-    /// The id the environment is made by.
-    pub id: String,
-    /// One observation (flat `f32`).
-    pub observation_space: Space,
-    /// One action.
-    pub action_space: Space,
-    /// The time limit (`truncated` on that step), if any.
-    pub max_episode_steps: Option<u64>,
-}
-
-impl EnvSpec {
-    /// `observation Box(..), action Discrete(..)`, for error messages.
-    pub fn describe_spaces(&self) -> String {
-        format!(
-            "observation {}, action {}",
-            self.observation_space.describe(),
-            self.action_space.describe()
-        )
-    }
-}
-
-/// `E` environments stepped in lockstep with per-environment auto-reset: the actor's view of
-/// its environments, whether Rust envs ([`VecEnv`]) or gymnasium workers ([`GymVecEnv`]).
-///
-/// Flat buffers are environment-major (see [`VecStep`]). After a `done`, `next_obs` holds the
-/// true final observation and `obs` the reset one (`is_init` true there).
-pub trait VectorEnv: Send {
-    /// The environment id.
-    fn id(&self) -> &str;
-    /// `E`.
-    fn num_envs(&self) -> usize;
-    /// The space of one environment's observation.
-    fn observation_space(&self) -> Space;
-    /// The space of one environment's action.
-    fn action_space(&self) -> Space;
-    /// Resets every environment; the first observations `[E * D]` (all `is_init`).
-    ///
-    /// # Errors
-    /// A gymnasium worker that fails, crashes or does not answer in time.
-    fn reset(&mut self) -> Result<&[f32], EnvError>;
-    /// Steps environment `j` with action `j`; ended episodes are reset at once.
-    ///
-    /// # Errors
-    /// As [`VectorEnv::reset`].
-    fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError>;
-    /// Every environment's state mid-episode, for an exact resume; `None` (the default) when
-    /// an environment cannot be saved (the gymnasium bridge's cannot).
-    fn save_state(&self) -> Option<Vec<u8>> {
-        None
-    }
-    /// Restores what [`VectorEnv::save_state`] wrote (after [`VectorEnv::reset`]).
-    ///
-    /// # Errors
-    /// [`EnvError::State`].
-    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
-        let _ = state;
-        Err(EnvError::State {
-            id: self.id().to_owned(),
-            reason: "these environments cannot restore a saved state".into(),
-        })
-    }
-    /// The contiguous groups, in order and covering `0..E`, that
-    /// [`VectorEnv::begin_step`] / [`VectorEnv::end_step`] step: while one group steps (in
-    /// another process), the caller works on another (the actor runs the policy on it). One
-    /// group of all environments (the default) means no overlap.
-    fn step_groups(&self) -> Vec<std::ops::Range<usize>> {
-        std::iter::once(0..self.num_envs()).collect()
-    }
-    /// Starts stepping group `group` with `actions`, that group's rows only (as
-    /// [`VectorEnv::step`]'s for those environments); may return before the step is done.
-    /// Each group alternates `begin_step` and [`VectorEnv::end_step`], groups ending in the
-    /// order they began.
-    ///
-    /// # Errors
-    /// As [`VectorEnv::reset`].
-    fn begin_step(&mut self, group: usize, actions: VecActions<'_>) -> Result<(), EnvError>;
-    /// Waits for group `group`'s step; the step record, whose rows of that group hold the new
-    /// step (other rows are as the last call left them).
-    ///
-    /// # Errors
-    /// As [`VectorEnv::reset`].
-    fn end_step(&mut self, group: usize) -> Result<&VecStep, EnvError>;
-}
-
-impl VectorEnv for VecEnv {
-    fn id(&self) -> &str {
-        VecEnv::id(self)
-    }
-    fn num_envs(&self) -> usize {
-        VecEnv::num_envs(self)
-    }
-    fn observation_space(&self) -> Space {
-        VecEnv::observation_space(self)
-    }
-    fn action_space(&self) -> Space {
-        VecEnv::action_space(self)
-    }
-    fn reset(&mut self) -> Result<&[f32], EnvError> {
-        Ok(VecEnv::reset(self))
-    }
-    fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError> {
-        Ok(VecEnv::step(self, actions))
-    }
-    fn save_state(&self) -> Option<Vec<u8>> {
-        VecEnv::save_state(self)
-    }
-    fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
-        VecEnv::load_state(self, state)
-    }
-    /// One group: steps at once (Rust environments in this thread, nothing to overlap).
-    fn begin_step(&mut self, group: usize, actions: VecActions<'_>) -> Result<(), EnvError> {
-        assert_eq!(group, 0, "VecEnv({}) has one step group", self.id());
-        VecEnv::step(self, actions);
-        Ok(())
-    }
-    fn end_step(&mut self, group: usize) -> Result<&VecStep, EnvError> {
-        assert_eq!(group, 0, "VecEnv({}) has one step group", self.id());
-        Ok(self.last_step())
-    }
-}
+use super::gymnasium::{is_gymnasium, GymVecEnv, GymnasiumOptions, GYMNASIUM_PREFIX};
+use super::spec::EnvSpec;
+use super::vector::VectorEnv;
+use super::{max_episode_steps, Env, EnvError, TimeLimit, VecEnv, ENV_IDS};
 
 type Constructor = Arc<dyn Fn() -> Box<dyn Env> + Send + Sync>;
 
@@ -385,15 +256,10 @@ impl Registry {
     }
 }
 
-/// Whether `id` names a gymnasium environment (`gymnasium:<id>`).
-pub fn is_gymnasium(id: &str) -> bool {
-    id.starts_with(GYMNASIUM_PREFIX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envs::{ActionRef, CartPole, StepResult};
+    use crate::envs::{ActionRef, CartPole, Space, StepResult, VecActions};
 
     #[test]
     fn builtins_are_registered_with_their_limits() {

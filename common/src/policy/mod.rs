@@ -17,11 +17,12 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{cpu_device, Cpu};
 use crate::chunk::{ActionKind, Chunk, ChunkSchema};
 use crate::envs::{EnvError, EnvSpec, Registry, Space};
 use crate::recurrent::{
     set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentError,
-    RecurrentMode, RecurrentState,
+    RecurrentMode, RecurrentOutput, RecurrentState,
 };
 
 /// The action space a policy acts in.
@@ -234,6 +235,12 @@ impl<B: Backend> burn::module::ModuleMapper<B> for Materialize {}
 /// lazily, at a parameter's first use.
 static SEEDED_INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// A CPU policy with `config`'s architecture, initialised deterministically from `seed`
+/// ([`PolicyConfig::init_seeded`] on [`Cpu`]): what actors, evaluation and checkpoints build.
+pub fn init_policy(config: &PolicyConfig, seed: u64) -> Result<Policy<Cpu>, RecurrentError> {
+    config.init_seeded::<Cpu>(seed, &cpu_device())
+}
+
 impl PolicyConfig {
     /// Builds the policy with weights that depend on `seed` alone: seeds burn's RNG and
     /// draws every parameter while holding a process-wide lock, so concurrent builders on
@@ -423,24 +430,7 @@ impl<B: Backend> Policy<B> {
         is_init: Tensor<B, 1, Bool>,
         state: RecurrentState<B, 3>,
     ) -> Result<PolicyOutput<B, 2, 3>, RecurrentError> {
-        check_obs(&obs.dims(), self.config.obs_dim)?;
-        let x = self.encode(obs);
-        let (actor_state, critic_state) = self.split_state(state);
-        let out = self.core.forward(x.clone(), is_init.clone(), actor_state)?;
-        let critic = match (&self.critic_core, critic_state) {
-            (Some(core), Some(state)) => Some(core.forward(x, is_init, state)?),
-            _ => None,
-        };
-        let (value_features, critic_next) = match critic {
-            Some(c) => (c.features, Some(c.next)),
-            None => (out.features.clone(), None),
-        };
-        Ok(PolicyOutput {
-            head: self.policy_head.forward(out.features.clone()),
-            value: self.value_head.forward(value_features),
-            features: out.features,
-            next: join_state(out.next, critic_next),
-        })
+        self.run(obs, is_init, state, RecurrentCore::forward)
     }
 
     /// One call on `[B, T]`: `obs` `[B, T, obs_dim]`, `is_init` `[B, T]`, stored `state`
@@ -451,14 +441,30 @@ impl<B: Backend> Policy<B> {
         is_init: Tensor<B, 2, Bool>,
         state: RecurrentState<B, 4>,
     ) -> Result<PolicyOutput<B, 3, 4>, RecurrentError> {
+        self.run(obs, is_init, state, RecurrentCore::forward_batch)
+    }
+
+    /// [`Policy::forward`] and [`Policy::forward_batch`] at any rank: normalize and encode
+    /// `obs` `[.., obs_dim]`, run the actor core (and a separate critic core on its part of
+    /// `state`) with `core_forward`, the core's call of that rank, then the heads.
+    fn run<const D: usize, const DI: usize, const DS: usize>(
+        &self,
+        obs: Tensor<B, D>,
+        is_init: Tensor<B, DI, Bool>,
+        state: RecurrentState<B, DS>,
+        core_forward: impl Fn(
+            &RecurrentCore<B>,
+            Tensor<B, D>,
+            Tensor<B, DI, Bool>,
+            RecurrentState<B, DS>,
+        ) -> Result<RecurrentOutput<B, D, DS>, RecurrentError>,
+    ) -> Result<PolicyOutput<B, D, DS>, RecurrentError> {
         check_obs(&obs.dims(), self.config.obs_dim)?;
         let x = self.encode(obs);
         let (actor_state, critic_state) = self.split_state(state);
-        let out = self
-            .core
-            .forward_batch(x.clone(), is_init.clone(), actor_state)?;
+        let out = core_forward(&self.core, x.clone(), is_init.clone(), actor_state)?;
         let critic = match (&self.critic_core, critic_state) {
-            (Some(core), Some(state)) => Some(core.forward_batch(x, is_init, state)?),
+            (Some(core), Some(state)) => Some(core_forward(core, x, is_init, state)?),
             _ => None,
         };
         let (value_features, critic_next) = match critic {

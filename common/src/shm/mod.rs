@@ -42,6 +42,7 @@
 //! by the next run's [`reclaim_stale`]. The only `unsafe` code of recur lives in this module.
 
 pub mod bridge;
+mod process;
 pub mod ring;
 pub mod segment;
 pub mod weights;

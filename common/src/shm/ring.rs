@@ -45,7 +45,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::segment::{ProcessId, Segment, SegmentKind, ShmError, HEADER_LEN};
+use super::process::ProcessId;
+use super::segment::{Segment, SegmentKind, ShmError, HEADER_LEN};
 use crate::chunk::{Chunk, PREFIX_LEN};
 
 /// Slots per ring and bytes per slot.

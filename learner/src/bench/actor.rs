@@ -17,9 +17,10 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::envs::{is_gymnasium, GymnasiumOptions, Registry, Space, VecActions, VectorEnv};
+use common::policy::init_policy;
 use common::policy::policy_config_for_spec;
 use common::recurrent::{CellKind, RecurrentError};
-use common::rollout::{init_policy, Actor, ActorConfig};
+use common::rollout::{Actor, ActorConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

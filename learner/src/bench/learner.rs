@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use common::backend::{cpu_device, CpuAutodiff};
 use common::chunk::Chunk;
 use common::policy::chunk_schema;
+use common::policy::init_policy;
 use common::recurrent::{CellKind, RecurrentBackend};
-use common::rollout::{init_policy, Actor, ActorConfig};
+use common::rollout::{Actor, ActorConfig};
 use serde::Serialize;
 
 use super::{at_least_one, each_at_least_one, summarize};

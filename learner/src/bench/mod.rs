@@ -2,12 +2,17 @@
 //! names stay stable), so results can be compared across runs and against peers.
 
 pub mod actor;
+mod chunks;
+pub mod latency;
 pub mod learner;
 pub mod rnn;
 pub mod tcp;
 pub mod transport;
 
 use std::time::Duration;
+
+/// How long a transport row may take before the benchmark gives up (a stuck producer).
+const ROW_DEADLINE: Duration = Duration::from_secs(120);
 
 /// Median, minimum and maximum of `samples` in milliseconds.
 pub fn summarize(samples: &[Duration]) -> (f64, f64, f64) {

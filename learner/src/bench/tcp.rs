@@ -16,8 +16,6 @@
 use std::io::Write;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
@@ -29,8 +27,9 @@ use common::remote::{
 };
 use serde::Serialize;
 
-use super::summarize;
-use super::transport::{bench_chunk, bench_schema, set_seq, BandwidthRow};
+use super::chunks::{bench_chunk, bench_schema, set_seq};
+use super::latency::{Subscriber, WeightsRow};
+use super::{summarize, ROW_DEADLINE};
 use crate::transport::tcp::{RemoteLink, RemoteOptions, RemoteServer};
 
 /// A loopback-TCP bandwidth line.
@@ -50,20 +49,19 @@ pub struct TcpBandwidthRow {
     pub iters: usize,
 }
 
-/// A loopback-TCP weight-latency line.
-#[derive(Clone, Debug, Serialize)]
-pub struct TcpWeightsRow {
-    pub bench: &'static str,
-    pub kind: &'static str,
-    pub weight_bytes: usize,
-    pub median_us: f64,
-    pub p90_us: f64,
-    pub max_us: f64,
-    pub samples: usize,
+/// The shared-memory row a loopback-TCP bandwidth row is measured beside.
+#[derive(Clone, Copy, Debug)]
+pub struct ShmBaseline {
+    /// Nominal chunk size and producer processes, as the ring row's.
+    pub chunk_bytes: usize,
+    pub producers: usize,
+    /// Chunks per timed window.
+    pub window_chunks: usize,
+    /// Chunks queued per connection (the ring row's slots).
+    pub queue: usize,
+    /// The ring row's bandwidth.
+    pub gb_per_s: f64,
 }
-
-const ROW_DEADLINE: Duration = Duration::from_secs(120);
-const WEIGHT_WARMUP: usize = 5;
 
 fn server(
     chunk_bytes: usize,
@@ -97,20 +95,15 @@ fn accept(server: &RemoteServer, n: usize) -> anyhow::Result<Vec<RemoteLink>> {
     Ok(links)
 }
 
-/// The loopback-TCP bandwidth row of `chunk_bytes` chunks from `producers` processes, each
-/// sending `per_producer * (iters + 1)` chunks; `shm` is the ring row to compare with.
-pub fn tcp_bandwidth(
-    shm: &BandwidthRow,
-    window_chunks: usize,
-    iters: usize,
-) -> anyhow::Result<TcpBandwidthRow> {
+/// The loopback-TCP bandwidth row of `shm`'s chunk size from as many producer processes, each
+/// sending `window_chunks / producers * (iters + 1)` chunks.
+pub fn tcp_bandwidth(shm: &ShmBaseline, iters: usize) -> anyhow::Result<TcpBandwidthRow> {
     let (chunk_bytes, producers) = (shm.chunk_bytes, shm.producers);
     let encoded = bench_chunk(chunk_bytes)?;
     let len = encoded.len();
-    let window = window_chunks;
     let windows = iters + 1;
-    let per_producer = window / producers;
-    let queue = shm.slots;
+    let per_producer = shm.window_chunks / producers;
+    let queue = shm.queue;
     let (server, token) = server(len, 64, queue)?;
     let exe = std::env::current_exe().context("locating recur-bench to spawn producers")?;
     let mut children = Vec::new();
@@ -271,93 +264,43 @@ pub fn run_tcp_producer(
 }
 
 /// `RemoteServer::publish` -> a connected actor holds the whole blob, for `bytes`-sized blobs.
-pub fn tcp_weight_latency(bytes: usize, samples: usize) -> anyhow::Result<TcpWeightsRow> {
+pub fn tcp_weight_latency(bytes: usize, samples: usize) -> anyhow::Result<WeightsRow> {
     ensure!(bytes >= 8, "--weight-sizes: at least 8 bytes, got {bytes}");
     let (server, token) = server(1 << 16, bytes, 2)?;
     let addr = server.local_addr().to_string();
-    let total = samples + WEIGHT_WARMUP;
-    let acked = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let client = {
-        let (acked, stop) = (acked.clone(), stop.clone());
-        std::thread::spawn(move || -> anyhow::Result<Vec<(u64, Instant)>> {
-            let (mut stream, weight_bytes) = join(&addr, token, 0, 1 << 16)?;
-            stream.set_read_timeout(Some(Duration::from_millis(500)))?;
-            let limits = Limits {
-                message: MESSAGE_MAX,
-                chunk: 0,
-                weights: weight_bytes,
-            };
-            let mut seen = Vec::with_capacity(total);
-            while !stop.load(Ordering::Relaxed) {
-                let frame = match read_frame(&mut stream, &limits) {
-                    Ok(f) => f,
-                    Err(common::remote::WireError::Io(e))
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        continue
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                if frame.kind == KIND_WEIGHTS {
-                    let at = Instant::now();
-                    let v = u64::from_le_bytes(frame.body[..8].try_into().expect("8 bytes"));
-                    ensure!(frame.body.len() == bytes, "weights version {v}: wrong size");
-                    seen.push((v, at));
-                    acked.store(v, Ordering::Release);
+    let client = Subscriber::spawn(samples, "actor", move |seen| {
+        let (mut stream, weight_bytes) = join(&addr, token, 0, 1 << 16)?;
+        stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+        let limits = Limits {
+            message: MESSAGE_MAX,
+            chunk: 0,
+            weights: weight_bytes,
+        };
+        while seen.running() {
+            let frame = match read_frame(&mut stream, &limits) {
+                Ok(f) => f,
+                Err(common::remote::WireError::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue
                 }
+                Err(e) => return Err(e.into()),
+            };
+            if frame.kind == KIND_WEIGHTS {
+                let at = Instant::now();
+                let v = u64::from_le_bytes(frame.body[..8].try_into().expect("8 bytes"));
+                ensure!(frame.body.len() == bytes, "weights version {v}: wrong size");
+                seen.saw(v, at);
             }
-            Ok(seen)
-        })
-    };
+        }
+        Ok(())
+    });
     let _link = accept(&server, 1)?;
-    let mut blob: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
-    let mut started = Vec::with_capacity(total);
-    let mut result = Ok(());
-    for v in 1..=total as u64 {
-        blob[..8].copy_from_slice(&v.to_le_bytes());
-        let t0 = Instant::now();
-        server.publish(&blob);
-        started.push(t0);
-        while acked.load(Ordering::Acquire) < v {
-            if t0.elapsed() > Duration::from_secs(10) || client.is_finished() {
-                result = Err(anyhow::anyhow!(
-                    "weights version {v} never reached the actor"
-                ));
-                break;
-            }
-            std::thread::yield_now();
-        }
-        if result.is_err() {
-            break;
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let seen = match client.join() {
-        Ok(seen) => seen?,
-        Err(_) => bail!("the weights client thread panicked"),
-    };
-    result?;
-    let mut latencies: Vec<Duration> = seen
-        .iter()
-        .filter(|(v, _)| *v as usize > WEIGHT_WARMUP)
-        .map(|&(v, at)| at - started[v as usize - 1])
-        .collect();
-    ensure!(!latencies.is_empty(), "no weight update was observed");
-    latencies.sort();
-    let (median_ms, _, max_ms) = summarize(&latencies);
-    let p90 = latencies[((latencies.len() * 9).div_ceil(10)).saturating_sub(1)];
-    Ok(TcpWeightsRow {
-        bench: "transport",
-        kind: "tcp_weights",
-        weight_bytes: bytes,
-        median_us: median_ms * 1e3,
-        p90_us: p90.as_secs_f64() * 1e6,
-        max_us: max_ms * 1e3,
-        samples: latencies.len(),
+    client.measure("tcp_weights", bytes, |_, blob| {
+        server.publish(blob);
+        Ok(())
     })
 }

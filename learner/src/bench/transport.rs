@@ -23,20 +23,20 @@
 
 use std::io::Write;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context};
-use common::chunk::{ActionKind, Chunk, ChunkMeta, ChunkSchema, PREFIX_LEN};
-use common::recurrent::CellKind;
+use anyhow::{ensure, Context};
+use common::chunk::Chunk;
 use common::shm::{
     reclaim_stale, unique_run_id, RingConfig, RingReader, RingWriter, WeightPublisher,
     WeightSubscriber, SEGMENT_PREFIX,
 };
 use serde::Serialize;
 
-use super::{each_at_least_one, summarize};
+use super::chunks::{bench_chunk, set_seq};
+use super::latency::{Subscriber, WeightsRow};
+use super::tcp::{tcp_bandwidth, tcp_weight_latency, ShmBaseline};
+use super::{each_at_least_one, summarize, ROW_DEADLINE};
 
 /// The grid and the measurement settings (the `recur-bench transport` flags).
 #[derive(Clone, Debug, clap::Args)]
@@ -88,23 +88,8 @@ pub struct BandwidthRow {
     pub iters: usize,
 }
 
-/// A weight-latency result line.
-#[derive(Clone, Debug, Serialize)]
-pub struct WeightsRow {
-    pub bench: &'static str,
-    pub kind: &'static str,
-    pub weight_bytes: usize,
-    pub median_us: f64,
-    pub p90_us: f64,
-    pub max_us: f64,
-    pub samples: usize,
-}
-
-/// How long a row may take before the benchmark gives up (a stuck producer).
-const ROW_DEADLINE: Duration = Duration::from_secs(120);
 /// How long a producer waits on a full ring before giving up.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(60);
-const WEIGHT_WARMUP: usize = 5;
 
 impl TransportBench {
     /// Checks the flags (an error names the flag), then applies `--quick`.
@@ -140,7 +125,14 @@ impl TransportBench {
                 writeln!(out, "{}", serde_json::to_string(&row)?)?;
                 out.flush()?;
                 if !self.no_tcp {
-                    let tcp = super::tcp::tcp_bandwidth(&row, row.chunks, self.iters)?;
+                    let shm = ShmBaseline {
+                        chunk_bytes,
+                        producers,
+                        window_chunks: row.chunks,
+                        queue: row.slots,
+                        gb_per_s: row.gb_per_s,
+                    };
+                    let tcp = tcp_bandwidth(&shm, self.iters)?;
                     writeln!(out, "{}", serde_json::to_string(&tcp)?)?;
                     out.flush()?;
                 }
@@ -151,7 +143,7 @@ impl TransportBench {
             writeln!(out, "{}", serde_json::to_string(&row)?)?;
             out.flush()?;
             if !self.no_tcp {
-                let tcp = super::tcp::tcp_weight_latency(bytes, self.weight_samples)?;
+                let tcp = tcp_weight_latency(bytes, self.weight_samples)?;
                 writeln!(out, "{}", serde_json::to_string(&tcp)?)?;
                 out.flush()?;
             }
@@ -325,65 +317,6 @@ fn memcpy_times(src: &[u8], count: usize, rounds: usize) -> Vec<Duration> {
         .collect()
 }
 
-/// The schema of the benchmark's chunks: GRU, discrete actions, 16 envs, about 1 KiB per
-/// frame, `chunk_bytes / 1024` frames.
-pub fn bench_schema(chunk_bytes: usize) -> anyhow::Result<ChunkSchema> {
-    ensure!(
-        chunk_bytes >= 16 << 10,
-        "--chunk-sizes: {chunk_bytes} bytes is too small (at least 16K)"
-    );
-    let obs_dim = 4;
-    // Bytes per frame of a GRU/discrete chunk: 8 * obs_dim (observation, next observation)
-    // + 32 (action, log-prob, value, is_init, reward, 3 flags, traj id) + 4 * hidden.
-    let fixed = 8 * obs_dim + 32;
-    Ok(ChunkSchema {
-        envs: 16,
-        steps: (chunk_bytes / 1024 / 16).max(1),
-        obs_dim,
-        action: ActionKind::Discrete,
-        cell: CellKind::Gru,
-        num_layers: 1,
-        hidden_size: (1024 - fixed - 4) / 4,
-    })
-}
-
-/// One encoded chunk of about `chunk_bytes` (valid checksum), with non-trivial values.
-pub fn bench_chunk(chunk_bytes: usize) -> anyhow::Result<Vec<u8>> {
-    let schema = bench_schema(chunk_bytes)?;
-    let meta = ChunkMeta {
-        actor_id: 0,
-        incarnation: 0,
-        seq: 0,
-        policy_version: 1,
-        schema_hash: 0,
-        envs: 0,
-        steps: 0,
-        payload_len: 0,
-        payload_crc32: 0,
-    };
-    let mut chunk = Chunk::zeros(&schema, meta);
-    for (i, x) in chunk.observation.iter_mut().enumerate() {
-        *x = (i % 97) as f32 * 0.25;
-    }
-    for (i, x) in chunk.rs_h.iter_mut().enumerate() {
-        *x = ((i % 13) as f32 - 6.0) / 7.0;
-    }
-    for (i, x) in chunk.next_reward.iter_mut().enumerate() {
-        *x = (i % 5) as f32;
-    }
-    Ok(chunk.encode(&schema)?)
-}
-
-/// Offset of `seq` in an encoded chunk: after the prefix, `actor_id` and `incarnation` (u32
-/// each) of the fixed-width little-endian header.
-const SEQ_OFFSET: usize = PREFIX_LEN + 8;
-
-/// Sets the sequence number of an encoded chunk in place (the checksum covers the payload
-/// only, so the chunk stays valid).
-pub(super) fn set_seq(encoded: &mut [u8], seq: u64) {
-    encoded[SEQ_OFFSET..SEQ_OFFSET + 8].copy_from_slice(&seq.to_le_bytes());
-}
-
 /// The `transport-producer` side: pushes `count` chunks of about `chunk_bytes` (sequence
 /// numbers 0..count) into ring `ring`, waiting while it is full.
 pub fn run_producer(ring: &str, chunk_bytes: usize, count: u64) -> anyhow::Result<()> {
@@ -410,85 +343,30 @@ fn weight_latency(bytes: usize, samples: usize) -> anyhow::Result<WeightsRow> {
     ensure!(samples >= 1, "--weight-samples must be at least 1");
     let name = format!("{SEGMENT_PREFIX}bench-{}-weights", unique_run_id());
     let mut publisher = WeightPublisher::create(&name, bytes)?;
-    let mut blob: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
-    let total = samples + WEIGHT_WARMUP;
-    let acked = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
     // The subscriber: its own mapping, polling as an actor would between chunks (but
     // continuously, so the latency is the mechanism's, not the poll interval's).
-    let subscriber = {
-        let (acked, stop, name) = (acked.clone(), stop.clone(), name.clone());
-        std::thread::spawn(move || -> anyhow::Result<Vec<(u64, Instant)>> {
-            let mut sub = WeightSubscriber::open(&name)?;
-            let mut out = Vec::with_capacity(bytes);
-            let mut seen = Vec::with_capacity(total);
-            let mut have = 0;
-            while !stop.load(Ordering::Relaxed) {
-                if sub.latest_version() <= have {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                if let Some(v) = sub.fetch_newer(have, &mut out)? {
-                    let at = Instant::now();
-                    ensure!(
-                        out.len() == bytes && out[..8] == v.to_le_bytes(),
-                        "weights version {v}: wrong content"
-                    );
-                    seen.push((v, at));
-                    have = v;
-                    acked.store(v, Ordering::Release);
-                }
+    let subscriber = Subscriber::spawn(samples, "subscriber", move |seen| {
+        let mut sub = WeightSubscriber::open(&name)?;
+        let mut out = Vec::with_capacity(bytes);
+        let mut have = 0;
+        while seen.running() {
+            if sub.latest_version() <= have {
+                std::hint::spin_loop();
+                continue;
             }
-            Ok(seen)
-        })
-    };
-    let mut started = Vec::with_capacity(total);
-    let mut result = Ok(());
-    for v in 1..=total as u64 {
-        blob[..8].copy_from_slice(&v.to_le_bytes());
-        let t0 = Instant::now();
-        publisher.publish(v, &blob)?;
-        started.push(t0);
-        while acked.load(Ordering::Acquire) < v {
-            if t0.elapsed() > Duration::from_secs(10) || subscriber.is_finished() {
-                result = Err(anyhow::anyhow!(
-                    "weights version {v} never reached the subscriber"
-                ));
-                break;
+            if let Some(v) = sub.fetch_newer(have, &mut out)? {
+                let at = Instant::now();
+                ensure!(
+                    out.len() == bytes && out[..8] == v.to_le_bytes(),
+                    "weights version {v}: wrong content"
+                );
+                seen.saw(v, at);
+                have = v;
             }
-            std::thread::yield_now();
         }
-        if result.is_err() {
-            break;
-        }
-        // Let the subscriber go back to polling, as between real updates.
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let seen = match subscriber.join() {
-        Ok(seen) => seen?,
-        Err(_) => bail!("the weights subscriber thread panicked"),
-    };
-    result?;
-    let mut latencies: Vec<Duration> = seen
-        .iter()
-        .filter(|(v, _)| *v as usize > WEIGHT_WARMUP)
-        .map(|&(v, at)| at - started[v as usize - 1])
-        .collect();
-    ensure!(!latencies.is_empty(), "no weight update was observed");
-    latencies.sort();
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    let (median_ms, _, max_ms) = summarize(&latencies);
-    let p90 = latencies[((latencies.len() * 9).div_ceil(10)).saturating_sub(1)];
-    Ok(WeightsRow {
-        bench: "transport",
-        kind: "weights",
-        weight_bytes: bytes,
-        median_us: median_ms * 1e3,
-        p90_us: us(p90),
-        max_us: max_ms * 1e3,
-        samples: latencies.len(),
-    })
+        Ok(())
+    });
+    subscriber.measure("weights", bytes, |v, blob| Ok(publisher.publish(v, blob)?))
 }
 
 /// Parses a byte size: digits with an optional binary suffix, `K`/`KiB`, `M`/`MiB`,
@@ -529,20 +407,5 @@ mod tests {
             .unwrap_err()
             .contains("unknown size suffix"));
         assert!(parse_size("M").is_err());
-    }
-
-    #[test]
-    fn bench_chunks_are_close_to_the_nominal_size_and_valid() {
-        for size in [64 << 10, 1 << 20] {
-            let mut encoded = bench_chunk(size).unwrap();
-            assert!(
-                encoded.len() <= size && encoded.len() * 100 >= size * 99,
-                "{size}: {}",
-                encoded.len()
-            );
-            set_seq(&mut encoded, 12345);
-            let meta = Chunk::verify_checksum(&encoded).unwrap();
-            assert_eq!(meta.seq, 12345);
-        }
     }
 }

@@ -1,5 +1,7 @@
 //! `recur-bench`: recur's benchmarks, one JSON object per result line on stdout.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use learner::bench::actor::ActorBench;
 use learner::bench::learner::LearnerBench;

@@ -1,5 +1,7 @@
 //! `recur-learner`: the learner process.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 use anyhow::Context;

@@ -164,7 +164,7 @@ fn load(dir: &Path) -> Result<Loaded, ExportError> {
         ));
     }
     let policy =
-        common::rollout::init_policy(&config, 0).map_err(|e| ExportError::Architecture {
+        common::policy::init_policy(&config, 0).map_err(|e| ExportError::Architecture {
             path: policy_path.clone(),
             problem: e.to_string(),
         })?;

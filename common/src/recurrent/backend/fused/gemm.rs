@@ -3,52 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::mat::Mat;
 use super::simd::{self, Level};
-
-/// A read-only `[rows, cols]` matrix inside a slice: element `(i, j)` at `i * rs + j * cs`.
-#[derive(Clone, Copy)]
-pub(crate) struct Mat<'a> {
-    pub data: &'a [f32],
-    pub rows: usize,
-    pub cols: usize,
-    pub rs: usize,
-    pub cs: usize,
-}
-
-impl<'a> Mat<'a> {
-    /// Row-major `[rows, cols]` starting at `data[0]`.
-    pub fn rows(data: &'a [f32], rows: usize, cols: usize) -> Self {
-        Self {
-            data,
-            rows,
-            cols,
-            rs: cols,
-            cs: 1,
-        }
-    }
-
-    /// Row-major with a row stride (a column block of a wider matrix).
-    pub fn strided(data: &'a [f32], rows: usize, cols: usize, rs: usize) -> Self {
-        Self {
-            data,
-            rows,
-            cols,
-            rs,
-            cs: 1,
-        }
-    }
-
-    /// The transpose (a view, no copy).
-    pub fn t(self) -> Self {
-        Self {
-            data: self.data,
-            rows: self.cols,
-            cols: self.rows,
-            rs: self.cs,
-            cs: self.rs,
-        }
-    }
-}
 
 /// `c <- a b + beta c` with `c` row-major `[a.rows, b.cols]` with row stride `c_rs`.
 pub(crate) fn gemm(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32], c_rs: usize) {
@@ -123,37 +79,17 @@ pub fn square_gemm_peak(n: usize, threads: usize, iters: usize) -> (Duration, f6
     let b: Vec<f32> = (0..n * n).map(|i| ((i % 13) as f32 - 6.0) * 0.01).collect();
     let mut c = vec![0.0f32; n * n];
     let parts = blocks(n, threads);
-    let mut run = || {
-        let lens: Vec<usize> = parts.iter().map(|&(_, len)| len).collect();
-        let outs = split_mut(&mut c, lens, n);
-        let jobs: Vec<_> = parts
-            .iter()
-            .zip(outs)
-            .map(|(&(first, len), out)| {
-                let (a, b) = (&a, &b);
-                move || {
-                    gemm(
-                        Mat::rows(&a[first * n..(first + len) * n], len, n),
-                        Mat::rows(b, n, n),
-                        0.0,
-                        out,
-                        n,
-                    )
-                }
-            })
-            .collect();
-        parallel(jobs);
-    };
-    run();
-    let mut samples: Vec<Duration> = (0..iters.max(1))
-        .map(|_| {
-            let start = Instant::now();
-            run();
-            start.elapsed()
+    let median = median_time(iters, || {
+        over_blocks(&mut c, &parts, n, |first, len, out| {
+            gemm(
+                Mat::rows(&a[first * n..(first + len) * n], len, n),
+                Mat::rows(&b, n, n),
+                0.0,
+                out,
+                n,
+            )
         })
-        .collect();
-    samples.sort();
-    let median = samples[samples.len() / 2];
+    });
     let flops = 2.0 * (n as f64).powi(3);
     (median, flops / median.as_secs_f64() / 1e9)
 }
@@ -175,30 +111,45 @@ pub fn step_gemm_rate(
     let b: Vec<f32> = (0..k * n).map(|i| ((i % 13) as f32 - 6.0) * 0.01).collect();
     let mut c = vec![0.0f32; rows * n];
     let parts = blocks(rows, threads);
-    let mut run = || {
+    let median = median_time(iters, || {
         let packed = simd::Packed::new(Mat::rows(&b, k, n), Level::current());
-        let lens: Vec<usize> = parts.iter().map(|&(_, len)| len).collect();
-        let outs = split_mut(&mut c, lens, n);
-        let jobs: Vec<_> = parts
-            .iter()
-            .zip(outs)
-            .map(|(&(first, len), out)| {
-                let (a, packed) = (&a, &packed);
-                move || {
-                    for _ in 0..steps {
-                        simd::gemm_packed(
-                            Mat::rows(&a[first * k..(first + len) * k], len, k),
-                            packed,
-                            1.0,
-                            out,
-                            n,
-                        );
-                    }
-                }
-            })
-            .collect();
-        parallel(jobs);
-    };
+        over_blocks(&mut c, &parts, n, |first, len, out| {
+            for _ in 0..steps {
+                simd::gemm_packed(
+                    Mat::rows(&a[first * k..(first + len) * k], len, k),
+                    &packed,
+                    1.0,
+                    out,
+                    n,
+                );
+            }
+        })
+    });
+    let flops = 2.0 * (rows * k * n * steps) as f64;
+    flops / median.as_secs_f64() / 1e9
+}
+
+/// Runs `job(first, len, out)` for every block `(first, len)` of `parts`, one thread each,
+/// `out` the block's rows of the row-major `c` (`n` wide).
+fn over_blocks(
+    c: &mut [f32],
+    parts: &[(usize, usize)],
+    n: usize,
+    job: impl Fn(usize, usize, &mut [f32]) + Sync,
+) {
+    let outs = split_mut(c, parts.iter().map(|&(_, len)| len), n);
+    let job = &job;
+    let jobs: Vec<_> = parts
+        .iter()
+        .zip(outs)
+        .map(|(&(first, len), out)| move || job(first, len, out))
+        .collect();
+    parallel(jobs);
+}
+
+/// The median (the upper one of an even count) of `iters` (at least one) timed calls of
+/// `run`, after one warm-up call.
+fn median_time(iters: usize, mut run: impl FnMut()) -> Duration {
     run();
     let mut samples: Vec<Duration> = (0..iters.max(1))
         .map(|_| {
@@ -208,8 +159,7 @@ pub fn step_gemm_rate(
         })
         .collect();
     samples.sort();
-    let flops = 2.0 * (rows * k * n * steps) as f64;
-    flops / samples[samples.len() / 2].as_secs_f64() / 1e9
+    samples[samples.len() / 2]
 }
 
 #[cfg(test)]

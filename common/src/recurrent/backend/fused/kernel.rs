@@ -21,7 +21,8 @@
 //! - `Keep::States` (`recompute = "full"`) saves only the states entering each step; the
 //!   backward recomputes each step's gates from them, as the forward computed them.
 
-use super::gemm::{blocks, parallel, split_mut, Mat};
+use super::gemm::{blocks, parallel, split_mut};
+use super::mat::Mat;
 use super::pool;
 use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
 use crate::recurrent::math::{

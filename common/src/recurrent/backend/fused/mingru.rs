@@ -32,8 +32,9 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::ndarray::NdArrayTensor;
 use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
 
-use super::gemm::{blocks, parallel, split_mut, Mat};
+use super::gemm::{blocks, parallel, split_mut};
 use super::kernel::Stored;
+use super::mat::Mat;
 use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
 use super::{host, pool, primitive, register_grad, AdTensor, Call};
 use crate::backend::{Cpu, CpuAutodiff};

@@ -19,6 +19,7 @@
 
 mod gemm;
 mod kernel;
+mod mat;
 mod mingru;
 mod pool;
 #[allow(unsafe_code)]
@@ -40,9 +41,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use ndarray::{ArcArray, IxDyn};
 
-pub(crate) use gemm::Mat;
 pub use gemm::{square_gemm_peak, step_gemm_rate, threads};
 use kernel::{CellOut, Dims, Keep, Params, Saved, Stored, Wanted};
+pub(crate) use mat::Mat;
 pub use simd::Level as SimdLevel;
 pub(crate) use simd::{gemm_packed, Packed};
 use views::slab;

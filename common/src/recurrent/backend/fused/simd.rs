@@ -18,7 +18,7 @@
 
 use std::sync::OnceLock;
 
-use super::gemm::Mat;
+use super::mat::Mat;
 use super::pool;
 
 /// The instruction set the kernels run with.

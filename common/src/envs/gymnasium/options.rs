@@ -1,0 +1,94 @@
+//! How the gymnasium bridge starts its Python workers: [`GymnasiumOptions`] and the defaults of
+//! the `RECUR_PYTHON` / `RECUR_GYM_*` settings it reads.
+
+use std::time::Duration;
+
+/// The interpreter when `RECUR_PYTHON` is unset.
+pub const DEFAULT_PYTHON: &str = "python3";
+
+/// How long the actor polls the pipe for a worker's answer without sleeping (yielding the CPU
+/// between polls) before it blocks, when `RECUR_GYM_SPIN_US` is unset: 0, block at once. An
+/// actor asleep until the worker's answer byte wakes it makes that write a wake-up, which on
+/// a busy machine can hand the worker's CPU to the actor; polling avoids the wake-up but burns
+/// CPU, and on the loaded 2-core machine of docs/BENCHMARKS.md it did not pay (same medians
+/// within the noise), so it is opt-in.
+pub const DEFAULT_SPIN_US: u64 = 0;
+
+/// How long a worker polls for the actor's next command before it blocks, when
+/// `RECUR_GYM_WORKER_SPIN_US` is unset. It yields the CPU between polls, so another runnable
+/// process (the actor, the other worker) is not kept waiting. With two workers the actor runs
+/// the policy on one worker's envs while the other steps, so each worker waits about one
+/// policy step per vector step: a wake-up there cost more than the step of 8 CartPole envs on
+/// the 2-core VM (docs/BENCHMARKS.md).
+pub const DEFAULT_WORKER_SPIN_US: u64 = 300;
+
+/// Python worker processes per actor when `RECUR_GYM_WORKERS` is unset: two where the machine
+/// has two cores or more (each steps half the envs, in parallel, while the actor runs the
+/// policy on the other half: what lets the bridge outrun a one-process `SyncVectorEnv`), else
+/// one.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+}
+
+/// How the bridge starts its Python workers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GymnasiumOptions {
+    /// The interpreter (`RECUR_PYTHON`, default `python3`).
+    pub python: String,
+    /// Modules imported before `gymnasium.make` (how POPGym and rl_zoo3 register their ids).
+    pub imports: Vec<String>,
+    /// Keyword arguments of `gymnasium.make` (a JSON object).
+    pub kwargs: Option<serde_json::Value>,
+    /// How long a worker may take to answer one command (and to start), `RECUR_GYM_TIMEOUT_S`
+    /// seconds, default 60.
+    pub timeout: Duration,
+    /// Python worker processes per actor (`RECUR_GYM_WORKERS`, default [`default_workers`];
+    /// at most `E`).
+    pub workers: usize,
+    /// Step the environments in two groups, so that the actor's policy runs on one while the
+    /// other steps (`RECUR_GYM_PIPELINE`, default on; `0` turns it off).
+    pub pipeline: bool,
+    /// How long the actor polls for a worker's answer without sleeping before it blocks
+    /// (`RECUR_GYM_SPIN_US` microseconds, default 0: block at once).
+    pub spin: Duration,
+    /// How long a worker polls for the actor's next command without sleeping before it blocks
+    /// (`RECUR_GYM_WORKER_SPIN_US` microseconds, default [`DEFAULT_WORKER_SPIN_US`]).
+    pub worker_spin: Duration,
+}
+
+impl Default for GymnasiumOptions {
+    /// The interpreter from `RECUR_PYTHON` and the timeout from `RECUR_GYM_TIMEOUT_S`; no
+    /// imports, no kwargs.
+    fn default() -> Self {
+        GymnasiumOptions {
+            python: std::env::var("RECUR_PYTHON").unwrap_or_else(|_| DEFAULT_PYTHON.into()),
+            imports: Vec::new(),
+            kwargs: None,
+            timeout: Duration::from_secs_f64(
+                std::env::var("RECUR_GYM_TIMEOUT_S")
+                    .ok()
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .filter(|s| s.is_finite() && *s > 0.0)
+                    .unwrap_or(60.0),
+            ),
+            workers: std::env::var("RECUR_GYM_WORKERS")
+                .ok()
+                .and_then(|s| s.parse::<usize>().ok())
+                .filter(|&w| w >= 1)
+                .unwrap_or_else(default_workers),
+            pipeline: std::env::var("RECUR_GYM_PIPELINE").map_or(true, |v| v.trim() != "0"),
+            spin: Duration::from_micros(
+                std::env::var("RECUR_GYM_SPIN_US")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(DEFAULT_SPIN_US),
+            ),
+            worker_spin: Duration::from_micros(
+                std::env::var("RECUR_GYM_WORKER_SPIN_US")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(DEFAULT_WORKER_SPIN_US),
+            ),
+        }
+    }
+}
