@@ -102,8 +102,10 @@ pub enum FrameError {
     Body(String),
 }
 
+/// bincode with a decode limit of one frame: a length inside a body that claims more than the
+/// frame holds is an error, not an allocation (found by the `control_frame` fuzz target).
 fn config() -> impl bincode::config::Config {
-    bincode::config::standard()
+    bincode::config::standard().with_limit::<MAX_FRAME>()
 }
 
 /// Encodes `message` as one frame.

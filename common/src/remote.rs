@@ -147,7 +147,12 @@ pub fn decode_message<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> 
         return Err(WireError::Version { got });
     }
     let (message, used) =
-        bincode::serde::decode_from_slice(&body[4..], bincode::config::standard())
+        // The limit of a message frame: a length inside the body that claims more is an error,
+        // not an allocation (found by the `remote_frame` fuzz target).
+        bincode::serde::decode_from_slice(
+            &body[4..],
+            bincode::config::standard().with_limit::<MESSAGE_MAX>(),
+        )
             .map_err(|e| WireError::Body(e.to_string()))?;
     if used != body.len() - 4 {
         return Err(WireError::Body(format!(

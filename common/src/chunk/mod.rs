@@ -361,7 +361,17 @@ impl Chunk {
     /// alone (without checking the payload).
     pub fn encoded_len(bytes: &[u8]) -> Result<usize, ChunkError> {
         let (meta, header_end) = decode_meta(bytes)?;
-        Ok(header_end + meta.payload_len as usize)
+        // A header's payload_len is untrusted: past usize it is a bounds error, not an
+        // overflow (found by the `chunk` fuzz target).
+        usize::try_from(meta.payload_len)
+            .ok()
+            .and_then(|len| header_end.checked_add(len))
+            .ok_or(ChunkError::Bounds {
+                what: "payload",
+                offset: header_end,
+                need: usize::MAX,
+                len: bytes.len(),
+            })
     }
 
     /// Appends the state the actor saved right after collecting this chunk (sync runs: the
