@@ -32,7 +32,7 @@ fn python() -> String {
 fn popgym_available() -> bool {
     let python = python();
     let ok = Command::new(&python)
-        .args(["-c", "import gymnasium, numpy, popgym"])
+        .args(["-c", "import gymnasium, numpy, popgym, mazelib"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -40,15 +40,15 @@ fn popgym_available() -> bool {
     if !ok {
         assert!(
             std::env::var_os("RECUR_REQUIRE_PYTHON").is_none(),
-            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import gymnasium, numpy, popgym \
-             (python3 -m pip install gymnasium numpy popgym)"
+            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import gymnasium, numpy, popgym, mazelib \
+             (python3 -m pip install gymnasium numpy popgym mazelib)"
         );
         use std::io::Write;
         let thread = std::thread::current();
         let _ = writeln!(
             std::io::stderr().lock(),
-            "SKIPPED {}: {python} cannot import gymnasium, numpy, popgym; install them \
-             (python3 -m pip install numpy gymnasium popgym) to run this test",
+            "SKIPPED {}: {python} cannot import gymnasium, numpy, popgym, mazelib; install them \
+             (python3 -m pip install numpy gymnasium popgym mazelib) to run this test",
             thread.name().unwrap_or("a test")
         );
     }

@@ -4,7 +4,7 @@ Usage: python3 popgym_trace.py STEPS SEED[,SEED...] ID [ID ...]
 
 For each id and seed: one env from gymnasium.make(id) (as recur's gymnasium bridge builds it),
 episodes reset with seed = SEED * 1000 + episode, random actions (Python's random.Random, seeded
-from the id and SEED; in Battleship, MineSweeper and Concentration 50%, 15% or none of them, for seeds 1, 2, 3
+from the id and SEED; in Battleship, MineSweeper, Concentration and the labyrinths 50%, 15% or none of them, for seeds 1, 2, 3
 mod 3, are drawn among moves that make progress, and in the CartPole variants 90%, 50% or none come from a
 balancing controller, see helpful_action; Box actions, the Pendulum variants' torques, are uniform float32
 in the space's bounds) until at least STEPS steps have been taken, finishing the last episode.
@@ -98,6 +98,27 @@ def helpful_action(env, rng):
         # to popgym's max_episode_length (truncation), not only fall over.
         x, x_dot, theta, theta_dot = u.state
         return [int(theta + 0.5 * theta_dot + 0.05 * x + 0.1 * x_dot > 0)]
+    elif name.startswith("Labyrinth"):
+        # The first move of a shortest path to the exit (Escape) or to the nearest square not
+        # visited yet (Explore), by breadth-first search over the squares the agent can enter.
+        grid, explored = u.maze.grid, u.explored
+        if name.startswith("LabyrinthEscape"):
+            wanted = lambda p: grid[p] == 3
+        else:
+            wanted = lambda p: grid[p] != 1 and explored[p] == 0
+        start = tuple(u.position)
+        first = {start: None}
+        queue = [start]
+        for p in queue:
+            if wanted(p):
+                return [first[p]]
+            for a, (dy, dx) in enumerate([(0, -1), (0, 1), (-1, 0), (1, 0)]):
+                q = (p[0] + dy, p[1] + dx)
+                if (0 <= q[0] < grid.shape[0] and 0 <= q[1] < grid.shape[1]
+                        and grid[q] != 1 and q not in first):
+                    first[q] = a if first[p] is None else first[p]
+                    queue.append(q)
+        return None
     elif name.startswith("Concentration"):
         hidden = [p for p in range(u.deck.num_cards)
                   if p not in u.deck["face_up_idx"] and p not in u.deck["in_play_idx"]]

@@ -13,7 +13,7 @@ use super::{write_obs, ActionRef, Env, EnvError, Space, StepResult};
 /// with a force of 10 N for 0.02 s (explicit Euler). The episode terminates once
 /// `|x| > 2.4` or `|theta| > 12°`; the reward is 1 on every step, the terminating one included.
 /// No time limit of its own: [`super::make`] wraps it in a 500-step [`super::TimeLimit`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct CartPole {
     state: [f64; 4],
     /// Steps taken after the one that terminated (gymnasium rewards those with 0).

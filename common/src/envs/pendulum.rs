@@ -22,7 +22,7 @@ use super::{write_obs, ActionRef, Env, EnvError, Space, StepResult};
 /// numpy evaluates `u**2` with the C library's `powf`, which glibc may round one float32 ulp
 /// differently. In gymnasium's reference rollouts that happens at 1 step in 600 and moves the
 /// reward by 2⁻³⁶ (1.5e-11); the dynamics do not use `u²` and match bit for bit.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Pendulum {
     state: [f64; 2],
 }

@@ -15,8 +15,9 @@ use crate::envs::{ActionRef, Env, Space, StepResult};
 /// The observation is `[one-hot mode (2; watch = 1, play = 0), one-hot suit (4)]` (popgym:
 /// `Tuple(Discrete(2), Discrete(4))`): the card just dealt while watching, suit 0 while
 /// playing.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Autoencode {
+    #[serde(skip)]
     id: &'static str,
     num_cards: usize,
     rng: Generator,
@@ -107,4 +108,6 @@ impl Env for Autoencode {
             truncated: false,
         }
     }
+
+    super::state_by_serde!();
 }

@@ -14,8 +14,9 @@ use crate::envs::{ActionRef, Env, Space, StepResult};
 /// before is rewarded `1/14`, anything else `-1/(b^2 - 14)`. The observation is hit (1) or
 /// miss (0) as a one-hot `[2]` (0 at reset). The episode terminates when all 14 ship squares
 /// are hit and truncates at step `b^2` (both may hold).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Battleship {
+    #[serde(skip)]
     id: &'static str,
     size: usize,
     rng: Generator,
@@ -130,4 +131,6 @@ impl Env for Battleship {
             truncated: self.steps >= max_steps,
         }
     }
+
+    super::state_by_serde!();
 }

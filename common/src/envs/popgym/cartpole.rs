@@ -9,7 +9,7 @@ use super::{check_obs, id_of, seeded, Difficulty};
 use crate::envs::{ActionRef, CartPole, Env, Space, StepResult};
 
 /// Which popgym CartPole.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 enum Variant {
     /// Observes `[x, theta]`.
     Position,
@@ -38,8 +38,9 @@ enum Variant {
 /// when stepping past termination). The reset state is gymnasium's,
 /// `np_random.uniform(-0.05, 0.05, size=4)`, drawn from the [`numpy_rng`](super::numpy_rng)
 /// port so it is the package's draw for the same seed.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PopgymCartPole {
+    #[serde(skip)]
     id: &'static str,
     variant: Variant,
     max_episode_length: u32,
@@ -182,4 +183,6 @@ impl Env for PopgymCartPole {
             truncated,
         }
     }
+
+    super::state_by_serde!();
 }

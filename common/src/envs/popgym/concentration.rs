@@ -18,8 +18,9 @@ use crate::envs::{ActionRef, Env, Space, StepResult};
 /// (`d` = 2 colours or 13 ranks, `d` = face down), `n (d + 1)` values in all (popgym:
 /// `MultiDiscrete([d + 1] * n)`), as it was after the flip, before the turn ends. The
 /// episode truncates at step `T`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Concentration {
+    #[serde(skip)]
     id: &'static str,
     num_cards: usize,
     kind: CardKind,
@@ -142,4 +143,6 @@ impl Env for Concentration {
             truncated,
         }
     }
+
+    super::state_by_serde!();
 }

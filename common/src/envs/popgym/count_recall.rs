@@ -19,8 +19,9 @@ use crate::envs::{ActionRef, Env, Space, StepResult};
 ///
 /// popgym's `CountRecall.sample_deck` would draw from the global `np.random`, but nothing
 /// calls it: every draw comes from the seeded generator.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct CountRecall {
+    #[serde(skip)]
     id: &'static str,
     num_cards: usize,
     kind: CardKind,
@@ -110,4 +111,6 @@ impl Env for CountRecall {
             truncated: false,
         }
     }
+
+    super::state_by_serde!();
 }

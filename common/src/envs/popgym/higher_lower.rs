@@ -12,8 +12,9 @@ use crate::envs::{ActionRef, Env, Space, StepResult};
 /// card: rewarded 0 if the ranks are equal, `+1/n` if the guess was right, `-1/n` if wrong.
 /// The observation is the one-hot rank `[13]` of the latest card. The episode terminates on
 /// the step that deals the last card (step `n - 1`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct HigherLower {
+    #[serde(skip)]
     id: &'static str,
     num_cards: usize,
     rng: Generator,
@@ -84,4 +85,6 @@ impl Env for HigherLower {
             truncated: false,
         }
     }
+
+    super::state_by_serde!();
 }

@@ -15,8 +15,9 @@ use crate::envs::{ActionRef, Env, Space, StepResult};
 /// terminates once every free square has been clicked, and truncates at step `T` otherwise.
 /// The observation is the number of mines in the clicked square's 3x3 neighbourhood (itself
 /// included) as a one-hot `[min(m + 1, 10)]` (0 at reset).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct MineSweeper {
+    #[serde(skip)]
     id: &'static str,
     dims: [usize; 2],
     mines: usize,
@@ -129,4 +130,6 @@ impl Env for MineSweeper {
             truncated,
         }
     }
+
+    super::state_by_serde!();
 }

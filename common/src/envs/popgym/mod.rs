@@ -46,8 +46,10 @@ mod cartpole;
 mod concentration;
 mod count_recall;
 mod higher_lower;
+mod labyrinth;
 mod libm;
 mod minesweeper;
+pub mod mt19937;
 mod multiarmed_bandit;
 mod pendulum;
 mod repeat_first;
@@ -59,6 +61,7 @@ pub use cartpole::PopgymCartPole;
 pub use concentration::Concentration;
 pub use count_recall::CountRecall;
 pub use higher_lower::HigherLower;
+pub use labyrinth::Labyrinth;
 pub use minesweeper::MineSweeper;
 pub use multiarmed_bandit::MultiarmedBandit;
 pub use pendulum::PopgymPendulum;
@@ -114,7 +117,36 @@ pub const POPGYM_IDS: &[&str] = &[
     "popgym-NoisyPositionOnlyPendulumEasy-v0",
     "popgym-NoisyPositionOnlyPendulumMedium-v0",
     "popgym-NoisyPositionOnlyPendulumHard-v0",
+    "popgym-LabyrinthEscapeEasy-v0",
+    "popgym-LabyrinthEscapeMedium-v0",
+    "popgym-LabyrinthEscapeHard-v0",
+    "popgym-LabyrinthExploreEasy-v0",
+    "popgym-LabyrinthExploreMedium-v0",
+    "popgym-LabyrinthExploreHard-v0",
 ];
+
+/// `Env::save_state`/`load_state` for a family whose struct is serde (its `id` skipped): the
+/// state is `(id, struct)`, and a state of another id is refused.
+macro_rules! state_by_serde {
+    () => {
+        fn save_state(&self) -> Option<Vec<u8>> {
+            Some(crate::envs::encode_state(&(self.id, self)))
+        }
+
+        fn load_state(&mut self, state: &[u8]) -> Result<(), crate::envs::EnvError> {
+            let (id, env): (String, Self) = crate::envs::decode_state(self.id, state)?;
+            if id != self.id {
+                return Err(crate::envs::EnvError::State {
+                    id: self.id.to_owned(),
+                    reason: format!("the state is one of {id}"),
+                });
+            }
+            *self = Self { id: self.id, ..env };
+            Ok(())
+        }
+    };
+}
+use state_by_serde;
 
 /// popgym's three difficulty levels; each family documents its parameters per level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -164,6 +196,8 @@ pub fn make(id: &str) -> Option<Box<dyn Env>> {
         "VelocityOnlyCartpole" => Box::new(PopgymCartPole::velocity_only(level)),
         "PositionOnlyPendulum" => Box::new(PopgymPendulum::position_only(level)),
         "NoisyPositionOnlyPendulum" => Box::new(PopgymPendulum::noisy_position_only(level)),
+        "LabyrinthEscape" => Box::new(Labyrinth::escape(level)),
+        "LabyrinthExplore" => Box::new(Labyrinth::explore(level)),
         _ => return None,
     })
 }
@@ -329,7 +363,6 @@ mod tests {
             assert!(space.contains_obs(&obs), "{id}: {obs:?}");
         }
         assert!(make("popgym-RepeatFirstExtreme-v0").is_none());
-        assert!(make("popgym-LabyrinthEscapeEasy-v0").is_none());
     }
 
     #[test]
@@ -339,6 +372,66 @@ mod tests {
             let spec = r.spec(id).unwrap();
             assert_eq!(spec.max_episode_steps, None, "{id}");
         }
+    }
+
+    /// A state saved mid-episode and loaded into a fresh environment continues the same
+    /// episode: the same observations, rewards and flags under the same actions, episode ends
+    /// and later (seeded) resets included. A state of another id is refused.
+    #[test]
+    fn a_saved_state_continues_the_same_episode() {
+        let random_action = |space: &Space, rng: &mut Generator| -> (Vec<i64>, Vec<f32>) {
+            match space {
+                Space::Discrete { n } => (vec![rng.integers(0, *n as i64)], vec![]),
+                Space::MultiDiscrete { nvec } => (
+                    nvec.iter().map(|&n| rng.integers(0, n as i64)).collect(),
+                    vec![],
+                ),
+                Space::Box { low, high } => (
+                    vec![],
+                    low.iter()
+                        .zip(high)
+                        .map(|(&l, &h)| rng.uniform(l.into(), h.into()) as f32)
+                        .collect(),
+                ),
+            }
+        };
+        let play = |env: &mut dyn Env, actions: &[(Vec<i64>, Vec<f32>)], obs: &mut Vec<f32>| {
+            let mut trace = Vec::new();
+            for (k, (d, c)) in actions.iter().enumerate() {
+                let action = match env.action_space() {
+                    Space::Discrete { .. } => ActionRef::Discrete(d[0]),
+                    Space::MultiDiscrete { .. } => ActionRef::MultiDiscrete(d),
+                    Space::Box { .. } => ActionRef::Continuous(c),
+                };
+                let r = env.step(action, obs);
+                trace.push((r.reward.to_bits(), r.terminated, r.truncated, obs.clone()));
+                if r.terminated || r.truncated {
+                    env.reset(1000 + k as u64, obs);
+                    trace.push((0, false, false, obs.clone()));
+                }
+            }
+            trace
+        };
+        for &id in POPGYM_IDS {
+            let mut env = make(id).unwrap();
+            let space = env.action_space();
+            let mut obs = vec![0.0; env.observation_space().dim()];
+            let mut rng = seeded(5);
+            env.reset(9, &mut obs);
+            let warmup: Vec<_> = (0..7).map(|_| random_action(&space, &mut rng)).collect();
+            play(env.as_mut(), &warmup, &mut obs);
+            let state = env
+                .save_state()
+                .unwrap_or_else(|| panic!("{id} saves its state"));
+            let actions: Vec<_> = (0..300).map(|_| random_action(&space, &mut rng)).collect();
+            let want = play(env.as_mut(), &actions, &mut obs);
+            let mut restored = make(id).unwrap();
+            restored.load_state(&state).unwrap();
+            assert_eq!(play(restored.as_mut(), &actions, &mut obs), want, "{id}");
+        }
+        let state = make(POPGYM_IDS[0]).unwrap().save_state().unwrap();
+        let err = make(POPGYM_IDS[1]).unwrap().load_state(&state).unwrap_err();
+        assert!(err.to_string().contains(POPGYM_IDS[0]), "{err}");
     }
 
     /// Random actions until 3 episodes end: every observation stays in the space, and the same

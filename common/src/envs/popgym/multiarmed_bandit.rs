@@ -13,8 +13,9 @@ use crate::envs::{ActionRef, Env, Space, StepResult};
 /// is below its probability, otherwise observation 0 and reward `-1/T`. The observation is
 /// that outcome as a one-hot `[2]` (0 at reset). The episode truncates at step `T`; it never
 /// terminates.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct MultiarmedBandit {
+    #[serde(skip)]
     id: &'static str,
     episode_length: u64,
     rng: Generator,
@@ -83,4 +84,6 @@ impl Env for MultiarmedBandit {
             truncated,
         }
     }
+
+    super::state_by_serde!();
 }

@@ -22,8 +22,9 @@ use crate::envs::{ActionRef, Env, Pendulum, Space, StepResult};
 /// squares are numpy's (glibc `pow`/`powf`, [`super::libm`]), so it is the package's to the
 /// bit. The reset state is gymnasium's `np_random.uniform(-[pi, 1], [pi, 1])`, drawn from the
 /// [`numpy_rng`](super::numpy_rng) port.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PopgymPendulum {
+    #[serde(skip)]
     id: &'static str,
     /// The noise's standard deviation; `None` for `PositionOnlyPendulum`.
     noise_sigma: Option<f64>,
@@ -129,4 +130,6 @@ impl Env for PopgymPendulum {
             truncated,
         }
     }
+
+    super::state_by_serde!();
 }

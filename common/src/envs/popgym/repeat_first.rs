@@ -12,8 +12,9 @@ use crate::envs::{ActionRef, Env, Space, StepResult};
 /// card's suit and `-1/(n - 1)` otherwise (`n` cards), then deals the next card. The
 /// observation is the one-hot suit `[4]` of the latest card. The episode terminates on the
 /// step that deals the last card (step `n - 1`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RepeatFirst {
+    #[serde(skip)]
     id: &'static str,
     num_cards: usize,
     rng: Generator,
@@ -77,4 +78,6 @@ impl Env for RepeatFirst {
             truncated: false,
         }
     }
+
+    super::state_by_serde!();
 }

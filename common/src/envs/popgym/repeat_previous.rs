@@ -16,8 +16,9 @@ use crate::envs::{ActionRef, Env, Space, StepResult};
 ///
 /// Not the older native `RepeatPrevious-v0` ([`crate::envs::RepeatPrevious`]), which
 /// truncates where this one terminates and shuffles with `rand`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RepeatPrevious {
+    #[serde(skip)]
     id: &'static str,
     num_cards: usize,
     k: usize,
@@ -92,4 +93,6 @@ impl Env for RepeatPrevious {
             truncated: false,
         }
     }
+
+    super::state_by_serde!();
 }
