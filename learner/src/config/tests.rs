@@ -227,6 +227,24 @@ fn every_shipped_config_is_valid() {
     );
 }
 
+/// `configs/popgym/<Family><Level>.toml`: one valid preset per native POPGym id, training it.
+#[test]
+fn every_popgym_preset_is_valid_and_trains_its_own_id() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/popgym");
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let config = TrainConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        assert_eq!(config.run.env, format!("popgym-{stem}-v0"), "{}", path.display());
+        ids.push(config.run.env);
+    }
+    ids.sort();
+    let mut want: Vec<String> = common::envs::POPGYM_IDS.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(ids, want);
+}
+
 #[test]
 fn every_shipped_replay_config_is_valid() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/replay");
