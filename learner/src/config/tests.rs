@@ -236,11 +236,19 @@ fn every_popgym_preset_is_valid_and_trains_its_own_id() {
         let path = entry.unwrap().path();
         let config = TrainConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
         let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
-        assert_eq!(config.run.env, format!("popgym-{stem}-v0"), "{}", path.display());
+        assert_eq!(
+            config.run.env,
+            format!("popgym-{stem}-v0"),
+            "{}",
+            path.display()
+        );
         ids.push(config.run.env);
     }
     ids.sort();
-    let mut want: Vec<String> = common::envs::POPGYM_IDS.iter().map(|s| s.to_string()).collect();
+    let mut want: Vec<String> = common::envs::POPGYM_IDS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     want.sort();
     assert_eq!(ids, want);
 }

@@ -32,6 +32,10 @@ pub struct Concentration {
     face_up_count: usize,
     /// Positions flipped this turn (0, 1 or 2).
     in_play: Vec<usize>,
+    /// The kind of the card at each position (`deck_idx_type[deck.idx[pos]]`).
+    kinds: Vec<u8>,
+    /// What each position shows outside the turn: its kind once face up, else face down.
+    shown: Vec<u8>,
     step: u64,
 }
 
@@ -55,6 +59,8 @@ impl Concentration {
             face_up: vec![false; n],
             face_up_count: 0,
             in_play: Vec::with_capacity(2),
+            kinds: vec![0; n],
+            shown: vec![0; n],
             step: 0,
         }
     }
@@ -68,17 +74,17 @@ impl Concentration {
         self.num_cards * self.width()
     }
 
-    /// popgym's `get_obs`.
+    /// popgym's `get_obs`: every position as [`Self::shown`], the cards in play by their kind.
     fn write(&self, obs: &mut [f32]) {
-        let (w, facedown) = (self.width(), self.kind.distinct());
+        let w = self.width();
         obs.fill(0.0);
-        for (pos, cell) in obs.chunks_exact_mut(w).enumerate() {
-            let value = if self.face_up[pos] || self.in_play.contains(&pos) {
-                self.kind.of(usize::from(self.deck.idx[pos]))
-            } else {
-                facedown
-            };
-            cell[value] = 1.0;
+        for (cell, &value) in obs.chunks_exact_mut(w).zip(&self.shown) {
+            cell[usize::from(value)] = 1.0;
+        }
+        for &pos in &self.in_play {
+            let cell = &mut obs[pos * w..(pos + 1) * w];
+            cell.fill(0.0);
+            cell[usize::from(self.kinds[pos])] = 1.0;
         }
     }
 }
@@ -105,6 +111,11 @@ impl Env for Concentration {
         self.deck = Deck::shuffled(&mut self.rng, self.num_cards);
         self.face_up.fill(false);
         self.face_up_count = 0;
+        let kind = self.kind;
+        self.kinds.clear();
+        self.kinds
+            .extend(self.deck.idx.iter().map(|&c| kind.of(usize::from(c)) as u8));
+        self.shown.fill(kind.distinct() as u8);
         self.in_play.clear();
         self.step = 0;
         self.write(obs);
@@ -129,6 +140,8 @@ impl Env for Concentration {
                 reward = 1.0 / (self.num_cards / 2) as f64;
                 self.face_up[a] = true;
                 self.face_up[b] = true;
+                self.shown[a] = self.kinds[a];
+                self.shown[b] = self.kinds[b];
                 self.face_up_count += 2;
                 terminated = self.face_up_count == self.num_cards;
             } else {
