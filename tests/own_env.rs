@@ -70,7 +70,7 @@ fn train(config: &Path, run_dir: &Path) -> Command {
 fn the_rust_example_env_describes_itself_and_trains_to_its_threshold() {
     let tmaze = example("recur-actor", "tmaze");
     let out = Command::new(&tmaze)
-        .args(["--describe-env", "TMaze-v0"])
+        .args(["--describe-env", "--env", "TMaze-v0"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -79,7 +79,7 @@ fn the_rust_example_env_describes_itself_and_trains_to_its_threshold() {
     assert_eq!(spec["max_episode_steps"], 6, "{spec}");
     // The built-in actor does not know the id.
     let out = Command::new(binary("recur-actor"))
-        .args(["--describe-env", "TMaze-v0"])
+        .args(["--describe-env", "--env", "TMaze-v0"])
         .output()
         .unwrap();
     assert!(!out.status.success());

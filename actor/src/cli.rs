@@ -50,10 +50,10 @@ pub struct Cli {
     /// Check an environment's specs with a short rollout and exit.
     #[arg(long, value_name = "ENV", conflicts_with_all = ["env", "record", "actor_args"])]
     check_env: Option<String>,
-    /// Print an environment's spaces and time limit as one JSON line and exit (the learner
-    /// asks a custom actor binary this before a run).
-    #[arg(long, value_name = "ENV", conflicts_with_all = ["env", "record", "check_env", "actor_args"])]
-    describe_env: Option<String>,
+    /// Print the spaces and time limit of the environment --env (or --actor-args) names as one
+    /// JSON line and exit (the learner asks its actor binary this before a run).
+    #[arg(long, conflicts_with_all = ["record", "check_env"])]
+    describe_env: bool,
     /// Environment id: a registered one (built in: CartPole-v1, MaskedCartPole-v1,
     /// Pendulum-v1, RepeatPrevious-v0) or gymnasium:<id> (the gymnasium bridge).
     #[arg(long, default_value = "MaskedCartPole-v1")]
@@ -225,8 +225,8 @@ pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
         "--token-file is for --connect tcp://HOST:PORT"
     );
     let args = cli.actor_args()?;
-    if let Some(env) = &cli.describe_env {
-        let spec = registry_for(&args, registry).spec(env)?;
+    if cli.describe_env {
+        let spec = registry_for(&args, registry).spec(&args.env)?;
         println!("{}", serde_json::to_string(&finite_bounds(spec))?);
         return Ok(());
     }

@@ -12,7 +12,7 @@ use common::policy::PolicyConfig;
 use common::policy::{policy_config_for, policy_config_for_spec};
 use common::rollout::{EpsilonSchedule, Exploration};
 
-use crate::config::{Algo, PolicySection, RunSection, TrainConfig};
+use crate::config::{Algo, PolicySection, TrainConfig};
 
 /// The policy a `[policy]` section describes, fitted to environment `env` (training and
 /// replay configs alike).
@@ -39,12 +39,12 @@ fn with_section(fitted: PolicyConfig, p: &PolicySection) -> PolicyConfig {
 }
 
 /// What the actors of a training run run: `run.env` with its gymnasium imports and kwargs,
-/// the collector's sizes, the learner's policy architecture `pc` (its critic core included:
+/// the collector's sizes, the `[policy]` section's architecture (its critic core included:
 /// its state is in every chunk), `seed`, and the algorithm's exploration (PPO samples from its
 /// policy; DQN actors are epsilon-greedy with the schedule counted in policy versions, one per
 /// update, one update per chunk).
-pub fn actor_args(config: &TrainConfig, pc: &PolicyConfig, seed: u64) -> ActorArgs {
-    let c = &config.collector;
+pub fn actor_args(config: &TrainConfig, seed: u64) -> ActorArgs {
+    let (c, p) = (&config.collector, &config.policy);
     let chunk_frames = (c.envs_per_actor * c.steps) as u64;
     let exploration = match (config.run.algo, &config.dqn) {
         (Algo::Dqn, Some(d)) => Exploration::Greedy(EpsilonSchedule {
@@ -57,44 +57,33 @@ pub fn actor_args(config: &TrainConfig, pc: &PolicyConfig, seed: u64) -> ActorAr
     ActorArgs {
         env: config.run.env.clone(),
         env_imports: config.run.env_imports.clone(),
-        env_kwargs: env_kwargs(&config.run),
+        env_kwargs: config.run.env_kwargs.as_ref().map(|table| {
+            serde_json::to_value(table)
+                .ok()
+                .and_then(|v| v.as_object().cloned())
+                .expect("a TOML table is a JSON object")
+        }),
         envs: c.envs_per_actor,
         steps: c.steps,
-        cell: pc.cell,
-        hidden: pc.hidden_size,
-        layers: pc.num_layers,
-        encoder: pc.encoder.clone(),
-        critic_core: pc.critic_core,
+        cell: p.cell,
+        hidden: p.hidden_size,
+        layers: p.num_layers,
+        encoder: p.encoder.clone(),
+        critic_core: p.critic_core,
         seed,
         exploration,
     }
 }
 
-/// `run.env_kwargs` as a JSON object.
-fn env_kwargs(run: &RunSection) -> Option<serde_json::Map<String, serde_json::Value>> {
-    run.env_kwargs.as_ref().map(|table| {
-        serde_json::to_value(table)
-            .ok()
-            .and_then(|v| v.as_object().cloned())
-            .expect("a TOML table is a JSON object")
-    })
-}
-
-/// Asks the actor executable `program` for the spaces of `run.env`
-/// (`program --describe-env ENV [--env-import M].. [--env-kwargs JSON]`, the one question the
-/// learner asks the binary on its command line): the run's policy is built for what the actors
-/// will run, user-registered and gymnasium environments included.
-pub fn describe_env(program: &Path, run: &RunSection) -> anyhow::Result<EnvSpec> {
-    let mut ask = Command::new(program);
-    ask.arg("--describe-env").arg(&run.env);
-    for m in &run.env_imports {
-        ask.arg("--env-import").arg(m);
-    }
-    if let Some(kwargs) = env_kwargs(run) {
-        ask.arg("--env-kwargs")
-            .arg(serde_json::Value::Object(kwargs).to_string());
-    }
-    let output = ask
+/// Asks the actor executable `program` for the spaces of the environment its actors will run
+/// with `args` (`program --describe-env --actor-args JSON`, the one question the learner asks
+/// the binary besides starting it): the run's policy is built for what the actors will run,
+/// user-registered and gymnasium environments included.
+pub fn describe_env(program: &Path, args: &ActorArgs) -> anyhow::Result<EnvSpec> {
+    let output = Command::new(program)
+        .arg("--describe-env")
+        .arg("--actor-args")
+        .arg(args.to_json())
         .output()
         .with_context(|| format!("starting {} --describe-env", program.display()))?;
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -102,7 +91,7 @@ pub fn describe_env(program: &Path, run: &RunSection) -> anyhow::Result<EnvSpec>
         output.status.success(),
         "the actor {} cannot build environment {:?} ({}):\n{}",
         program.display(),
-        run.env,
+        args.env,
         output.status,
         stderr.trim_end()
     );
@@ -112,7 +101,7 @@ pub fn describe_env(program: &Path, run: &RunSection) -> anyhow::Result<EnvSpec>
         format!(
             "{} --describe-env {:?} printed {line:?}, expected the spaces as JSON",
             program.display(),
-            run.env
+            args.env
         )
     })
 }

@@ -17,14 +17,3 @@ pub struct EnvSpec {
     /// The time limit (`truncated` on that step), if any.
     pub max_episode_steps: Option<u64>,
 }
-
-impl EnvSpec {
-    /// `observation Box(..), action Discrete(..)`, for error messages.
-    pub fn describe_spaces(&self) -> String {
-        format!(
-            "observation {}, action {}",
-            self.observation_space.describe(),
-            self.action_space.describe()
-        )
-    }
-}

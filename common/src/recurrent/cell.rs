@@ -43,15 +43,6 @@ impl CellKind {
         matches!(self, CellKind::Lstm)
     }
 
-    /// `"lstm"`, `"gru"` or `"mingru"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            CellKind::Lstm => "lstm",
-            CellKind::Gru => "gru",
-            CellKind::MinGru => "mingru",
-        }
-    }
-
     /// `"LstmModule"`, `"GruModule"` or `"MinGruModule"`, for error messages.
     pub fn module_name(self) -> &'static str {
         match self {
@@ -62,21 +53,7 @@ impl CellKind {
     }
 }
 
-impl std::str::FromStr for CellKind {
-    type Err = super::RecurrentError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "lstm" => Ok(CellKind::Lstm),
-            "gru" => Ok(CellKind::Gru),
-            "mingru" => Ok(CellKind::MinGru),
-            other => Err(super::RecurrentError::Config {
-                key: "cell",
-                value: format!("{other:?}"),
-                expected: "one of \"lstm\", \"gru\", \"mingru\"".into(),
-            }),
-        }
-    }
-}
+config_names!(CellKind, "cell", Lstm => "lstm", Gru => "gru", MinGru => "mingru");
 
 /// The recurrent weights of one layer, prepared once per call (none for minGRU).
 pub(crate) struct StepWeights<B: Backend> {

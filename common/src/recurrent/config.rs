@@ -43,34 +43,16 @@ impl RecurrentBackend {
             concrete => concrete,
         }
     }
-
-    /// The name used in configs and benchmark rows.
-    pub fn name(self) -> &'static str {
-        match self {
-            RecurrentBackend::Pad => "pad",
-            RecurrentBackend::Scan => "scan",
-            RecurrentBackend::Fused => "fused",
-            RecurrentBackend::Auto => "auto",
-        }
-    }
 }
 
-impl std::str::FromStr for RecurrentBackend {
-    type Err = RecurrentError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "pad" => Ok(RecurrentBackend::Pad),
-            "scan" => Ok(RecurrentBackend::Scan),
-            "fused" => Ok(RecurrentBackend::Fused),
-            "auto" => Ok(RecurrentBackend::Auto),
-            other => Err(RecurrentError::Config {
-                key: "backend",
-                value: format!("{other:?}"),
-                expected: "one of \"pad\", \"scan\", \"fused\", \"auto\"".into(),
-            }),
-        }
-    }
-}
+config_names!(
+    RecurrentBackend,
+    "backend",
+    Pad => "pad",
+    Scan => "scan",
+    Fused => "fused",
+    Auto => "auto",
+);
 
 /// Whether the backward pass saves activations (`none`) or recomputes them (`full`), trading
 /// compute for activation memory (TorchRL's `recurrent_recompute`).
@@ -84,30 +66,7 @@ pub enum Recompute {
     Full,
 }
 
-impl Recompute {
-    /// The name used in configs and benchmark rows.
-    pub fn name(self) -> &'static str {
-        match self {
-            Recompute::None => "none",
-            Recompute::Full => "full",
-        }
-    }
-}
-
-impl std::str::FromStr for Recompute {
-    type Err = RecurrentError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(Recompute::None),
-            "full" => Ok(Recompute::Full),
-            other => Err(RecurrentError::Config {
-                key: "recompute",
-                value: format!("{other:?}"),
-                expected: "one of \"none\", \"full\"".into(),
-            }),
-        }
-    }
-}
+config_names!(Recompute, "recompute", None => "none", Full => "full");
 
 /// Which fused kernels a tensor backend runs (see `recurrent::backend::fused_kernels`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,34 +117,16 @@ impl MatmulPrecision {
             concrete => concrete,
         }
     }
-
-    /// The name used in configs and benchmark rows.
-    pub fn name(self) -> &'static str {
-        match self {
-            MatmulPrecision::Ieee => "ieee",
-            MatmulPrecision::Tf32 => "tf32",
-            MatmulPrecision::Bf16 => "bf16",
-            MatmulPrecision::Auto => "auto",
-        }
-    }
 }
 
-impl std::str::FromStr for MatmulPrecision {
-    type Err = RecurrentError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "ieee" => Ok(MatmulPrecision::Ieee),
-            "tf32" => Ok(MatmulPrecision::Tf32),
-            "bf16" => Ok(MatmulPrecision::Bf16),
-            "auto" => Ok(MatmulPrecision::Auto),
-            other => Err(RecurrentError::Config {
-                key: "matmul_precision",
-                value: format!("{other:?}"),
-                expected: "one of \"ieee\", \"tf32\", \"bf16\", \"auto\"".into(),
-            }),
-        }
-    }
-}
+config_names!(
+    MatmulPrecision,
+    "matmul_precision",
+    Ieee => "ieee",
+    Tf32 => "tf32",
+    Bf16 => "bf16",
+    Auto => "auto",
+);
 
 /// Configuration of a recurrent module, with PyTorch's `nn.LSTM`/`nn.GRU` options and
 /// TorchRL's recurrent-module options.

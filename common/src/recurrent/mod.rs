@@ -34,6 +34,36 @@
 //! assert_eq!(out.features.dims(), [2, 5, 4]);
 //! ```
 
+/// `name()` (the name used in configs and benchmark rows) and `FromStr` of a config enum, from
+/// one list of its variants and their names; a parse error names `key`, the value and every
+/// name accepted ([`RecurrentError::Config`]).
+macro_rules! config_names {
+    ($ty:ident, $key:literal, $($variant:ident => $name:literal),+ $(,)?) => {
+        impl $ty {
+            /// The name used in configs and benchmark rows.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name,)+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = crate::recurrent::RecurrentError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($name => Ok($ty::$variant),)+
+                    other => Err(crate::recurrent::RecurrentError::Config {
+                        key: $key,
+                        value: format!("{other:?}"),
+                        expected: format!("one of {}", [$(format!("{:?}", $name)),+].join(", ")),
+                    }),
+                }
+            }
+        }
+    };
+}
+
 pub(crate) mod backend;
 mod cell;
 mod config;

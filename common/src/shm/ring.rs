@@ -233,22 +233,9 @@ impl Layout {
     /// Reads and checks the layout an opener finds in `segment` (written by another process:
     /// every value is validated against the mapping before use).
     fn read(segment: &Segment) -> Result<Self, ShmError> {
-        // Relaxed: written before the creator's Release store of the segment magic, which the
-        // open's Acquire load synchronised with.
-        let word = |at| segment.body_u64(at).load(Ordering::Relaxed);
-        let layout_err = |field, value: u64, reason: String| ShmError::Layout {
-            name: segment.name().to_string(),
-            field,
-            value,
-            reason,
-        };
-        if segment.body_len() < RING_HEADER_LEN {
-            return Err(layout_err(
-                "body size",
-                segment.body_len() as u64,
-                format!("a ring body holds at least its {RING_HEADER_LEN}-byte header"),
-            ));
-        }
+        segment.check_header_len("ring", RING_HEADER_LEN)?;
+        let word = |at| segment.layout_word(at);
+        let layout_err = |field, value, reason| segment.layout_error(field, value, reason);
         let (slots, slot_bytes) = (word(SLOTS_AT), word(SLOT_BYTES_AT));
         let as_usize = |field, v: u64| {
             usize::try_from(v).map_err(|_| layout_err(field, v, "does not fit usize".into()))
@@ -258,22 +245,9 @@ impl Layout {
             slot_bytes: as_usize("slot_bytes", slot_bytes)?,
         })
         .map_err(|e| layout_err("slots/slot_bytes", slots, e.to_string()))?;
-        let stride = word(STRIDE_AT);
-        if stride != layout.stride as u64 {
-            return Err(layout_err(
-                "slot stride",
-                stride,
-                format!("expected {} for slot_bytes {slot_bytes}", layout.stride),
-            ));
-        }
-        let offset = word(SLOTS_OFFSET_AT);
-        if offset != RING_HEADER_LEN as u64 {
-            return Err(layout_err(
-                "slots offset",
-                offset,
-                format!("expected {RING_HEADER_LEN}"),
-            ));
-        }
+        let why = format!(" for slot_bytes {slot_bytes}");
+        segment.check_layout_word("slot stride", STRIDE_AT, layout.stride, &why)?;
+        segment.check_layout_word("slots offset", SLOTS_OFFSET_AT, RING_HEADER_LEN, "")?;
         if layout.body_len > segment.body_len() {
             return Err(layout_err(
                 "slots",
@@ -751,13 +725,14 @@ mod copy_crc {
             // guarantees `len` readable/writable bytes; the unaligned forms need no alignment.
             let ld = |o: usize| unsafe { _mm512_loadu_si512(src.add(o) as *const _) };
             let st = |o: usize, v| unsafe { _mm512_storeu_si512(dst.add(o) as *mut _, v) };
-            let (mut v0, mut v1, mut v2, mut v3) = (ld(0), ld(64), ld(128), ld(192));
-            st(0, v0);
-            st(64, v1);
-            st(128, v2);
-            st(192, v3);
+            // Four streams of 64 bytes per 256-byte block, folded in parallel.
+            let mut v = [0, 64, 128, 192].map(|o| {
+                let a = ld(o);
+                st(o, a);
+                a
+            });
             // The running CRC enters as the complemented register xor-ed into the first bytes.
-            v0 = _mm512_xor_si512(v0, _mm512_castsi128_si512(_mm_cvtsi32_si128(!crc as i32)));
+            v[0] = _mm512_xor_si512(v[0], _mm512_castsi128_si512(_mm_cvtsi32_si128(!crc as i32)));
             let k = _mm512_set_epi64(
                 K_2048_HIGH,
                 K_2048_LOW,
@@ -773,26 +748,20 @@ mod copy_crc {
                 let t2 = _mm512_clmulepi64_epi128(a, k, 0x11);
                 _mm512_ternarylogic_epi64(b, t1, t2, 0x96) // b ^ t1 ^ t2
             };
-            let mut at = 256;
-            while at < len {
-                let (a0, a1, a2, a3) = (ld(at), ld(at + 64), ld(at + 128), ld(at + 192));
-                st(at, a0);
-                st(at + 64, a1);
-                st(at + 128, a2);
-                st(at + 192, a3);
-                v0 = fold(v0, a0);
-                v1 = fold(v1, a1);
-                v2 = fold(v2, a2);
-                v3 = fold(v3, a3);
-                at += 256;
+            for at in (256..len).step_by(256) {
+                for (i, vi) in v.iter_mut().enumerate() {
+                    let a = ld(at + 64 * i);
+                    st(at + 64 * i, a);
+                    *vi = fold(*vi, a);
+                }
             }
             // Collapse the 16 streams in increasing byte offset, each folded by 128 bits.
             let k3k4 = _mm_set_epi64x(K4, K3);
-            let mut x = _mm512_castsi512_si128(v0);
-            x = fold128(x, _mm512_extracti32x4_epi32::<1>(v0), k3k4);
-            x = fold128(x, _mm512_extracti32x4_epi32::<2>(v0), k3k4);
-            x = fold128(x, _mm512_extracti32x4_epi32::<3>(v0), k3k4);
-            for v in [v1, v2, v3] {
+            let mut x = _mm512_castsi512_si128(v[0]);
+            x = fold128(x, _mm512_extracti32x4_epi32::<1>(v[0]), k3k4);
+            x = fold128(x, _mm512_extracti32x4_epi32::<2>(v[0]), k3k4);
+            x = fold128(x, _mm512_extracti32x4_epi32::<3>(v[0]), k3k4);
+            for v in [v[1], v[2], v[3]] {
                 x = fold128(x, _mm512_castsi512_si128(v), k3k4);
                 x = fold128(x, _mm512_extracti32x4_epi32::<1>(v), k3k4);
                 x = fold128(x, _mm512_extracti32x4_epi32::<2>(v), k3k4);
@@ -817,35 +786,29 @@ mod copy_crc {
             // SAFETY (loads and stores below): as in `copy_crc_avx512`.
             let ld = |o: usize| unsafe { _mm256_loadu_si256(src.add(o) as *const __m256i) };
             let st = |o: usize, v| unsafe { _mm256_storeu_si256(dst.add(o) as *mut __m256i, v) };
-            let (mut v0, mut v1, mut v2, mut v3) = (ld(0), ld(32), ld(64), ld(96));
-            st(0, v0);
-            st(32, v1);
-            st(64, v2);
-            st(96, v3);
-            v0 = _mm256_xor_si256(v0, _mm256_castsi128_si256(_mm_cvtsi32_si128(!crc as i32)));
+            let mut v = [0, 32, 64, 96].map(|o| {
+                let a = ld(o);
+                st(o, a);
+                a
+            });
+            v[0] = _mm256_xor_si256(v[0], _mm256_castsi128_si256(_mm_cvtsi32_si128(!crc as i32)));
             let k = _mm256_set_epi64x(K_1024_HIGH, K_1024_LOW, K_1024_HIGH, K_1024_LOW);
             let fold = |a: __m256i, b: __m256i| {
                 let t1 = _mm256_clmulepi64_epi128(a, k, 0x00);
                 let t2 = _mm256_clmulepi64_epi128(a, k, 0x11);
                 _mm256_xor_si256(_mm256_xor_si256(b, t1), t2)
             };
-            let mut at = 128;
-            while at < len {
-                let (a0, a1, a2, a3) = (ld(at), ld(at + 32), ld(at + 64), ld(at + 96));
-                st(at, a0);
-                st(at + 32, a1);
-                st(at + 64, a2);
-                st(at + 96, a3);
-                v0 = fold(v0, a0);
-                v1 = fold(v1, a1);
-                v2 = fold(v2, a2);
-                v3 = fold(v3, a3);
-                at += 128;
+            for at in (128..len).step_by(128) {
+                for (i, vi) in v.iter_mut().enumerate() {
+                    let a = ld(at + 32 * i);
+                    st(at + 32 * i, a);
+                    *vi = fold(*vi, a);
+                }
             }
             let k3k4 = _mm_set_epi64x(K4, K3);
-            let mut x = _mm256_castsi256_si128(v0);
-            x = fold128(x, _mm256_extracti128_si256::<1>(v0), k3k4);
-            for v in [v1, v2, v3] {
+            let mut x = _mm256_castsi256_si128(v[0]);
+            x = fold128(x, _mm256_extracti128_si256::<1>(v[0]), k3k4);
+            for v in [v[1], v[2], v[3]] {
                 x = fold128(x, _mm256_castsi256_si128(v), k3k4);
                 x = fold128(x, _mm256_extracti128_si256::<1>(v), k3k4);
             }

@@ -213,44 +213,17 @@ impl WeightSubscriber {
     /// Opens weight segment `name`, checking its header and layout.
     pub fn open(name: &str) -> Result<Self, ShmError> {
         let segment = Segment::open_kind(name, Some(SegmentKind::Weights))?;
-        // Relaxed: written before the creator's Release of the segment magic, which the
-        // open's Acquire load synchronised with.
-        let word = |at| segment.body_u64(at).load(Ordering::Relaxed);
-        let layout_err = |field, value: u64, reason: String| ShmError::Layout {
-            name: name.to_string(),
-            field,
-            value,
-            reason,
-        };
-        if segment.body_len() < BUFFERS_AT {
-            return Err(layout_err(
-                "body size",
-                segment.body_len() as u64,
-                format!("a weights body holds at least its {BUFFERS_AT}-byte header"),
-            ));
-        }
-        let max = word(MAX_BYTES_AT);
+        segment.check_header_len("weights", BUFFERS_AT)?;
+        let layout_err = |field, value, reason| segment.layout_error(field, value, reason);
+        let max = segment.layout_word(MAX_BYTES_AT);
         let layout = usize::try_from(max)
             .map_err(|_| layout_err("max_bytes", max, "does not fit usize".into()))
             .and_then(|m| {
                 Layout::new(m).map_err(|e| layout_err("max_bytes", max, e.to_string()))
             })?;
-        let stride = word(STRIDE_AT);
-        if stride != layout.stride as u64 {
-            return Err(layout_err(
-                "buffer stride",
-                stride,
-                format!("expected {} for max_bytes {max}", layout.stride),
-            ));
-        }
-        let at = word(BUFFERS_AT_AT);
-        if at != BUFFERS_AT as u64 {
-            return Err(layout_err(
-                "buffers offset",
-                at,
-                format!("expected {BUFFERS_AT}"),
-            ));
-        }
+        let why = format!(" for max_bytes {max}");
+        segment.check_layout_word("buffer stride", STRIDE_AT, layout.stride, &why)?;
+        segment.check_layout_word("buffers offset", BUFFERS_AT_AT, BUFFERS_AT, "")?;
         if layout.body_len > segment.body_len() {
             return Err(layout_err(
                 "max_bytes",

@@ -46,7 +46,7 @@ impl Plan {
             (CollectorMode::Async, Some(ppo)) => ppo.frames_per_update,
             (CollectorMode::Async, None) => chunk_frames as usize,
         };
-        let spec = describe_env(&opts.actor_program, &config.run)?;
+        let spec = describe_env(&opts.actor_program, &actor_args(config, config.run.seed))?;
         let policy = fit_policy_spec(&spec, &config.policy);
         let schema = chunk_schema(&policy, c.envs_per_actor, c.steps);
         Ok(Plan {
@@ -92,9 +92,8 @@ impl Plan {
     ) -> TransportConfig {
         let config = &opts.config;
         let c = &config.collector;
-        let pc = &self.policy;
         TransportConfig {
-            actor_args: actor_args(config, pc, config.run.seed.wrapping_add(state.updates)),
+            actor_args: actor_args(config, config.run.seed.wrapping_add(state.updates)),
             actors: self.actors,
             run_dir: opts.run_dir.clone(),
             actor_program: opts.actor_program.clone(),

@@ -36,11 +36,7 @@ impl Battleship {
 
     /// The `level` variant; call [`Env::reset`] before stepping.
     pub fn new(level: Difficulty) -> Self {
-        let size = match level {
-            Difficulty::Easy => 8,
-            Difficulty::Medium => 10,
-            Difficulty::Hard => 12,
-        };
+        let size = level.pick([8, 10, 12]);
         Self {
             id: id_of("Battleship", level),
             size,

@@ -61,11 +61,7 @@ impl PopgymCartPole {
 
     /// `popgym-NoisyPositionOnlyCartPole<level>-v0`.
     pub fn noisy_position_only(level: Difficulty) -> Self {
-        let sigma = match level {
-            Difficulty::Easy => 0.1,
-            Difficulty::Medium => 0.2,
-            Difficulty::Hard => 0.3,
-        };
+        let sigma = level.pick([0.1, 0.2, 0.3]);
         Self::new(
             id_of("NoisyPositionOnlyCartPole", level),
             Variant::NoisyPosition(sigma),
@@ -121,11 +117,7 @@ impl PopgymCartPole {
 
 /// `max_episode_length` of the noiseless variants.
 fn max_len(level: Difficulty) -> u32 {
-    match level {
-        Difficulty::Easy => 200,
-        Difficulty::Medium => 400,
-        Difficulty::Hard => 600,
-    }
+    level.pick([200, 400, 600])
 }
 
 impl Env for PopgymCartPole {

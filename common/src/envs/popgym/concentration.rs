@@ -42,11 +42,11 @@ pub struct Concentration {
 impl Concentration {
     /// The `level` variant; call [`Env::reset`] before stepping.
     pub fn new(level: Difficulty) -> Self {
-        let (num_decks, kind) = match level {
-            Difficulty::Easy => (1, CardKind::Colors),
-            Difficulty::Medium => (2, CardKind::Colors),
-            Difficulty::Hard => (1, CardKind::Ranks),
-        };
+        let (num_decks, kind) = level.pick([
+            (1, CardKind::Colors),
+            (2, CardKind::Colors),
+            (1, CardKind::Ranks),
+        ]);
         let n = Deck::SIZE * num_decks;
         let nf = n as f64;
         Self {

@@ -35,11 +35,11 @@ pub struct CountRecall {
 impl CountRecall {
     /// The `level` variant; call [`Env::reset`] before stepping.
     pub fn new(level: Difficulty) -> Self {
-        let (num_decks, kind) = match level {
-            Difficulty::Easy => (1, CardKind::Colors),
-            Difficulty::Medium => (2, CardKind::Suits),
-            Difficulty::Hard => (4, CardKind::Ranks),
-        };
+        let (num_decks, kind) = level.pick([
+            (1, CardKind::Colors),
+            (2, CardKind::Suits),
+            (4, CardKind::Ranks),
+        ]);
         Self {
             id: id_of("CountRecall", level),
             num_cards: Deck::SIZE * num_decks,

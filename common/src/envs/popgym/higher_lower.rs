@@ -26,11 +26,7 @@ pub struct HigherLower {
 impl HigherLower {
     /// The `level` variant; call [`Env::reset`] before stepping.
     pub fn new(level: Difficulty) -> Self {
-        let num_decks = match level {
-            Difficulty::Easy => 1,
-            Difficulty::Medium => 2,
-            Difficulty::Hard => 3,
-        };
+        let num_decks = level.pick([1, 2, 3]);
         Self {
             id: id_of("HigherLower", level),
             num_cards: Deck::SIZE * num_decks,

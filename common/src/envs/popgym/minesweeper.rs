@@ -36,11 +36,7 @@ const VIEWED: u8 = 2;
 impl MineSweeper {
     /// The `level` variant; call [`Env::reset`] before stepping.
     pub fn new(level: Difficulty) -> Self {
-        let (dims, mines) = match level {
-            Difficulty::Easy => ([4, 4], 2),
-            Difficulty::Medium => ([6, 6], 6),
-            Difficulty::Hard => ([8, 8], 10),
-        };
+        let (dims, mines) = level.pick([([4, 4], 2), ([6, 6], 6), ([8, 8], 10)]);
         Self {
             id: id_of("MineSweeper", level),
             dims,

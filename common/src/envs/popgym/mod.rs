@@ -162,10 +162,15 @@ pub enum Difficulty {
 impl Difficulty {
     /// `"Easy"`, `"Medium"` or `"Hard"`, as in the ids.
     pub fn name(self) -> &'static str {
+        self.pick(["Easy", "Medium", "Hard"])
+    }
+
+    /// The parameter of this level from a family's `[easy, medium, hard]`.
+    fn pick<T>(self, [easy, medium, hard]: [T; 3]) -> T {
         match self {
-            Difficulty::Easy => "Easy",
-            Difficulty::Medium => "Medium",
-            Difficulty::Hard => "Hard",
+            Difficulty::Easy => easy,
+            Difficulty::Medium => medium,
+            Difficulty::Hard => hard,
         }
     }
 }
@@ -174,13 +179,9 @@ impl Difficulty {
 /// ends its episodes itself); `None` for any other id.
 pub fn make(id: &str) -> Option<Box<dyn Env>> {
     let rest = id.strip_prefix("popgym-")?.strip_suffix("-v0")?;
-    let (family, level) = [
-        ("Easy", Difficulty::Easy),
-        ("Medium", Difficulty::Medium),
-        ("Hard", Difficulty::Hard),
-    ]
-    .into_iter()
-    .find_map(|(name, level)| rest.strip_suffix(name).map(|f| (f, level)))?;
+    let (family, level) = [Difficulty::Easy, Difficulty::Medium, Difficulty::Hard]
+        .into_iter()
+        .find_map(|level| rest.strip_suffix(level.name()).map(|f| (f, level)))?;
     Some(match family {
         "RepeatFirst" => Box::new(RepeatFirst::new(level)),
         "RepeatPrevious" => Box::new(RepeatPrevious::new(level)),

@@ -26,11 +26,7 @@ pub struct MultiarmedBandit {
 impl MultiarmedBandit {
     /// The `level` variant; call [`Env::reset`] before stepping.
     pub fn new(level: Difficulty) -> Self {
-        let (bandits, episode_length) = match level {
-            Difficulty::Easy => (10, 200),
-            Difficulty::Medium => (20, 400),
-            Difficulty::Hard => (30, 600),
-        };
+        let (bandits, episode_length) = level.pick([(10, 200), (20, 400), (30, 600)]);
         Self {
             id: id_of("MultiarmedBandit", level),
             episode_length,

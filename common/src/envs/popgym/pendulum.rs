@@ -37,11 +37,7 @@ pub struct PopgymPendulum {
 impl PopgymPendulum {
     /// `popgym-PositionOnlyPendulum<level>-v0`.
     pub fn position_only(level: Difficulty) -> Self {
-        let max_episode_length = match level {
-            Difficulty::Easy => 200,
-            Difficulty::Medium => 150,
-            Difficulty::Hard => 100,
-        };
+        let max_episode_length = level.pick([200, 150, 100]);
         Self::new(
             id_of("PositionOnlyPendulum", level),
             None,
@@ -51,11 +47,7 @@ impl PopgymPendulum {
 
     /// `popgym-NoisyPositionOnlyPendulum<level>-v0`.
     pub fn noisy_position_only(level: Difficulty) -> Self {
-        let sigma = match level {
-            Difficulty::Easy => 0.1,
-            Difficulty::Medium => 0.2,
-            Difficulty::Hard => 0.3,
-        };
+        let sigma = level.pick([0.1, 0.2, 0.3]);
         Self::new(id_of("NoisyPositionOnlyPendulum", level), Some(sigma), 200)
     }
 

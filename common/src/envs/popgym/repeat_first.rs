@@ -26,11 +26,7 @@ pub struct RepeatFirst {
 impl RepeatFirst {
     /// The `level` variant; call [`Env::reset`] before stepping.
     pub fn new(level: Difficulty) -> Self {
-        let num_decks = match level {
-            Difficulty::Easy => 1,
-            Difficulty::Medium => 8,
-            Difficulty::Hard => 16,
-        };
+        let num_decks = level.pick([1, 8, 16]);
         Self {
             id: id_of("RepeatFirst", level),
             num_cards: Deck::SIZE * num_decks,

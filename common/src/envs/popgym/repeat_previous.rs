@@ -31,11 +31,7 @@ pub struct RepeatPrevious {
 impl RepeatPrevious {
     /// The `level` variant; call [`Env::reset`] before stepping.
     pub fn new(level: Difficulty) -> Self {
-        let (num_decks, k) = match level {
-            Difficulty::Easy => (1, 4),
-            Difficulty::Medium => (2, 32),
-            Difficulty::Hard => (3, 64),
-        };
+        let (num_decks, k) = level.pick([(1, 4), (2, 32), (3, 64)]);
         Self {
             id: id_of("RepeatPrevious", level),
             num_cards: Deck::SIZE * num_decks,

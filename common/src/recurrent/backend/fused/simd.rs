@@ -433,114 +433,96 @@ mod x86 {
         f()
     }
 
-    /// 8 x 32 micro-kernel: 16 zmm accumulators, two `b` loads and eight broadcasts per `k`.
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn kernel_avx512(kc: usize, a: &[f32], b: &[f32], tile: Tile<'_>) {
-        const MR: usize = Level::Avx512.mr();
-        const NR: usize = Level::Avx512.nr();
-        assert!(
-            a.len() >= kc * MR && b.len() >= kc * NR,
-            "packed operands hold kc steps"
-        );
-        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-        let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        for kk in 0..kc {
-            // SAFETY: kk < kc, and a holds kc * MR, b kc * NR floats (asserted above); the
-            // loads are unaligned.
-            unsafe {
-                let b0 = _mm512_loadu_ps(bp.add(kk * NR));
-                let b1 = _mm512_loadu_ps(bp.add(kk * NR + 16));
-                for (r, row) in acc.iter_mut().enumerate() {
-                    let av = _mm512_set1_ps(*ap.add(kk * MR + r));
-                    row[0] = _mm512_fmadd_ps(av, b0, row[0]);
-                    row[1] = _mm512_fmadd_ps(av, b1, row[1]);
-                }
-            }
-        }
-        let full = tile.rows == MR && tile.cols == NR;
-        if full && tile.c.len() >= (MR - 1) * tile.rs + NR {
-            let cp = tile.c.as_mut_ptr();
-            let beta = _mm512_set1_ps(tile.beta);
-            for (r, row) in acc.iter().enumerate() {
-                for (half, &v) in row.iter().enumerate() {
-                    // SAFETY: r < MR and half * 16 + 16 <= NR, and c holds (MR - 1) * rs + NR
-                    // floats (checked above), so the 16 floats at r * rs + half * 16 are in c.
+    /// A micro-kernel of `MR x NR` floats on `W`-float vectors: `2 * MR` accumulators, two `b`
+    /// loads and `MR` broadcasts per `k`. A full tile is stored in place (`beta` added), a
+    /// partial one through [`Tile::store`].
+    macro_rules! micro_kernel {
+        ($(#[$doc:meta])* $name:ident, $features:literal, $level:expr, $w:literal,
+         $zero:ident, $load:ident, $set1:ident, $fmadd:ident, $store:ident) => {
+            $(#[$doc])*
+            #[target_feature(enable = $features)]
+            pub(super) fn $name(kc: usize, a: &[f32], b: &[f32], tile: Tile<'_>) {
+                const MR: usize = $level.mr();
+                const NR: usize = $level.nr();
+                const W: usize = $w;
+                assert!(
+                    a.len() >= kc * MR && b.len() >= kc * NR,
+                    "packed operands hold kc steps"
+                );
+                let mut acc = [[$zero(); 2]; MR];
+                let (ap, bp) = (a.as_ptr(), b.as_ptr());
+                for kk in 0..kc {
+                    // SAFETY: kk < kc, and a holds kc * MR, b kc * NR floats (asserted above);
+                    // the loads are unaligned.
                     unsafe {
-                        let at = cp.add(r * tile.rs + half * 16);
-                        let out = if tile.beta == 0.0 {
-                            v
-                        } else {
-                            _mm512_fmadd_ps(beta, _mm512_loadu_ps(at), v)
-                        };
-                        _mm512_storeu_ps(at, out);
+                        let b0 = $load(bp.add(kk * NR));
+                        let b1 = $load(bp.add(kk * NR + W));
+                        for (r, row) in acc.iter_mut().enumerate() {
+                            let av = $set1(*ap.add(kk * MR + r));
+                            row[0] = $fmadd(av, b0, row[0]);
+                            row[1] = $fmadd(av, b1, row[1]);
+                        }
                     }
                 }
-            }
-        } else {
-            let mut out = [0.0f32; MR * NR];
-            for (r, row) in acc.iter().enumerate() {
-                for (half, &v) in row.iter().enumerate() {
-                    // SAFETY: r * NR + half * 16 + 16 <= MR * NR, inside `out`.
-                    unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(r * NR + half * 16), v) };
+                let full = tile.rows == MR && tile.cols == NR;
+                if full && tile.c.len() >= (MR - 1) * tile.rs + NR {
+                    let cp = tile.c.as_mut_ptr();
+                    let beta = $set1(tile.beta);
+                    for (r, row) in acc.iter().enumerate() {
+                        for (half, &v) in row.iter().enumerate() {
+                            // SAFETY: r < MR and half * W + W <= NR, and c holds
+                            // (MR - 1) * rs + NR floats (checked above), so the W floats at
+                            // r * rs + half * W are in c.
+                            unsafe {
+                                let at = cp.add(r * tile.rs + half * W);
+                                let out = if tile.beta == 0.0 {
+                                    v
+                                } else {
+                                    $fmadd(beta, $load(at), v)
+                                };
+                                $store(at, out);
+                            }
+                        }
+                    }
+                } else {
+                    let mut out = [0.0f32; MR * NR];
+                    for (r, row) in acc.iter().enumerate() {
+                        for (half, &v) in row.iter().enumerate() {
+                            // SAFETY: r * NR + half * W + W <= MR * NR, inside `out`.
+                            unsafe { $store(out.as_mut_ptr().add(r * NR + half * W), v) };
+                        }
+                    }
+                    tile.store(&out, NR);
                 }
             }
-            tile.store(&out, NR);
-        }
+        };
     }
 
-    /// 6 x 16 micro-kernel: 12 ymm accumulators, two `b` loads and six broadcasts per `k`.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) fn kernel_avx2(kc: usize, a: &[f32], b: &[f32], tile: Tile<'_>) {
-        const MR: usize = Level::Avx2.mr();
-        const NR: usize = Level::Avx2.nr();
-        assert!(
-            a.len() >= kc * MR && b.len() >= kc * NR,
-            "packed operands hold kc steps"
-        );
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-        let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        for kk in 0..kc {
-            // SAFETY: kk < kc, and a holds kc * MR, b kc * NR floats (asserted above).
-            unsafe {
-                let b0 = _mm256_loadu_ps(bp.add(kk * NR));
-                let b1 = _mm256_loadu_ps(bp.add(kk * NR + 8));
-                for (r, row) in acc.iter_mut().enumerate() {
-                    let av = _mm256_set1_ps(*ap.add(kk * MR + r));
-                    row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                    row[1] = _mm256_fmadd_ps(av, b1, row[1]);
-                }
-            }
-        }
-        let full = tile.rows == MR && tile.cols == NR;
-        if full && tile.c.len() >= (MR - 1) * tile.rs + NR {
-            let cp = tile.c.as_mut_ptr();
-            let beta = _mm256_set1_ps(tile.beta);
-            for (r, row) in acc.iter().enumerate() {
-                for (half, &v) in row.iter().enumerate() {
-                    // SAFETY: r < MR and half * 8 + 8 <= NR, and c holds (MR - 1) * rs + NR
-                    // floats (checked above).
-                    unsafe {
-                        let at = cp.add(r * tile.rs + half * 8);
-                        let out = if tile.beta == 0.0 {
-                            v
-                        } else {
-                            _mm256_fmadd_ps(beta, _mm256_loadu_ps(at), v)
-                        };
-                        _mm256_storeu_ps(at, out);
-                    }
-                }
-            }
-        } else {
-            let mut out = [0.0f32; MR * NR];
-            for (r, row) in acc.iter().enumerate() {
-                for (half, &v) in row.iter().enumerate() {
-                    // SAFETY: r * NR + half * 8 + 8 <= MR * NR, inside `out`.
-                    unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(r * NR + half * 8), v) };
-                }
-            }
-            tile.store(&out, NR);
-        }
-    }
+    micro_kernel!(
+        /// 8 x 32: 16 zmm accumulators, eight broadcasts per `k`.
+        kernel_avx512,
+        "avx512f",
+        Level::Avx512,
+        16,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_storeu_ps
+    );
+
+    micro_kernel!(
+        /// 6 x 16: 12 ymm accumulators, six broadcasts per `k`.
+        kernel_avx2,
+        "avx2,fma",
+        Level::Avx2,
+        8,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_storeu_ps
+    );
 }
 
 #[cfg(test)]
