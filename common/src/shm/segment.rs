@@ -42,6 +42,8 @@ use shared_memory::{Shmem, ShmemConf, ShmemError};
 
 use super::process::ProcessId;
 
+mod layout;
+
 /// Every segment recur creates is named `recur-...`; [`reclaim_stale`] looks only at these.
 pub const SEGMENT_PREFIX: &str = "recur-";
 /// `b"RECURSHM"` read as a little-endian `u64`.
@@ -506,52 +508,6 @@ impl Segment {
     /// The `AtomicU32` at body offset `offset` (see [`body_u64`](Self::body_u64)).
     pub(crate) fn body_u32(&self, offset: usize) -> &AtomicU32 {
         self.atomic_u32(HEADER_LEN + offset)
-    }
-
-    /// A layout word another process wrote at body offset `at`. Relaxed: the creator wrote it
-    /// before its Release store of the segment magic, which the open's Acquire load
-    /// synchronised with.
-    pub(crate) fn layout_word(&self, at: usize) -> u64 {
-        self.body_u64(at).load(Ordering::Relaxed)
-    }
-
-    /// [`ShmError::Layout`] of this segment: layout field `field` = `value` and why it is wrong.
-    pub(crate) fn layout_error(&self, field: &'static str, value: u64, reason: String) -> ShmError {
-        ShmError::Layout {
-            name: self.name.clone(),
-            field,
-            value,
-            reason,
-        }
-    }
-
-    /// Checks that the body holds a `kind` segment's `header_len`-byte header (before any of
-    /// its words is read).
-    pub(crate) fn check_header_len(&self, kind: &str, header_len: usize) -> Result<(), ShmError> {
-        if self.body_len() >= header_len {
-            return Ok(());
-        }
-        Err(self.layout_error(
-            "body size",
-            self.body_len() as u64,
-            format!("a {kind} body holds at least its {header_len}-byte header"),
-        ))
-    }
-
-    /// Checks that the layout word `field` at body offset `at` is `expected` (`why`: what
-    /// this process computed it from, or nothing).
-    pub(crate) fn check_layout_word(
-        &self,
-        field: &'static str,
-        at: usize,
-        expected: usize,
-        why: &str,
-    ) -> Result<(), ShmError> {
-        let found = self.layout_word(at);
-        if found == expected as u64 {
-            return Ok(());
-        }
-        Err(self.layout_error(field, found, format!("expected {expected}{why}")))
     }
 
     fn header_u64(&self, offset: usize) -> &AtomicU64 {
