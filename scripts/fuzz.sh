@@ -21,6 +21,8 @@ export RUSTC_BOOTSTRAP=1
 failed=0
 for t in "${targets[@]}"; do
   log=$(mktemp)
+  # Artifacts of earlier runs are in fuzz/regressions (or fixed); count this run's only.
+  rm -rf "fuzz/artifacts/$t"
   mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
   set +e
   cargo fuzz run --fuzz-dir fuzz "$t" "fuzz/corpus/$t" -- \
