@@ -397,13 +397,10 @@ fn bridge_failures_are_clear_errors() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn a_crashed_worker_is_restarted_by_the_supervisor_and_the_run_completes() {
-    if !gymnasium_available() {
-        return;
-    }
-    let dir = temp_dir("gym-restart");
-    let once = dir.join("crashed-once");
+/// A training run of 8192 frames on `RecurTest/Faulty-v0` with `fault` (`crash_at = 700` or
+/// `hang_at = 700`) once (`dir/faulted-once` marks it), under `env`: (success, summary, log).
+fn faulty_training_run(dir: &Path, fault: &str, env: &[(&str, &str)]) -> (bool, Value, String) {
+    let once = dir.join("faulted-once");
     let cfg = dir.join("faulty.toml");
     std::fs::write(
         &cfg,
@@ -412,7 +409,7 @@ fn a_crashed_worker_is_restarted_by_the_supervisor_and_the_run_completes() {
 [run]
 env = "gymnasium:RecurTest/Faulty-v0"
 env_imports = ["recur_test_envs"]
-env_kwargs = {{ crash_at = 700, once_file = "{}" }}
+env_kwargs = {{ {fault}, once_file = "{}" }}
 frames = 8192
 seed = 0
 actors = 1
@@ -452,15 +449,19 @@ max_grad_norm = 0.5
         .arg(dir.join("run"))
         .arg("--quiet")
         .env("PYTHONPATH", root().join("tests/python"))
-        .env("RUST_LOG", "info");
+        .env("RUST_LOG", "info")
+        .envs(env.iter().copied());
     binary("recur-actor");
     let (ok, stdout, lines) = Watched::spawn(cmd).finish(Duration::from_secs(300));
     let log = lines.join("\n");
-    assert!(ok, "{log}");
-    assert!(once.exists(), "the worker never crashed:\n{log}");
-    assert!(log.contains("exited during step"), "{log}");
-    let s: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
-    // Incarnation 0 delivered its chunks before the crash, incarnation 1 the rest.
+    assert!(once.exists(), "the fault never happened:\n{log}");
+    let s = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_default();
+    (ok, s, log)
+}
+
+/// Incarnation 0 delivered its chunks before the fault, incarnation 1 the rest; the run
+/// reached its frames.
+fn restarted_and_complete(s: &Value) {
     let incarnations = s["transport"]["incarnations"].as_array().unwrap();
     assert!(incarnations.len() >= 2, "{s}");
     assert!(
@@ -471,6 +472,45 @@ max_grad_norm = 0.5
     );
     assert!(s["frames"].as_u64().unwrap() >= 8192, "{s}");
     assert_eq!(s["transport"]["corrupted"], 0, "{s}");
+}
+
+#[test]
+fn a_crashed_worker_is_restarted_by_the_supervisor_and_the_run_completes() {
+    if !gymnasium_available() {
+        return;
+    }
+    let dir = temp_dir("gym-restart");
+    let (ok, s, log) = faulty_training_run(&dir, "crash_at = 700", &[]);
+    assert!(ok, "{log}");
+    assert!(log.contains("exited during step"), "{log}");
+    restarted_and_complete(&s);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A worker that hangs (its env sleeps forever at one step) in a training run: the bridge's
+/// timeout (`RECUR_GYM_TIMEOUT_S = 10`, inherited by the actors; it also bounds the worker's
+/// start, which takes seconds on a loaded machine) kills it, the actor exits naming the step,
+/// the supervisor restarts the actor, and the run reaches its frames. The learner's own stall
+/// bound (`collector.stall_timeout_s`, 30 s) is longer: the bridge fires first.
+#[test]
+fn a_hung_worker_times_out_and_the_supervisor_restarts_its_actor() {
+    if !gymnasium_available() {
+        return;
+    }
+    let dir = temp_dir("gym-hang");
+    let (ok, s, log) = faulty_training_run(
+        &dir,
+        "hang_at = 700",
+        &[("RECUR_GYM_TIMEOUT_S", "10"), ("RECUR_GYM_WORKERS", "1")],
+    );
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("did not answer step") && log.contains("within 10.0 s"),
+        "no bridge timeout:\n{log}"
+    );
+    assert!(log.contains("actor 0/1 started"), "{log}");
+    assert_eq!(s["transport"]["stalled"], 0, "{s}");
+    restarted_and_complete(&s);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -412,6 +412,114 @@ fn a_killed_actor_rejoins_and_a_cut_link_resumes_without_loss_or_duplicates() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Links that stall without closing, seen from the learner: one remote actor's veth link
+/// goes down (packets vanish, no FIN, no RST), another actor is stopped (SIGSTOP). The learner
+/// hears nothing on either connection and drops each within its silence bound (10 s after the
+/// last frame; asserted under 10 + 5 s from the fault) while it keeps collecting from a third
+/// actor. The link comes back and the stopped actor is continued: both reconnect, continue
+/// their incarnations past the stall, and every chunk is there once, in order.
+#[test]
+fn stalled_remote_links_are_dropped_by_the_learner_and_rejoin_when_they_return() {
+    let (Some(ns_a), Some(ns_b), Some(ns_c)) = (Netns::create(), Netns::create(), Netns::create())
+    else {
+        return;
+    };
+    let dir = temp_dir("remote-stalls");
+    let run_dir = dir.join("run");
+    let run = Watched::spawn(learner(&[
+        "collect",
+        "--actors",
+        "0",
+        "--listen",
+        "0.0.0.0:0",
+        "--frames",
+        "1000000000000",
+        "--envs",
+        "4",
+        "--steps",
+        "16",
+        "--publish-every",
+        "16",
+        "--run-dir",
+        &run_dir.to_string_lossy(),
+    ]));
+    let token = run_dir.join("token");
+    let addr = |ns: &Netns| listen_address(&run, &ns.host_ip);
+    let cut = Watched::spawn(ns_a.actor(&addr(&ns_a), &token, 0));
+    let stopped = Watched::spawn(ns_b.actor(&addr(&ns_b), &token, 1));
+    let _healthy = Watched::spawn(ns_c.actor(&addr(&ns_c), &token, 2));
+    let long = Duration::from_secs(120);
+    let chunk_of = |who: &'static str| {
+        move |l: &str| l.contains(&format!("remote actor {who}: chunk ")) && l.contains("received")
+    };
+    for who in ["0/0", "1/0", "2/0"] {
+        run.wait_for("a first chunk", long, chunk_of(who));
+    }
+
+    ns_a.link(false);
+    kill(Pid::from_raw(stopped.child.id() as i32), Signal::SIGSTOP).unwrap();
+    let fault = Instant::now();
+    let dropped = |who: &'static str| {
+        move |l: &str| l.contains(&format!("closed: actor {who} ")) && l.contains("silent for")
+    };
+    run.wait_for("actor 0's silent link dropped", long, dropped("0/0"));
+    run.wait_for("actor 1's silent link dropped", long, dropped("1/0"));
+    let detected = fault.elapsed();
+    assert!(
+        detected < Duration::from_secs(15),
+        "the learner dropped the stalled links {detected:?} after the fault"
+    );
+    eprintln!("stalled links dropped {detected:?} after the fault");
+
+    ns_a.link(true);
+    kill(Pid::from_raw(stopped.child.id() as i32), Signal::SIGCONT).unwrap();
+    let mut resumed_at = Vec::new();
+    for w in [&cut, &stopped] {
+        let line = w.wait_for("the reconnect", long, |l| {
+            l.contains("reconnected; continuing at chunk")
+        });
+        resumed_at.push(
+            line.rsplit("chunk ")
+                .next()
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .expect("a chunk number"),
+        );
+    }
+    for (who, at) in [("0/0", resumed_at[0]), ("1/0", resumed_at[1])] {
+        run.wait_for("chunks through the new connection", long, |l| {
+            l.contains(&format!("remote actor {who}: chunk "))
+                && l.contains("received through")
+                && l.split("chunk ")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .is_some_and(|n| n >= at && n > 0)
+        });
+    }
+
+    kill(Pid::from_raw(run.child.id() as i32), Signal::SIGTERM).unwrap();
+    let (ok, _, lines) = run.finish(Duration::from_secs(60));
+    assert!(ok, "{}", lines.join("\n"));
+    let s = summary(&run_dir);
+    assert_eq!(s["corrupted"], 0, "{s}");
+    assert_eq!(s["rejected"], 0, "{s}");
+    assert_lossless(&s);
+    for (actor_id, at) in [(0, resumed_at[0]), (1, resumed_at[1])] {
+        let inc = incarnation(&s, actor_id, 0);
+        assert_eq!(inc["reconnects"], 1, "{inc}");
+        assert!(
+            inc["last_seq"].as_u64().unwrap() >= at,
+            "{inc} (resumed at {at})"
+        );
+    }
+    assert!(incarnation(&s, 2, 0)["chunks"].as_u64().unwrap() > 0);
+    for (w, what) in [(cut, "actor 0"), (stopped, "actor 1")] {
+        let (ok, lines) = exits_within(w, Duration::from_secs(30), what);
+        assert!(ok, "{what}:\n{}", lines.join("\n"));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Bad connections on loopback: a wrong token, a remote actor claiming a local actor's id,
 /// random bytes and an oversized frame are refused and counted (`refused_registrations`), and
 /// the learner keeps collecting from its local actor and a good remote one (both kinds in one

@@ -217,7 +217,11 @@ fn parent_of(path: &Path) -> &Path {
 /// never a torn or empty one. Errors name the path.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let tmp = sibling(path, ".tmp");
-    write_synced(&tmp, bytes)?;
+    if let Err(e) = write_synced(&tmp, bytes) {
+        // A failed write (a full disk) leaves no temporary file behind, and its space back.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     std::fs::rename(&tmp, path)
         .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     sync_dir(parent_of(path))
@@ -273,38 +277,49 @@ pub fn save_checkpoint<B: Backend, S: Serialize>(
         std::fs::remove_dir_all(&tmp)
             .with_context(|| format!("removing the unfinished {}", tmp.display()))?;
     }
-    {
+    // The new checkpoint in `tmp`, complete and durable; nothing else is touched yet.
+    let mut write_tmp = || -> anyhow::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&tmp)
             .with_context(|| format!("creating {}", tmp.display()))?;
-    }
-    done(&mut step);
-    let mut entries = Vec::new();
-    for (name, bytes) in &files {
-        write_synced(&tmp.join(name), bytes)?;
-        entries.push(FileEntry {
-            name: name.to_string(),
-            bytes: bytes.len() as u64,
-            crc32: crc32fast::hash(bytes),
-        });
         done(&mut step);
-    }
-    let manifest = Manifest {
-        format: CHECKPOINT_FORMAT,
-        algo: algo.to_string(),
-        policy: config.clone(),
-        layout_hash: layout_hash(&layout(learner.model())),
-        files: entries,
+        let mut entries = Vec::new();
+        for (name, bytes) in &files {
+            write_synced(&tmp.join(name), bytes)?;
+            entries.push(FileEntry {
+                name: name.to_string(),
+                bytes: bytes.len() as u64,
+                crc32: crc32fast::hash(bytes),
+            });
+            done(&mut step);
+        }
+        let manifest = Manifest {
+            format: CHECKPOINT_FORMAT,
+            algo: algo.to_string(),
+            policy: config.clone(),
+            layout_hash: layout_hash(&layout(learner.model())),
+            files: entries,
+        };
+        write_synced(
+            &tmp.join(CHECKPOINT_MANIFEST),
+            (serde_json::to_string_pretty(&manifest)? + "\n").as_bytes(),
+        )?;
+        done(&mut step);
+        sync_dir(&tmp)?;
+        done(&mut step);
+        Ok(())
     };
-    write_synced(
-        &tmp.join(CHECKPOINT_MANIFEST),
-        (serde_json::to_string_pretty(&manifest)? + "\n").as_bytes(),
-    )?;
-    done(&mut step);
-    sync_dir(&tmp)?;
-    done(&mut step);
+    if let Err(e) = write_tmp() {
+        // A failed write (a full disk) gives its space back; the checkpoints in place stay.
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e.context(format!(
+            "checkpoint not written ({} and {} are unchanged)",
+            dir.display(),
+            previous(dir).display()
+        )));
+    }
     let old = previous(dir);
     if dir.exists() {
         // The current checkpoint becomes the previous one. (Without a current one, e.g. after

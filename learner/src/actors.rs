@@ -14,7 +14,8 @@ use crate::run_dir::RunNames;
 use crate::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
 use crate::transport::tcp::RemoteOptions;
 use crate::transport::{
-    CollectSummary, Expected, Ledger, ShmTransport, TcpTransport, Transport, TransportConfig,
+    CollectSummary, Expected, Ledger, ShmTransport, Stalled, TcpTransport, Transport,
+    TransportConfig,
 };
 
 /// How long the end of a run waits for its actors to stop before it kills its own children and
@@ -42,6 +43,8 @@ pub struct Actors {
     early: Vec<Chunk>,
     /// The last exit of an actor process (named when every actor is gone).
     last_exit: Option<String>,
+    /// A local actor silent this long is killed and restarted (`None`: never).
+    stall_timeout: Option<Duration>,
     start: Instant,
 }
 
@@ -113,6 +116,7 @@ impl Actors {
             summary,
             early: Vec::new(),
             last_exit: None,
+            stall_timeout: config.stall_timeout,
             start,
         };
         actors.changed(&events);
@@ -242,8 +246,35 @@ impl Actors {
         Ok((summary, tail))
     }
 
-    /// Reaps and restarts actors; tells the transports who exited.
+    /// Kills stalled actors of its own (silent past the stall timeout), reaps and restarts
+    /// actors, tells the transports who exited.
     fn supervise(&mut self) -> anyhow::Result<()> {
+        if let Some(bound) = self.stall_timeout {
+            for t in &mut self.transports {
+                for s in t.stalled(bound) {
+                    let Stalled {
+                        actor_id: a,
+                        incarnation: i,
+                        pid,
+                        silent,
+                    } = s;
+                    if self.supervisor.kill(a, i, pid) {
+                        self.summary.stalled += 1;
+                        tracing::warn!(
+                            "actor {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} s (bound \
+                             {bound:?}); killed (SIGKILL), it restarts as a new incarnation",
+                            silent.as_secs_f64()
+                        );
+                    } else {
+                        tracing::warn!(
+                            "attached actor {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} \
+                             s (bound {bound:?}); not the learner's child, left alone",
+                            silent.as_secs_f64()
+                        );
+                    }
+                }
+            }
+        }
         let events = self.supervisor.poll()?;
         self.changed(&events);
         Ok(())

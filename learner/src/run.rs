@@ -235,6 +235,25 @@ impl Run {
         write_summary(self.path(), summary)
     }
 
+    /// Ends a run stopped by a failed write: the learning curve and `summary.json` are
+    /// written if they can be (the disk may be full), a failure logged, never an error.
+    pub fn finish_after_failure(
+        self,
+        title: &str,
+        axes: Axes,
+        target: Option<f64>,
+        summary: &impl Serialize,
+    ) {
+        self.bar.finish_and_clear();
+        // The summary first: it is small and says what happened.
+        if let Err(e) = write_summary(self.path(), summary) {
+            tracing::error!("summary.json not written: {e:#}");
+        }
+        if let Err(e) = plot_curve(self.path(), title, axes, target) {
+            tracing::warn!("learning_curve.png not drawn: {e:#}");
+        }
+    }
+
     /// Ends the run: draws `learning_curve.png` from `metrics.csv` (and `eval.csv`), writes
     /// `summary.json`; the lock is released when the run is dropped.
     pub fn finish(

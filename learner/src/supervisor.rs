@@ -192,6 +192,18 @@ impl Supervisor {
             .collect()
     }
 
+    /// SIGKILLs the running `actor_id` if it is incarnation `incarnation` with process `pid`
+    /// (a stalled actor: SIGKILL also ends a stopped process); the next [`poll`](Self::poll)
+    /// reaps it and restarts it like any other death. Returns whether it was killed.
+    pub fn kill(&mut self, actor_id: u32, incarnation: u32, pid: u32) -> bool {
+        self.slots
+            .iter_mut()
+            .filter(|s| (s.actor_id, s.incarnation) == (actor_id, incarnation))
+            .filter_map(|s| s.child.as_mut())
+            .find(|c| c.id() == pid)
+            .is_some_and(|c| c.kill().is_ok())
+    }
+
     /// True when no actor runs and none is waiting for a restart.
     pub fn all_done(&self) -> bool {
         self.slots
@@ -342,6 +354,36 @@ mod tests {
         assert_eq!(ActorArgs::from_json(argv[3]).unwrap(), c.actor_args);
         assert_eq!(argv[4..], ["--actor-id", "0", "--incarnation", "0"]);
         std::fs::remove_file(&out).unwrap();
+    }
+
+    /// `kill` ends only the actor it names (id, incarnation and pid), also a stopped one
+    /// (SIGSTOP), and the next polls restart it as the next incarnation.
+    #[test]
+    fn a_killed_stalled_actor_restarts_as_its_next_incarnation() {
+        let program = script("sleep-long", "exec sleep 1000");
+        let (mut s, events) = Supervisor::start(config(&program, 3)).unwrap();
+        let Some(&ActorEvent::Started { pid, .. }) = events.first() else {
+            panic!("{events:?}")
+        };
+        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).unwrap();
+        assert!(!s.kill(0, 1, pid), "another incarnation");
+        assert!(!s.kill(0, 0, pid + 1), "another pid");
+        assert!(s.kill(0, 0, pid));
+        let mut all = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !all
+            .iter()
+            .any(|e| matches!(e, ActorEvent::Started { incarnation: 1, .. }))
+        {
+            assert!(Instant::now() < deadline, "{all:?}");
+            all.extend(s.poll().unwrap());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            matches!(&all[0], ActorEvent::Exited { incarnation: 0, status, .. } if status == "killed by signal 9"),
+            "{all:?}"
+        );
+        s.shutdown(Duration::from_secs(1));
     }
 
     #[test]

@@ -10,8 +10,10 @@
 //! when it is full the actor waits, so a slow link slows the actor instead of growing a queue).
 //! A link that goes silent for [`SILENCE`] (cut, not closed) is replaced: the actor reconnects
 //! for up to [`RECONNECT_WINDOW`], resumes its incarnation, and resends from the first chunk the
-//! learner does not hold: nothing is lost or sent twice. A learner that closes the connection,
-//! refuses a reconnect, or stays unreachable for the window is gone: the actor exits.
+//! learner does not hold: nothing is lost or sent twice. A connection the learner closes is
+//! reconnected the same way (the learner drops a connection silent for 10 s: a stopped actor,
+//! a stalled link). A learner that refuses a reconnect (a dead one's port refuses it at once),
+//! or stays unreachable for the window, is gone: the actor exits.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -587,6 +589,9 @@ impl Link {
         loop {
             let frame = match tokio::time::timeout(silence, read_frame_async(rd, &limits)).await {
                 Err(_) => return Ended::Cut(format!("nothing heard for {silence:?}")),
+                // A closed connection is a cut link too: the learner drops one that went silent
+                // (this actor stopped, its link stalled) and takes the actor back when it
+                // reconnects; a learner that is gone refuses the reconnect at once.
                 Ok(Err(WireError::Io(e)))
                     if matches!(
                         e.kind(),
@@ -595,7 +600,7 @@ impl Link {
                             | ErrorKind::ConnectionAborted
                     ) =>
                 {
-                    return Ended::Gone(format!("connection closed: {e}"))
+                    return Ended::Cut(format!("connection closed: {e}"))
                 }
                 Ok(Err(e)) => return Ended::Cut(e.to_string()),
                 Ok(Ok(frame)) => frame,

@@ -333,6 +333,7 @@ fn main() -> anyhow::Result<()> {
                     max_restarts: a.max_restarts,
                     restart_window: std::time::Duration::from_secs(60),
                     restart_backoff: std::time::Duration::from_millis(200),
+                    stall_timeout: Some(std::time::Duration::from_secs(30)),
                     spec: None,
                     sync: false,
                     restore: Default::default(),

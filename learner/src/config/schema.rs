@@ -142,6 +142,11 @@ pub struct CollectorSection {
     /// Delay before an actor's first restart (seconds), doubled per recent restart, at most 8 s.
     #[serde(default = "default_restart_backoff")]
     pub restart_backoff_s: f64,
+    /// A local actor that sends no heartbeat for this long (seconds; it beats every 250 ms
+    /// while it waits and after every chunk, so this must exceed the longest chunk collection)
+    /// is stalled (SIGSTOP, hung): SIGKILLed and restarted under a new incarnation. 0: never.
+    #[serde(default = "default_stall_timeout")]
+    pub stall_timeout_s: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -454,6 +459,7 @@ defaults! {
     default_max_restarts: u32 = 5;
     default_restart_window: f64 = 60.0;
     default_restart_backoff: f64 = 0.2;
+    default_stall_timeout: f64 = 30.0;
     one: usize = 1;
     default_encoder: Vec<usize> = vec![64];
     default_obs_clip: f32 = 10.0;

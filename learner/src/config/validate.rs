@@ -364,6 +364,18 @@ impl Checker<'_> {
             col.restart_backoff_s,
             Range::NonNegative,
         )?;
+        self.check(
+            "collector.stall_timeout_s",
+            col.stall_timeout_s,
+            Range::NonNegative,
+        )?;
+        if col.stall_timeout_s > 1e9 {
+            return self.fail(
+                "collector.stall_timeout_s",
+                col.stall_timeout_s,
+                "at most 1e9 seconds",
+            );
+        }
         // Durations: bounded so that they convert (and double) without overflow.
         if col.restart_window_s > 1e9 {
             return self.fail(

@@ -4,6 +4,13 @@
 //! `checkpoint/` (model, optimizer, weights, counters; rewritten atomically), `summary.json`,
 //! and with `[eval]` `eval.csv` (greedy evaluations beside training, [`crate::eval`]).
 //! SIGINT/SIGTERM end the run cleanly with a final checkpoint; `--resume RUN_DIR` continues it.
+//!
+//! A write of the run's own files that fails (a full disk: `metrics.csv`, the TensorBoard
+//! events, a checkpoint, the `--save-replay` dataset) stops the run cleanly ([`WriteFailed`]):
+//! the actors are stopped and drained, a final checkpoint is attempted unless the checkpoint
+//! was what failed (a failed one leaves `checkpoint/` and `checkpoint.old/` as they were),
+//! `summary.json` says `failed` (when it still fits), and the run exits with the error naming
+//! the file. `--resume` continues from the last complete checkpoint once there is room.
 
 mod intake;
 mod setup;
@@ -30,6 +37,27 @@ use crate::metrics::{MetricsRow, UpdateStats, TRAIN_AXES};
 use crate::recording::Recording;
 use crate::run::{Run, RunOptions, StopReason};
 use crate::transport::CollectSummary;
+
+/// A write of the run's own files failed: the run stops cleanly (see the module docs).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {cause:#}")]
+pub struct WriteFailed {
+    /// What was being written.
+    pub what: &'static str,
+    /// The error, naming the file (its whole chain is in the message).
+    pub cause: anyhow::Error,
+}
+
+impl WriteFailed {
+    const CHECKPOINT: &'static str = "writing the checkpoint";
+    const METRICS: &'static str = "writing the metrics (metrics.csv, tb/)";
+    const RECORDING: &'static str = "recording the received chunks (--save-replay)";
+    const EVAL: &'static str = "the evaluations (eval.csv)";
+
+    fn new(what: &'static str) -> impl FnOnce(anyhow::Error) -> Self {
+        move |cause| WriteFailed { what, cause }
+    }
+}
 
 /// How a training run is started.
 #[derive(Clone, Debug)]
@@ -73,6 +101,9 @@ pub struct TrainSummary {
     /// Why the run ended early because its actors were gone for good (the last actor exit).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actors_gone: Option<String>,
+    /// The write that stopped the run ([`WriteFailed`]), when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
     pub transport: CollectSummary,
 }
 
@@ -134,6 +165,7 @@ fn train_on<B: AutodiffBackend>(
         eval: setup::eval_worker(opts, &plan.policy, state.frames, run.tensorboard())?,
         last_eval_frames: None,
         last_report: (state.frames, state.wall_s),
+        checkpointed: (opts.resume && state.updates > 0).then_some(state.updates),
         run,
         plan,
         learner,
@@ -142,7 +174,7 @@ fn train_on<B: AutodiffBackend>(
         state,
         version,
     };
-    let (mut stopped_by_request, mut actors_gone) = (false, None);
+    let (mut stopped_by_request, mut actors_gone, mut failed) = (false, None, None);
     let mut pending: VecDeque<Chunk> = VecDeque::new();
 
     'run: while t.state.frames < config.run.frames {
@@ -158,8 +190,12 @@ fn train_on<B: AutodiffBackend>(
         t.actors.register();
         match t.actors.receive() {
             Ok(chunks) => {
-                t.recording.record(&chunks)?;
+                let recorded = t.recording.record(&chunks);
                 pending.extend(chunks);
+                if let Err(e) = recorded {
+                    failed = Some(WriteFailed::new(WriteFailed::RECORDING)(e));
+                    break;
+                }
             }
             // No actor left: end the run (final checkpoint, summary), then report it.
             Err(e) => {
@@ -182,14 +218,17 @@ fn train_on<B: AutodiffBackend>(
             if !t.learner.ready() {
                 continue;
             }
-            t.update(config)?;
+            if let Err(e) = t.update(config) {
+                failed = Some(e.downcast::<WriteFailed>()?);
+                break 'run;
+            }
             let at_target = config.run.stop_at_target && t.state.frames_to_target.is_some();
             if at_target || t.state.frames >= config.run.frames {
                 break 'run;
             }
         }
     }
-    t.finish(config, stopped_by_request, actors_gone)
+    t.finish(config, stopped_by_request, actors_gone, failed)
 }
 
 /// A training run's loop state once its actors run.
@@ -207,11 +246,13 @@ struct Training<B: AutodiffBackend> {
     last_eval_frames: Option<u64>,
     /// Frames and wall seconds at the last report (for frames/s).
     last_report: (u64, f64),
+    /// The update the last complete checkpoint holds (`None`: none yet in this run).
+    checkpointed: Option<u64>,
 }
 
 impl<B: AutodiffBackend> Training<B> {
     /// One update: the new weights published to the actors (and to the evaluation), the
-    /// report, the checkpoint when one is due.
+    /// report, the checkpoint when one is due. A failed write is a [`WriteFailed`].
     fn update(&mut self, config: &TrainConfig) -> anyhow::Result<()> {
         let state = &mut self.state;
         self.learner
@@ -233,7 +274,8 @@ impl<B: AutodiffBackend> Training<B> {
             self.last_eval_frames = Some(state.frames);
         }
         state.policy_version = self.version;
-        self.report(&stats, config)?;
+        self.report(&stats, config)
+            .map_err(WriteFailed::new(WriteFailed::METRICS))?;
         if self.run.checkpoint_due(self.state.updates) {
             let snapshot = TrainState {
                 wall_s: self.run.wall(),
@@ -244,11 +286,14 @@ impl<B: AutodiffBackend> Training<B> {
         Ok(())
     }
 
-    fn checkpoint(&self, config: &TrainConfig, state: &TrainState) -> anyhow::Result<()> {
+    fn checkpoint(&mut self, config: &TrainConfig, state: &TrainState) -> Result<(), WriteFailed> {
         let algo = config.run.algo.name();
         let resume = self.intake.resume_state();
         self.run
             .save_checkpoint(&*self.learner, algo, state, resume, self.version)
+            .map_err(WriteFailed::new(WriteFailed::CHECKPOINT))?;
+        self.checkpointed = Some(state.updates);
+        Ok(())
     }
 
     /// An update's report: the returns taken in, metrics.csv, the progress bar, and a log
@@ -288,26 +333,55 @@ impl<B: AutodiffBackend> Training<B> {
 
     /// Ends the run: the final checkpoint, the actors stopped (what they still sent recorded),
     /// the last evaluation, the learning curve and `summary.json`. Errs after all that when
-    /// the actors were gone for good.
+    /// the actors were gone for good, or when a write failed (`failed`, or one of these).
     fn finish(
         mut self,
         config: &TrainConfig,
         stopped_by_request: bool,
         actors_gone: Option<ActorsGone>,
+        mut failed: Option<WriteFailed>,
     ) -> anyhow::Result<TrainSummary> {
         self.run.end_progress();
+        if let Some(f) = &failed {
+            tracing::error!("the run stops: {f}");
+        }
         self.state.wall_s = self.run.wall();
         self.state.recent_returns = self.intake.returns.recent();
-        self.checkpoint(config, &self.state)?;
+        // After a failed checkpoint no other is attempted: the last complete one stays.
+        if failed
+            .as_ref()
+            .is_none_or(|f| f.what != WriteFailed::CHECKPOINT)
+        {
+            let state = self.state.clone();
+            if let Err(e) = self.checkpoint(config, &state) {
+                tracing::error!("the final checkpoint failed: {e}");
+                failed.get_or_insert(e);
+            }
+        }
         let (transport_summary, tail) = self.actors.finish(stopped_by_request)?;
-        self.recording.record(&tail)?;
+        if failed
+            .as_ref()
+            .is_none_or(|f| f.what != WriteFailed::RECORDING)
+        {
+            if let Err(e) = self.recording.record(&tail) {
+                failed.get_or_insert(WriteFailed::new(WriteFailed::RECORDING)(e));
+            }
+        }
         let state = &self.state;
         let eval_rows = match self.eval {
             Some(worker) => {
-                worker.finish((self.last_eval_frames != Some(state.frames)).then(|| {
-                    let blob = to_blob(self.learner.model(), self.version);
-                    (state.frames, state.wall_s, blob)
-                }))?
+                let last =
+                    (self.last_eval_frames != Some(state.frames) && failed.is_none()).then(|| {
+                        let blob = to_blob(self.learner.model(), self.version);
+                        (state.frames, state.wall_s, blob)
+                    });
+                match worker.finish(last) {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        failed.get_or_insert(WriteFailed::new(WriteFailed::EVAL)(e));
+                        Vec::new()
+                    }
+                }
             }
             None => Vec::new(),
         };
@@ -322,6 +396,7 @@ impl<B: AutodiffBackend> Training<B> {
             dropped_chunks: self.intake.admission.dropped,
             stopped_by_request,
             actors_gone: actors_gone.as_ref().map(|g| g.last_exit.clone()),
+            failed: failed.as_ref().map(|f| f.to_string()),
             transport: transport_summary,
             ..TrainSummary::counted(config, state, &self.intake.returns)
         };
@@ -334,6 +409,20 @@ impl<B: AutodiffBackend> Training<B> {
             pc.hidden_size
         );
         let path = self.run.path().to_path_buf();
+        if let Some(failed) = failed {
+            // The disk may still be full: the curve and the summary are written if they fit.
+            self.run
+                .finish_after_failure(&title, TRAIN_AXES, config.run.target_return, &summary);
+            let at = match self.checkpointed {
+                Some(u) => format!("update {u}, in {}", path.join("checkpoint").display()),
+                None => "none: a resumed run starts from update 0".into(),
+            };
+            return Err(anyhow::Error::new(failed).context(format!(
+                "the run stopped because a write failed; the last complete checkpoint: {at} \
+                 (make room, then --resume {})",
+                path.display()
+            )));
+        }
         self.run
             .finish(&title, TRAIN_AXES, config.run.target_return, &summary)?;
         match actors_gone {

@@ -101,6 +101,8 @@ impl Plan {
             max_restarts: c.max_restarts,
             restart_window: Duration::from_secs_f64(c.restart_window_s),
             restart_backoff: Duration::from_secs_f64(c.restart_backoff_s),
+            stall_timeout: (c.stall_timeout_s > 0.0)
+                .then(|| Duration::from_secs_f64(c.stall_timeout_s)),
             spec: Some(self.spec.clone()),
             sync: c.mode == CollectorMode::Sync,
             restore: resumed.actors.iter().cloned().collect(),

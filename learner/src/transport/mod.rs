@@ -43,6 +43,9 @@ pub struct TransportConfig {
     pub restart_window: std::time::Duration,
     /// The first restart's delay (doubled per recent restart, capped at 8 s).
     pub restart_backoff: std::time::Duration,
+    /// A local actor silent this long (no heartbeat, no chunk) is stalled: the supervisor
+    /// SIGKILLs it and restarts it. `None`: never.
+    pub stall_timeout: Option<std::time::Duration>,
     /// The environment's spaces the run was built for: a registering actor that reports
     /// others is refused, both named. `None`: not checked.
     pub spec: Option<EnvSpec>,
@@ -92,6 +95,8 @@ pub struct CollectSummary {
     /// without the run token, malformed or oversized frames.
     pub refused_registrations: u64,
     pub restarts: u64,
+    /// Local actors killed because they stopped sending heartbeats (SIGSTOP, hung).
+    pub stalled: u64,
     /// The address remote actors connect to (`tcp://HOST:PORT`), when listening.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
@@ -121,6 +126,13 @@ pub trait Transport {
 
     /// Actor processes the supervisor saw start, exit or given up on.
     fn actors_changed(&mut self, _events: &[ActorEvent]) {}
+
+    /// The live actors of this transport silent (no heartbeat, no chunk) for longer than
+    /// `bound`, each reported once per incarnation. A transport whose actors are watched
+    /// elsewhere (remote ones: the connection's own silence limit) reports none.
+    fn stalled(&mut self, _bound: std::time::Duration) -> Vec<Stalled> {
+        Vec::new()
+    }
 
     /// Actors may join on their own at any time (a listener): the run never runs out of them.
     fn open_ended(&self) -> bool {
@@ -167,6 +179,15 @@ pub trait Transport {
 
     /// The last pass: everything drained into `out`, the channels dropped.
     fn close(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>);
+}
+
+/// An actor that went silent: no heartbeat and no chunk for `silent`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stalled {
+    pub actor_id: u32,
+    pub incarnation: u32,
+    pub pid: u32,
+    pub silent: std::time::Duration,
 }
 
 /// What a registering actor must match: the run's environment, its spaces and chunk schema.

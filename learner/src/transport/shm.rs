@@ -7,12 +7,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use common::chunk::{Chunk, STATE_TRAILER};
 use common::control::Response;
 use common::shm::{RingConfig, RingReader, WeightPublisher};
 
-use super::{Channel, Expected, Ledger, Transport, TransportConfig};
+use super::{Channel, Expected, Ledger, Stalled, Transport, TransportConfig};
 use crate::control_server::{ControlServer, Registration};
 use crate::run_dir::RunNames;
 use crate::supervisor::ActorEvent;
@@ -25,6 +26,10 @@ struct RingSlot {
     reader: RingReader,
     /// The actor process has exited: drain what it published, then drop the ring.
     dead: bool,
+    /// Its last sign of life: registration, a heartbeat, a chunk.
+    last_seen: Instant,
+    /// Reported as stalled (once per incarnation).
+    stalled: bool,
 }
 
 /// The shared-memory [`Transport`]: control socket, weight segment, one ring per registered
@@ -124,6 +129,8 @@ impl ShmTransport {
                     pid: reg.pid,
                     reader,
                     dead: false,
+                    last_seen: Instant::now(),
+                    stalled: false,
                 });
                 let restore = self.actor_states.get(&a).cloned();
                 if restore.is_some() {
@@ -160,6 +167,7 @@ impl ShmTransport {
                                 continue;
                             }
                         };
+                        ring.last_seen = Instant::now();
                         let Some(chunk) = ledger.accept(Channel::Ring, a, i, bytes) else {
                             continue;
                         };
@@ -244,6 +252,41 @@ impl Transport for ShmTransport {
                 ring.dead = true;
             }
         }
+    }
+
+    /// Heartbeats arrive on the control thread (each actor beats every 250 ms while it waits
+    /// and after every chunk); chunks through the rings.
+    fn stalled(&mut self, bound: Duration) -> Vec<Stalled> {
+        {
+            let beats = self
+                .server
+                .shared
+                .heartbeats
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            for ring in &mut self.rings {
+                if let Some(&(_, _, at)) = beats
+                    .iter()
+                    .find(|b| (b.0, b.1) == (ring.actor_id, ring.incarnation))
+                {
+                    ring.last_seen = ring.last_seen.max(at);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for ring in &mut self.rings {
+            let silent = ring.last_seen.elapsed();
+            if !ring.dead && !ring.stalled && silent > bound {
+                ring.stalled = true;
+                out.push(Stalled {
+                    actor_id: ring.actor_id,
+                    incarnation: ring.incarnation,
+                    pid: ring.pid,
+                    silent,
+                });
+            }
+        }
+        out
     }
 
     fn busy(&self) -> bool {
