@@ -1,10 +1,13 @@
-//! The outlet to a learner on another machine, over authenticated TCP ([`common::remote`]).
+//! The outlet to a learner on another machine, over authenticated TCP ([`common::remote`]),
+//! inside TLS 1.3 when the token file pins the learner's certificate ([`Learner`]): the token
+//! is only ever written into a session whose certificate has that fingerprint.
 //! A [`Session`] presents the run token and receives the actor's incarnation and its
 //! [`ActorArgs`](common::actor_args::ActorArgs) (environment, policy, seed, exploration: the
 //! learner's, as a local actor gets them on its command line); the actor is built from them and
 //! registers ([`TcpOutlet::register`]), then the attach loop ([`super::run`]) streams chunks
-//! and adopts the newest weights at chunk boundaries. A connection thread (tokio) sends the
-//! chunks and heartbeats and receives weights and acknowledgements.
+//! and adopts the newest weights at chunk boundaries. A connection thread (tokio; the runtime
+//! the session's handshake ran on) sends the chunks and heartbeats and receives weights and
+//! acknowledgements.
 //!
 //! Chunks stay in a bounded outbox until the learner acknowledges them (a `window` of them:
 //! when it is full the actor waits, so a slow link slows the actor instead of growing a queue).
@@ -15,7 +18,6 @@
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -25,12 +27,14 @@ use common::actor_args::ActorArgs;
 use common::chunk::ChunkSchema;
 use common::envs::EnvSpec;
 use common::remote::{
-    read_frame, read_frame_async, write_data_async, write_message, write_message_async, ActorMsg,
-    LearnerMsg, Limits, WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS, MESSAGE_MAX,
-    TOKEN_BYTES,
+    read_frame_async, write_data_async, write_message_async, ActorMsg, LearnerMsg, Limits,
+    WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS, MESSAGE_MAX, TOKEN_BYTES,
 };
 use common::rollout::Actor;
+use common::tls::Fingerprint;
 use common::weights::blob_version;
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
+use tokio::runtime::Runtime;
 
 use super::{End, Outlet, Progress, HEARTBEAT};
 
@@ -43,6 +47,79 @@ pub const RECONNECT_WINDOW: Duration = Duration::from_secs(15);
 /// cluster launcher starts learner and actors together).
 const FIRST_CONNECT: Duration = Duration::from_secs(60);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the TLS handshake and the learner's welcome may take.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to the learner: a bare socket, or a TLS session with the pinned certificate.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+type Stream = Box<dyn Io>;
+
+/// The learner an actor joins: its address, the run token, and how the token is protected.
+#[derive(Clone)]
+pub struct Learner {
+    /// `HOST:PORT`.
+    pub addr: String,
+    pub token: [u8; TOKEN_BYTES],
+    /// TLS pinning this certificate fingerprint; `None`: plaintext (the token crosses in
+    /// clear).
+    pub tls: Option<Fingerprint>,
+}
+
+impl Learner {
+    /// Opens a connection (TCP, then the TLS handshake when pinned). A certificate that is
+    /// not the pinned one is a final refusal; anything else a link failure (retried).
+    async fn connect(&self) -> Result<Stream, HandshakeError> {
+        let link = |e: std::io::Error| HandshakeError::Link(e.into());
+        let addrs: Vec<_> = tokio::net::lookup_host(&self.addr)
+            .await
+            .map_err(link)?
+            .collect();
+        let mut last =
+            std::io::Error::new(ErrorKind::NotFound, format!("{}: no address", self.addr));
+        let mut socket = None;
+        for a in addrs {
+            match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(a)).await {
+                Ok(Ok(s)) => {
+                    socket = Some(s);
+                    break;
+                }
+                Ok(Err(e)) => last = e,
+                Err(_) => {
+                    last = std::io::Error::new(
+                        ErrorKind::TimedOut,
+                        format!("connecting to {a}: no answer within {CONNECT_TIMEOUT:?}"),
+                    )
+                }
+            }
+        }
+        let Some(socket) = socket else {
+            return Err(if last.kind() == ErrorKind::ConnectionRefused {
+                HandshakeError::NotListening(format!("tcp://{}: {last}", self.addr))
+            } else {
+                link(last)
+            });
+        };
+        socket.set_nodelay(true).map_err(link)?;
+        let Some(pinned) = self.tls else {
+            return Ok(Box::new(socket));
+        };
+        let connector = tokio_rustls::TlsConnector::from(common::tls::client_config(pinned));
+        let handshake = connector.connect(common::tls::server_name(), socket);
+        match tokio::time::timeout(HELLO_TIMEOUT, handshake).await {
+            Ok(Ok(tls)) => Ok(Box::new(tls)),
+            Ok(Err(e)) if common::tls::certificate_rejected(&e) => {
+                Err(HandshakeError::Untrusted(e.to_string()))
+            }
+            Ok(Err(e)) => Err(HandshakeError::Link(
+                anyhow::Error::from(e).context("TLS handshake"),
+            )),
+            Err(_) => Err(HandshakeError::Link(anyhow::anyhow!(
+                "no TLS handshake within {HELLO_TIMEOUT:?}"
+            ))),
+        }
+    }
+}
 
 /// What the learner told the actor when it accepted the token.
 #[derive(Clone, Debug)]
@@ -55,12 +132,13 @@ pub struct Welcome {
     pub window: usize,
 }
 
-/// A connection that presented the token and was welcomed (not registered yet).
+/// A connection that presented the token and was welcomed (not registered yet), with the
+/// runtime it lives on (which the connection thread takes over).
 pub struct Session {
-    addr: String,
-    token: [u8; TOKEN_BYTES],
+    learner: Learner,
     actor_id: u32,
-    stream: TcpStream,
+    runtime: Runtime,
+    stream: Stream,
     pub welcome: Welcome,
 }
 
@@ -70,58 +148,63 @@ pub fn tcp_address(connect: &str) -> Option<&str> {
 }
 
 impl Session {
-    /// Connects to `addr` (retrying while nothing listens there yet, for up to a minute),
-    /// presents `token` for actor `actor_id` and reads the welcome.
-    pub fn open(addr: &str, token: [u8; TOKEN_BYTES], actor_id: u32) -> anyhow::Result<Self> {
+    /// Connects to `learner` (retrying while nothing listens there yet, for up to a minute),
+    /// presents its token for actor `actor_id` and reads the welcome.
+    pub fn open(learner: Learner, actor_id: u32) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the connection's tokio runtime")?;
+        let addr = learner.addr.clone();
         let start = Instant::now();
-        let stream = loop {
-            match connect(addr) {
-                Ok(s) => break s,
-                Err(e) if start.elapsed() < FIRST_CONNECT => {
-                    tracing::debug!("connecting to {addr}: {e}; retrying");
-                    std::thread::sleep(Duration::from_millis(500));
+        let (stream, welcome) = runtime
+            .block_on(async {
+                loop {
+                    let attempt = async {
+                        let mut stream = learner.connect().await?;
+                        let welcome = hello(&mut stream, &learner.token, actor_id, None).await?;
+                        Ok((stream, welcome))
+                    };
+                    match attempt.await {
+                        Ok(ok) => return Ok(ok),
+                        Err(e @ (HandshakeError::Refused(_) | HandshakeError::Untrusted(_))) => {
+                            return Err(e.into())
+                        }
+                        Err(e) if start.elapsed() < FIRST_CONNECT => {
+                            tracing::debug!("connecting to {addr}: {:#}", anyhow::Error::from(e));
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                        Err(e) => {
+                            return Err(anyhow::Error::from(e).context(format!(
+                                "connecting to the learner for {FIRST_CONNECT:?}"
+                            )))
+                        }
+                    }
                 }
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!("connecting to the learner at tcp://{addr} for {FIRST_CONNECT:?}")
-                    })
-                }
-            }
-        };
-        let (stream, welcome) = hello(stream, &token, actor_id, None)
-            .map_err(anyhow::Error::from)
+            })
             .with_context(|| format!("joining the learner at tcp://{addr}"))?;
         welcome
             .args
             .validate()
             .with_context(|| format!("the actor arguments of the learner at tcp://{addr}"))?;
         Ok(Session {
-            addr: addr.to_string(),
-            token,
+            learner,
             actor_id,
+            runtime,
             stream,
             welcome,
         })
     }
 }
 
-fn connect(addr: &str) -> std::io::Result<TcpStream> {
-    let mut last = std::io::Error::new(ErrorKind::NotFound, format!("{addr}: no address"));
-    for a in addr.to_socket_addrs()? {
-        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
-            Ok(s) => {
-                s.set_nodelay(true)?;
-                return Ok(s);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// Why a handshake failed: the learner answered no (final), or the link failed (retry).
+/// Why a handshake failed: the learner answered no or is not the pinned one (final), nothing
+/// listens at the address (final once registered, retried before), or the link failed
+/// (retried).
 enum HandshakeError {
     Refused(String),
+    /// The TLS certificate is not the pinned one.
+    Untrusted(String),
+    NotListening(String),
     Link(anyhow::Error),
 }
 
@@ -129,41 +212,49 @@ impl From<HandshakeError> for anyhow::Error {
     fn from(e: HandshakeError) -> Self {
         match e {
             HandshakeError::Refused(reason) => anyhow::anyhow!("the learner refused: {reason}"),
+            HandshakeError::Untrusted(why) => anyhow::anyhow!("not the pinned learner: {why}"),
+            HandshakeError::NotListening(why) => anyhow::anyhow!("nothing listens: {why}"),
             HandshakeError::Link(e) => e,
         }
     }
 }
 
-fn hello(
-    mut stream: TcpStream,
+/// Presents the token (inside TLS when pinned: `stream` is already the session) and reads
+/// the welcome.
+async fn hello(
+    stream: &mut Stream,
     token: &[u8; TOKEN_BYTES],
     actor_id: u32,
     resume: Option<u32>,
-) -> Result<(TcpStream, Welcome), HandshakeError> {
+) -> Result<Welcome, HandshakeError> {
     let link = |e: WireError| HandshakeError::Link(e.into());
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| HandshakeError::Link(e.into()))?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    write_message(
-        &mut stream,
-        &ActorMsg::Hello {
-            token: *token,
-            actor_id,
-            resume,
-            pid: std::process::id(),
-            host,
-        },
-    )
-    .map_err(link)?;
+    let hello = ActorMsg::Hello {
+        token: *token,
+        actor_id,
+        resume,
+        pid: std::process::id(),
+        host,
+    };
     let limits = Limits {
         message: MESSAGE_MAX,
         chunk: 0,
         weights: 0,
     };
-    let frame = read_frame(&mut stream, &limits).map_err(link)?;
+    let exchange = async {
+        write_message_async(stream, &hello).await?;
+        read_frame_async(stream, &limits).await
+    };
+    let frame = match tokio::time::timeout(HELLO_TIMEOUT, exchange).await {
+        Err(_) => {
+            return Err(HandshakeError::Link(anyhow::anyhow!(
+                "no welcome within {HELLO_TIMEOUT:?}"
+            )))
+        }
+        Ok(frame) => frame.map_err(link)?,
+    };
     match frame.message::<LearnerMsg>().map_err(link)? {
         LearnerMsg::Welcome {
             incarnation,
@@ -171,16 +262,13 @@ fn hello(
             chunk_bytes,
             weight_bytes,
             window,
-        } => Ok((
-            stream,
-            Welcome {
-                incarnation,
-                args,
-                chunk_bytes: chunk_bytes as usize,
-                weight_bytes: weight_bytes as usize,
-                window: (window as usize).max(1),
-            },
-        )),
+        } => Ok(Welcome {
+            incarnation,
+            args,
+            chunk_bytes: chunk_bytes as usize,
+            weight_bytes: weight_bytes as usize,
+            window: (window as usize).max(1),
+        }),
         LearnerMsg::Refused { reason } => Err(HandshakeError::Refused(reason)),
         other => Err(HandshakeError::Link(anyhow::anyhow!(
             "expected a welcome, got {other:?}"
@@ -196,28 +284,33 @@ struct Registration {
     schema: ChunkSchema,
 }
 
-fn register(stream: &mut TcpStream, reg: &Registration) -> Result<u64, HandshakeError> {
+async fn register(stream: &mut Stream, reg: &Registration) -> Result<u64, HandshakeError> {
     let link = |e: WireError| HandshakeError::Link(e.into());
-    // The learner's main thread answers between two updates.
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .map_err(|e| HandshakeError::Link(e.into()))?;
-    write_message(
-        stream,
-        &ActorMsg::Register {
-            env: reg.env.clone(),
-            observation_space: reg.spec.observation_space.clone(),
-            action_space: reg.spec.action_space.clone(),
-            schema: reg.schema.clone(),
-        },
-    )
-    .map_err(link)?;
+    let message = ActorMsg::Register {
+        env: reg.env.clone(),
+        observation_space: reg.spec.observation_space.clone(),
+        action_space: reg.spec.action_space.clone(),
+        schema: reg.schema.clone(),
+    };
     let limits = Limits {
         message: MESSAGE_MAX,
         chunk: 0,
         weights: 0,
     };
-    let frame = read_frame(stream, &limits).map_err(link)?;
+    let exchange = async {
+        write_message_async(stream, &message).await?;
+        read_frame_async(stream, &limits).await
+    };
+    // The learner's main thread answers between two updates.
+    let answer = Duration::from_secs(60);
+    let frame = match tokio::time::timeout(answer, exchange).await {
+        Err(_) => {
+            return Err(HandshakeError::Link(anyhow::anyhow!(
+                "no answer to the registration within {answer:?}"
+            )))
+        }
+        Ok(frame) => frame.map_err(link)?,
+    };
     match frame.message::<LearnerMsg>().map_err(link)? {
         LearnerMsg::Registered { next_seq } => Ok(next_seq),
         LearnerMsg::Refused { reason } => Err(HandshakeError::Refused(reason)),
@@ -275,9 +368,9 @@ impl TcpOutlet {
     /// spaces of `spec` and the actor's schema, and starts the connection thread.
     pub fn register(session: Session, actor: &Actor, spec: &EnvSpec) -> anyhow::Result<Self> {
         let Session {
-            addr,
-            token,
+            learner,
             actor_id,
+            runtime,
             mut stream,
             welcome,
         } = session;
@@ -287,13 +380,19 @@ impl TcpOutlet {
             spec: spec.clone(),
             schema: actor.schema().clone(),
         };
-        let next_seq = register(&mut stream, &reg)?;
+        let next_seq = runtime.block_on(register(&mut stream, &reg))?;
         anyhow::ensure!(
             next_seq == 0,
             "the learner asks a new incarnation to start at chunk {next_seq}"
         );
         say(format!(
-            "{who}: registered with the learner at tcp://{addr}"
+            "{who}: registered with the learner at tcp://{}{}",
+            learner.addr,
+            if learner.tls.is_some() {
+                " (TLS 1.3, pinned certificate)"
+            } else {
+                " (plaintext)"
+            }
         ));
         let shared = Arc::new(Shared {
             outbox: Mutex::new(Outbox {
@@ -309,8 +408,7 @@ impl TcpOutlet {
             policy_version: AtomicU64::new(0),
         });
         let link = Link {
-            addr,
-            token,
+            learner,
             actor_id,
             incarnation: welcome.incarnation,
             weight_bytes: welcome.weight_bytes,
@@ -321,10 +419,6 @@ impl TcpOutlet {
         let net = std::thread::Builder::new()
             .name("link".into())
             .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a tokio runtime");
                 let why = runtime.block_on(link.run(stream));
                 link.shared.stop(why);
             })?;
@@ -417,8 +511,7 @@ impl Drop for TcpOutlet {
 
 /// The connection side of a remote actor (runs on its own thread's tokio runtime).
 struct Link {
-    addr: String,
-    token: [u8; TOKEN_BYTES],
+    learner: Learner,
     actor_id: u32,
     incarnation: u32,
     weight_bytes: usize,
@@ -440,7 +533,7 @@ enum Ended {
 }
 
 impl Link {
-    async fn run(&self, first: TcpStream) -> Result<End, String> {
+    async fn run(&self, first: Stream) -> Result<End, String> {
         let mut stream = Some(first);
         let mut next_seq = 0;
         loop {
@@ -476,42 +569,33 @@ impl Link {
 
     /// Reconnects within [`RECONNECT_WINDOW`]: hello with this incarnation, register again;
     /// returns the connection and the sequence number to continue at.
-    async fn reconnect(&self) -> Result<(TcpStream, u64), Result<End, String>> {
+    async fn reconnect(&self) -> Result<(Stream, u64), Result<End, String>> {
         let start = Instant::now();
         loop {
             if self.shared.stopped().is_some() {
                 return Err(Ok(End::Shutdown));
             }
-            let (addr, token, id, inc, reg) = (
-                self.addr.clone(),
-                self.token,
-                self.actor_id,
-                self.incarnation,
-                self.reg.clone(),
-            );
-            let attempt = tokio::task::spawn_blocking(move || {
-                let stream = connect(&addr).map_err(|e| {
-                    if e.kind() == ErrorKind::ConnectionRefused {
-                        HandshakeError::Refused(format!("tcp://{addr}: {e}"))
-                    } else {
-                        HandshakeError::Link(e.into())
-                    }
-                })?;
-                let (mut stream, welcome) = hello(stream, &token, id, Some(inc))?;
+            let inc = self.incarnation;
+            let attempt = async {
+                let mut stream = self.learner.connect().await?;
+                let welcome =
+                    hello(&mut stream, &self.learner.token, self.actor_id, Some(inc)).await?;
                 if welcome.incarnation != inc {
                     return Err(HandshakeError::Refused(format!(
                         "asked to resume incarnation {inc}, welcomed as {}",
                         welcome.incarnation
                     )));
                 }
-                let next = register(&mut stream, &reg)?;
+                let next = register(&mut stream, &self.reg).await?;
                 Ok((stream, next))
-            })
-            .await
-            .map_err(|e| Err(format!("reconnect task: {e}")))?;
-            match attempt {
+            };
+            match attempt.await {
                 Ok(ok) => return Ok(ok),
-                Err(HandshakeError::Refused(reason)) => {
+                Err(
+                    HandshakeError::Refused(reason)
+                    | HandshakeError::Untrusted(reason)
+                    | HandshakeError::NotListening(reason),
+                ) => {
                     say(format!("{}: the learner is gone ({reason})", self.who));
                     return Err(Ok(End::LearnerGone));
                 }
@@ -532,20 +616,10 @@ impl Link {
 
     /// One connection's life: chunks from `next_seq` on and heartbeats out, weights and
     /// acknowledgements in.
-    async fn stream(&self, stream: TcpStream, next_seq: u64) -> Ended {
+    async fn stream(&self, stream: Stream, next_seq: u64) -> Ended {
         // Chunks the learner already holds leave the outbox.
         self.acknowledge(next_seq.checked_sub(1));
-        if let Err(e) = stream.set_read_timeout(None) {
-            return Ended::Cut(e.to_string());
-        }
-        let stream = match stream
-            .set_nonblocking(true)
-            .and_then(|()| tokio::net::TcpStream::from_std(stream))
-        {
-            Ok(s) => s,
-            Err(e) => return Ended::Cut(e.to_string()),
-        };
-        let (mut rd, mut wr) = stream.into_split();
+        let (mut rd, mut wr) = tokio::io::split(stream);
         let end = tokio::select! {
             end = self.read(&mut rd) => end,
             end = self.write(&mut wr, next_seq) => end,
@@ -576,7 +650,7 @@ impl Link {
         }
     }
 
-    async fn read(&self, rd: &mut tokio::net::tcp::OwnedReadHalf) -> Ended {
+    async fn read(&self, rd: &mut ReadHalf<Stream>) -> Ended {
         let limits = Limits {
             message: MESSAGE_MAX,
             chunk: 0,
@@ -634,7 +708,7 @@ impl Link {
         }
     }
 
-    async fn write(&self, wr: &mut tokio::net::tcp::OwnedWriteHalf, next_seq: u64) -> Ended {
+    async fn write(&self, wr: &mut WriteHalf<Stream>, next_seq: u64) -> Ended {
         let mut next = next_seq;
         let mut tick = tokio::time::interval(HEARTBEAT);
         loop {
