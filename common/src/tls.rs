@@ -143,12 +143,16 @@ pub fn client_config(pinned: Fingerprint) -> Arc<rustls::ClientConfig> {
     Arc::new(config)
 }
 
-/// Whether a failed handshake's error (as tokio-rustls reports it) is a certificate the
-/// client refused: not the pinned one (final, unlike a broken link).
-pub fn certificate_rejected(e: &std::io::Error) -> bool {
-    e.get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        .is_some_and(|e| matches!(e, rustls::Error::InvalidCertificate(_)))
+/// When a failed handshake's error (as tokio-rustls reports it) is a certificate the client
+/// refused (not the pinned one: final, unlike a broken link), why.
+pub fn certificate_rejected(e: &std::io::Error) -> Option<String> {
+    match e.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(why))) => {
+            Some(why.to_string())
+        }
+        rustls::Error::InvalidCertificate(other) => Some(format!("{other:?}")),
+        _ => None,
+    }
 }
 
 /// [`SERVER_NAME`] as rustls takes it.

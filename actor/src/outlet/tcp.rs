@@ -108,12 +108,10 @@ impl Learner {
         let handshake = connector.connect(common::tls::server_name(), socket);
         match tokio::time::timeout(HELLO_TIMEOUT, handshake).await {
             Ok(Ok(tls)) => Ok(Box::new(tls)),
-            Ok(Err(e)) if common::tls::certificate_rejected(&e) => {
-                Err(HandshakeError::Untrusted(e.to_string()))
-            }
-            Ok(Err(e)) => Err(HandshakeError::Link(
-                anyhow::Error::from(e).context("TLS handshake"),
-            )),
+            Ok(Err(e)) => Err(match common::tls::certificate_rejected(&e) {
+                Some(why) => HandshakeError::Untrusted(why),
+                None => HandshakeError::Link(anyhow::Error::from(e).context("TLS handshake")),
+            }),
             Err(_) => Err(HandshakeError::Link(anyhow::anyhow!(
                 "no TLS handshake within {HELLO_TIMEOUT:?}"
             ))),
