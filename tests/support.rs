@@ -2,6 +2,8 @@
 //! deadline so that a hung child fails the test instead of hanging CI.
 
 use std::path::PathBuf;
+pub mod remote_support;
+
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -23,6 +25,24 @@ pub fn binary(name: &str) -> PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "--quiet", "--workspace", "--bin", name]);
+        // Not the variables `cargo test` sets for this test binary: ring's build script asks
+        // to rerun when CARGO_PKG_NAME, CARGO_MANIFEST_DIR, ... change, and with this crate's
+        // values here every build from a test would rebuild ring and all that depends on it.
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO_PKG_")
+                || key.starts_with("CARGO_CRATE_")
+                || [
+                    "CARGO_MANIFEST_DIR",
+                    "CARGO_MANIFEST_PATH",
+                    "CARGO_MANIFEST_LINKS",
+                ]
+                .contains(&key.as_ref())
+                || key == "OUT_DIR"
+            {
+                cmd.env_remove(key.as_ref());
+            }
+        }
         if dir.file_name().is_some_and(|p| p == "release") {
             cmd.arg("--release");
         }

@@ -15,10 +15,11 @@ use common::envs::Registry;
 use common::policy::CriticCore;
 use common::recurrent::CellKind;
 use common::rollout::{Actor, EpsilonSchedule, Exploration};
+use common::tls::Fingerprint;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::outlet::shm::ShmOutlet;
-use crate::outlet::tcp::{tcp_address, Session, TcpOutlet};
+use crate::outlet::tcp::{tcp_address, Learner, Session, TcpOutlet};
 use crate::outlet::{self, Outlet};
 use crate::start::{finite_bounds, registry_for, start, Identity};
 
@@ -123,9 +124,19 @@ pub struct Cli {
     #[arg(long, value_name = "SOCKET|tcp://HOST:PORT", conflicts_with_all = ["record", "check_env"])]
     connect: Option<String>,
     /// The run token of the learner (`RUN_DIR/token`, copied to this machine): required with
-    /// --connect tcp://.
+    /// --connect tcp://. When it carries the learner's certificate fingerprint (a learner
+    /// serving TLS writes it there) the actor joins through TLS 1.3 and accepts only that
+    /// certificate.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// With --connect tcp://: refuse to join without TLS (an error when the token file holds
+    /// no certificate fingerprint), even on a loopback address.
+    #[arg(long, conflicts_with = "insecure_plaintext")]
+    tls: bool,
+    /// With --connect tcp://: join a plaintext learner (a token file without a fingerprint)
+    /// on a non-loopback address: the token and every chunk cross the network in clear.
+    #[arg(long)]
+    insecure_plaintext: bool,
 }
 
 impl Cli {
@@ -198,6 +209,45 @@ fn parse_widths(s: &str) -> Result<Widths, String> {
         .map(Widths)
 }
 
+/// How the token is protected on the way to `addr`: TLS pinning the token file's fingerprint
+/// when it has one; plaintext otherwise, on a loopback address or with `--insecure-plaintext`
+/// (loudly) only, and never with `--tls`.
+fn protection(
+    fingerprint: Option<Fingerprint>,
+    addr: &str,
+    token_file: &Path,
+    tls: bool,
+    insecure_plaintext: bool,
+) -> anyhow::Result<Option<Fingerprint>> {
+    if fingerprint.is_some() {
+        return Ok(fingerprint);
+    }
+    let file = token_file.display();
+    let old = "(a token file from before TLS, or of a learner started with --insecure-plaintext)";
+    anyhow::ensure!(
+        !tls,
+        "--tls: token file {file} holds no TLS certificate fingerprint {old}; copy the \
+         learner's current RUN_DIR/token (a learner serving TLS writes its fingerprint there)"
+    );
+    if insecure_plaintext {
+        say(format!(
+            "WARNING: --insecure-plaintext: joining tcp://{addr} without TLS; the run token and \
+             every chunk cross the network in clear"
+        ));
+        return Ok(None);
+    }
+    let loopback = common::tls::is_loopback(addr).map_err(|e| anyhow::anyhow!("--connect: {e}"))?;
+    anyhow::ensure!(
+        loopback,
+        "--connect tcp://{addr} is not a loopback address and token file {file} holds no TLS \
+         certificate fingerprint {old}: the token would cross the network in clear. Copy the \
+         learner's current RUN_DIR/token (a learner on a non-loopback address serves TLS and \
+         writes its fingerprint there), or pass --insecure-plaintext to join a plaintext \
+         learner anyway"
+    );
+    Ok(None)
+}
+
 /// Runs what `cli` asks for with the built-in environments.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     run_with(cli, Registry::builtin())
@@ -209,9 +259,20 @@ pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
         let token_file = cli.token_file.as_ref().with_context(|| {
             format!("--connect tcp://{addr} needs --token-file (the learner's RUN_DIR/token)")
         })?;
-        let token = common::remote::read_token_file(token_file)?;
+        let file = common::remote::read_token_file(token_file)?;
+        let learner = Learner {
+            addr: addr.to_string(),
+            token: file.token,
+            tls: protection(
+                file.fingerprint,
+                addr,
+                token_file,
+                cli.tls,
+                cli.insecure_plaintext,
+            )?,
+        };
         // The learner gives the arguments and the incarnation; this side gives its id.
-        let session = Session::open(addr, token, cli.actor_id)?;
+        let session = Session::open(learner, cli.actor_id)?;
         let id = Identity {
             actor_id: cli.actor_id,
             incarnation: session.welcome.incarnation,

@@ -25,6 +25,8 @@
 //! - [`rollout`]: the actor loop ([`rollout::Actor`]) that steps the environments with the
 //!   policy and fills chunks: run by the actor process, the learner's evaluation and the
 //!   benchmarks.
+//! - [`tls`]: TLS 1.3 on the remote-actor port (the certificate fingerprint actors pin, the
+//!   learner's [`tls::TlsMode`]).
 //! - [`weights`]: weight blobs (a policy's parameters, versioned) for broadcast and checkpoints.
 
 #![deny(unsafe_code)]
@@ -45,4 +47,5 @@ pub mod remote;
 pub mod rollout;
 #[allow(unsafe_code)]
 pub mod shm;
+pub mod tls;
 pub mod weights;

@@ -9,6 +9,9 @@
 //!   kind 3 weights: a weight blob (common::weights: magic, layout hash, version, values)
 //! ```
 //!
+//! The connection is TLS 1.3 ([`crate::tls`]) unless the learner runs in plaintext (loopback,
+//! or `--insecure-plaintext`); the frames are the same either way.
+//!
 //! A connection opens with [`ActorMsg::Hello`] carrying the run token (32 bytes, compared in
 //! constant time by [`token_matches`]); the learner reads nothing else before it, and reads
 //! the hello with a limit of [`HELLO_MAX`] bytes. Every reader checks a frame's length against
@@ -29,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::actor_args::ActorArgs;
 use crate::chunk::ChunkSchema;
 use crate::envs::Space;
+use crate::tls::Fingerprint;
 
 /// Bumped whenever a message changes shape (2: `Welcome` carries an [`ActorArgs`]).
 pub const REMOTE_PROTOCOL_VERSION: u32 = 2;
@@ -280,6 +284,8 @@ where
 {
     use tokio::io::AsyncWriteExt;
     w.write_all(&message_frame(message)?).await?;
+    // A TLS stream holds records until flushed (a no-op on a bare socket).
+    w.flush().await?;
     Ok(())
 }
 
@@ -291,6 +297,7 @@ where
     use tokio::io::AsyncWriteExt;
     w.write_all(&data_head(kind, bytes.len())).await?;
     w.write_all(bytes).await?;
+    w.flush().await?;
     Ok(())
 }
 
@@ -325,11 +332,61 @@ pub fn parse_token(text: &str) -> Result<[u8; TOKEN_BYTES], String> {
     Ok(token)
 }
 
+/// What a token file holds: the run token and, when the learner serves TLS, the fingerprint
+/// of its certificate (which actors pin).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenFile {
+    pub token: [u8; TOKEN_BYTES],
+    pub fingerprint: Option<Fingerprint>,
+}
+
+/// The prefix of a token file's fingerprint line.
+const FINGERPRINT_PREFIX: &str = "tls-sha256 ";
+
+impl TokenFile {
+    /// The file's text: the token's 64 hex digits on the first line, then
+    /// `tls-sha256 <64 hex digits>` when there is a fingerprint.
+    pub fn text(&self) -> String {
+        let mut s = token_hex(&self.token);
+        if let Some(f) = &self.fingerprint {
+            s.push_str(&format!("{FINGERPRINT_PREFIX}{f}\n"));
+        }
+        s
+    }
+
+    /// Parses [`TokenFile::text`]; a file of the token alone (written before TLS) has no
+    /// fingerprint.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+        let token = parse_token(lines.next().unwrap_or(""))?;
+        let fingerprint = match lines.next() {
+            None => None,
+            Some(line) => {
+                let hex = line.strip_prefix(FINGERPRINT_PREFIX).ok_or_else(|| {
+                    format!(
+                        "second line: expected {FINGERPRINT_PREFIX:?} and 64 hex digits, \
+                         found {:?}",
+                        line.chars().take(80).collect::<String>()
+                    )
+                })?;
+                Some(Fingerprint::parse(hex).map_err(|e| format!("fingerprint: {e}"))?)
+            }
+        };
+        if let Some(extra) = lines.next() {
+            return Err(format!(
+                "unexpected third line {:?}",
+                extra.chars().take(80).collect::<String>()
+            ));
+        }
+        Ok(TokenFile { token, fingerprint })
+    }
+}
+
 /// Reads a token file (as written by the learner into `RUN_DIR/token`); the error names it.
-pub fn read_token_file(path: &Path) -> anyhow::Result<[u8; TOKEN_BYTES]> {
+pub fn read_token_file(path: &Path) -> anyhow::Result<TokenFile> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))?;
-    parse_token(&text).map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))
+    TokenFile::parse(&text).map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))
 }
 
 /// Whether `presented` equals `token`, in time independent of where they differ.
@@ -396,5 +453,26 @@ mod tests {
         assert!(!token_matches(&a, &c));
         assert!(parse_token("abc").unwrap_err().contains("64 hex digits"));
         assert!(parse_token(&"g".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn token_files_carry_the_fingerprint_and_old_ones_still_read() {
+        let token = new_token().unwrap();
+        let old = TokenFile::parse(&token_hex(&token)).unwrap();
+        assert_eq!(old.token, token);
+        assert_eq!(old.fingerprint, None);
+        let with = TokenFile {
+            token,
+            fingerprint: Some(Fingerprint::of(b"cert")),
+        };
+        assert_eq!(TokenFile::parse(&with.text()).unwrap(), with);
+        assert_eq!(with.text().lines().count(), 2);
+        let err = TokenFile::parse(&format!("{}sha1 00\n", token_hex(&token))).unwrap_err();
+        assert!(
+            err.contains("second line") && err.contains("sha1 00"),
+            "{err}"
+        );
+        let err = TokenFile::parse(&format!("{}x\ny\n", with.text())).unwrap_err();
+        assert!(err.contains("third line"), "{err}");
     }
 }

@@ -80,21 +80,53 @@ impl Actors {
         let shm = ShmTransport::start(names, config, expected.clone(), slot_bytes, initial_blob)?;
         let mut transports: Vec<Box<dyn Transport>> = vec![Box::new(shm)];
         if let Some(listen) = &config.listen {
+            let use_tls = config
+                .tls
+                .resolve(listen)
+                .map_err(|e| anyhow::anyhow!("`run.listen`: {e}"))?;
+            let (tls, fingerprint) = if use_tls {
+                let identity = names.tls_identity()?;
+                let fingerprint = identity.fingerprint();
+                let tls = common::tls::server_config(identity.cert_der, identity.key_der)
+                    .context("the run's TLS configuration")?;
+                (Some(tls), Some(fingerprint))
+            } else {
+                (None, None)
+            };
             let opts = RemoteOptions {
                 listen: listen.clone(),
-                token: names.token()?,
+                token: names.token(fingerprint)?,
                 args: config.actor_args.clone(),
                 chunk_bytes: slot_bytes,
                 weight_bytes: initial_blob.len(),
                 window: config.slots,
                 local_actors: config.actors,
+                tls,
             };
             let tcp = TcpTransport::start(expected, opts, initial_blob)?;
-            tracing::info!(
-                "remote actors: listening on {} (token in {})",
-                tcp.address(),
-                names.path().join("token").display()
-            );
+            let token_path = names.path().join("token");
+            match fingerprint {
+                Some(f) => tracing::info!(
+                    "remote actors: listening on {} (TLS 1.3, certificate sha256 {f}; token and \
+                     fingerprint in {})",
+                    tcp.address(),
+                    token_path.display()
+                ),
+                None if config.tls == common::tls::TlsMode::InsecurePlaintext => tracing::warn!(
+                    "remote actors: listening on {} IN PLAINTEXT (--insecure-plaintext): the \
+                     run token and every chunk and weight cross the network in clear, and \
+                     anyone who sees them can join the run; for loopback and benchmarks only \
+                     (token in {})",
+                    tcp.address(),
+                    token_path.display()
+                ),
+                None => tracing::info!(
+                    "remote actors: listening on {} (plaintext on loopback; --tls to encrypt; \
+                     token in {})",
+                    tcp.address(),
+                    token_path.display()
+                ),
+            }
             summary.listen = Some(tcp.address());
             transports.push(Box::new(tcp));
         }

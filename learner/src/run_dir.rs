@@ -141,39 +141,114 @@ impl RunNames {
         format!("recur-{}-ring-{actor_id}-{incarnation}", self.run_id)
     }
 
-    /// The run token remote actors present (`RUN_DIR/token`: 64 hex digits, mode 0600). A
-    /// token file the run directory already holds (a resumed run's, so that the actors'
-    /// copies stay valid) is kept if it is a regular file of this user, mode 0600, and valid;
-    /// otherwise a fresh 256-bit token from the operating system replaces it.
-    pub fn token(&self) -> anyhow::Result<[u8; common::remote::TOKEN_BYTES]> {
-        use std::io::Write;
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    /// The run token remote actors present (`RUN_DIR/token`, mode 0600: 64 hex digits, then
+    /// the `fingerprint` of the learner's TLS certificate when it serves TLS). The token of a
+    /// token file the run directory already holds (a resumed run's, so that the actors' copies
+    /// stay valid) is kept if the file is a regular file of this user, mode 0600, and valid;
+    /// otherwise a fresh 256-bit token from the operating system replaces it. The file is
+    /// rewritten (atomically) only when its content changes.
+    pub fn token(
+        &self,
+        fingerprint: Option<common::tls::Fingerprint>,
+    ) -> anyhow::Result<[u8; common::remote::TOKEN_BYTES]> {
+        use common::remote::TokenFile;
         let path = self.path.join("token");
-        if let Ok(meta) = std::fs::symlink_metadata(&path) {
-            let me = nix::unistd::Uid::effective().as_raw();
-            if meta.is_file() && meta.uid() == me && meta.mode() & 0o777 == 0o600 {
-                if let Ok(token) = common::remote::read_token_file(&path) {
-                    tracing::info!("remote actors: keeping the run token in {}", path.display());
-                    return Ok(token);
+        let old = private_file(&path)
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .and_then(|text| TokenFile::parse(&text).ok());
+        let token = match old {
+            Some(old) => {
+                tracing::info!("remote actors: keeping the run token in {}", path.display());
+                if old.fingerprint == fingerprint {
+                    return Ok(old.token);
                 }
+                old.token
             }
-            std::fs::remove_file(&path).with_context(|| format!("replacing {}", path.display()))?;
-        }
-        let token = common::remote::new_token()
-            .map_err(|e| anyhow::anyhow!("drawing a run token from the OS: {e}"))?;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        // Exactly 0600 whatever the umask.
-        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        file.write_all(common::remote::token_hex(&token).as_bytes())
-            .and_then(|()| file.sync_all())
-            .with_context(|| format!("writing {}", path.display()))?;
+            None => common::remote::new_token()
+                .map_err(|e| anyhow::anyhow!("drawing a run token from the OS: {e}"))?,
+        };
+        let file = TokenFile { token, fingerprint };
+        write_private(&path, file.text().as_bytes())?;
         Ok(token)
     }
+
+    /// The run's TLS certificate (self-signed, for [`common::tls::SERVER_NAME`]) and its
+    /// PKCS#8 key, in `RUN_DIR/tls-cert.der` and `RUN_DIR/tls-key.der` (mode 0600). A pair
+    /// the run directory already holds (a resumed run's: the fingerprint the actors' token
+    /// files pin stays valid) is kept if both are regular files of this user, mode 0600, and
+    /// make a valid TLS configuration; otherwise a new pair replaces them.
+    pub fn tls_identity(&self) -> anyhow::Result<TlsIdentity> {
+        let cert_path = self.path.join("tls-cert.der");
+        let key_path = self.path.join("tls-key.der");
+        if let (Some(cert_der), Some(key_der)) = (private_file(&cert_path), private_file(&key_path))
+        {
+            if common::tls::server_config(cert_der.clone(), key_der.clone()).is_ok() {
+                tracing::info!(
+                    "remote actors: keeping the TLS certificate in {}",
+                    cert_path.display()
+                );
+                return Ok(TlsIdentity { cert_der, key_der });
+            }
+        }
+        let made = rcgen::generate_simple_self_signed(vec![common::tls::SERVER_NAME.to_string()])
+            .context("making the run's TLS certificate")?;
+        let identity = TlsIdentity {
+            cert_der: made.cert.der().to_vec(),
+            key_der: made.signing_key.serialize_der(),
+        };
+        // The key first: a certificate is never kept without its key.
+        write_private(&key_path, &identity.key_der)?;
+        write_private(&cert_path, &identity.cert_der)?;
+        Ok(identity)
+    }
+}
+
+/// A run's TLS certificate and key (DER).
+pub struct TlsIdentity {
+    pub cert_der: Vec<u8>,
+    /// PKCS#8.
+    pub key_der: Vec<u8>,
+}
+
+impl TlsIdentity {
+    /// The certificate's fingerprint, as token files carry it.
+    pub fn fingerprint(&self) -> common::tls::Fingerprint {
+        common::tls::Fingerprint::of(&self.cert_der)
+    }
+}
+
+/// The content of `path` if it is a regular file (not a link) of this user with mode 0600.
+fn private_file(path: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let me = nix::unistd::Uid::effective().as_raw();
+    if !(meta.is_file() && meta.uid() == me && meta.mode() & 0o777 == 0o600) {
+        return None;
+    }
+    std::fs::read(path).ok()
+}
+
+/// Writes `bytes` to `path` with mode 0600 whatever the umask: a new file beside it, synced,
+/// then renamed over `path` (a reader sees the old content or the new, never a part).
+fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("new");
+    if std::fs::symlink_metadata(&tmp).is_ok() {
+        std::fs::remove_file(&tmp).with_context(|| format!("removing {}", tmp.display()))?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
 /// Takes the exclusive lock on `dir/run.lock` (and writes our pid into it, for the message a

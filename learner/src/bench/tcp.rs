@@ -12,8 +12,16 @@
 //! - `{"bench":"transport","kind":"tcp_weights","weight_bytes":..,"median_us":..,"p90_us":..,
 //!   "max_us":..,"samples":..}`: `RemoteServer::publish` of a blob -> a remote actor's
 //!   connection (a thread here, over loopback) holds the whole weights frame.
+//! - `tls_bandwidth` and `tls_weights`: the same two measured right after, through TLS 1.3
+//!   (the learner's `--tls`: rustls, ring, the producers pinning a fresh self-signed
+//!   certificate); `tls_bandwidth` adds `tcp_gb_per_s` (the plaintext row just before) and
+//!   `ratio_to_tcp = gb_per_s / tcp_gb_per_s`: the cost of the encryption.
+//!
+//! The producers are the same program for both: the handshake, then every chunk written from
+//! one thread, then a half-close and a read to the end (the learner sends only small
+//! acknowledgements meanwhile).
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,6 +33,7 @@ use common::remote::{
     data_head, new_token, parse_token, read_frame, token_hex, write_message, ActorMsg, LearnerMsg,
     Limits, KIND_CHUNK, KIND_WEIGHTS, MESSAGE_MAX, TOKEN_BYTES,
 };
+use common::tls::Fingerprint;
 use serde::Serialize;
 
 use super::chunks::{bench_chunk, bench_schema, set_seq};
@@ -47,6 +56,12 @@ pub struct TcpBandwidthRow {
     pub encoded_bytes: usize,
     pub window: usize,
     pub iters: usize,
+    /// `tls_bandwidth` only: the plaintext row's bandwidth, measured just before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_gb_per_s: Option<f64>,
+    /// `tls_bandwidth` only: `gb_per_s / tcp_gb_per_s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_tcp: Option<f64>,
 }
 
 /// The shared-memory row a loopback-TCP bandwidth row is measured beside.
@@ -63,12 +78,25 @@ pub struct ShmBaseline {
     pub gb_per_s: f64,
 }
 
+/// A listener on 127.0.0.1 with a fresh token, and with `tls` a fresh self-signed certificate
+/// (its fingerprint returned for the producers to pin).
 fn server(
     chunk_bytes: usize,
     weight_bytes: usize,
     window: usize,
-) -> anyhow::Result<(RemoteServer, [u8; TOKEN_BYTES])> {
+    tls: bool,
+) -> anyhow::Result<(RemoteServer, [u8; TOKEN_BYTES], Option<Fingerprint>)> {
     let token = new_token().map_err(|e| anyhow::anyhow!("drawing a token: {e}"))?;
+    let (config, fingerprint) = if tls {
+        let made = rcgen::generate_simple_self_signed(vec![common::tls::SERVER_NAME.into()])
+            .context("making a TLS certificate")?;
+        let cert = made.cert.der().to_vec();
+        let fingerprint = Fingerprint::of(&cert);
+        let config = common::tls::server_config(cert, made.signing_key.serialize_der())?;
+        (Some(config), Some(fingerprint))
+    } else {
+        (None, None)
+    };
     let server = RemoteServer::start(RemoteOptions {
         listen: "127.0.0.1:0".into(),
         token,
@@ -77,8 +105,9 @@ fn server(
         weight_bytes,
         window,
         local_actors: 0,
+        tls: config,
     })?;
-    Ok((server, token))
+    Ok((server, token, fingerprint))
 }
 
 /// Accepts `n` registrations (every one), returning their links.
@@ -98,20 +127,39 @@ fn accept(server: &RemoteServer, n: usize) -> anyhow::Result<Vec<RemoteLink>> {
 /// The loopback-TCP bandwidth row of `shm`'s chunk size from as many producer processes, each
 /// sending `window_chunks / producers * (iters + 1)` chunks.
 pub fn tcp_bandwidth(shm: &ShmBaseline, iters: usize) -> anyhow::Result<TcpBandwidthRow> {
+    bandwidth(shm, iters, false)
+}
+
+/// [`tcp_bandwidth`] through TLS 1.3, beside the plaintext row `tcp` of the same size.
+pub fn tls_bandwidth(
+    shm: &ShmBaseline,
+    iters: usize,
+    tcp: &TcpBandwidthRow,
+) -> anyhow::Result<TcpBandwidthRow> {
+    let mut row = bandwidth(shm, iters, true)?;
+    row.tcp_gb_per_s = Some(tcp.gb_per_s);
+    row.ratio_to_tcp = Some(row.gb_per_s / tcp.gb_per_s);
+    Ok(row)
+}
+
+fn bandwidth(shm: &ShmBaseline, iters: usize, tls: bool) -> anyhow::Result<TcpBandwidthRow> {
     let (chunk_bytes, producers) = (shm.chunk_bytes, shm.producers);
     let encoded = bench_chunk(chunk_bytes)?;
     let len = encoded.len();
     let windows = iters + 1;
     let per_producer = shm.window_chunks / producers;
     let queue = shm.queue;
-    let (server, token) = server(len, 64, queue)?;
+    let (server, token, fingerprint) = server(len, 64, queue, tls)?;
     let exe = std::env::current_exe().context("locating recur-bench to spawn producers")?;
     let mut children = Vec::new();
     for k in 0..producers {
+        let mut cmd = Command::new(&exe);
+        cmd.arg("transport-producer");
+        if let Some(f) = fingerprint {
+            cmd.args(["--tls-fingerprint", &f.to_string()]);
+        }
         children.push(
-            Command::new(&exe)
-                .arg("transport-producer")
-                .args(["--tcp", &server.local_addr().to_string()])
+            cmd.args(["--tcp", &server.local_addr().to_string()])
                 .args(["--token", token_hex(&token).trim()])
                 .args(["--actor-id", &k.to_string()])
                 .args(["--chunk-bytes", &chunk_bytes.to_string()])
@@ -159,7 +207,11 @@ pub fn tcp_bandwidth(shm: &ShmBaseline, iters: usize) -> anyhow::Result<TcpBandw
     let gb_per_s = (window * len) as f64 / (median_ms / 1e3) / 1e9;
     Ok(TcpBandwidthRow {
         bench: "transport",
-        kind: "tcp_bandwidth",
+        kind: if tls {
+            "tls_bandwidth"
+        } else {
+            "tcp_bandwidth"
+        },
         chunk_bytes,
         producers,
         gb_per_s,
@@ -170,6 +222,8 @@ pub fn tcp_bandwidth(shm: &ShmBaseline, iters: usize) -> anyhow::Result<TcpBandw
         encoded_bytes: len,
         window: queue,
         iters,
+        tcp_gb_per_s: None,
+        ratio_to_tcp: None,
     })
 }
 
@@ -184,16 +238,77 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Joins the learner at `addr` as actor `actor_id` with `token`; returns the connection and
-/// the weight frame limit.
+/// A benchmark actor's connection: a bare socket, or a TLS session that pins the learner's
+/// certificate (as `recur-actor` does).
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Conn {
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(s) => s.get_ref(),
+        }
+    }
+
+    /// Ends the sending direction (after a TLS `close_notify`); reading goes on.
+    fn close_write(&mut self) -> std::io::Result<()> {
+        if let Conn::Tls(s) = self {
+            s.conn.send_close_notify();
+            s.flush()?;
+        }
+        self.socket().shutdown(std::net::Shutdown::Write)
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// Joins the learner at `addr` as actor `actor_id` with `token` (through TLS pinning
+/// `fingerprint`, if given); returns the connection and the weight frame limit.
 fn join(
     addr: &str,
     token: [u8; TOKEN_BYTES],
+    fingerprint: Option<Fingerprint>,
     actor_id: u32,
     chunk_bytes: usize,
-) -> anyhow::Result<(TcpStream, usize)> {
-    let mut stream = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
-    stream.set_nodelay(true)?;
+) -> anyhow::Result<(Conn, usize)> {
+    let socket = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    socket.set_nodelay(true)?;
+    let mut stream = match fingerprint {
+        None => Conn::Plain(socket),
+        Some(f) => {
+            let conn = rustls::ClientConnection::new(
+                common::tls::client_config(f),
+                common::tls::server_name(),
+            )?;
+            Conn::Tls(Box::new(rustls::StreamOwned::new(conn, socket)))
+        }
+    };
     write_message(
         &mut stream,
         &ActorMsg::Hello {
@@ -228,26 +343,24 @@ fn join(
     }
 }
 
-/// The `transport-producer --tcp` side: joins, then sends `count` chunks (sequence numbers
-/// 0..count) as fast as TCP takes them; what the learner sends back is read and dropped.
+/// The `transport-producer --tcp` side: joins (through TLS pinning `fingerprint`, 64 hex
+/// digits, if given), then sends `count` chunks (sequence numbers 0..count) as fast as the
+/// connection takes them; what the learner sends back (acknowledgements, a few small frames a
+/// second) is read and dropped at the end.
 pub fn run_tcp_producer(
     addr: &str,
     token: &str,
+    fingerprint: Option<&str>,
     actor_id: u32,
     chunk_bytes: usize,
     count: u64,
 ) -> anyhow::Result<()> {
     let token = parse_token(token).map_err(|e| anyhow::anyhow!("--token: {e}"))?;
-    let (mut stream, weight_bytes) = join(addr, token, actor_id, chunk_bytes)?;
-    let mut reader = stream.try_clone()?;
-    let drain = std::thread::spawn(move || {
-        let limits = Limits {
-            message: MESSAGE_MAX,
-            chunk: 0,
-            weights: weight_bytes,
-        };
-        while read_frame(&mut reader, &limits).is_ok() {}
-    });
+    let fingerprint = fingerprint
+        .map(Fingerprint::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--tls-fingerprint: {e}"))?;
+    let (mut stream, weight_bytes) = join(addr, token, fingerprint, actor_id, chunk_bytes)?;
     let mut encoded = bench_chunk(chunk_bytes)?;
     let head = data_head(KIND_CHUNK, encoded.len());
     for seq in 0..count {
@@ -258,19 +371,27 @@ pub fn run_tcp_producer(
     stream.flush()?;
     // Half-close, then read until the learner closes (it has everything then). Exiting with
     // its acknowledgements unread would reset the connection and drop chunks still in flight.
-    stream.shutdown(std::net::Shutdown::Write)?;
-    let _ = drain.join();
+    stream.close_write()?;
+    let limits = Limits {
+        message: MESSAGE_MAX,
+        chunk: 0,
+        weights: weight_bytes,
+    };
+    while read_frame(&mut stream, &limits).is_ok() {}
     Ok(())
 }
 
-/// `RemoteServer::publish` -> a connected actor holds the whole blob, for `bytes`-sized blobs.
-pub fn tcp_weight_latency(bytes: usize, samples: usize) -> anyhow::Result<WeightsRow> {
+/// `RemoteServer::publish` -> a connected actor holds the whole blob, for `bytes`-sized blobs
+/// (`tls`: through TLS 1.3, the `tls_weights` row).
+pub fn tcp_weight_latency(bytes: usize, samples: usize, tls: bool) -> anyhow::Result<WeightsRow> {
     ensure!(bytes >= 8, "--weight-sizes: at least 8 bytes, got {bytes}");
-    let (server, token) = server(1 << 16, bytes, 2)?;
+    let (server, token, fingerprint) = server(1 << 16, bytes, 2, tls)?;
     let addr = server.local_addr().to_string();
     let client = Subscriber::spawn(samples, "actor", move |seen| {
-        let (mut stream, weight_bytes) = join(&addr, token, 0, 1 << 16)?;
-        stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+        let (mut stream, weight_bytes) = join(&addr, token, fingerprint, 0, 1 << 16)?;
+        stream
+            .socket()
+            .set_read_timeout(Some(Duration::from_millis(500)))?;
         let limits = Limits {
             message: MESSAGE_MAX,
             chunk: 0,
@@ -299,7 +420,8 @@ pub fn tcp_weight_latency(bytes: usize, samples: usize) -> anyhow::Result<Weight
         Ok(())
     });
     let _link = accept(&server, 1)?;
-    client.measure("tcp_weights", bytes, |_, blob| {
+    let kind = if tls { "tls_weights" } else { "tcp_weights" };
+    client.measure(kind, bytes, |_, blob| {
         server.publish(blob);
         Ok(())
     })

@@ -4,7 +4,7 @@
 //! a subscriber holds the full copy).
 //!
 //! Rows, one JSON object each (and, unless `--no-tcp`, the loopback-TCP rows of
-//! [`super::tcp`] after each of them):
+//! [`super::tcp`] after each of them, plaintext then TLS):
 //!
 //! - `{"bench":"transport","kind":"bandwidth","chunk_bytes":..,"producers":..,"gb_per_s":..,
 //!   "memcpy_gb_per_s":..,"ratio":..,"chunks":..,"median_ms":..}` plus `encoded_bytes`,
@@ -35,7 +35,7 @@ use serde::Serialize;
 
 use super::chunks::{bench_chunk, set_seq};
 use super::latency::{Subscriber, WeightsRow};
-use super::tcp::{tcp_bandwidth, tcp_weight_latency, ShmBaseline};
+use super::tcp::{tcp_bandwidth, tcp_weight_latency, tls_bandwidth, ShmBaseline};
 use super::{each_at_least_one, summarize, ROW_DEADLINE};
 
 /// The grid and the measurement settings (the `recur-bench transport` flags).
@@ -66,7 +66,7 @@ pub struct TransportBench {
     #[arg(long)]
     pub quick: bool,
     /// Skip the loopback-TCP rows (the remote-actor path, measured after each shared-memory
-    /// row: `tcp_bandwidth`, `tcp_weights`).
+    /// row: `tcp_bandwidth`, `tls_bandwidth`, `tcp_weights`, `tls_weights`).
     #[arg(long)]
     pub no_tcp: bool,
 }
@@ -135,6 +135,9 @@ impl TransportBench {
                     let tcp = tcp_bandwidth(&shm, self.iters)?;
                     writeln!(out, "{}", serde_json::to_string(&tcp)?)?;
                     out.flush()?;
+                    let tls = tls_bandwidth(&shm, self.iters, &tcp)?;
+                    writeln!(out, "{}", serde_json::to_string(&tls)?)?;
+                    out.flush()?;
                 }
             }
         }
@@ -143,9 +146,11 @@ impl TransportBench {
             writeln!(out, "{}", serde_json::to_string(&row)?)?;
             out.flush()?;
             if !self.no_tcp {
-                let tcp = tcp_weight_latency(bytes, self.weight_samples)?;
-                writeln!(out, "{}", serde_json::to_string(&tcp)?)?;
-                out.flush()?;
+                for tls in [false, true] {
+                    let row = tcp_weight_latency(bytes, self.weight_samples, tls)?;
+                    writeln!(out, "{}", serde_json::to_string(&row)?)?;
+                    out.flush()?;
+                }
             }
         }
         Ok(())

@@ -54,6 +54,9 @@ struct ProducerArgs {
     tcp: Option<String>,
     #[arg(long)]
     token: Option<String>,
+    /// With --tcp: join through TLS 1.3, pinning the certificate with this SHA-256 (hex).
+    #[arg(long, requires = "tcp")]
+    tls_fingerprint: Option<String>,
     #[arg(long, default_value_t = 0)]
     actor_id: u32,
     /// Nominal chunk size.
@@ -69,9 +72,14 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Transport(b) => b.checked()?.run(out)?,
         Command::TransportProducer(a) => match (&a.tcp, &a.token, &a.ring) {
-            (Some(addr), Some(token), _) => {
-                run_tcp_producer(addr, token, a.actor_id, a.chunk_bytes, a.count)?
-            }
+            (Some(addr), Some(token), _) => run_tcp_producer(
+                addr,
+                token,
+                a.tls_fingerprint.as_deref(),
+                a.actor_id,
+                a.chunk_bytes,
+                a.count,
+            )?,
             (_, _, Some(ring)) => run_producer(ring, a.chunk_bytes, a.count)?,
             _ => anyhow::bail!("transport-producer needs --ring, or --tcp with --token"),
         },

@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use common::actor_args::ActorArgs;
 use common::recurrent::CellKind;
+use common::tls::TlsMode;
 use learner::collect::{run_collect, CollectConfig};
 use learner::config::{blame_flags, Algo, Override, ReplayConfig, TrainConfig};
 use learner::offline::{replay, ReplayOptions};
@@ -70,6 +71,31 @@ struct EvalArgs {
     set: Vec<Override>,
 }
 
+/// TLS on the remote-actor port (by default on unless --listen is a loopback address).
+#[derive(clap::Args)]
+struct TlsFlags {
+    /// TLS 1.3 on the --listen port even on a loopback address [default: run.tls, "auto":
+    /// on unless the address is a loopback one]. The certificate is RUN_DIR/tls-cert.der; its
+    /// fingerprint goes into RUN_DIR/token, which actors pin.
+    #[arg(long, conflicts_with = "insecure_plaintext")]
+    tls: bool,
+    /// Plaintext on the --listen port, also on a non-loopback address: the run token and every
+    /// chunk cross the network in clear (loopback and benchmarks only; logged as a warning).
+    #[arg(long)]
+    insecure_plaintext: bool,
+}
+
+impl TlsFlags {
+    /// The mode the flags choose, if any.
+    fn mode(&self) -> Option<TlsMode> {
+        match (self.tls, self.insecure_plaintext) {
+            (true, _) => Some(TlsMode::On),
+            (_, true) => Some(TlsMode::InsecurePlaintext),
+            _ => None,
+        }
+    }
+}
+
 #[derive(clap::Args)]
 struct TrainArgs {
     /// Training config (TOML).
@@ -88,6 +114,8 @@ struct TrainArgs {
     /// token written to RUN_DIR/token (`recur-actor --connect tcp://HOST:PORT --token-file`).
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<String>,
+    #[command(flatten)]
+    tls: TlsFlags,
     /// Seed [default: run.seed].
     #[arg(long)]
     seed: Option<u64>,
@@ -157,6 +185,8 @@ struct CollectArgs {
     /// Accept remote actors on this TCP HOST:PORT (token in RUN_DIR/token).
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<String>,
+    #[command(flatten)]
+    tls: TlsFlags,
     /// Environments per actor.
     #[arg(long, default_value_t = 16)]
     envs: usize,
@@ -212,6 +242,9 @@ fn main() -> anyhow::Result<()> {
             }
             if let Some(listen) = a.listen {
                 config.run.listen = Some(listen);
+            }
+            if let Some(mode) = a.tls.mode() {
+                config.run.tls = mode;
             }
             if let Some(s) = a.seed {
                 config.run.seed = s;
@@ -337,6 +370,7 @@ fn main() -> anyhow::Result<()> {
                     spec: None,
                     sync: false,
                     restore: Default::default(),
+                    tls: a.tls.mode().unwrap_or_default(),
                     listen: a.listen,
                 },
                 frames: a.frames,

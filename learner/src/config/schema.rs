@@ -86,6 +86,11 @@ pub struct RunSection {
     /// `RUN_DIR/token`. Async collection only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
+    /// TLS 1.3 on the `listen` port: `"auto"` (default: on unless the address is a loopback
+    /// one), `"on"` (any address; `--tls`) or `"insecure-plaintext"` (token and chunks in
+    /// clear; `--insecure-plaintext`).
+    #[serde(default, skip_serializing_if = "is_auto")]
+    pub tls: common::tls::TlsMode,
     /// Write a checkpoint every this many updates (and at the end).
     #[serde(default = "default_checkpoint_every")]
     pub checkpoint_every: u64,
@@ -498,4 +503,8 @@ impl ReplayConfig {
         let r = self.replay.algo;
         AlgoConfig::select(r, self.ppo.as_ref(), self.dqn.as_ref(), self.bc.as_ref())
     }
+}
+
+fn is_auto(mode: &common::tls::TlsMode) -> bool {
+    *mode == common::tls::TlsMode::Auto
 }

@@ -107,6 +107,7 @@ impl Plan {
             sync: c.mode == CollectorMode::Sync,
             restore: resumed.actors.iter().cloned().collect(),
             listen: config.run.listen.clone(),
+            tls: config.run.tls,
         }
     }
 }

@@ -57,6 +57,8 @@ pub struct TransportConfig {
     pub restore: BTreeMap<u32, Vec<u8>>,
     /// Listen for remote actors on this `HOST:PORT` (`run.listen`); `None`: local actors only.
     pub listen: Option<String>,
+    /// TLS on the remote-actor port (`run.tls`, `--tls`, `--insecure-plaintext`).
+    pub tls: common::tls::TlsMode,
 }
 
 /// What one actor incarnation delivered.

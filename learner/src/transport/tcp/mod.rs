@@ -1,13 +1,14 @@
-//! The TCP transport: remote actors over authenticated TCP. The listener ([`server`]) runs on
-//! its own thread; [`TcpTransport`] answers the registrations it hands over (checked like a
-//! local actor's) and drains one link per registered connection, verified and counted by the
-//! run's [`Ledger`] like a ring, with chunks a reconnect resends dropped as duplicates.
+//! The TCP transport: remote actors over authenticated TCP, inside TLS 1.3 unless plaintext
+//! was chosen ([`RemoteOptions::tls`]). The listener ([`server`]) runs on its own thread;
+//! [`TcpTransport`] answers the registrations it hands over (checked like a local actor's)
+//! and drains one link per registered connection, verified and counted by the run's
+//! [`Ledger`] like a ring, with chunks a reconnect resends dropped as duplicates.
 
 mod server;
 
 use common::chunk::Chunk;
 
-pub use server::{RemoteLink, RemoteOptions, RemoteRegistration, RemoteServer};
+pub use server::{RemoteLink, RemoteOptions, RemoteRegistration, RemoteServer, PENDING_MAX};
 
 use super::{Channel, Expected, Ledger, Transport};
 

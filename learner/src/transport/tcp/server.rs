@@ -9,14 +9,21 @@
 //! and never waits behind stale ones) and acknowledgements (the highest sequence number the
 //! learner holds, and whether the run is ending).
 //!
+//! With TLS ([`RemoteOptions::tls`]) every connection is a TLS 1.3 session first and the same
+//! frames travel inside it: the token is never read from a connection that has not completed
+//! the handshake. The stream is boxed ([`Reader`], [`Writer`]) so that the session code is one
+//! for both.
+//!
 //! Memory per connection is bounded: before the token, one frame of at most
-//! [`HELLO_MAX`](common::remote::HELLO_MAX) bytes (and 5 s to send it); after registration,
-//! `window` queued chunks plus the one being read, each frame checked against the run's exact
-//! chunk size before its body is allocated.
+//! [`HELLO_MAX`](common::remote::HELLO_MAX) bytes (and 5 s for the TLS handshake and the
+//! hello together); after registration, `window` queued chunks plus the one being read, each
+//! frame checked against the run's exact chunk size before its body is allocated. At most
+//! [`PENDING_MAX`] connections wait for their token at a time: more are closed at once (and
+//! counted with the refusals).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,12 +35,14 @@ use common::remote::{
     read_frame_async, token_matches, write_data_async, write_message_async, ActorMsg, LearnerMsg,
     Limits, WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS, MESSAGE_MAX, TOKEN_BYTES,
 };
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// How long a new connection has to present the token.
+/// How long a new connection has to present the token (TLS handshake included).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections accepted and not yet past the token check, at most; more are refused.
+pub const PENDING_MAX: usize = 64;
 /// How long an actor has from `Welcome` to `Register` (it builds its environments and policy).
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(120);
 /// A registered connection silent this long (no heartbeat, no chunk) is closed; the actor
@@ -57,7 +66,14 @@ pub struct RemoteOptions {
     pub window: usize,
     /// Actor ids below this are the learner's own (local) actors: refused for remote ones.
     pub local_actors: u32,
+    /// TLS 1.3 with this configuration (the run's certificate); `None`: plaintext.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
+
+/// The read half of a connection (a bare socket's or a TLS session's).
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+/// The write half of a connection.
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// A remote actor's registration, waiting for the main thread's answer.
 pub struct RemoteRegistration {
@@ -88,9 +104,12 @@ pub struct RemoteLink {
 /// Counters and flags the listener shares with the main thread.
 #[derive(Default)]
 struct Shared {
-    /// Connections refused before registration (wrong or missing token, malformed frames,
-    /// an unknown incarnation to resume, a local actor's id).
+    /// Connections refused before registration (a failed TLS handshake, wrong or missing
+    /// token, malformed frames, an unknown incarnation to resume, a local actor's id, more
+    /// than [`PENDING_MAX`] waiting).
     refused: AtomicU64,
+    /// Connections accepted and not yet past the token check.
+    pending: AtomicUsize,
     /// The run is ending: acknowledgements say `shutdown`.
     shutdown: AtomicBool,
     /// The next incarnation per remote actor id.
@@ -109,6 +128,7 @@ pub struct RemoteServer {
 
 struct Serving {
     opts: RemoteOptions,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shared: Arc<Shared>,
     registrations: crossbeam_channel::Sender<RemoteRegistration>,
     weights: watch::Receiver<Option<Arc<Vec<u8>>>>,
@@ -126,6 +146,7 @@ impl RemoteServer {
         let (weights, weights_rx) = watch::channel(None);
         let (stop_tx, stop_rx) = oneshot::channel();
         let ctx = Arc::new(Serving {
+            tls: opts.tls.clone().map(tokio_rustls::TlsAcceptor::from),
             opts,
             shared: Arc::clone(&shared),
             registrations: tx,
@@ -193,12 +214,43 @@ async fn serve(
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let Some(slot) = Pending::take(&ctx.shared) else {
+                        ctx.shared.refused.fetch_add(1, Ordering::SeqCst);
+                        tracing::warn!(
+                            "remote connection from {peer} refused: {PENDING_MAX} connections \
+                             are already waiting to authenticate (the limit)"
+                        );
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(connection(stream, peer, Arc::clone(&ctx)));
+                    tokio::spawn(connection(stream, peer, Arc::clone(&ctx), slot));
                 }
                 Err(e) => tracing::warn!("remote listener: accept failed: {e}"),
             },
         }
+    }
+}
+
+/// A connection's place among the [`PENDING_MAX`] waiting for their token; given back when
+/// dropped.
+struct Pending(Arc<Shared>);
+
+impl Pending {
+    /// A place, or `None` when all are taken.
+    fn take(shared: &Arc<Shared>) -> Option<Pending> {
+        shared
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < PENDING_MAX).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Pending(Arc::clone(shared)))
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -210,9 +262,32 @@ enum End {
     Closed(String),
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Serving>) {
-    let (mut rd, mut wr) = stream.into_split();
-    match session(&mut rd, &mut wr, peer, &ctx).await {
+async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Serving>, slot: Pending) {
+    // One deadline for the TLS handshake and the hello.
+    let deadline = tokio::time::Instant::now() + HELLO_TIMEOUT;
+    let (mut rd, mut wr): (Reader, Writer) = match &ctx.tls {
+        None => {
+            let (rd, wr) = stream.into_split();
+            (Box::new(rd), Box::new(wr))
+        }
+        Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => {
+                let (rd, wr) = tokio::io::split(tls);
+                (Box::new(rd), Box::new(wr))
+            }
+            failed => {
+                let reason = match failed {
+                    Err(_) => format!("no TLS handshake within {HELLO_TIMEOUT:?}"),
+                    Ok(Err(e)) => format!("TLS handshake: {e}"),
+                    Ok(Ok(_)) => unreachable!("matched above"),
+                };
+                ctx.shared.refused.fetch_add(1, Ordering::SeqCst);
+                tracing::warn!("remote connection from {peer} refused: {reason}");
+                return;
+            }
+        },
+    };
+    match session(&mut rd, &mut wr, peer, &ctx, slot, deadline).await {
         End::Refused(reason) => {
             ctx.shared.refused.fetch_add(1, Ordering::SeqCst);
             tracing::warn!("remote connection from {peer} refused: {reason}");
@@ -227,22 +302,24 @@ async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Serving>) {
 }
 
 async fn session(
-    rd: &mut OwnedReadHalf,
-    wr: &mut OwnedWriteHalf,
+    rd: &mut Reader,
+    wr: &mut Writer,
     peer: SocketAddr,
     ctx: &Serving,
+    slot: Pending,
+    deadline: tokio::time::Instant,
 ) -> End {
     let opts = &ctx.opts;
     // The token first: nothing else is read from a connection that does not present it.
-    let hello =
-        match tokio::time::timeout(HELLO_TIMEOUT, read_frame_async(rd, &Limits::HELLO)).await {
-            Err(_) => return End::Refused(format!("no hello within {HELLO_TIMEOUT:?}")),
-            Ok(Err(e)) => return End::Refused(format!("hello: {e}")),
-            Ok(Ok(frame)) => match frame.message::<ActorMsg>() {
-                Ok(hello) => hello,
-                Err(e) => return End::Refused(format!("hello: {e}")),
-            },
-        };
+    let hello = match tokio::time::timeout_at(deadline, read_frame_async(rd, &Limits::HELLO)).await
+    {
+        Err(_) => return End::Refused(format!("no hello within {HELLO_TIMEOUT:?}")),
+        Ok(Err(e)) => return End::Refused(format!("hello: {e}")),
+        Ok(Ok(frame)) => match frame.message::<ActorMsg>() {
+            Ok(hello) => hello,
+            Err(e) => return End::Refused(format!("hello: {e}")),
+        },
+    };
     let ActorMsg::Hello {
         token,
         actor_id,
@@ -258,6 +335,8 @@ async fn session(
             "actor {actor_id} (pid {pid} on {host:?}) presented a wrong token"
         ));
     }
+    // Authenticated: no longer among the connections waiting for their token.
+    drop(slot);
     if actor_id < opts.local_actors {
         return End::Refused(format!(
             "actor id {actor_id} belongs to one of the learner's {} local actors (ids 0..{}): \
@@ -376,7 +455,7 @@ async fn session(
 /// Reads chunk frames and heartbeats until the connection ends; queues each chunk (waiting
 /// while the queue is full) and notes its sequence number for the acknowledgements.
 async fn read_chunks(
-    rd: &mut OwnedReadHalf,
+    rd: &mut Reader,
     chunks: mpsc::Sender<Vec<u8>>,
     received: watch::Sender<Option<u64>>,
     chunk_bytes: usize,
@@ -418,7 +497,7 @@ async fn read_chunks(
 /// Sends the newest weights whenever they change, and acknowledgements after chunks arrive
 /// and every [`ACK_EVERY`].
 async fn write_updates(
-    wr: &mut OwnedWriteHalf,
+    wr: &mut Writer,
     mut received: watch::Receiver<Option<u64>>,
     mut weights: watch::Receiver<Option<Arc<Vec<u8>>>>,
     shared: &Shared,

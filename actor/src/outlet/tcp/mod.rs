@@ -1,10 +1,13 @@
-//! The outlet to a learner on another machine, over authenticated TCP ([`common::remote`]).
+//! The outlet to a learner on another machine, over authenticated TCP ([`common::remote`]),
+//! inside TLS 1.3 when the token file pins the learner's certificate ([`Learner`]): the token
+//! is only ever written into a session whose certificate has that fingerprint.
 //! A [`Session`] presents the run token and receives the actor's incarnation and its
 //! [`ActorArgs`](common::actor_args::ActorArgs) (environment, policy, seed, exploration: the
 //! learner's, as a local actor gets them on its command line); the actor is built from them and
 //! registers ([`TcpOutlet::register`]), then the attach loop ([`super::run`]) streams chunks
-//! and adopts the newest weights at chunk boundaries. A connection thread (tokio) sends the
-//! chunks and heartbeats and receives weights and acknowledgements.
+//! and adopts the newest weights at chunk boundaries. A connection thread (tokio; the runtime
+//! the session's handshake ran on) sends the chunks and heartbeats and receives weights and
+//! acknowledgements.
 //!
 //! Chunks stay in a bounded outbox until the learner acknowledges them (a `window` of them:
 //! when it is full the actor waits, so a slow link slows the actor instead of growing a queue).
@@ -17,216 +20,34 @@
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use common::actor_args::ActorArgs;
-use common::chunk::ChunkSchema;
 use common::envs::EnvSpec;
 use common::remote::{
-    read_frame, read_frame_async, write_data_async, write_message, write_message_async, ActorMsg,
-    LearnerMsg, Limits, WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS, MESSAGE_MAX,
-    TOKEN_BYTES,
+    read_frame_async, write_data_async, write_message_async, ActorMsg, LearnerMsg, Limits,
+    WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS, MESSAGE_MAX,
 };
 use common::rollout::Actor;
 use common::weights::blob_version;
+use tokio::io::{ReadHalf, WriteHalf};
 
 use super::{End, Outlet, Progress, HEARTBEAT};
+
+mod join;
+
+use join::{hello, register, HandshakeError, Registration, Stream};
+pub use join::{Learner, Session, Welcome};
 
 /// No frame from the learner for this long: the link is considered cut (the learner
 /// acknowledges four times a second).
 pub const SILENCE: Duration = Duration::from_secs(3);
 /// How long a cut link is retried before the learner counts as gone.
 pub const RECONNECT_WINDOW: Duration = Duration::from_secs(15);
-/// How long the first connection is retried while the learner is not listening yet (a
-/// cluster launcher starts learner and actors together).
-const FIRST_CONNECT: Duration = Duration::from_secs(60);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// What the learner told the actor when it accepted the token.
-#[derive(Clone, Debug)]
-pub struct Welcome {
-    pub incarnation: u32,
-    /// What the actor runs (checked by [`Session::open`]).
-    pub args: ActorArgs,
-    pub chunk_bytes: usize,
-    pub weight_bytes: usize,
-    pub window: usize,
-}
-
-/// A connection that presented the token and was welcomed (not registered yet).
-pub struct Session {
-    addr: String,
-    token: [u8; TOKEN_BYTES],
-    actor_id: u32,
-    stream: TcpStream,
-    pub welcome: Welcome,
-}
-
 /// The address of `--connect tcp://HOST:PORT`, or `None` for a Unix socket path.
 pub fn tcp_address(connect: &str) -> Option<&str> {
     connect.strip_prefix("tcp://")
-}
-
-impl Session {
-    /// Connects to `addr` (retrying while nothing listens there yet, for up to a minute),
-    /// presents `token` for actor `actor_id` and reads the welcome.
-    pub fn open(addr: &str, token: [u8; TOKEN_BYTES], actor_id: u32) -> anyhow::Result<Self> {
-        let start = Instant::now();
-        let stream = loop {
-            match connect(addr) {
-                Ok(s) => break s,
-                Err(e) if start.elapsed() < FIRST_CONNECT => {
-                    tracing::debug!("connecting to {addr}: {e}; retrying");
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!("connecting to the learner at tcp://{addr} for {FIRST_CONNECT:?}")
-                    })
-                }
-            }
-        };
-        let (stream, welcome) = hello(stream, &token, actor_id, None)
-            .map_err(anyhow::Error::from)
-            .with_context(|| format!("joining the learner at tcp://{addr}"))?;
-        welcome
-            .args
-            .validate()
-            .with_context(|| format!("the actor arguments of the learner at tcp://{addr}"))?;
-        Ok(Session {
-            addr: addr.to_string(),
-            token,
-            actor_id,
-            stream,
-            welcome,
-        })
-    }
-}
-
-fn connect(addr: &str) -> std::io::Result<TcpStream> {
-    let mut last = std::io::Error::new(ErrorKind::NotFound, format!("{addr}: no address"));
-    for a in addr.to_socket_addrs()? {
-        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
-            Ok(s) => {
-                s.set_nodelay(true)?;
-                return Ok(s);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// Why a handshake failed: the learner answered no (final), or the link failed (retry).
-enum HandshakeError {
-    Refused(String),
-    Link(anyhow::Error),
-}
-
-impl From<HandshakeError> for anyhow::Error {
-    fn from(e: HandshakeError) -> Self {
-        match e {
-            HandshakeError::Refused(reason) => anyhow::anyhow!("the learner refused: {reason}"),
-            HandshakeError::Link(e) => e,
-        }
-    }
-}
-
-fn hello(
-    mut stream: TcpStream,
-    token: &[u8; TOKEN_BYTES],
-    actor_id: u32,
-    resume: Option<u32>,
-) -> Result<(TcpStream, Welcome), HandshakeError> {
-    let link = |e: WireError| HandshakeError::Link(e.into());
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| HandshakeError::Link(e.into()))?;
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
-    write_message(
-        &mut stream,
-        &ActorMsg::Hello {
-            token: *token,
-            actor_id,
-            resume,
-            pid: std::process::id(),
-            host,
-        },
-    )
-    .map_err(link)?;
-    let limits = Limits {
-        message: MESSAGE_MAX,
-        chunk: 0,
-        weights: 0,
-    };
-    let frame = read_frame(&mut stream, &limits).map_err(link)?;
-    match frame.message::<LearnerMsg>().map_err(link)? {
-        LearnerMsg::Welcome {
-            incarnation,
-            args,
-            chunk_bytes,
-            weight_bytes,
-            window,
-        } => Ok((
-            stream,
-            Welcome {
-                incarnation,
-                args,
-                chunk_bytes: chunk_bytes as usize,
-                weight_bytes: weight_bytes as usize,
-                window: (window as usize).max(1),
-            },
-        )),
-        LearnerMsg::Refused { reason } => Err(HandshakeError::Refused(reason)),
-        other => Err(HandshakeError::Link(anyhow::anyhow!(
-            "expected a welcome, got {other:?}"
-        ))),
-    }
-}
-
-/// What the actor registers with (kept for reconnects).
-#[derive(Clone)]
-struct Registration {
-    env: String,
-    spec: EnvSpec,
-    schema: ChunkSchema,
-}
-
-fn register(stream: &mut TcpStream, reg: &Registration) -> Result<u64, HandshakeError> {
-    let link = |e: WireError| HandshakeError::Link(e.into());
-    // The learner's main thread answers between two updates.
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .map_err(|e| HandshakeError::Link(e.into()))?;
-    write_message(
-        stream,
-        &ActorMsg::Register {
-            env: reg.env.clone(),
-            observation_space: reg.spec.observation_space.clone(),
-            action_space: reg.spec.action_space.clone(),
-            schema: reg.schema.clone(),
-        },
-    )
-    .map_err(link)?;
-    let limits = Limits {
-        message: MESSAGE_MAX,
-        chunk: 0,
-        weights: 0,
-    };
-    let frame = read_frame(stream, &limits).map_err(link)?;
-    match frame.message::<LearnerMsg>().map_err(link)? {
-        LearnerMsg::Registered { next_seq } => Ok(next_seq),
-        LearnerMsg::Refused { reason } => Err(HandshakeError::Refused(reason)),
-        other => Err(HandshakeError::Link(anyhow::anyhow!(
-            "expected an answer to the registration, got {other:?}"
-        ))),
-    }
 }
 
 /// State shared by the actor loop (main thread) and the connection (a tokio thread).
@@ -277,9 +98,9 @@ impl TcpOutlet {
     /// spaces of `spec` and the actor's schema, and starts the connection thread.
     pub fn register(session: Session, actor: &Actor, spec: &EnvSpec) -> anyhow::Result<Self> {
         let Session {
-            addr,
-            token,
+            learner,
             actor_id,
+            runtime,
             mut stream,
             welcome,
         } = session;
@@ -289,13 +110,19 @@ impl TcpOutlet {
             spec: spec.clone(),
             schema: actor.schema().clone(),
         };
-        let next_seq = register(&mut stream, &reg)?;
+        let next_seq = runtime.block_on(register(&mut stream, &reg))?;
         anyhow::ensure!(
             next_seq == 0,
             "the learner asks a new incarnation to start at chunk {next_seq}"
         );
         say(format!(
-            "{who}: registered with the learner at tcp://{addr}"
+            "{who}: registered with the learner at tcp://{}{}",
+            learner.addr,
+            if learner.tls.is_some() {
+                " (TLS 1.3, pinned certificate)"
+            } else {
+                " (plaintext)"
+            }
         ));
         let shared = Arc::new(Shared {
             outbox: Mutex::new(Outbox {
@@ -311,8 +138,7 @@ impl TcpOutlet {
             policy_version: AtomicU64::new(0),
         });
         let link = Link {
-            addr,
-            token,
+            learner,
             actor_id,
             incarnation: welcome.incarnation,
             weight_bytes: welcome.weight_bytes,
@@ -323,10 +149,6 @@ impl TcpOutlet {
         let net = std::thread::Builder::new()
             .name("link".into())
             .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a tokio runtime");
                 let why = runtime.block_on(link.run(stream));
                 link.shared.stop(why);
             })?;
@@ -419,8 +241,7 @@ impl Drop for TcpOutlet {
 
 /// The connection side of a remote actor (runs on its own thread's tokio runtime).
 struct Link {
-    addr: String,
-    token: [u8; TOKEN_BYTES],
+    learner: Learner,
     actor_id: u32,
     incarnation: u32,
     weight_bytes: usize,
@@ -442,7 +263,7 @@ enum Ended {
 }
 
 impl Link {
-    async fn run(&self, first: TcpStream) -> Result<End, String> {
+    async fn run(&self, first: Stream) -> Result<End, String> {
         let mut stream = Some(first);
         let mut next_seq = 0;
         loop {
@@ -478,42 +299,33 @@ impl Link {
 
     /// Reconnects within [`RECONNECT_WINDOW`]: hello with this incarnation, register again;
     /// returns the connection and the sequence number to continue at.
-    async fn reconnect(&self) -> Result<(TcpStream, u64), Result<End, String>> {
+    async fn reconnect(&self) -> Result<(Stream, u64), Result<End, String>> {
         let start = Instant::now();
         loop {
             if self.shared.stopped().is_some() {
                 return Err(Ok(End::Shutdown));
             }
-            let (addr, token, id, inc, reg) = (
-                self.addr.clone(),
-                self.token,
-                self.actor_id,
-                self.incarnation,
-                self.reg.clone(),
-            );
-            let attempt = tokio::task::spawn_blocking(move || {
-                let stream = connect(&addr).map_err(|e| {
-                    if e.kind() == ErrorKind::ConnectionRefused {
-                        HandshakeError::Refused(format!("tcp://{addr}: {e}"))
-                    } else {
-                        HandshakeError::Link(e.into())
-                    }
-                })?;
-                let (mut stream, welcome) = hello(stream, &token, id, Some(inc))?;
+            let inc = self.incarnation;
+            let attempt = async {
+                let mut stream = self.learner.connect().await?;
+                let welcome =
+                    hello(&mut stream, &self.learner.token, self.actor_id, Some(inc)).await?;
                 if welcome.incarnation != inc {
                     return Err(HandshakeError::Refused(format!(
                         "asked to resume incarnation {inc}, welcomed as {}",
                         welcome.incarnation
                     )));
                 }
-                let next = register(&mut stream, &reg)?;
+                let next = register(&mut stream, &self.reg).await?;
                 Ok((stream, next))
-            })
-            .await
-            .map_err(|e| Err(format!("reconnect task: {e}")))?;
-            match attempt {
+            };
+            match attempt.await {
                 Ok(ok) => return Ok(ok),
-                Err(HandshakeError::Refused(reason)) => {
+                Err(
+                    HandshakeError::Refused(reason)
+                    | HandshakeError::Untrusted(reason)
+                    | HandshakeError::NotListening(reason),
+                ) => {
                     say(format!("{}: the learner is gone ({reason})", self.who));
                     return Err(Ok(End::LearnerGone));
                 }
@@ -534,20 +346,10 @@ impl Link {
 
     /// One connection's life: chunks from `next_seq` on and heartbeats out, weights and
     /// acknowledgements in.
-    async fn stream(&self, stream: TcpStream, next_seq: u64) -> Ended {
+    async fn stream(&self, stream: Stream, next_seq: u64) -> Ended {
         // Chunks the learner already holds leave the outbox.
         self.acknowledge(next_seq.checked_sub(1));
-        if let Err(e) = stream.set_read_timeout(None) {
-            return Ended::Cut(e.to_string());
-        }
-        let stream = match stream
-            .set_nonblocking(true)
-            .and_then(|()| tokio::net::TcpStream::from_std(stream))
-        {
-            Ok(s) => s,
-            Err(e) => return Ended::Cut(e.to_string()),
-        };
-        let (mut rd, mut wr) = stream.into_split();
+        let (mut rd, mut wr) = tokio::io::split(stream);
         let end = tokio::select! {
             end = self.read(&mut rd) => end,
             end = self.write(&mut wr, next_seq) => end,
@@ -578,7 +380,7 @@ impl Link {
         }
     }
 
-    async fn read(&self, rd: &mut tokio::net::tcp::OwnedReadHalf) -> Ended {
+    async fn read(&self, rd: &mut ReadHalf<Stream>) -> Ended {
         let limits = Limits {
             message: MESSAGE_MAX,
             chunk: 0,
@@ -639,7 +441,7 @@ impl Link {
         }
     }
 
-    async fn write(&self, wr: &mut tokio::net::tcp::OwnedWriteHalf, next_seq: u64) -> Ended {
+    async fn write(&self, wr: &mut WriteHalf<Stream>, next_seq: u64) -> Ended {
         let mut next = next_seq;
         let mut tick = tokio::time::interval(HEARTBEAT);
         loop {
