@@ -85,7 +85,12 @@ fn remote_actors_in_network_namespaces_train_masked_cartpole() {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "RUN_DIR/token mode {mode:o}");
-        assert_eq!(std::fs::read_to_string(&token).unwrap().trim().len(), 64);
+        // The secret, then (TLS: the default off loopback) the certificate's fingerprint.
+        let text = std::fs::read_to_string(&token).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0].len(), 64, "{text}");
+        assert!(lines[1].starts_with("tls-sha256 "), "{text}");
     }
     let a = Watched::spawn(ns_a.actor(&addr_a, &token, 0));
     let b = Watched::spawn(ns_b.actor(&addr_b, &token, 1));
