@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use recur_tests::run_support::{
+    actor_pids, last_json, metrics_updates, new_run, nothing_left, resume, run_id,
+};
 use recur_tests::{binary, process_alive, segments_containing, temp_dir, Watched};
 use serde_json::Value;
 
@@ -56,46 +59,6 @@ fn tiny_config(dir: &Path, edit: impl Fn(String) -> String) -> PathBuf {
     path
 }
 
-fn learner(args: &[&str]) -> Command {
-    binary("recur-actor");
-    let mut cmd = Command::new(binary("recur-learner"));
-    cmd.arg("train").args(args).arg("--quiet");
-    cmd.env("RUST_LOG", "info");
-    cmd.env_remove("RECUR_FAULT_CHECKPOINT");
-    cmd
-}
-
-fn new_run(config: &Path, run_dir: &Path, extra: &[&str]) -> Command {
-    let mut args = vec![
-        "--config",
-        config.to_str().unwrap(),
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    learner(&args)
-}
-
-fn resume(run_dir: &Path, extra: &[&str]) -> Command {
-    let mut args = vec!["--resume", run_dir.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    learner(&args)
-}
-
-fn last_json(stdout: &str) -> Value {
-    serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("no summary ({e}): {stdout:?}"))
-}
-
-fn metrics_updates(run_dir: &Path) -> Vec<u64> {
-    std::fs::read_to_string(run_dir.join("metrics.csv"))
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split(',').nth(2)?.parse().ok())
-        .collect()
-}
-
 fn wait_rows(run: &Watched, run_dir: &Path, rows: usize) {
     let start = Instant::now();
     while metrics_updates(run_dir).len() < rows {
@@ -112,24 +75,6 @@ fn signal(w: &Watched, sig: Signal) {
     kill(Pid::from_raw(w.child.id() as i32), sig).unwrap();
 }
 
-fn actor_pids(lines: &[String]) -> Vec<u32> {
-    lines
-        .iter()
-        .filter(|l| l.contains(" started (pid "))
-        .filter_map(|l| l.split("(pid ").nth(1)?.trim_end_matches(')').parse().ok())
-        .collect()
-}
-
-fn run_id(lines: &[String]) -> Option<String> {
-    lines.iter().find_map(|l| {
-        l.split("ring recur-")
-            .nth(1)?
-            .split("-ring-")
-            .next()
-            .map(str::to_string)
-    })
-}
-
 /// Waits (at most 30 s each) for the actors of a killed learner to notice and exit.
 fn wait_for_orphans(lines: &[String]) {
     for pid in actor_pids(lines) {
@@ -137,24 +82,6 @@ fn wait_for_orphans(lines: &[String]) {
         while process_alive(pid) && start.elapsed() < Duration::from_secs(30) {
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-/// No orphan actors and no segments of the run.
-fn nothing_left(lines: &[String]) {
-    for pid in actor_pids(lines) {
-        let start = Instant::now();
-        while process_alive(pid) && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(!process_alive(pid), "actor {pid} outlived the run");
-    }
-    if let Some(id) = run_id(lines) {
-        assert!(
-            segments_containing(&id).is_empty(),
-            "segments left: {:?}",
-            segments_containing(&id)
-        );
     }
 }
 

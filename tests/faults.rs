@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use common::dataset::read_dataset;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use recur_tests::{binary, process_alive, segments_containing, temp_dir, Watched};
+use recur_tests::run_support::{actor_pids, metrics_updates, new_run, nothing_left, resume};
+use recur_tests::{binary, process_alive, temp_dir, Watched};
 use serde_json::Value;
 
 /// A small CartPole run: one actor, 4 envs x 16 steps per chunk, an update per chunk (sync),
@@ -62,41 +63,6 @@ fn tiny_config(dir: &Path) -> PathBuf {
     path
 }
 
-fn learner(args: &[&str]) -> Command {
-    binary("recur-actor");
-    let mut cmd = Command::new(binary("recur-learner"));
-    cmd.arg("train").args(args).arg("--quiet");
-    cmd.env("RUST_LOG", "info");
-    cmd.env_remove("RECUR_FAULT_CHECKPOINT");
-    cmd
-}
-
-fn new_run(config: &Path, run_dir: &Path, extra: &[&str]) -> Command {
-    let mut args = vec![
-        "--config",
-        config.to_str().unwrap(),
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    learner(&args)
-}
-
-fn resume(run_dir: &Path, extra: &[&str]) -> Command {
-    let mut args = vec!["--resume", run_dir.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    learner(&args)
-}
-
-fn metrics_updates(run_dir: &Path) -> Vec<u64> {
-    std::fs::read_to_string(run_dir.join("metrics.csv"))
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split(',').nth(2)?.parse().ok())
-        .collect()
-}
-
 /// Waits (up to 120 s) until `metrics.csv` holds update `update`.
 fn wait_update(run: &Watched, run_dir: &Path, update: u64) {
     let start = Instant::now();
@@ -116,40 +82,6 @@ fn signal(pid: u32, sig: Signal) {
 
 fn summary(run_dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap()).unwrap()
-}
-
-/// The pids of the actors a learner log says it started.
-fn actor_pids(lines: &[String]) -> Vec<u32> {
-    lines
-        .iter()
-        .filter(|l| l.contains(" started (pid "))
-        .filter_map(|l| l.split("(pid ").nth(1)?.trim_end_matches(')').parse().ok())
-        .collect()
-}
-
-/// No orphan actors and no segments of the run.
-fn nothing_left(lines: &[String]) {
-    for pid in actor_pids(lines) {
-        let start = Instant::now();
-        while process_alive(pid) && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(!process_alive(pid), "actor {pid} outlived the run");
-    }
-    let run_id = lines.iter().find_map(|l| {
-        l.split("ring recur-")
-            .nth(1)?
-            .split("-ring-")
-            .next()
-            .map(str::to_string)
-    });
-    if let Some(id) = run_id {
-        assert!(
-            segments_containing(&id).is_empty(),
-            "segments left: {:?}",
-            segments_containing(&id)
-        );
-    }
 }
 
 /// A resumed run continues from update `at`, adds two updates, ends on SIGTERM (exit 0), and

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 pub mod remote_support;
+pub mod run_support;
 
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;

@@ -6,6 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use recur_tests::run_support::last_json;
 use recur_tests::{binary, process_alive, segments_containing, temp_dir, Watched};
 use serde_json::Value;
 
@@ -16,11 +17,6 @@ fn train(args: &[&str]) -> Command {
     cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     cmd.env("RUST_LOG", "info");
     cmd
-}
-
-fn last_json(stdout: &str) -> Value {
-    serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("no summary ({e}): {stdout:?}"))
 }
 
 /// `recur-learner eval --checkpoint RUN --episodes N`: its JSON line, after checking it
