@@ -213,8 +213,10 @@ fn a_full_disk_fails_a_checkpoint_cleanly_and_the_run_resumes() {
     ] {
         assert!(log.contains(needle), "{needle:?} not in:\n{log}");
     }
+    // Update 3's metrics row is written before its checkpoint: the disk may fill up between
+    // the two, so the last complete checkpoint is update 2 or later.
     let at = last_complete_checkpoint(&log);
-    assert!(at >= 3, "{log}");
+    assert!(at >= 2, "{log}");
     assert!(!run_dir.join("checkpoint.tmp").exists());
     let s = summary(&run_dir);
     assert!(
