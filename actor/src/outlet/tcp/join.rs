@@ -194,7 +194,6 @@ pub(super) async fn hello(
     actor_id: u32,
     resume: Option<u32>,
 ) -> Result<Welcome, HandshakeError> {
-    let link = |e: WireError| HandshakeError::Link(e.into());
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
@@ -205,24 +204,7 @@ pub(super) async fn hello(
         pid: std::process::id(),
         host,
     };
-    let limits = Limits {
-        message: MESSAGE_MAX,
-        chunk: 0,
-        weights: 0,
-    };
-    let exchange = async {
-        write_message_async(stream, &hello).await?;
-        read_frame_async(stream, &limits).await
-    };
-    let frame = match tokio::time::timeout(HELLO_TIMEOUT, exchange).await {
-        Err(_) => {
-            return Err(HandshakeError::Link(anyhow::anyhow!(
-                "no welcome within {HELLO_TIMEOUT:?}"
-            )))
-        }
-        Ok(frame) => frame.map_err(link)?,
-    };
-    match frame.message::<LearnerMsg>().map_err(link)? {
+    match ask(stream, &hello, HELLO_TIMEOUT, "welcome").await? {
         LearnerMsg::Welcome {
             incarnation,
             args,
@@ -255,37 +237,44 @@ pub(super) async fn register(
     stream: &mut Stream,
     reg: &Registration,
 ) -> Result<u64, HandshakeError> {
-    let link = |e: WireError| HandshakeError::Link(e.into());
     let message = ActorMsg::Register {
         env: reg.env.clone(),
         observation_space: reg.spec.observation_space.clone(),
         action_space: reg.spec.action_space.clone(),
         schema: reg.schema.clone(),
     };
-    let limits = Limits {
-        message: MESSAGE_MAX,
-        chunk: 0,
-        weights: 0,
-    };
-    let exchange = async {
-        write_message_async(stream, &message).await?;
-        read_frame_async(stream, &limits).await
-    };
     // The learner's main thread answers between two updates.
-    let answer = Duration::from_secs(60);
-    let frame = match tokio::time::timeout(answer, exchange).await {
-        Err(_) => {
-            return Err(HandshakeError::Link(anyhow::anyhow!(
-                "no answer to the registration within {answer:?}"
-            )))
-        }
-        Ok(frame) => frame.map_err(link)?,
-    };
-    match frame.message::<LearnerMsg>().map_err(link)? {
+    let within = Duration::from_secs(60);
+    match ask(stream, &message, within, "answer to the registration").await? {
         LearnerMsg::Registered { next_seq } => Ok(next_seq),
         LearnerMsg::Refused { reason } => Err(HandshakeError::Refused(reason)),
         other => Err(HandshakeError::Link(anyhow::anyhow!(
             "expected an answer to the registration, got {other:?}"
         ))),
     }
+}
+
+/// Sends `message` and reads the learner's answer, within `within` (`what`: the answer the
+/// error names when none comes).
+async fn ask(
+    stream: &mut Stream,
+    message: &ActorMsg,
+    within: Duration,
+    what: &str,
+) -> Result<LearnerMsg, HandshakeError> {
+    let link = |e: WireError| HandshakeError::Link(e.into());
+    let limits = Limits {
+        message: MESSAGE_MAX,
+        chunk: 0,
+        weights: 0,
+    };
+    let exchange = async {
+        write_message_async(stream, message).await?;
+        read_frame_async(stream, &limits).await
+    };
+    let frame = tokio::time::timeout(within, exchange)
+        .await
+        .map_err(|_| HandshakeError::Link(anyhow::anyhow!("no {what} within {within:?}")))?
+        .map_err(link)?;
+    frame.message::<LearnerMsg>().map_err(link)
 }

@@ -262,6 +262,12 @@ enum End {
     Closed(String),
 }
 
+/// Counts and logs a connection refused before registration.
+fn refuse(ctx: &Serving, peer: SocketAddr, reason: &str) {
+    ctx.shared.refused.fetch_add(1, Ordering::SeqCst);
+    tracing::warn!("remote connection from {peer} refused: {reason}");
+}
+
 async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Serving>, slot: Pending) {
     // One deadline for the TLS handshake and the hello.
     let deadline = tokio::time::Instant::now() + HELLO_TIMEOUT;
@@ -275,22 +281,19 @@ async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Serving>, slot
                 let (rd, wr) = tokio::io::split(tls);
                 (Box::new(rd), Box::new(wr))
             }
-            failed => {
-                let reason = match failed {
-                    Err(_) => format!("no TLS handshake within {HELLO_TIMEOUT:?}"),
-                    Ok(Err(e)) => format!("TLS handshake: {e}"),
-                    Ok(Ok(_)) => unreachable!("matched above"),
-                };
-                ctx.shared.refused.fetch_add(1, Ordering::SeqCst);
-                tracing::warn!("remote connection from {peer} refused: {reason}");
-                return;
+            Ok(Err(e)) => return refuse(&ctx, peer, &format!("TLS handshake: {e}")),
+            Err(_) => {
+                return refuse(
+                    &ctx,
+                    peer,
+                    &format!("no TLS handshake within {HELLO_TIMEOUT:?}"),
+                )
             }
         },
     };
     match session(&mut rd, &mut wr, peer, &ctx, slot, deadline).await {
         End::Refused(reason) => {
-            ctx.shared.refused.fetch_add(1, Ordering::SeqCst);
-            tracing::warn!("remote connection from {peer} refused: {reason}");
+            refuse(&ctx, peer, &reason);
             let _ = tokio::time::timeout(
                 Duration::from_secs(1),
                 write_message_async(&mut wr, &LearnerMsg::Refused { reason }),
