@@ -184,9 +184,10 @@ fn fault_point(save: u64, step: u32) {
     }
 }
 
-/// Writes `bytes` to a new file `path` and fsyncs it; errors name the path.
+/// Writes `bytes` to a new file `path` (mode 0600 whatever the umask) and fsyncs it; errors
+/// name the path.
 fn write_synced(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -194,6 +195,8 @@ fn write_synced(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         .mode(0o600)
         .open(path)
         .with_context(|| format!("creating {}", path.display()))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("setting the mode of {}", path.display()))?;
     file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .with_context(|| format!("writing {} ({} bytes)", path.display(), bytes.len()))

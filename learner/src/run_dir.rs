@@ -168,7 +168,7 @@ impl RunNames {
                 .map_err(|e| anyhow::anyhow!("drawing a run token from the OS: {e}"))?,
         };
         let file = TokenFile { token, fingerprint };
-        write_private(&path, file.text().as_bytes())?;
+        write_atomic(&path, file.text().as_bytes())?;
         Ok(token)
     }
 
@@ -197,8 +197,8 @@ impl RunNames {
             key_der: made.signing_key.serialize_der(),
         };
         // The key first: a certificate is never kept without its key.
-        write_private(&key_path, &identity.key_der)?;
-        write_private(&cert_path, &identity.cert_der)?;
+        write_atomic(&key_path, &identity.key_der)?;
+        write_atomic(&cert_path, &identity.cert_der)?;
         Ok(identity)
     }
 }
@@ -226,29 +226,6 @@ fn private_file(path: &Path) -> Option<Vec<u8>> {
         return None;
     }
     std::fs::read(path).ok()
-}
-
-/// Writes `bytes` to `path` with mode 0600 whatever the umask: a new file beside it, synced,
-/// then renamed over `path` (a reader sees the old content or the new, never a part).
-fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("new");
-    if std::fs::symlink_metadata(&tmp).is_ok() {
-        std::fs::remove_file(&tmp).with_context(|| format!("removing {}", tmp.display()))?;
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("creating {}", tmp.display()))?;
-    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
 /// Takes the exclusive lock on `dir/run.lock` (and writes our pid into it, for the message a
