@@ -38,6 +38,7 @@ pub mod control_server;
 pub mod dqn;
 pub mod eval;
 pub mod export;
+pub mod fused;
 pub mod gae;
 pub mod metrics;
 pub mod offline;

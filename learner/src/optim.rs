@@ -13,12 +13,13 @@ use common::checkpoint::Checkpointed;
 use common::chunk::Chunk;
 use common::policy::{Policy, PolicyConfig};
 
+use crate::fused::{self, adam::FlatAdam, layout::Layout};
 use crate::metrics::UpdateStats;
 
 /// The model under training, on the training backend `B` (`CpuAutodiff`, or `CudaAutodiff` in a
 /// `cuda` build).
 pub type Model<B = CpuAutodiff> = Policy<B>;
-type Optim<B> = OptimizerAdaptor<Adam, Model<B>, B>;
+pub(crate) type Optim<B> = OptimizerAdaptor<Adam, Model<B>, B>;
 
 /// A learning algorithm as the training loop (online, with actors) and the learner-only replay
 /// loop drive it: chunks in, updates out, without knowing which algorithm runs.
@@ -83,6 +84,26 @@ impl<B: AutodiffBackend> Trainee<B> {
         let model = Recorder::<B>::record(&recorder, self.model.clone().into_record(), ())?;
         let optim = Recorder::<B>::record(&recorder, self.optim.to_record(), ())?;
         Ok((model, optim))
+    }
+
+    /// [`save_state`](Self::save_state) with Adam's state taken from the fused update's
+    /// `adam` instead of burn's optimizer (the checkpoint format is the same).
+    pub fn save_state_fused(
+        &self,
+        layout: &Layout,
+        adam: &FlatAdam,
+    ) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+        let model = Recorder::<B>::record(&recorder, self.model.clone().into_record(), ())?;
+        let optim = fused::adam::into_burn(layout, adam, self.optim.clone(), &self.device());
+        let optim = Recorder::<B>::record(&recorder, optim.to_record(), ())?;
+        Ok((model, optim))
+    }
+
+    /// Adam's state as the fused update holds it (what [`load_state`](Self::load_state) or
+    /// burn's own steps left in the optimizer).
+    pub fn fused_adam(&self, layout: &Layout) -> FlatAdam {
+        fused::adam::from_burn(layout, &self.optim)
     }
 
     /// Restores what [`save_state`](Self::save_state) wrote (on any device) onto this model's

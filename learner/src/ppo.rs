@@ -27,10 +27,14 @@ use common::policy::dist::{
     multi_categorical_log_prob, squashed_gaussian_log_prob_tensor,
 };
 use common::policy::{ActionSpec, Policy, PolicyConfig};
+use common::recurrent::RecurrentBackend;
+use std::any::TypeId;
 use std::collections::HashMap;
 
 use crate::batch::{gather, step_at_cut, tensor3, SliceBatch};
-use crate::config::{InitialState, PpoSection};
+use crate::config::{InitialState, PpoSection, UpdatePath};
+use crate::fused::net::{Batch, LossConfig, Outcome};
+use crate::fused::{unsupported, FusedUpdate};
 use crate::gae::{gae, needs_bootstrap, GaeInput};
 use crate::metrics::UpdateStats;
 use crate::optim::{decode, encode};
@@ -56,6 +60,8 @@ pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
     returns: ReturnNorm,
     /// The run's progress in `[0, 1]` (schedules).
     progress: f64,
+    /// The fused update (`ppo.update`), when it runs this policy.
+    fused: Option<FusedUpdate>,
 }
 
 /// Reward normalization by the running standard deviation of the discounted return
@@ -103,6 +109,7 @@ impl<B: AutodiffBackend> Ppo<B> {
         device: &B::Device,
     ) -> anyhow::Result<Self> {
         let trainee = Trainee::new(policy, seed, device)?;
+        let fused = fused_update(&trainee.model, ppo.update)?;
         let sampler = SliceSampler::new(SliceSamplerConfig::padded(
             ppo.slice_len,
             ppo.num_slices,
@@ -121,7 +128,41 @@ impl<B: AutodiffBackend> Ppo<B> {
             schema: schema.clone(),
             sampler,
             trainee,
+            fused,
         })
+    }
+
+    /// Whether minibatches run on the fused path.
+    pub fn fused(&self) -> bool {
+        self.fused.is_some()
+    }
+}
+
+/// The fused update of `model` where `path` and the model allow it; an error names the
+/// setting that keeps `path = "fused"` from running.
+fn fused_update<B: AutodiffBackend>(
+    model: &Policy<B>,
+    path: UpdatePath,
+) -> anyhow::Result<Option<FusedUpdate>> {
+    if path == UpdatePath::Burn {
+        return Ok(None);
+    }
+    let why = if TypeId::of::<B>() != TypeId::of::<CpuAutodiff>() {
+        Some("a learner device other than the CPU".to_string())
+    } else if model.core.backend() != RecurrentBackend::Fused {
+        Some(format!(
+            "policy.backend = \"{}\" (resolved; the fused update runs the fused kernels)",
+            model.core.backend().name()
+        ))
+    } else {
+        unsupported(model.config(), model.core.config().dropout)
+    };
+    match (why, path) {
+        (None, _) => Ok(Some(FusedUpdate::new(model))),
+        (Some(why), UpdatePath::Fused) => {
+            anyhow::bail!("ppo.update = \"fused\" cannot run this policy: {why}")
+        }
+        (Some(_), _) => Ok(None),
     }
 }
 
@@ -199,10 +240,19 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
     /// Trains on everything stored, then empties the storage.
     fn update(&mut self) -> anyhow::Result<UpdateStats> {
         let mut minibatches = Vec::new();
+        if let Some(fused) = &mut self.fused {
+            fused.begin(&self.trainee.model);
+        }
         for _ in 0..self.config.epochs {
             for batch in self.sampler.epoch(&self.storage)? {
-                minibatches.push(self.minibatch_step(&batch)?);
+                minibatches.push(match self.fused {
+                    Some(_) => self.fused_minibatch_step(&batch),
+                    None => self.minibatch_step(&batch)?,
+                });
             }
+        }
+        if let Some(fused) = &self.fused {
+            self.trainee.model = fused.finish(self.trainee.model.clone());
         }
         let stats = UpdateStats::mean(&minibatches);
         if let Some(clip) = self.obs_norm {
@@ -232,11 +282,20 @@ impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        self.trainee.save_state()
+        match &self.fused {
+            Some(f) => self.trainee.save_state_fused(f.layout(), &f.adam),
+            None => self.trainee.save_state(),
+        }
     }
 
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
         self.trainee.load_state(model, optim)?;
+        if self.fused.is_some() {
+            // The loaded record brings its own parameter ids: lay the parameters out anew.
+            let mut fused = FusedUpdate::new(&self.trainee.model);
+            fused.adam = self.trainee.fused_adam(fused.layout());
+            self.fused = Some(fused);
+        }
         self.critic = self.trainee.inference();
         Ok(())
     }
@@ -257,19 +316,16 @@ impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
 }
 
 impl<B: AutodiffBackend> Ppo<B> {
-    fn minibatch_step(&mut self, b: &SampledBatch) -> anyhow::Result<UpdateStats> {
-        let s = &self.schema;
-        // One row per slice, each padded to slice_len (the last batch of an epoch may be short).
+    /// The minibatch's slices, mask, real-step count and advantages normalised over its real
+    /// steps (both update paths start here).
+    fn prepare<'a>(&'a self, b: &'a SampledBatch) -> (SliceBatch<'a>, Vec<f32>, f32, Vec<f32>) {
         let sb = SliceBatch::new(&self.storage, b, self.config.slice_len);
-        let (rows, len, a) = (sb.rows, sb.len, s.action_dim());
-        let device = self.trainee.device();
         let mask: Vec<f32> = sb
             .mask()
             .iter()
             .map(|&m| if m { 1.0 } else { 0.0 })
             .collect();
         let count: f32 = mask.iter().sum();
-        // Advantages normalised over the minibatch's real steps.
         let adv_raw = sb.gather(&self.advantage, 1);
         let mean = adv_raw.iter().zip(&mask).map(|(x, m)| x * m).sum::<f32>() / count;
         let var = adv_raw
@@ -282,6 +338,83 @@ impl<B: AutodiffBackend> Ppo<B> {
             .iter()
             .map(|x| (x - mean) / (var.sqrt() + 1e-8))
             .collect();
+        (sb, mask, count, adv)
+    }
+
+    /// The loss coefficients and learning rate at the run's progress.
+    fn schedules(&self) -> (LossConfig, f64) {
+        let c = &self.config;
+        let cfg = LossConfig {
+            clip_eps: c.clip_schedule.at(c.clip_eps as f64, self.progress) as f32,
+            value_coef: c.value_coef,
+            entropy_coef: c.entropy_schedule.at(c.entropy_coef as f64, self.progress) as f32,
+        };
+        (cfg, c.lr_schedule.at(c.lr, self.progress))
+    }
+
+    /// One minibatch on the fused path (see [`crate::fused`]).
+    fn fused_minibatch_step(&mut self, b: &SampledBatch) -> UpdateStats {
+        let (mut outcome, lr) = self.fused_loss(b);
+        let max_norm = self.config.max_grad_norm;
+        let fused = self.fused.as_mut().expect("the fused path is on");
+        let grad_norm = fused.apply(&mut outcome.grads, lr, max_norm);
+        UpdateStats {
+            loss: outcome.loss,
+            policy_loss: outcome.policy_loss,
+            value_loss: outcome.value_loss,
+            entropy: outcome.entropy,
+            approx_kl: outcome.approx_kl,
+            clip_frac: outcome.clip_frac,
+            grad_norm,
+            ..UpdateStats::default()
+        }
+    }
+
+    /// The minibatch's loss and gradients on the fused path (after
+    /// [`FusedUpdate::begin`]), and the learning rate of its step.
+    pub(crate) fn fused_loss(&self, b: &SampledBatch) -> (Outcome, f64) {
+        {
+            let (sb, _, _, adv) = self.prepare(b);
+            let s = &self.schema;
+            let inputs = sb.inputs(
+                InitialState::Stored,
+                s.num_layers,
+                s.hidden_size,
+                s.cell.has_cell_state(),
+            );
+            let batch = Batch {
+                rows: sb.rows,
+                len: sb.len,
+                obs: &inputs.obs,
+                start: &inputs.is_init,
+                rs_h: &inputs.rs_h,
+                rs_c: inputs.rs_c.as_deref(),
+                action: &sb.gather(&self.storage.action, s.action_dim()),
+                old_logp: &sb.gather(&self.storage.sample_log_prob, 1),
+                target: &sb.gather(&self.value_target, 1),
+                adv: &adv,
+                mask: sb.mask(),
+            };
+            let (cfg, lr) = self.schedules();
+            let fused = self.fused.as_ref().expect("the fused path is on");
+            (fused.loss(&batch, cfg), lr)
+        }
+    }
+
+    /// One minibatch on burn's path.
+    fn minibatch_step(&mut self, b: &SampledBatch) -> anyhow::Result<UpdateStats> {
+        let (loss, stats) = self.burn_loss(b);
+        let lr = self.schedules().1;
+        let grad_norm = self.trainee.step(loss, lr, self.config.max_grad_norm);
+        Ok(UpdateStats { grad_norm, ..stats })
+    }
+
+    /// The minibatch's loss through burn's autodiff, and its statistics (no gradient norm).
+    pub(crate) fn burn_loss(&self, b: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
+        let s = &self.schema;
+        let (sb, mask, count, adv) = self.prepare(b);
+        let (rows, len, a) = (sb.rows, sb.len, s.action_dim());
+        let device = self.trainee.device();
         let t3 = |v: Vec<f32>, w: usize| tensor3(v, rows, len, w, &device);
         let old_logp = t3(sb.gather(&self.storage.sample_log_prob, 1), 1);
         let target = t3(sb.gather(&self.value_target, 1), 1);
@@ -315,10 +448,8 @@ impl<B: AutodiffBackend> Ppo<B> {
         let masked_mean = |x: Tensor<B, 3>| (x * mask_t.clone()).sum() / count;
         let log_ratio = logp - old_logp;
         let ratio = log_ratio.clone().exp();
-        let c = &self.config;
-        let eps = c.clip_schedule.at(c.clip_eps as f64, self.progress) as f32;
-        let entropy_coef = c.entropy_schedule.at(c.entropy_coef as f64, self.progress) as f32;
-        let lr = c.lr_schedule.at(c.lr, self.progress);
+        let cfg = self.schedules().0;
+        let (eps, entropy_coef) = (cfg.clip_eps, cfg.entropy_coef);
         let surrogate = (ratio.clone() * adv_t.clone())
             .min_pair(ratio.clone().clamp(1.0 - eps, 1.0 + eps) * adv_t);
         let policy_loss = masked_mean(surrogate).neg();
@@ -348,8 +479,19 @@ impl<B: AutodiffBackend> Ppo<B> {
             grad_norm: 0.0,
             ..UpdateStats::default()
         };
-        let grad_norm = self.trainee.step(loss, lr, self.config.max_grad_norm);
-        Ok(UpdateStats { grad_norm, ..stats })
+        (loss, stats)
+    }
+}
+
+#[cfg(test)]
+impl Ppo<CpuAutodiff> {
+    /// The first minibatch of a new epoch over the stored frames.
+    pub(crate) fn next_batch(&mut self) -> SampledBatch {
+        self.sampler.epoch(&self.storage).unwrap().remove(0)
+    }
+
+    pub(crate) fn fused_mut(&mut self) -> Option<&mut FusedUpdate> {
+        self.fused.as_mut()
     }
 }
 
@@ -420,7 +562,16 @@ mod tests {
     }
 
     #[test]
-    fn the_factorized_multi_discrete_head_learns() {
+    fn the_factorized_multi_discrete_head_learns_on_burns_path() {
+        multi_discrete_learns(UpdatePath::Burn);
+    }
+
+    #[test]
+    fn the_factorized_multi_discrete_head_learns_on_the_fused_path() {
+        multi_discrete_learns(UpdatePath::Fused);
+    }
+
+    fn multi_discrete_learns(update: UpdatePath) {
         let mut registry = Registry::empty();
         registry
             .register("MatchTwo-v0", None, || MatchTwo {
@@ -455,8 +606,10 @@ mod tests {
             lr_schedule: Default::default(),
             clip_schedule: Default::default(),
             entropy_schedule: Default::default(),
+            update,
         };
         let mut ppo = Ppo::<CpuAutodiff>::new(&pc, &config, &schema, 1, &cpu_device()).unwrap();
+        assert_eq!(ppo.fused(), update == UpdatePath::Fused);
         let actor_config = ActorConfig {
             env: "MatchTwo-v0".into(),
             num_envs: envs,

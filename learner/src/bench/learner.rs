@@ -5,7 +5,7 @@
 //! pass over the new chunk plus one minibatch step).
 //!
 //! Every row is one JSON object:
-//! `{"bench":"learner","algo":..,"backend":..,"env":..,"cell":..,"hidden":..,"slice_len":..,
+//! `{"bench":"learner","algo":..,"backend":..,"update":..,"env":..,"cell":..,"hidden":..,"slice_len":..,
 //!   "batch":..,"burn_in":..,"steps_per_s":..,"updates_per_s":..,"median_ms":..,"min_ms":..,"max_ms":..,
 //!   "iters":..,"threads":..}`; `steps_per_s` = trained steps (`batch * slice_len`) per second;
 //! `backend` is the recurrent-mode backend the policy trains with (`auto` resolved).
@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{at_least_one, each_at_least_one, summarize};
 use crate::algo::LearnerSpec;
-use crate::config::{Algo, AlgoConfig, PolicySection};
+use crate::config::{Algo, AlgoConfig, PolicySection, UpdatePath};
 use crate::policy::fit_policy;
 
 /// The grid and the measurement settings (the `recur-bench learner` flags).
@@ -65,6 +65,15 @@ pub struct LearnerBench {
     /// Burn-in steps of DQN and BC slices.
     #[arg(long, default_value_t = 0)]
     pub burn_in: usize,
+    /// PPO's update paths (`ppo.update`): `burn` (burn's autodiff) and `fused` (the fused
+    /// update), one row each; DQN and BC rows run burn's.
+    #[arg(
+        long = "update",
+        value_name = "UPDATE",
+        value_delimiter = ',',
+        default_value = "burn,fused"
+    )]
+    pub updates: Vec<UpdatePath>,
     /// Timed gradient steps per row (the median is reported).
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
@@ -85,6 +94,8 @@ pub struct LearnerRow {
     pub bench: &'static str,
     pub algo: &'static str,
     pub backend: &'static str,
+    /// The update path that ran (`burn` or `fused`).
+    pub update: &'static str,
     pub env: String,
     pub cell: &'static str,
     pub hidden: usize,
@@ -133,10 +144,18 @@ impl LearnerBench {
                 let data = self.data(slice_len, batch)?;
                 for &backend in &self.backends {
                     for &algo in &self.algos {
-                        let row = self.row(algo, backend, slice_len, batch, &data)?;
-                        writeln!(out, "{}", serde_json::to_string(&row)?)?;
-                        out.flush()?;
-                        rows.push(row);
+                        let updates = match algo {
+                            Algo::Ppo => self.updates.clone(),
+                            _ => vec![UpdatePath::Burn],
+                        };
+                        for update in updates {
+                            let row = self.row(algo, backend, update, slice_len, batch, &data)?;
+                            if let Some(row) = row {
+                                writeln!(out, "{}", serde_json::to_string(&row)?)?;
+                                out.flush()?;
+                                rows.push(row);
+                            }
+                        }
                     }
                 }
             }
@@ -182,10 +201,15 @@ impl LearnerBench {
         &self,
         algo: Algo,
         backend: RecurrentBackend,
+        update: UpdatePath,
         slice_len: usize,
         batch: usize,
         data: &[Chunk],
-    ) -> anyhow::Result<LearnerRow> {
+    ) -> anyhow::Result<Option<LearnerRow>> {
+        if update == UpdatePath::Fused && backend.resolve() != RecurrentBackend::Fused {
+            // The fused update runs on the fused kernels only: no row for other backends.
+            return Ok(None);
+        }
         let pc = fit_policy(&self.env, &self.policy(backend))?;
         let schema = chunk_schema(&pc, batch, slice_len);
         let frames = batch * slice_len;
@@ -196,7 +220,8 @@ impl LearnerBench {
             Algo::Ppo => AlgoConfig::Ppo(toml::from_str(&format!(
                 "{slices}frames_per_update = {frames}\nepochs = 1\ngamma = 0.99\n\
                  gae_lambda = 0.95\nclip_eps = 0.2\nvalue_coef = 0.5\nentropy_coef = 0.01\n\
-                 max_grad_norm = 0.5"
+                 max_grad_norm = 0.5\nupdate = \"{}\"",
+                update.name()
             ))?),
             Algo::Dqn => AlgoConfig::Dqn(toml::from_str(&format!(
                 "{slices}burn_in = {burn_in}\ngamma = 0.99\nn_step = 3\n\
@@ -231,10 +256,11 @@ impl LearnerBench {
             }
         }
         let (median_ms, min_ms, max_ms) = summarize(&samples);
-        Ok(LearnerRow {
+        Ok(Some(LearnerRow {
             bench: "learner",
             algo: algo.name(),
             backend: backend.resolve().name(),
+            update: update.name(),
             env: self.env.clone(),
             cell: self.cell.name(),
             hidden: self.hidden,
@@ -248,6 +274,6 @@ impl LearnerBench {
             max_ms,
             iters: self.iters,
             threads: self.threads,
-        })
+        }))
     }
 }

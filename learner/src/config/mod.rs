@@ -20,7 +20,7 @@ pub use overrides::{blame_flags, Override};
 pub use schema::{
     Algo, AlgoConfig, BcSection, CollectorMode, CollectorSection, DqnSection, EvalSection,
     InitialState, PolicySection, PpoSection, ReplayConfig, ReplaySection, RunSection, Schedule,
-    SliceTraining, TrainConfig,
+    SliceTraining, TrainConfig, UpdatePath,
 };
 
 /// A config that cannot be used.

@@ -214,6 +214,44 @@ pub struct PpoSection {
     pub clip_schedule: Schedule,
     #[serde(default)]
     pub entropy_schedule: Schedule,
+    /// Which code runs a minibatch step: `"fused"` (the whole policy, loss, backward and Adam
+    /// on host buffers and the fused CPU kernels), `"burn"` (burn's autodiff, the reference),
+    /// or `"auto"` (default): fused where the policy allows it (CPU, LSTM/GRU core, shared
+    /// critic, discrete or multi-discrete actions, no dropout), burn elsewhere.
+    #[serde(default)]
+    pub update: UpdatePath,
+}
+
+/// [`PpoSection::update`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpdatePath {
+    #[default]
+    Auto,
+    Burn,
+    Fused,
+}
+
+impl UpdatePath {
+    pub fn name(self) -> &'static str {
+        match self {
+            UpdatePath::Auto => "auto",
+            UpdatePath::Burn => "burn",
+            UpdatePath::Fused => "fused",
+        }
+    }
+}
+
+impl std::str::FromStr for UpdatePath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(UpdatePath::Auto),
+            "burn" => Ok(UpdatePath::Burn),
+            "fused" => Ok(UpdatePath::Fused),
+            other => Err(format!("unknown update path {other:?} (auto, burn, fused)")),
+        }
+    }
 }
 
 /// How a hyperparameter changes with the run's progress (frames done / `run.frames`).

@@ -18,6 +18,7 @@
 //! Large scratch buffers come from a [`pool`] kept across calls (no page faults per call).
 
 mod gemm;
+pub mod host;
 mod kernel;
 mod mat;
 mod mingru;
@@ -175,7 +176,7 @@ pub(crate) fn inference<B: Backend>(
                 x,
                 &segments.start,
                 states,
-                threads(),
+                host::threads_for(rows),
                 &mut out_h,
                 false,
             );
@@ -197,7 +198,7 @@ pub(crate) fn inference<B: Backend>(
                 &segments.start,
                 states,
                 Keep::Nothing,
-                threads(),
+                host::threads_for(rows),
                 &mut out_h,
                 out_c,
             );

@@ -1,0 +1,130 @@
+//! The fused PPO update on the CPU: a whole minibatch step (normalizer, encoder, recurrent
+//! core, heads, PPO loss, their backward, global-norm clipping and Adam) on host buffers and
+//! the fused kernels, with no burn op and no autodiff graph in between.
+//!
+//! The burn module stays the model of record. [`FusedUpdate::new`] reads its parameters into
+//! one flat buffer, the minibatches step that buffer, and [`FusedUpdate::finish`] writes it
+//! back after an update's epochs; Adam's moments live here between updates and go into burn's optimizer record
+//! only for a checkpoint ([`adam::into_burn`]), so a checkpoint has one format whichever path
+//! wrote it. burn's path (`ppo.update = "burn"`) is the reference the tests hold this one to:
+//! same loss, same gradients, same weights after a few updates.
+
+pub mod adam;
+pub mod layout;
+pub mod net;
+
+use burn::tensor::backend::Backend;
+use common::backend::to_vec as host;
+use common::policy::{ActionSpec, CriticCore, Policy, PolicyConfig};
+use common::recurrent::{CellKind, RecurrentBackend};
+
+use adam::FlatAdam;
+use layout::Layout;
+use net::{Batch, LossConfig, Net, Outcome};
+
+/// Why `policy` cannot take the fused update (`None`: it can), naming the setting.
+pub fn unsupported(policy: &PolicyConfig, dropout: f64) -> Option<String> {
+    if !matches!(policy.cell, CellKind::Lstm | CellKind::Gru) {
+        return Some(format!(
+            "policy.cell = \"{}\" (the fused update runs LSTM and GRU cores)",
+            policy.cell.name()
+        ));
+    }
+    if policy.backend != RecurrentBackend::Auto && policy.backend != RecurrentBackend::Fused {
+        return Some(format!(
+            "policy.backend = \"{}\" (the fused update runs the fused kernels)",
+            policy.backend.name()
+        ));
+    }
+    if policy.critic_core != CriticCore::Shared {
+        return Some("policy.critic_core = \"separate\"".to_string());
+    }
+    if let ActionSpec::Continuous { .. } = policy.action {
+        return Some("a continuous (Box) action space".to_string());
+    }
+    if dropout != 0.0 {
+        return Some(format!("dropout {dropout} between the core's layers"));
+    }
+    None
+}
+
+/// The choices per component of a (multi-)discrete action.
+fn nvec(action: &ActionSpec) -> Vec<usize> {
+    match action {
+        ActionSpec::Discrete { n } => vec![*n],
+        ActionSpec::MultiDiscrete { nvec } => nvec.clone(),
+        ActionSpec::Continuous { .. } => unreachable!("checked by `unsupported`"),
+    }
+}
+
+/// The fused update's state: the layout, the parameters during an update, Adam's moments.
+pub struct FusedUpdate {
+    layout: Layout,
+    params: Vec<f32>,
+    obs_norm: Vec<f32>,
+    pub adam: FlatAdam,
+    config: PolicyConfig,
+    recompute: common::recurrent::Recompute,
+}
+
+impl FusedUpdate {
+    /// The fused update of `model` (checked with [`unsupported`] first).
+    pub fn new<B: Backend>(model: &Policy<B>) -> Self {
+        let layout = Layout::of(model);
+        FusedUpdate {
+            adam: FlatAdam::new(layout.total),
+            params: layout.read(model),
+            obs_norm: Vec::new(),
+            config: model.config().clone(),
+            recompute: model.core.config().recompute,
+            layout,
+        }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Reads `model`'s normalizer before an update's minibatches. The parameters are read
+    /// once, by [`new`](Self::new): only [`finish`](Self::finish) changes them afterwards
+    /// (a checkpoint load builds a new `FusedUpdate`).
+    pub fn begin<B: Backend>(&mut self, model: &Policy<B>) {
+        self.obs_norm = host(model.obs_norm.val());
+        debug_assert_eq!(
+            self.params,
+            self.layout.read(model),
+            "the model changed elsewhere"
+        );
+    }
+
+    /// The loss of one minibatch and its gradients (no step).
+    pub fn loss(&self, batch: &Batch<'_>, cfg: LossConfig) -> Outcome {
+        let nvec = nvec(&self.config.action);
+        Net {
+            layout: &self.layout,
+            params: &self.params,
+            obs_norm: &self.obs_norm,
+            cell: self.config.cell,
+            hidden: self.config.hidden_size,
+            recompute: self.recompute,
+            nvec: &nvec,
+        }
+        .ppo(batch, cfg)
+    }
+
+    /// One optimizer step along `grads` (from [`loss`](Self::loss)): clipped to a global
+    /// norm of `max_norm`, then Adam at `lr`. Returns the norm before clipping.
+    pub fn apply(&mut self, grads: &mut [f32], lr: f64, max_norm: f32) -> f32 {
+        let norm = adam::clip_global_norm(&self.layout, grads, max_norm);
+        self.adam.step(&mut self.params, grads, lr);
+        norm
+    }
+
+    /// `model` with the parameters trained since [`begin`](Self::begin).
+    pub fn finish<B: Backend>(&self, model: Policy<B>) -> Policy<B> {
+        self.layout.write(model, &self.params)
+    }
+}
+
+#[cfg(test)]
+mod tests;

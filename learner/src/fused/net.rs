@@ -1,0 +1,348 @@
+//! One PPO minibatch through the whole policy on host buffers: forward (normalizer, tanh
+//! encoder, LSTM/GRU layers on the fused kernels, heads), the clipped-surrogate loss with value
+//! loss and entropy bonus over a (multi-)categorical action, and the backward to every
+//! parameter, written out by hand. Same maths as the burn path in `ppo.rs`, which the tests
+//! hold it to.
+
+use common::recurrent::fused::host::{
+    layer_backward, layer_forward, sgemm, tanh_in_place, LayerDims, LayerParams, StoredStates, Tape,
+};
+use common::recurrent::{CellKind, Recompute};
+
+use super::layout::{CoreSlots, DenseSlots, Layout};
+
+/// The network the flat parameters describe.
+pub struct Net<'a> {
+    pub layout: &'a Layout,
+    pub params: &'a [f32],
+    /// The normalizer's rows `[4, obs_dim]`: mean, variance, count, clip.
+    pub obs_norm: &'a [f32],
+    pub cell: CellKind,
+    pub hidden: usize,
+    pub recompute: Recompute,
+    /// Choices per action component (one component for a discrete action).
+    pub nvec: &'a [usize],
+}
+
+/// A minibatch of `rows` slices of `len` steps, position `p = row * len + t`.
+pub struct Batch<'a> {
+    pub rows: usize,
+    pub len: usize,
+    /// `[N, obs_dim]`.
+    pub obs: &'a [f32],
+    /// `[N]`: where a step takes its stored state.
+    pub start: &'a [bool],
+    /// `[N, layers, H]`.
+    pub rs_h: &'a [f32],
+    pub rs_c: Option<&'a [f32]>,
+    /// `[N, components]`: the action indices (as stored in chunks).
+    pub action: &'a [f32],
+    pub old_logp: &'a [f32],
+    pub target: &'a [f32],
+    /// Normalized advantages.
+    pub adv: &'a [f32],
+    /// Real steps (padding is false).
+    pub mask: &'a [bool],
+}
+
+/// The loss's coefficients at this point of the run.
+#[derive(Clone, Copy, Debug)]
+pub struct LossConfig {
+    pub clip_eps: f32,
+    pub value_coef: f32,
+    pub entropy_coef: f32,
+}
+
+/// The loss, its parts and diagnostics, and the gradient of every parameter (flat, the
+/// layout's order).
+pub struct Outcome {
+    pub grads: Vec<f32>,
+    pub loss: f32,
+    pub policy_loss: f32,
+    pub value_loss: f32,
+    pub entropy: f32,
+    pub approx_kl: f32,
+    pub clip_frac: f32,
+}
+
+impl Net<'_> {
+    fn p(&self, slot: &super::layout::Slot) -> &[f32] {
+        &self.params[slot.range()]
+    }
+
+    fn core_params(&self, c: &CoreSlots) -> LayerParams<'_> {
+        LayerParams {
+            w_ih: self.p(&c.w_ih),
+            w_hh: Some(self.p(&c.w_hh)),
+            b_ih: c.b_ih.as_ref().map(|s| self.p(s)),
+            b_hh: c.b_hh.as_ref().map(|s| self.p(s)),
+        }
+    }
+
+    /// `x W + b` for a burn `Linear` (`W` `[in, out]`) over `n` rows.
+    fn dense(&self, l: &DenseSlots, x: &[f32], n: usize) -> Vec<f32> {
+        let mut y = vec![0.0f32; n * l.output];
+        sgemm(
+            n,
+            l.output,
+            l.input,
+            x,
+            false,
+            self.p(&l.weight),
+            false,
+            0.0,
+            &mut y,
+        );
+        let bias = self.p(&l.bias);
+        for row in y.chunks_exact_mut(l.output) {
+            row.iter_mut().zip(bias).for_each(|(y, b)| *y += b);
+        }
+        y
+    }
+
+    /// `clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)` per feature.
+    fn normalize(&self, obs: &[f32]) -> Vec<f32> {
+        let d = self.obs_norm.len() / 4;
+        let (mean, var, clip) = (
+            &self.obs_norm[..d],
+            &self.obs_norm[d..2 * d],
+            &self.obs_norm[3 * d..],
+        );
+        let mut x = obs.to_vec();
+        for row in x.chunks_exact_mut(d) {
+            for j in 0..d {
+                let v = (row[j] - mean[j]) / (var[j] + 1e-8).sqrt();
+                row[j] = v.max(-clip[j]).min(clip[j]);
+            }
+        }
+        x
+    }
+
+    /// The loss of `b` under `cfg` and its gradients.
+    pub fn ppo(&self, b: &Batch<'_>, cfg: LossConfig) -> Outcome {
+        let n = b.rows * b.len;
+        let (h, layout) = (self.hidden, self.layout);
+        let layers = layout.core.len();
+        // Forward. acts[k] is encoder layer k's input; the last is the core's input.
+        let mut acts = vec![self.normalize(b.obs)];
+        for l in &layout.encoder {
+            let mut z = self.dense(l, acts.last().expect("non-empty"), n);
+            tanh_in_place(&mut z);
+            acts.push(z);
+        }
+        let stored = StoredStates {
+            h: b.rs_h,
+            c: b.rs_c,
+            layers,
+        };
+        let dims = |c: &CoreSlots| LayerDims {
+            cell: self.cell,
+            rows: b.rows,
+            steps: b.len,
+            input: c.input,
+            hidden: h,
+        };
+        let mut outs: Vec<Vec<f32>> = Vec::with_capacity(layers);
+        let mut tapes: Vec<Tape> = Vec::with_capacity(layers);
+        for (l, c) in layout.core.iter().enumerate() {
+            let input = if l == 0 {
+                acts.last().expect("non-empty")
+            } else {
+                &outs[l - 1]
+            };
+            let mut out = vec![0.0f32; n * h];
+            let tape = layer_forward(
+                &dims(c),
+                &self.core_params(c),
+                input,
+                b.start,
+                stored,
+                l,
+                self.recompute,
+                &mut out,
+            );
+            outs.push(out);
+            tapes.push(tape);
+        }
+        let features = outs.last().expect("at least one layer");
+        let logits = self.dense(&layout.policy_head, features, n);
+        let value = self.dense(&layout.value_head, features, n);
+
+        // Loss and its gradient with respect to the heads' outputs.
+        let width = layout.policy_head.output;
+        let comps = self.nvec.len();
+        let count = b.mask.iter().filter(|&&m| m).count() as f32;
+        let mut d_logits = vec![0.0f32; n * width];
+        let mut d_value = vec![0.0f32; n];
+        let (mut pl, mut vl, mut ent_sum, mut kl, mut clipped) = (0.0f32, 0.0, 0.0, 0.0, 0.0);
+        let (lo, hi) = (1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps);
+        let mut logp = vec![0.0f32; width];
+        let mut prob = vec![0.0f32; width];
+        let mut comp_entropy = vec![0.0f32; comps];
+        for i in 0..n {
+            let z = &logits[i * width..(i + 1) * width];
+            let (mut lp, mut entropy, mut at) = (0.0f32, 0.0f32, 0);
+            for (j, &k) in self.nvec.iter().enumerate() {
+                let zs = &z[at..at + k];
+                let max = zs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let lse = max + zs.iter().map(|v| (v - max).exp()).sum::<f32>().ln();
+                let mut e = 0.0f32;
+                for q in 0..k {
+                    logp[at + q] = zs[q] - lse;
+                    prob[at + q] = logp[at + q].exp();
+                    e -= prob[at + q] * logp[at + q];
+                }
+                let a = b.action[i * comps + j] as usize;
+                debug_assert!(a < k, "action {a} of component {j} within {k} choices");
+                lp += logp[at + a.min(k - 1)];
+                comp_entropy[j] = e;
+                entropy += e;
+                at += k;
+            }
+            if !b.mask[i] {
+                continue;
+            }
+            let w = 1.0 / count;
+            let log_ratio = lp - b.old_logp[i];
+            let ratio = log_ratio.exp();
+            let adv = b.adv[i];
+            let (s1, s2) = (ratio * adv, ratio.clamp(lo, hi) * adv);
+            pl += s1.min(s2);
+            let err = value[i] - b.target[i];
+            vl += err * err;
+            ent_sum += entropy;
+            kl += log_ratio.exp() - 1.0 - log_ratio;
+            clipped += ((log_ratio.exp() - 1.0).abs() > cfg.clip_eps) as u8 as f32;
+            // d(-min(s1, s2))/d ratio: the unclipped term where it is the smaller one or the
+            // clamp passes the ratio through.
+            let g_ratio = if s1 <= s2 || (lo..=hi).contains(&ratio) {
+                adv
+            } else {
+                0.0
+            };
+            let d_lp = -w * g_ratio * ratio;
+            let d_ent = -cfg.entropy_coef * w;
+            let mut at = 0;
+            for (j, &k) in self.nvec.iter().enumerate() {
+                let a = (b.action[i * comps + j] as usize).min(k - 1);
+                let e = comp_entropy[j];
+                for q in 0..k {
+                    let p = prob[at + q];
+                    let onehot = (q == a) as u8 as f32;
+                    // dH/dz = -p (log p + H).
+                    d_logits[i * width + at + q] =
+                        d_lp * (onehot - p) + d_ent * (-p * (logp[at + q] + e));
+                }
+                at += k;
+            }
+            d_value[i] = cfg.value_coef * w * err;
+        }
+        let policy_loss = -pl / count;
+        let value_loss = vl / count * 0.5;
+        let entropy = ent_sum / count;
+        let loss = policy_loss + value_loss * cfg.value_coef - entropy * cfg.entropy_coef;
+
+        // Backward.
+        let mut grads = vec![0.0f32; layout.total];
+        let ph = &layout.policy_head;
+        let vh = &layout.value_head;
+        self.dense_weight_grads(ph, features, &d_logits, n, &mut grads);
+        self.dense_weight_grads(vh, features, &d_value, n, &mut grads);
+        // d features = dlogits Wp^T + dvalue Wv^T.
+        let mut dh = vec![0.0f32; n * h];
+        sgemm(
+            n,
+            h,
+            width,
+            &d_logits,
+            false,
+            self.p(&ph.weight),
+            true,
+            0.0,
+            &mut dh,
+        );
+        let wv = self.p(&vh.weight);
+        for (row, &dv) in dh.chunks_exact_mut(h).zip(&d_value) {
+            row.iter_mut().zip(wv).for_each(|(d, &w)| *d += dv * w);
+        }
+        for (l, (c, tape)) in layout.core.iter().zip(tapes).enumerate().rev() {
+            let input = if l == 0 {
+                acts.last().expect("non-empty")
+            } else {
+                &outs[l - 1]
+            };
+            let want_x = l > 0 || !layout.encoder.is_empty();
+            let g = layer_backward(tape, &self.core_params(c), input, b.start, &dh, want_x);
+            grads[c.w_ih.range()].copy_from_slice(&g.w_ih);
+            grads[c.w_hh.range()].copy_from_slice(g.w_hh.as_deref().expect("W_hh grads"));
+            if let (Some(s), Some(v)) = (&c.b_ih, &g.b_ih) {
+                grads[s.range()].copy_from_slice(v);
+            }
+            if let (Some(s), Some(v)) = (&c.b_hh, &g.b_hh) {
+                grads[s.range()].copy_from_slice(v);
+            }
+            if let Some(dx) = g.x {
+                dh = dx;
+            }
+        }
+        for (k, l) in layout.encoder.iter().enumerate().rev() {
+            // dh is d(output of layer k); through tanh: d z = d out * (1 - out^2).
+            let out = &acts[k + 1];
+            for (d, &y) in dh.iter_mut().zip(out) {
+                *d *= 1.0 - y * y;
+            }
+            self.dense_weight_grads(l, &acts[k], &dh, n, &mut grads);
+            if k > 0 {
+                let mut dx = vec![0.0f32; n * l.input];
+                sgemm(
+                    n,
+                    l.input,
+                    l.output,
+                    &dh,
+                    false,
+                    self.p(&l.weight),
+                    true,
+                    0.0,
+                    &mut dx,
+                );
+                dh = dx;
+            }
+        }
+        Outcome {
+            grads,
+            loss,
+            policy_loss,
+            value_loss,
+            entropy,
+            approx_kl: kl / count,
+            clip_frac: clipped / count,
+        }
+    }
+
+    /// `dW = x^T dy` (`[in, out]`) and `db = sum over rows of dy`, into `grads`.
+    fn dense_weight_grads(
+        &self,
+        l: &DenseSlots,
+        x: &[f32],
+        dy: &[f32],
+        n: usize,
+        grads: &mut [f32],
+    ) {
+        sgemm(
+            l.input,
+            l.output,
+            n,
+            x,
+            true,
+            dy,
+            false,
+            0.0,
+            &mut grads[l.weight.range()],
+        );
+        let db = &mut grads[l.bias.range()];
+        db.fill(0.0);
+        for row in dy.chunks_exact(l.output) {
+            db.iter_mut().zip(row).for_each(|(d, &g)| *d += g);
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! The fused update against burn's path, which is the reference: the same loss and gradients
+//! on the same minibatch, the same weights after several updates, and checkpoints that resume
+//! bit-exactly on the fused path and carry Adam's state across paths.
+
+use burn::module::{AutodiffModule, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::Tensor;
+use common::backend::{cpu_device, to_vec as host, CpuAutodiff};
+use common::checkpoint::Checkpointed;
+use common::chunk::Chunk;
+use common::policy::{chunk_schema, init_policy, policy_config_for, PolicyConfig};
+use common::recurrent::CellKind;
+use common::rollout::{Actor, ActorConfig};
+
+use super::layout::Layout;
+use crate::config::{PpoSection, UpdatePath};
+use crate::optim::Algorithm;
+use crate::ppo::Ppo;
+
+const ENVS: usize = 6;
+const STEPS: usize = 16;
+
+fn ppo_config(update: UpdatePath) -> PpoSection {
+    toml::from_str::<PpoSection>(&format!(
+        "frames_per_update = {}\nepochs = 2\nslice_len = 8\nnum_slices = 6\nlr = 3e-3\n\
+         gamma = 0.99\ngae_lambda = 0.9\nclip_eps = 0.2\nvalue_coef = 0.5\n\
+         entropy_coef = 0.01\nmax_grad_norm = 0.5\nupdate = \"{}\"",
+        ENVS * STEPS,
+        update.name()
+    ))
+    .unwrap()
+}
+
+/// Chunks of an actor running `pc`'s initial policy (seed 3) on `env`.
+fn chunks(env: &str, pc: &PolicyConfig, n: usize) -> Vec<Chunk> {
+    let config = ActorConfig {
+        env: env.into(),
+        num_envs: ENVS,
+        steps: STEPS,
+        seed: 11,
+        actor_id: 0,
+        incarnation: 0,
+        exploration: Default::default(),
+    };
+    let mut actor = Actor::new(config, init_policy(pc, 3).unwrap()).unwrap();
+    (0..n).map(|_| actor.collect().unwrap()).collect()
+}
+
+fn ppo(pc: &PolicyConfig, update: UpdatePath) -> Ppo<CpuAutodiff> {
+    let schema = chunk_schema(pc, ENVS, STEPS);
+    let ppo = Ppo::new(pc, &ppo_config(update), &schema, 3, &cpu_device()).unwrap();
+    assert_eq!(ppo.fused(), update == UpdatePath::Fused);
+    ppo
+}
+
+/// `|a - b| <= tol * max(1, |b|)` everywhere, or a message naming the worst element.
+fn close(what: &str, a: &[f32], b: &[f32], tol: f32) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    let worst = a
+        .iter()
+        .zip(b)
+        .enumerate()
+        .map(|(i, (x, y))| (i, (x - y).abs() / y.abs().max(1.0)))
+        .fold((0, 0.0f32), |w, e| if e.1 > w.1 { e } else { w });
+    assert!(
+        worst.1 <= tol && a.iter().all(|x| x.is_finite()),
+        "{what}: element {} differs by {} (fused {}, burn {})",
+        worst.0,
+        worst.1,
+        a[worst.0],
+        b[worst.0]
+    );
+}
+
+/// burn's gradients of `loss` for `layout`'s parameters, flat.
+fn burn_grads(loss: Tensor<CpuAutodiff, 1>, ppo: &Ppo<CpuAutodiff>, layout: &Layout) -> Vec<f32> {
+    let grads = GradientsParams::from_grads(loss.backward(), ppo.model());
+    let mut flat = vec![0.0f32; layout.total];
+    struct Get<'a> {
+        grads: &'a GradientsParams,
+        layout: &'a Layout,
+        flat: &'a mut [f32],
+    }
+    impl burn::module::ModuleVisitor<CpuAutodiff> for Get<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<CpuAutodiff, D>>) {
+            let Some(slot) = self.layout.slots().into_iter().find(|s| s.id == p.id) else {
+                return;
+            };
+            let g = self
+                .grads
+                .get::<<CpuAutodiff as burn::tensor::backend::AutodiffBackend>::InnerBackend, D>(
+                    p.id,
+                )
+                .expect("every trained parameter has a gradient");
+            self.flat[slot.range()].copy_from_slice(&host(g));
+        }
+    }
+    burn::module::Module::visit(
+        ppo.model(),
+        &mut Get {
+            grads: &grads,
+            layout,
+            flat: &mut flat,
+        },
+    );
+    flat
+}
+
+fn loss_and_gradients_match(env: &str, pc: PolicyConfig) {
+    let data = chunks(env, &pc, 1);
+    let (mut burn, mut fused) = (ppo(&pc, UpdatePath::Burn), ppo(&pc, UpdatePath::Fused));
+    for p in [&mut burn, &mut fused] {
+        p.add_chunk(&data[0]);
+    }
+    let (bb, fb) = (burn.next_batch(), fused.next_batch());
+    assert_eq!(bb.positions, fb.positions, "same sampler, same slices");
+    let (loss, stats) = burn.burn_loss(&bb);
+    let model = fused.model().clone();
+    fused.fused_mut().unwrap().begin(&model);
+    let (outcome, _) = fused.fused_loss(&fb);
+    let layout = Layout::of(&model);
+    let scalars = |o: &[f32]| o.to_vec();
+    close(
+        "loss, policy loss, value loss, entropy, approx_kl, clip_frac",
+        &scalars(&[
+            outcome.loss,
+            outcome.policy_loss,
+            outcome.value_loss,
+            outcome.entropy,
+            outcome.approx_kl,
+            outcome.clip_frac,
+        ]),
+        &[
+            stats.loss,
+            stats.policy_loss,
+            stats.value_loss,
+            stats.entropy,
+            stats.approx_kl,
+            stats.clip_frac,
+        ],
+        1e-5,
+    );
+    let reference = burn_grads(loss, &burn, &Layout::of(burn.model()));
+    assert!(
+        reference.iter().any(|&g| g.abs() > 1e-4),
+        "the batch must produce gradients to compare"
+    );
+    for slot in layout.slots() {
+        close(
+            &format!("gradient of {:?} {:?}", slot.id, slot.shape),
+            &outcome.grads[slot.range()],
+            &reference[slot.range()],
+            1e-5,
+        );
+    }
+}
+
+fn masked(cell: CellKind, layers: usize, encoder: Vec<usize>) -> PolicyConfig {
+    policy_config_for("MaskedCartPole-v1")
+        .unwrap()
+        .with_cell(cell)
+        .with_hidden_size(16)
+        .with_num_layers(layers)
+        .with_encoder(encoder)
+        .with_obs_norm(true)
+}
+
+#[test]
+fn lstm_loss_and_gradients_match_burns() {
+    loss_and_gradients_match("MaskedCartPole-v1", masked(CellKind::Lstm, 1, vec![16]));
+}
+
+#[test]
+fn gru_two_layers_two_encoder_layers_match_burns() {
+    loss_and_gradients_match("MaskedCartPole-v1", masked(CellKind::Gru, 2, vec![12, 16]));
+}
+
+#[test]
+fn lstm_without_encoder_matches_burns() {
+    loss_and_gradients_match("MaskedCartPole-v1", masked(CellKind::Lstm, 2, vec![]));
+}
+
+#[test]
+fn multi_discrete_actions_match_burns() {
+    let env = "popgym-BattleshipEasy-v0";
+    let pc = policy_config_for(env)
+        .unwrap()
+        .with_hidden_size(16)
+        .with_encoder(vec![16]);
+    assert!(matches!(
+        pc.action,
+        common::policy::ActionSpec::MultiDiscrete { .. }
+    ));
+    loss_and_gradients_match(env, pc);
+}
+
+/// Every trained parameter of `ppo`'s model, flat.
+fn weights(ppo: &Ppo<CpuAutodiff>) -> Vec<f32> {
+    Layout::of(ppo.model()).read(ppo.model())
+}
+
+#[test]
+fn weights_after_several_updates_match_burns() {
+    let pc = masked(CellKind::Lstm, 1, vec![16]);
+    let data = chunks("MaskedCartPole-v1", &pc, 4);
+    let (mut burn, mut fused) = (ppo(&pc, UpdatePath::Burn), ppo(&pc, UpdatePath::Fused));
+    let start = weights(&burn);
+    for chunk in &data {
+        for p in [&mut burn, &mut fused] {
+            p.add_chunk(chunk);
+            p.update().unwrap();
+        }
+        close("weights", &weights(&fused), &weights(&burn), 1e-5);
+    }
+    let moved = start
+        .iter()
+        .zip(weights(&burn))
+        .filter(|(a, b)| (*a - b).abs() > 1e-3)
+        .count();
+    assert!(
+        moved > start.len() / 2,
+        "the updates must move the weights: {moved}"
+    );
+    // The normalizer (not trained, set after each update) too.
+    assert_eq!(
+        host(fused.model().obs_norm.val()),
+        host(burn.model().obs_norm.val())
+    );
+    assert_eq!(
+        host(fused.model().valid().policy_head.weight.val()),
+        weights(&fused)[Layout::of(fused.model()).policy_head.weight.range()].to_vec()
+    );
+}
+
+#[test]
+fn fused_checkpoints_resume_bit_exactly_and_carry_adam_across_paths() {
+    let pc = masked(CellKind::Gru, 1, vec![16]);
+    let data = chunks("MaskedCartPole-v1", &pc, 4);
+    let mut fused = ppo(&pc, UpdatePath::Fused);
+    let mut burn = ppo(&pc, UpdatePath::Burn);
+    for chunk in &data[..2] {
+        for p in [&mut fused, &mut burn] {
+            p.add_chunk(chunk);
+            p.update().unwrap();
+        }
+    }
+    let (model, optim) = fused.save_state().unwrap();
+    let host_state = fused.host_state();
+    // Fused -> fused: bit-exact.
+    let mut resumed = ppo(&pc, UpdatePath::Fused);
+    resumed.load_state(model.clone(), optim.clone()).unwrap();
+    resumed.load_host_state(&host_state).unwrap();
+    // Fused checkpoint -> burn's path, and burn's checkpoint -> the fused path.
+    let mut on_burn = ppo(&pc, UpdatePath::Burn);
+    on_burn.load_state(model, optim).unwrap();
+    on_burn.load_host_state(&host_state).unwrap();
+    let (bm, bo) = burn.save_state().unwrap();
+    let mut burn_to_fused = ppo(&pc, UpdatePath::Fused);
+    burn_to_fused.load_state(bm, bo).unwrap();
+    burn_to_fused.load_host_state(&burn.host_state()).unwrap();
+    for chunk in &data[2..] {
+        for p in [
+            &mut fused,
+            &mut resumed,
+            &mut on_burn,
+            &mut burn,
+            &mut burn_to_fused,
+        ] {
+            p.add_chunk(chunk);
+            p.update().unwrap();
+        }
+        close("fused resume", &weights(&resumed), &weights(&fused), 0.0);
+        close(
+            "fused checkpoint on burn's path",
+            &weights(&on_burn),
+            &weights(&fused),
+            1e-5,
+        );
+        close(
+            "burn checkpoint on the fused path",
+            &weights(&burn_to_fused),
+            &weights(&burn),
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn fused_refuses_what_it_cannot_run_and_auto_falls_back() {
+    let pc = masked(CellKind::MinGru, 1, vec![16]);
+    let schema = chunk_schema(&pc, ENVS, STEPS);
+    let err = Ppo::<CpuAutodiff>::new(
+        &pc,
+        &ppo_config(UpdatePath::Fused),
+        &schema,
+        3,
+        &cpu_device(),
+    )
+    .err()
+    .expect("minGRU has no fused update");
+    assert!(
+        err.to_string().contains("policy.cell = \"mingru\""),
+        "{err}"
+    );
+    let auto = Ppo::<CpuAutodiff>::new(
+        &pc,
+        &ppo_config(UpdatePath::Auto),
+        &schema,
+        3,
+        &cpu_device(),
+    )
+    .unwrap();
+    assert!(!auto.fused());
+    let lstm = masked(CellKind::Lstm, 1, vec![16]);
+    let schema = chunk_schema(&lstm, ENVS, STEPS);
+    let auto = Ppo::<CpuAutodiff>::new(
+        &lstm,
+        &ppo_config(UpdatePath::Auto),
+        &schema,
+        3,
+        &cpu_device(),
+    )
+    .unwrap();
+    assert!(
+        auto.fused(),
+        "auto picks the fused update for a CPU LSTM policy"
+    );
+    let scan = lstm.with_backend(common::recurrent::RecurrentBackend::Scan);
+    let err = Ppo::<CpuAutodiff>::new(
+        &scan,
+        &ppo_config(UpdatePath::Fused),
+        &schema,
+        3,
+        &cpu_device(),
+    )
+    .err()
+    .expect("scan is not fused");
+    assert!(
+        err.to_string().contains("policy.backend = \"scan\""),
+        "{err}"
+    );
+}
