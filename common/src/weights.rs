@@ -67,11 +67,9 @@ pub fn to_blob<B: Backend, M: Module<B>>(module: &M, version: u64) -> Vec<u8> {
     struct Values(Vec<u8>, u64);
     impl<B: Backend> ModuleVisitor<B> for Values {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let data = param.val().into_data().convert::<f32>();
-            for x in data.to_vec::<f32>().expect("f32 parameters") {
-                self.0.extend_from_slice(&x.to_le_bytes());
-                self.1 += 1;
-            }
+            let values = crate::backend::to_vec(param.val());
+            self.1 += values.len() as u64;
+            self.0.extend(values.iter().flat_map(|x| x.to_le_bytes()));
         }
     }
     let shapes = layout(module);

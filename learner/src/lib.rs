@@ -45,6 +45,7 @@ pub mod offline;
 pub mod optim;
 pub mod policy;
 pub mod ppo;
+pub mod profile;
 pub mod recording;
 pub mod replay;
 pub mod run;

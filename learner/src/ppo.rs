@@ -39,6 +39,7 @@ use crate::gae::{gae, needs_bootstrap, GaeInput};
 use crate::metrics::UpdateStats;
 use crate::optim::{decode, encode};
 use crate::optim::{Algorithm, Model, Trainee};
+use crate::profile::{self, Phase};
 use crate::replay::ReplayStorage;
 use crate::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
 
@@ -169,35 +170,9 @@ fn fused_update<B: AutodiffBackend>(
 impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
     /// Computes the chunk's advantages with the current critic and stores both.
     fn add_chunk(&mut self, chunk: &Chunk) {
-        let s = &self.schema;
-        let (t, d, lh) = (s.steps, s.obs_dim, s.num_layers * s.hidden_size);
-        let out = self
-            .critic
-            .forward_chunk(chunk, s)
-            .expect("chunks match the policy");
-        let value = host(out.value);
-        // Bootstrap rows: where the trajectory is cut but did not terminate.
-        let rows: Vec<usize> = (0..s.envs * t)
-            .filter(|&p| {
-                let tt = p % t;
-                let same_next = tt + 1 < t && chunk.traj_ids[p + 1] == chunk.traj_ids[p];
-                needs_bootstrap(tt, t, chunk.next_done[p] == 1, same_next)
-                    && chunk.next_terminated[p] == 0
-            })
-            .collect();
-        let mut next_value = vec![0.0f32; s.envs * t];
-        if !rows.is_empty() {
-            let boot = step_at_cut(
-                &self.critic,
-                gather(&chunk.next_observation, &rows, d),
-                gather(&host(out.next.rs_h), &rows, lh),
-                out.next.rs_c.map(|c| gather(&host(c), &rows, lh)),
-            )
-            .expect("chunks match the policy");
-            for (&p, v) in rows.iter().zip(host(boot.value)) {
-                next_value[p] = v;
-            }
-        }
+        let t = self.schema.steps;
+        let (value, next_value) = profile::time("critic", || self.critic_pass(chunk));
+        let _gae = Phase::start("gae");
         let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
         let done: Vec<bool> = chunk.next_done.iter().map(|&x| x == 1).collect();
         let reward: Vec<f32> = if self.config.reward_norm {
@@ -245,6 +220,7 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
         }
         for _ in 0..self.config.epochs {
             for batch in self.sampler.epoch(&self.storage)? {
+                let _minibatch = Phase::start("minibatch");
                 minibatches.push(match self.fused {
                     Some(_) => self.fused_minibatch_step(&batch),
                     None => self.minibatch_step(&batch)?,
@@ -252,6 +228,7 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
             }
         }
         if let Some(fused) = &self.fused {
+            let _sync = Phase::start("sync");
             self.trainee.model = fused.finish(self.trainee.model.clone());
         }
         let stats = UpdateStats::mean(&minibatches);
@@ -259,6 +236,9 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
             let mut obs = self.trainee.model.obs_stats();
             obs.merge(&self.storage.observation[..self.storage.len() * self.schema.obs_dim]);
             self.trainee.model = self.trainee.model.clone().with_obs_stats(&obs, clip);
+            if let Some(fused) = &mut self.fused {
+                fused.begin(&self.trainee.model);
+            }
         }
         self.storage.clear();
         self.advantage.clear();
@@ -316,6 +296,70 @@ impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
 }
 
 impl<B: AutodiffBackend> Ppo<B> {
+    /// The critic's value of every position of `chunk` (recurrent mode over `[E, T]` from its
+    /// stored states) and, where a trajectory is cut but did not terminate, the value of the
+    /// next observation (one sequential step from the post-step state; 0 elsewhere).
+    pub(crate) fn critic_pass(&self, chunk: &Chunk) -> (Vec<f32>, Vec<f32>) {
+        let s = &self.schema;
+        let (t, d, lh) = (s.steps, s.obs_dim, s.num_layers * s.hidden_size);
+        let rows: Vec<usize> = (0..s.envs * t)
+            .filter(|&p| {
+                let tt = p % t;
+                let same_next = tt + 1 < t && chunk.traj_ids[p + 1] == chunk.traj_ids[p];
+                needs_bootstrap(tt, t, chunk.next_done[p] == 1, same_next)
+                    && chunk.next_terminated[p] == 0
+            })
+            .collect();
+        let mut next_value = vec![0.0f32; s.envs * t];
+        if let Some(fused) = &self.fused {
+            // Every row starts from its stored state (recurrent mode's segment starts).
+            let start: Vec<bool> = (chunk.is_init.iter().enumerate())
+                .map(|(p, &x)| x == 1 || p % t == 0)
+                .collect();
+            let (value, next_h, next_c) = fused.values(
+                s.envs,
+                t,
+                &chunk.observation,
+                &start,
+                &chunk.rs_h,
+                chunk.rs_c.as_deref(),
+            );
+            if !rows.is_empty() {
+                let m = rows.len();
+                let (boot, _, _) = fused.values(
+                    m,
+                    1,
+                    &gather(&chunk.next_observation, &rows, d),
+                    &vec![true; m],
+                    &gather(&next_h, &rows, lh),
+                    next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
+                );
+                for (&p, v) in rows.iter().zip(boot) {
+                    next_value[p] = v;
+                }
+            }
+            return (value, next_value);
+        }
+        let out = self
+            .critic
+            .forward_chunk(chunk, s)
+            .expect("chunks match the policy");
+        let value = host(out.value);
+        if !rows.is_empty() {
+            let boot = step_at_cut(
+                &self.critic,
+                gather(&chunk.next_observation, &rows, d),
+                gather(&host(out.next.rs_h), &rows, lh),
+                out.next.rs_c.map(|c| gather(&host(c), &rows, lh)),
+            )
+            .expect("chunks match the policy");
+            for (&p, v) in rows.iter().zip(host(boot.value)) {
+                next_value[p] = v;
+            }
+        }
+        (value, next_value)
+    }
+
     /// The minibatch's slices, mask, real-step count and advantages normalised over its real
     /// steps (both update paths start here).
     fn prepare<'a>(&'a self, b: &'a SampledBatch) -> (SliceBatch<'a>, Vec<f32>, f32, Vec<f32>) {
@@ -357,7 +401,9 @@ impl<B: AutodiffBackend> Ppo<B> {
         let (mut outcome, lr) = self.fused_loss(b);
         let max_norm = self.config.max_grad_norm;
         let fused = self.fused.as_mut().expect("the fused path is on");
-        let grad_norm = fused.apply(&mut outcome.grads, lr, max_norm);
+        let grad_norm = profile::time("fused.optimizer", || {
+            fused.apply(&mut outcome.grads, lr, max_norm)
+        });
         UpdateStats {
             loss: outcome.loss,
             policy_loss: outcome.policy_loss,
@@ -403,9 +449,12 @@ impl<B: AutodiffBackend> Ppo<B> {
 
     /// One minibatch on burn's path.
     fn minibatch_step(&mut self, b: &SampledBatch) -> anyhow::Result<UpdateStats> {
-        let (loss, stats) = self.burn_loss(b);
+        let (loss, stats) = profile::time("burn.loss", || self.burn_loss(b));
         let lr = self.schedules().1;
-        let grad_norm = self.trainee.step(loss, lr, self.config.max_grad_norm);
+        let max_norm = self.config.max_grad_norm;
+        let grad_norm = profile::time("burn.backward_step", || {
+            self.trainee.step(loss, lr, max_norm)
+        });
         Ok(UpdateStats { grad_norm, ..stats })
     }
 

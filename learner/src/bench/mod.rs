@@ -7,6 +7,7 @@ pub mod latency;
 pub mod learner;
 pub mod rnn;
 pub mod tcp;
+pub mod train;
 pub mod transport;
 
 use std::time::Duration;

@@ -8,6 +8,7 @@ use learner::bench::learner::LearnerBench;
 use learner::bench::rnn::RnnBench;
 use learner::bench::set_threads;
 use learner::bench::tcp::run_tcp_producer;
+use learner::bench::train::TrainBench;
 use learner::bench::transport::{parse_size, run_producer, TransportBench};
 
 /// mimalloc keeps freed memory mapped: with glibc's allocator every large tensor came back from
@@ -35,6 +36,9 @@ enum Command {
     /// Learner-only training throughput (DQN, BC and PPO updates on replayed data): trained
     /// steps/s per algo, slice length and batch.
     Learner(LearnerBench),
+    /// The whole training loop end to end (learner and actor processes): frames/s per config,
+    /// seed and PPO update path (burn vs fused), medians and their ratio.
+    Train(TrainBench),
     /// Shared-memory transport: ring bandwidth from producer processes vs memcpy, and weight
     /// publish -> visible latency.
     Transport(TransportBench),
@@ -92,6 +96,9 @@ fn main() -> anyhow::Result<()> {
             let b = b.checked()?;
             set_threads(b.threads);
             b.run(out)?;
+        }
+        Command::Train(b) => {
+            b.checked()?.run(out)?;
         }
         Command::Rnn(b) => {
             let b = b.checked()?;

@@ -74,7 +74,7 @@ impl FusedUpdate {
         FusedUpdate {
             adam: FlatAdam::new(layout.total),
             params: layout.read(model),
-            obs_norm: Vec::new(),
+            obs_norm: host(model.obs_norm.val()),
             config: model.config().clone(),
             recompute: model.core.config().recompute,
             layout,
@@ -85,9 +85,10 @@ impl FusedUpdate {
         &self.layout
     }
 
-    /// Reads `model`'s normalizer before an update's minibatches. The parameters are read
-    /// once, by [`new`](Self::new): only [`finish`](Self::finish) changes them afterwards
-    /// (a checkpoint load builds a new `FusedUpdate`).
+    /// Reads `model`'s normalizer (before an update's minibatches, after the normalizer
+    /// changed). The parameters are read once, by [`new`](Self::new): only
+    /// [`finish`](Self::finish) changes them afterwards (a checkpoint load builds a new
+    /// `FusedUpdate`).
     pub fn begin<B: Backend>(&mut self, model: &Policy<B>) {
         self.obs_norm = host(model.obs_norm.val());
         debug_assert_eq!(
@@ -97,9 +98,7 @@ impl FusedUpdate {
         );
     }
 
-    /// The loss of one minibatch and its gradients (no step).
-    pub fn loss(&self, batch: &Batch<'_>, cfg: LossConfig) -> Outcome {
-        let nvec = nvec(&self.config.action);
+    fn net<'a>(&'a self, nvec: &'a [usize]) -> Net<'a> {
         Net {
             layout: &self.layout,
             params: &self.params,
@@ -107,9 +106,28 @@ impl FusedUpdate {
             cell: self.config.cell,
             hidden: self.config.hidden_size,
             recompute: self.recompute,
-            nvec: &nvec,
+            nvec,
         }
-        .ppo(batch, cfg)
+    }
+
+    /// The critic's values of a chunk `[rows, len]` (recurrent mode from its stored states)
+    /// and the post-step states at segment ends (see [`Net::values`]).
+    pub fn values(
+        &self,
+        rows: usize,
+        len: usize,
+        obs: &[f32],
+        start: &[bool],
+        rs_h: &[f32],
+        rs_c: Option<&[f32]>,
+    ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+        self.net(&[]).values(rows, len, obs, start, rs_h, rs_c)
+    }
+
+    /// The loss of one minibatch and its gradients (no step).
+    pub fn loss(&self, batch: &Batch<'_>, cfg: LossConfig) -> Outcome {
+        let nvec = nvec(&self.config.action);
+        self.net(&nvec).ppo(batch, cfg)
     }
 
     /// One optimizer step along `grads` (from [`loss`](Self::loss)): clipped to a global

@@ -5,11 +5,13 @@
 //! hold it to.
 
 use common::recurrent::fused::host::{
-    layer_backward, layer_forward, sgemm, tanh_in_place, LayerDims, LayerParams, StoredStates, Tape,
+    layer_backward, layer_forward, layer_inference, sgemm, tanh_in_place, LayerDims, LayerParams,
+    StoredStates, Tape,
 };
 use common::recurrent::{CellKind, Recompute};
 
 use super::layout::{CoreSlots, DenseSlots, Layout};
+use crate::profile::Phase;
 
 /// The network the flat parameters describe.
 pub struct Net<'a> {
@@ -121,6 +123,7 @@ impl Net<'_> {
     /// The loss of `b` under `cfg` and its gradients.
     pub fn ppo(&self, b: &Batch<'_>, cfg: LossConfig) -> Outcome {
         let n = b.rows * b.len;
+        let forward = Phase::start("fused.forward");
         let (h, layout) = (self.hidden, self.layout);
         let layers = layout.core.len();
         // Forward. acts[k] is encoder layer k's input; the last is the core's input.
@@ -167,6 +170,8 @@ impl Net<'_> {
         let features = outs.last().expect("at least one layer");
         let logits = self.dense(&layout.policy_head, features, n);
         let value = self.dense(&layout.value_head, features, n);
+        drop(forward);
+        let loss_phase = Phase::start("fused.loss");
 
         // Loss and its gradient with respect to the heads' outputs.
         let width = layout.policy_head.output;
@@ -242,7 +247,8 @@ impl Net<'_> {
         let entropy = ent_sum / count;
         let loss = policy_loss + value_loss * cfg.value_coef - entropy * cfg.entropy_coef;
 
-        // Backward.
+        drop(loss_phase);
+        let _backward = Phase::start("fused.backward");
         let mut grads = vec![0.0f32; layout.total];
         let ph = &layout.policy_head;
         let vh = &layout.value_head;
@@ -317,6 +323,66 @@ impl Net<'_> {
             approx_kl: kl / count,
             clip_frac: clipped / count,
         }
+    }
+
+    /// Inference over `[rows, len]` from stored states (`rs_h`/`rs_c` `[N, layers, H]`): the
+    /// value of every position and the post-step state `[N, layers, H]` at every segment end
+    /// (other positions zero): what PPO's critic pass needs.
+    pub fn values(
+        &self,
+        rows: usize,
+        len: usize,
+        obs: &[f32],
+        start: &[bool],
+        rs_h: &[f32],
+        rs_c: Option<&[f32]>,
+    ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+        let (n, h, layout) = (rows * len, self.hidden, self.layout);
+        let layers = layout.core.len();
+        let mut x = self.normalize(obs);
+        for l in &layout.encoder {
+            x = self.dense(l, &x, n);
+            tanh_in_place(&mut x);
+        }
+        let stored = StoredStates {
+            h: rs_h,
+            c: rs_c,
+            layers,
+        };
+        let mut next_h = vec![0.0f32; n * layers * h];
+        let mut next_c = self
+            .cell
+            .has_cell_state()
+            .then(|| vec![0.0f32; n * layers * h]);
+        for (l, c) in layout.core.iter().enumerate() {
+            let mut out = vec![0.0f32; n * h];
+            let dims = LayerDims {
+                cell: self.cell,
+                rows,
+                steps: len,
+                input: c.input,
+                hidden: h,
+            };
+            layer_inference(
+                &dims,
+                &self.core_params(c),
+                &x,
+                start,
+                stored,
+                l,
+                &mut out,
+                next_c.as_deref_mut(),
+            );
+            for p in 0..n {
+                if p % len + 1 == len || start[p + 1] {
+                    let at = (p * layers + l) * h;
+                    next_h[at..at + h].copy_from_slice(&out[p * h..(p + 1) * h]);
+                }
+            }
+            x = out;
+        }
+        let value = self.dense(&layout.value_head, &x, n);
+        (value, next_h, next_c)
     }
 
     /// `dW = x^T dy` (`[in, out]`) and `db = sum over rows of dy`, into `grads`.

@@ -340,3 +340,32 @@ fn fused_refuses_what_it_cannot_run_and_auto_falls_back() {
         "{err}"
     );
 }
+
+#[test]
+fn the_fused_critic_pass_matches_burns() {
+    for pc in [
+        masked(CellKind::Lstm, 2, vec![16]),
+        masked(CellKind::Gru, 1, vec![]),
+    ] {
+        let data = chunks("MaskedCartPole-v1", &pc, 3);
+        let (mut burn, mut fused) = (ppo(&pc, UpdatePath::Burn), ppo(&pc, UpdatePath::Fused));
+        // After an update, so that the weights and the normalizer are not the initial ones.
+        for p in [&mut burn, &mut fused] {
+            p.add_chunk(&data[0]);
+            p.update().unwrap();
+        }
+        for chunk in &data[1..] {
+            let cut = (0..ENVS * STEPS)
+                .filter(|&p| p % STEPS + 1 == STEPS)
+                .count();
+            let (bv, bn) = burn.critic_pass(chunk);
+            let (fv, fnext) = fused.critic_pass(chunk);
+            assert!(
+                bn.iter().filter(|&&v| v != 0.0).count() >= cut / 2,
+                "bootstraps"
+            );
+            close("values", &fv, &bv, 1e-5);
+            close("bootstrap values", &fnext, &bn, 1e-5);
+        }
+    }
+}

@@ -34,6 +34,7 @@ use crate::algo::Learner;
 use crate::config::{CollectorMode, TrainConfig};
 use crate::eval::{first_at_target, EvalWorker};
 use crate::metrics::{MetricsRow, UpdateStats, TRAIN_AXES};
+use crate::profile;
 use crate::recording::Recording;
 use crate::run::{Run, RunOptions, StopReason};
 use crate::transport::CollectSummary;
@@ -105,6 +106,12 @@ pub struct TrainSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
     pub transport: CollectSummary,
+    /// Wall seconds per phase of the learner's loop ([`crate::profile`]): `receive`, `idle`
+    /// (no chunk to take), `take` (admission and `add_chunk`; PPO's `critic` pass and `gae`
+    /// inside it), `update` (PPO: `minibatch` per step, `fused.forward`, `fused.loss`,
+    /// `fused.backward`, `fused.optimizer` or `burn.loss`, `burn.backward_step`; `sync` writes
+    /// the weights back), `publish`, `report`, `checkpoint`.
+    pub profile: std::collections::BTreeMap<String, f64>,
 }
 
 /// Runs (or resumes) a training run on `run.device`.
@@ -187,8 +194,11 @@ fn train_on<B: AutodiffBackend>(
             _ => {}
         }
         // Receive: admit new actors, take their chunks (recorded as they arrive).
-        t.actors.register();
-        match t.actors.receive() {
+        let received = profile::time("receive", || {
+            t.actors.register();
+            t.actors.receive()
+        });
+        match received {
             Ok(chunks) => {
                 let recorded = t.recording.record(&chunks);
                 pending.extend(chunks);
@@ -206,15 +216,17 @@ fn train_on<B: AutodiffBackend>(
             }
         }
         if pending.is_empty() {
-            std::thread::sleep(Duration::from_micros(300));
+            profile::time("idle", || std::thread::sleep(Duration::from_micros(300)));
             continue;
         }
         // Add: every chunk's episodes count; the admitted ones go to the algorithm. Update
         // once it is ready, and stop once the run is done.
         while let Some(chunk) = pending.pop_front() {
             let version = t.version;
-            t.intake
-                .take(chunk, version, &mut t.actors, &mut t.learner, &mut t.state);
+            profile::time("take", || {
+                t.intake
+                    .take(chunk, version, &mut t.actors, &mut t.learner, &mut t.state)
+            });
             if !t.learner.ready() {
                 continue;
             }
@@ -257,9 +269,10 @@ impl<B: AutodiffBackend> Training<B> {
         let state = &mut self.state;
         self.learner
             .set_progress(state.frames as f64 / config.run.frames as f64);
-        let stats = self.learner.update()?;
+        let stats = profile::time("update", || self.learner.update())?;
         state.updates += 1;
         self.version += 1;
+        let t0 = std::time::Instant::now();
         let blob = to_blob(self.learner.model(), self.version);
         check_finite(&blob).with_context(|| {
             format!(
@@ -269,19 +282,20 @@ impl<B: AutodiffBackend> Training<B> {
             )
         })?;
         self.actors.publish(self.version, &blob)?;
+        profile::add("publish", t0.elapsed());
         if let Some(eval) = self.eval.as_mut().filter(|e| e.due(state.frames)) {
             eval.submit(state.frames, self.run.wall(), blob);
             self.last_eval_frames = Some(state.frames);
         }
         state.policy_version = self.version;
-        self.report(&stats, config)
+        profile::time("report", || self.report(&stats, config))
             .map_err(WriteFailed::new(WriteFailed::METRICS))?;
         if self.run.checkpoint_due(self.state.updates) {
             let snapshot = TrainState {
                 wall_s: self.run.wall(),
                 ..self.state.clone()
             };
-            self.checkpoint(config, &snapshot)?;
+            profile::time("checkpoint", || self.checkpoint(config, &snapshot))?;
         }
         Ok(())
     }
@@ -398,6 +412,7 @@ impl<B: AutodiffBackend> Training<B> {
             actors_gone: actors_gone.as_ref().map(|g| g.last_exit.clone()),
             failed: failed.as_ref().map(|f| f.to_string()),
             transport: transport_summary,
+            profile: profile::snapshot(),
             ..TrainSummary::counted(config, state, &self.intake.returns)
         };
         let pc = &self.plan.policy;

@@ -180,6 +180,48 @@ pub fn layer_forward(
     Tape { dims: *d, saved }
 }
 
+/// The inference forward of layer `layer` (nothing kept for a backward): the post-step `h` of
+/// every step into `out_h` `[B, T, H]` and, for an LSTM, the post-step `c` at every segment
+/// end (the last step, or a step whose successor takes its stored state) into this layer's
+/// slots of `next_c` `[B, T, layers, H]` (other slots untouched).
+#[allow(clippy::too_many_arguments)]
+pub fn layer_inference(
+    d: &LayerDims,
+    p: &LayerParams<'_>,
+    x: &[f32],
+    start: &[bool],
+    stored: StoredStates<'_>,
+    layer: usize,
+    out_h: &mut [f32],
+    next_c: Option<&mut [f32]>,
+) {
+    assert!(d.cell != CellKind::MinGru, "host layers are LSTM or GRU");
+    let layers = stored.layers;
+    let stored = Stored {
+        h: stored.h,
+        c: stored.c,
+        layers,
+        layer,
+    };
+    let out_c = next_c.map(|buf| CellOut {
+        buf,
+        layers,
+        layer,
+        ends_only: true,
+    });
+    kernel::forward(
+        &kernel_dims(d),
+        kernel_params(p),
+        x,
+        start,
+        stored,
+        super::kernel::Keep::Nothing,
+        threads_for(d.rows),
+        out_h,
+        out_c,
+    );
+}
+
 /// Gradients of one layer call.
 pub struct LayerGrads {
     /// `[B, T, in]`, when asked for.

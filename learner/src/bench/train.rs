@@ -1,0 +1,243 @@
+//! `recur-bench train`: the whole training loop end to end, as a user runs it. Each run is a
+//! `recur-learner train` process (next to this binary) with its actor processes, on a config
+//! and a seed, with PPO's update path set (`ppo.update`); frames/s is the run's frames over
+//! its wall seconds (`summary.json`: actors' start-up included). After each config's runs, one
+//! summary row per update path gives the median over seeds and its ratio to burn's path.
+//!
+//! Per run: `{"bench":"train","config":..,"env":..,"update":..,"seed":..,"frames":..,
+//! "seconds":..,"frames_per_s":..,"final_eval_return":..,"greedy_return":..,"profile":{..}}`
+//! (`greedy_return`: `recur-learner eval` of the final checkpoint, 100 episodes, with
+//! `--eval-episodes`; `profile`: the learner's seconds per phase). Per config and path:
+//! `{"bench":"train","summary":true,"config":..,"update":..,"runs":..,
+//! "median_frames_per_s":..,"vs_burn":..}`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Serialize;
+
+use super::at_least_one;
+use crate::config::UpdatePath;
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct TrainBench {
+    /// Training configs (TOML), each run as it is but for the frames, seed and update path.
+    #[arg(
+        long = "config",
+        value_name = "CONFIG",
+        value_delimiter = ',',
+        default_value = "configs/masked_cartpole.toml,configs/popgym/RepeatPreviousEasy.toml,configs/popgym/PositionOnlyCartPoleEasy.toml"
+    )]
+    pub configs: Vec<PathBuf>,
+    /// PPO's update paths, one run each per config and seed.
+    #[arg(
+        long = "update",
+        value_name = "UPDATE",
+        value_delimiter = ',',
+        default_value = "burn,fused"
+    )]
+    pub updates: Vec<UpdatePath>,
+    #[arg(
+        long = "seed",
+        value_name = "SEED",
+        value_delimiter = ',',
+        default_value = "0,1,2"
+    )]
+    pub seeds: Vec<u64>,
+    /// Frames per run (`run.frames`).
+    #[arg(long, default_value_t = 50_000)]
+    pub frames: u64,
+    /// Greedy episodes of the final checkpoint per run (`recur-learner eval`); 0: none.
+    #[arg(long, default_value_t = 0)]
+    pub eval_episodes: usize,
+    /// Where the runs go (a fresh temporary directory when left out; removed after).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TrainRow {
+    pub bench: &'static str,
+    pub config: String,
+    pub env: String,
+    pub update: &'static str,
+    pub seed: u64,
+    pub frames: u64,
+    pub seconds: f64,
+    pub frames_per_s: f64,
+    pub final_eval_return: Option<f64>,
+    pub greedy_return: Option<f64>,
+    pub profile: serde_json::Value,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TrainSummaryRow {
+    pub bench: &'static str,
+    pub summary: bool,
+    pub config: String,
+    pub update: &'static str,
+    pub runs: usize,
+    pub median_frames_per_s: f64,
+    /// This path's median over burn's, same run (`None` without a burn row).
+    pub vs_burn: Option<f64>,
+}
+
+impl TrainBench {
+    pub fn checked(self) -> anyhow::Result<Self> {
+        at_least_one("--frames", self.frames as usize)?;
+        anyhow::ensure!(!self.seeds.is_empty(), "--seed: at least one seed");
+        anyhow::ensure!(!self.updates.is_empty(), "--update: at least one path");
+        for c in &self.configs {
+            anyhow::ensure!(c.is_file(), "--config {}: no such file", c.display());
+        }
+        Ok(self)
+    }
+
+    pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<TrainRow>> {
+        let learner = sibling("recur-learner")?;
+        let (dir, _keep) = match &self.out {
+            Some(d) => (d.clone(), None),
+            None => {
+                let t = tempdir()?;
+                (t.0.clone(), Some(t))
+            }
+        };
+        let mut rows = Vec::new();
+        for config in &self.configs {
+            let mut medians: Vec<(UpdatePath, usize, f64)> = Vec::new();
+            for &update in &self.updates {
+                let mut rates = Vec::new();
+                for &seed in &self.seeds {
+                    let row = self.one(&learner, &dir, config, update, seed)?;
+                    writeln!(out, "{}", serde_json::to_string(&row)?)?;
+                    out.flush()?;
+                    rates.push(row.frames_per_s);
+                    rows.push(row);
+                }
+                rates.sort_by(|a, b| a.total_cmp(b));
+                medians.push((update, rates.len(), rates[rates.len() / 2]));
+            }
+            let burn = medians
+                .iter()
+                .find(|m| m.0 == UpdatePath::Burn)
+                .map(|m| m.2);
+            for (update, runs, median) in medians {
+                let row = TrainSummaryRow {
+                    bench: "train",
+                    summary: true,
+                    config: config.display().to_string(),
+                    update: update.name(),
+                    runs,
+                    median_frames_per_s: median,
+                    vs_burn: burn.map(|b| median / b),
+                };
+                writeln!(out, "{}", serde_json::to_string(&row)?)?;
+                out.flush()?;
+            }
+        }
+        Ok(rows)
+    }
+
+    fn one(
+        &self,
+        learner: &Path,
+        dir: &Path,
+        config: &Path,
+        update: UpdatePath,
+        seed: u64,
+    ) -> anyhow::Result<TrainRow> {
+        let stem = config.file_stem().unwrap_or_default().to_string_lossy();
+        let run = dir.join(format!("{stem}-{}-{seed}", update.name()));
+        if run.exists() {
+            std::fs::remove_dir_all(&run)?;
+        }
+        let status = Command::new(learner)
+            .arg("train")
+            .arg("--config")
+            .arg(config)
+            .args([
+                "--seed",
+                &seed.to_string(),
+                "--frames",
+                &self.frames.to_string(),
+            ])
+            .arg("--run-dir")
+            .arg(&run)
+            .args(["--quiet", "--set"])
+            .arg(format!("ppo.update=\"{}\"", update.name()))
+            .args(["--set", "run.stop_at_target=false"])
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        anyhow::ensure!(
+            status.success(),
+            "recur-learner train --config {} --seed {seed} (update {}) failed: {status}",
+            config.display(),
+            update.name()
+        );
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(run.join("summary.json"))?)?;
+        let num = |k: &str| summary[k].as_f64();
+        let (frames, seconds) = (
+            num("frames").unwrap_or(0.0) as u64,
+            num("seconds").unwrap_or(f64::NAN),
+        );
+        let greedy_return = if self.eval_episodes > 0 {
+            let out = Command::new(learner)
+                .args(["eval", "--checkpoint"])
+                .arg(&run)
+                .args(["--episodes", &self.eval_episodes.to_string()])
+                .stderr(std::process::Stdio::null())
+                .output()?;
+            anyhow::ensure!(
+                out.status.success(),
+                "recur-learner eval {} failed",
+                run.display()
+            );
+            let text = String::from_utf8_lossy(&out.stdout);
+            let last = text.lines().last().unwrap_or("{}");
+            serde_json::from_str::<serde_json::Value>(last)?["mean_return"].as_f64()
+        } else {
+            None
+        };
+        Ok(TrainRow {
+            bench: "train",
+            config: config.display().to_string(),
+            env: summary["env"].as_str().unwrap_or("").to_string(),
+            update: update.name(),
+            seed,
+            frames,
+            seconds,
+            frames_per_s: frames as f64 / seconds,
+            final_eval_return: num("final_eval_return"),
+            greedy_return,
+            profile: summary["profile"].clone(),
+        })
+    }
+}
+
+/// The binary `name` next to this one.
+fn sibling(name: &str) -> anyhow::Result<PathBuf> {
+    let path = std::env::current_exe()?.with_file_name(name);
+    anyhow::ensure!(
+        path.is_file(),
+        "{} not found next to recur-bench (cargo build --release builds both)",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// A fresh directory under the system's temporary directory, removed when the guard drops.
+fn tempdir() -> anyhow::Result<(PathBuf, TempDir)> {
+    let path = std::env::temp_dir().join(format!("recur-bench-train-{}", std::process::id()));
+    std::fs::create_dir_all(&path)?;
+    Ok((path.clone(), TempDir(path)))
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,61 @@
+//! Where the learner's time goes: wall time per phase of the training loop and of an update,
+//! summed on the thread that runs them and reported in `summary.json` (`profile`, seconds).
+//! Timing a phase costs two clock reads.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+thread_local! {
+    static PHASES: RefCell<BTreeMap<&'static str, Duration>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Runs `f`, adding its wall time to `phase` (phases may nest: an outer phase includes the
+/// inner ones' time).
+pub fn time<R>(phase: &'static str, f: impl FnOnce() -> R) -> R {
+    let t0 = Instant::now();
+    let out = f();
+    add(phase, t0.elapsed());
+    out
+}
+
+/// Adds `d` to `phase`.
+pub fn add(phase: &'static str, d: Duration) {
+    PHASES.with(|p| *p.borrow_mut().entry(phase).or_default() += d);
+}
+
+/// The seconds per phase so far on this thread.
+pub fn snapshot() -> BTreeMap<String, f64> {
+    PHASES.with(|p| {
+        p.borrow()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_secs_f64()))
+            .collect()
+    })
+}
+
+/// Forgets this thread's phases (a new run in the same process).
+pub fn reset() {
+    PHASES.with(|p| p.borrow_mut().clear());
+}
+
+/// Times the scope it lives in as `phase` (until dropped).
+pub struct Phase {
+    name: &'static str,
+    t0: Instant,
+}
+
+impl Phase {
+    pub fn start(name: &'static str) -> Self {
+        Phase {
+            name,
+            t0: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Phase {
+    fn drop(&mut self) {
+        add(self.name, self.t0.elapsed());
+    }
+}
