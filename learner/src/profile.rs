@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 thread_local! {
-    static PHASES: RefCell<BTreeMap<&'static str, Duration>> = const { RefCell::new(BTreeMap::new()) };
+    static PHASES: RefCell<BTreeMap<&'static str, (Duration, u64)>> = const { RefCell::new(BTreeMap::new()) };
 }
 
 /// Runs `f`, adding its wall time to `phase` (phases may nest: an outer phase includes the
@@ -19,9 +19,14 @@ pub fn time<R>(phase: &'static str, f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// Adds `d` to `phase`.
+/// Adds `d` to `phase` (one more call of it).
 pub fn add(phase: &'static str, d: Duration) {
-    PHASES.with(|p| *p.borrow_mut().entry(phase).or_default() += d);
+    PHASES.with(|p| {
+        let mut p = p.borrow_mut();
+        let e = p.entry(phase).or_default();
+        e.0 += d;
+        e.1 += 1;
+    });
 }
 
 /// The seconds per phase so far on this thread.
@@ -29,7 +34,17 @@ pub fn snapshot() -> BTreeMap<String, f64> {
     PHASES.with(|p| {
         p.borrow()
             .iter()
-            .map(|(k, v)| (k.to_string(), v.as_secs_f64()))
+            .map(|(k, v)| (k.to_string(), v.0.as_secs_f64()))
+            .collect()
+    })
+}
+
+/// The calls per phase so far on this thread.
+pub fn calls() -> BTreeMap<String, u64> {
+    PHASES.with(|p| {
+        p.borrow()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.1))
             .collect()
     })
 }

@@ -7,7 +7,8 @@
 //! Per run: `{"bench":"train","config":..,"env":..,"update":..,"seed":..,"frames":..,
 //! "seconds":..,"frames_per_s":..,"final_eval_return":..,"greedy_return":..,"profile":{..}}`
 //! (`greedy_return`: `recur-learner eval` of the final checkpoint, 100 episodes, with
-//! `--eval-episodes`; `profile`: the learner's seconds per phase). Per config and path:
+//! `--eval-episodes`; `profile`: the learner's seconds per phase). Each run's log is
+//! `OUT/<config>-<update>-<seed>.log`. Per config and path:
 //! `{"bench":"train","summary":true,"config":..,"update":..,"runs":..,
 //! "median_frames_per_s":..,"vs_burn":..}`.
 
@@ -97,7 +98,10 @@ impl TrainBench {
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<TrainRow>> {
         let learner = sibling("recur-learner")?;
         let (dir, _keep) = match &self.out {
-            Some(d) => (d.clone(), None),
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                (d.clone(), None)
+            }
             None => {
                 let t = tempdir()?;
                 (t.0.clone(), Some(t))
@@ -152,6 +156,7 @@ impl TrainBench {
         if run.exists() {
             std::fs::remove_dir_all(&run)?;
         }
+        let log = run.with_extension("log");
         let status = Command::new(learner)
             .arg("train")
             .arg("--config")
@@ -168,12 +173,15 @@ impl TrainBench {
             .arg(format!("ppo.update=\"{}\"", update.name()))
             .args(["--set", "run.stop_at_target=false"])
             .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
             .status()?;
         anyhow::ensure!(
             status.success(),
-            "recur-learner train --config {} --seed {seed} (update {}) failed: {status}",
+            "recur-learner train --config {} --seed {seed} (update {}) failed: {status}; its \
+             log: {}",
             config.display(),
-            update.name()
+            update.name(),
+            log.display()
         );
         let summary: serde_json::Value =
             serde_json::from_slice(&std::fs::read(run.join("summary.json"))?)?;

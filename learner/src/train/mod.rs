@@ -112,6 +112,8 @@ pub struct TrainSummary {
     /// `fused.backward`, `fused.optimizer` or `burn.loss`, `burn.backward_step`; `sync` writes
     /// the weights back), `publish`, `report`, `checkpoint`.
     pub profile: std::collections::BTreeMap<String, f64>,
+    /// How many times each phase ran (`minibatch`: minibatch steps).
+    pub profile_calls: std::collections::BTreeMap<String, u64>,
 }
 
 /// Runs (or resumes) a training run on `run.device`.
@@ -413,6 +415,7 @@ impl<B: AutodiffBackend> Training<B> {
             failed: failed.as_ref().map(|f| f.to_string()),
             transport: transport_summary,
             profile: profile::snapshot(),
+            profile_calls: profile::calls(),
             ..TrainSummary::counted(config, state, &self.intake.returns)
         };
         let pc = &self.plan.policy;
