@@ -1,6 +1,7 @@
 //! `recur-bench rnn` as a user runs it: a real process, JSON lines on stdout.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -257,5 +258,63 @@ fn quick_learner_bench_prints_a_row_per_algo_with_the_contract_fields() {
     assert!(
         err.contains("--burn-in 8") && err.contains("--slice-len"),
         "{err}"
+    );
+}
+
+#[test]
+fn ppo_rows_name_their_update_path_and_train_runs_the_whole_loop_on_both() {
+    // On the fused backend, PPO gives one row per update path.
+    let rows = bench_rows(&[
+        "learner",
+        "--quick",
+        "--threads",
+        "1",
+        "--algo",
+        "ppo",
+        "--backends",
+        "fused",
+    ]);
+    let updates: BTreeSet<&str> = rows.iter().map(|r| r["update"].as_str().unwrap()).collect();
+    assert_eq!(updates, BTreeSet::from(["burn", "fused"]), "{rows:?}");
+
+    // The whole loop as learner and actor processes: a row per run, then per path the median
+    // and its ratio to burn's.
+    binary("recur-learner");
+    binary("recur-actor");
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/masked_cartpole.toml");
+    let rows = bench_rows(&[
+        "train",
+        "--config",
+        config.to_str().unwrap(),
+        "--seed",
+        "0",
+        "--frames",
+        "1024",
+    ]);
+    let (runs, summaries): (Vec<&Value>, Vec<&Value>) =
+        rows.iter().partition(|r| r["summary"].is_null());
+    assert_eq!((runs.len(), summaries.len()), (2, 2), "{rows:?}");
+    for r in &runs {
+        assert_eq!(r["bench"], "train");
+        assert_eq!(r["env"], "MaskedCartPole-v1");
+        assert!(r["frames"].as_u64().unwrap() >= 1024, "{r}");
+        let rate = r["frames_per_s"].as_f64().unwrap();
+        let expected = r["frames"].as_f64().unwrap() / r["seconds"].as_f64().unwrap();
+        assert!(rate > 0.0 && (rate - expected).abs() < 1e-6 * rate, "{r}");
+        // The learner's profile: the update's phases of the path that ran.
+        let phase = match r["update"].as_str().unwrap() {
+            "fused" => "fused.backward",
+            _ => "burn.backward_step",
+        };
+        assert!(r["profile"][phase].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let burn = summaries.iter().find(|r| r["update"] == "burn").unwrap();
+    let fused = summaries.iter().find(|r| r["update"] == "fused").unwrap();
+    assert_eq!(burn["vs_burn"].as_f64(), Some(1.0));
+    let ratio = fused["median_frames_per_s"].as_f64().unwrap()
+        / burn["median_frames_per_s"].as_f64().unwrap();
+    assert!(
+        (fused["vs_burn"].as_f64().unwrap() - ratio).abs() < 1e-9,
+        "{fused}"
     );
 }

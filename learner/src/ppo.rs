@@ -316,7 +316,7 @@ impl<B: AutodiffBackend> Ppo<B> {
             let start: Vec<bool> = (chunk.is_init.iter().enumerate())
                 .map(|(p, &x)| x == 1 || p % t == 0)
                 .collect();
-            let (value, next_h, next_c) = fused.values(
+            let (value, next_h, next_c) = fused.net().values(
                 s.envs,
                 t,
                 &chunk.observation,
@@ -326,7 +326,7 @@ impl<B: AutodiffBackend> Ppo<B> {
             );
             if !rows.is_empty() {
                 let m = rows.len();
-                let (boot, _, _) = fused.values(
+                let (boot, _, _) = fused.net().values(
                     m,
                     1,
                     &gather(&chunk.next_observation, &rows, d),
@@ -405,14 +405,8 @@ impl<B: AutodiffBackend> Ppo<B> {
             fused.apply(&mut outcome.grads, lr, max_norm)
         });
         UpdateStats {
-            loss: outcome.loss,
-            policy_loss: outcome.policy_loss,
-            value_loss: outcome.value_loss,
-            entropy: outcome.entropy,
-            approx_kl: outcome.approx_kl,
-            clip_frac: outcome.clip_frac,
             grad_norm,
-            ..UpdateStats::default()
+            ..outcome.stats
         }
     }
 

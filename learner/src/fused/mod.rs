@@ -65,6 +65,8 @@ pub struct FusedUpdate {
     pub adam: FlatAdam,
     config: PolicyConfig,
     recompute: common::recurrent::Recompute,
+    /// Choices per action component.
+    nvec: Vec<usize>,
 }
 
 impl FusedUpdate {
@@ -76,6 +78,7 @@ impl FusedUpdate {
             params: layout.read(model),
             obs_norm: host(model.obs_norm.val()),
             config: model.config().clone(),
+            nvec: nvec(&model.config().action),
             recompute: model.core.config().recompute,
             layout,
         }
@@ -98,7 +101,8 @@ impl FusedUpdate {
         );
     }
 
-    fn net<'a>(&'a self, nvec: &'a [usize]) -> Net<'a> {
+    /// The network as the parameters stand (its `values` are the critic's pass).
+    pub fn net(&self) -> Net<'_> {
         Net {
             layout: &self.layout,
             params: &self.params,
@@ -106,28 +110,13 @@ impl FusedUpdate {
             cell: self.config.cell,
             hidden: self.config.hidden_size,
             recompute: self.recompute,
-            nvec,
+            nvec: &self.nvec,
         }
-    }
-
-    /// The critic's values of a chunk `[rows, len]` (recurrent mode from its stored states)
-    /// and the post-step states at segment ends (see [`Net::values`]).
-    pub fn values(
-        &self,
-        rows: usize,
-        len: usize,
-        obs: &[f32],
-        start: &[bool],
-        rs_h: &[f32],
-        rs_c: Option<&[f32]>,
-    ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
-        self.net(&[]).values(rows, len, obs, start, rs_h, rs_c)
     }
 
     /// The loss of one minibatch and its gradients (no step).
     pub fn loss(&self, batch: &Batch<'_>, cfg: LossConfig) -> Outcome {
-        let nvec = nvec(&self.config.action);
-        self.net(&nvec).ppo(batch, cfg)
+        self.net().ppo(batch, cfg)
     }
 
     /// One optimizer step along `grads` (from [`loss`](Self::loss)): clipped to a global

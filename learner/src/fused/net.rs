@@ -11,6 +11,7 @@ use common::recurrent::fused::host::{
 use common::recurrent::{CellKind, Recompute};
 
 use super::layout::{CoreSlots, DenseSlots, Layout};
+use crate::metrics::UpdateStats;
 use crate::profile::Phase;
 
 /// The network the flat parameters describe.
@@ -55,16 +56,11 @@ pub struct LossConfig {
     pub entropy_coef: f32,
 }
 
-/// The loss, its parts and diagnostics, and the gradient of every parameter (flat, the
-/// layout's order).
+/// The gradient of every parameter (flat, the layout's order), and the loss, its parts and
+/// diagnostics (every [`UpdateStats`] field but `grad_norm` and `q_mean`).
 pub struct Outcome {
     pub grads: Vec<f32>,
-    pub loss: f32,
-    pub policy_loss: f32,
-    pub value_loss: f32,
-    pub entropy: f32,
-    pub approx_kl: f32,
-    pub clip_frac: f32,
+    pub stats: UpdateStats,
 }
 
 impl Net<'_> {
@@ -316,12 +312,15 @@ impl Net<'_> {
         }
         Outcome {
             grads,
-            loss,
-            policy_loss,
-            value_loss,
-            entropy,
-            approx_kl: kl / count,
-            clip_frac: clipped / count,
+            stats: UpdateStats {
+                loss,
+                policy_loss,
+                value_loss,
+                entropy,
+                approx_kl: kl / count,
+                clip_frac: clipped / count,
+                ..UpdateStats::default()
+            },
         }
     }
 

@@ -123,12 +123,12 @@ fn loss_and_gradients_match(env: &str, pc: PolicyConfig) {
     close(
         "loss, policy loss, value loss, entropy, approx_kl, clip_frac",
         &scalars(&[
-            outcome.loss,
-            outcome.policy_loss,
-            outcome.value_loss,
-            outcome.entropy,
-            outcome.approx_kl,
-            outcome.clip_frac,
+            outcome.stats.loss,
+            outcome.stats.policy_loss,
+            outcome.stats.value_loss,
+            outcome.stats.entropy,
+            outcome.stats.approx_kl,
+            outcome.stats.clip_frac,
         ]),
         &[
             stats.loss,
