@@ -111,6 +111,11 @@ impl<B: AutodiffBackend> Ppo<B> {
     ) -> anyhow::Result<Self> {
         let trainee = Trainee::new(policy, seed, device)?;
         let fused = fused_update(&trainee.model, ppo.update)?;
+        tracing::info!(
+            "PPO minibatches run on the {} update (ppo.update = \"{}\")",
+            if fused.is_some() { "fused" } else { "burn" },
+            ppo.update.name()
+        );
         let sampler = SliceSampler::new(SliceSamplerConfig::padded(
             ppo.slice_len,
             ppo.num_slices,
