@@ -186,6 +186,23 @@ fn learning_quality_keys_are_checked() {
     assert!(err.contains("`policy.obs_clip` = 0"), "{err}");
     let err = train_err(&good.replace("every_frames = 5000", "every_frames = 5000\nepisodes = 0"));
     assert!(err.contains("`eval.episodes` = 0"), "{err}");
+    let err = train_err(&good.replace(
+        "reward_norm = true",
+        "reward_norm = true\nclip_value = true",
+    ));
+    assert!(
+        err.contains("`ppo.clip_value` = true") && err.contains("not implemented"),
+        "{err}"
+    );
+    let update = good.replace(
+        "reward_norm = true",
+        "reward_norm = true\nupdate = \"burn\"",
+    );
+    let c = TrainConfig::parse(&update, "x.toml").unwrap();
+    assert_eq!(c.ppo.as_ref().unwrap().update, UpdatePath::Burn);
+    let err =
+        train_err(&good.replace("reward_norm = true", "reward_norm = true\nupdate = \"jit\""));
+    assert!(err.contains("jit"), "{err}");
     let dqn = include_str!("../../../configs/repeat_previous_dqn.toml");
     let err = train_err(&dqn.replace("hidden_size = 64", "hidden_size = 64\nobs_norm = true"));
     assert!(

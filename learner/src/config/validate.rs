@@ -226,6 +226,14 @@ impl Checker<'_> {
         self.check("ppo.epochs", o.epochs, Range::AtLeastOne)?;
         self.check("ppo.slice_len", o.slice_len, Range::AtLeastOne)?;
         self.check("ppo.num_slices", o.num_slices, Range::AtLeastOne)?;
+        if o.clip_value {
+            // Accepted and ignored before: refuse it rather than train without it.
+            return self.fail(
+                "ppo.clip_value",
+                true,
+                "false (PPO2's value clipping is not implemented; the value loss is unclipped)",
+            );
+        }
         if let Some(chunk) = chunk.filter(|&c| !o.frames_per_update.is_multiple_of(c)) {
             return self.fail(
                 "ppo.frames_per_update",
