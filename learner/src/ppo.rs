@@ -27,8 +27,6 @@ use common::policy::dist::{
     multi_categorical_log_prob, squashed_gaussian_log_prob_tensor,
 };
 use common::policy::{ActionSpec, Policy, PolicyConfig};
-use common::recurrent::RecurrentBackend;
-use std::any::TypeId;
 use std::collections::HashMap;
 
 use crate::batch::{gather, step_at_cut, tensor3, SliceBatch};
@@ -153,17 +151,7 @@ fn fused_update<B: AutodiffBackend>(
     if path == UpdatePath::Burn {
         return Ok(None);
     }
-    let why = if TypeId::of::<B>() != TypeId::of::<CpuAutodiff>() {
-        Some("a learner device other than the CPU".to_string())
-    } else if model.core.backend() != RecurrentBackend::Fused {
-        Some(format!(
-            "policy.backend = \"{}\" (resolved; the fused update runs the fused kernels)",
-            model.core.backend().name()
-        ))
-    } else {
-        unsupported(model.config(), model.core.config().dropout)
-    };
-    match (why, path) {
+    match (unsupported(model), path) {
         (None, _) => Ok(Some(FusedUpdate::new(model))),
         (Some(why), UpdatePath::Fused) => {
             anyhow::bail!("ppo.update = \"fused\" cannot run this policy: {why}")
@@ -220,9 +208,6 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
     /// Trains on everything stored, then empties the storage.
     fn update(&mut self) -> anyhow::Result<UpdateStats> {
         let mut minibatches = Vec::new();
-        if let Some(fused) = &mut self.fused {
-            fused.begin(&self.trainee.model);
-        }
         for _ in 0..self.config.epochs {
             for batch in self.sampler.epoch(&self.storage)? {
                 let _minibatch = Phase::start("minibatch");
@@ -242,7 +227,7 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
             obs.merge(&self.storage.observation[..self.storage.len() * self.schema.obs_dim]);
             self.trainee.model = self.trainee.model.clone().with_obs_stats(&obs, clip);
             if let Some(fused) = &mut self.fused {
-                fused.begin(&self.trainee.model);
+                fused.set_obs_norm(&self.trainee.model);
             }
         }
         self.storage.clear();
@@ -415,35 +400,33 @@ impl<B: AutodiffBackend> Ppo<B> {
         }
     }
 
-    /// The minibatch's loss and gradients on the fused path (after
-    /// [`FusedUpdate::begin`]), and the learning rate of its step.
+    /// The minibatch's loss and gradients on the fused path, and the learning rate of its
+    /// step.
     pub(crate) fn fused_loss(&self, b: &SampledBatch) -> (Outcome, f64) {
-        {
-            let (sb, _, _, adv) = self.prepare(b);
-            let s = &self.schema;
-            let inputs = sb.inputs(
-                InitialState::Stored,
-                s.num_layers,
-                s.hidden_size,
-                s.cell.has_cell_state(),
-            );
-            let batch = Batch {
-                rows: sb.rows,
-                len: sb.len,
-                obs: &inputs.obs,
-                start: &inputs.is_init,
-                rs_h: &inputs.rs_h,
-                rs_c: inputs.rs_c.as_deref(),
-                action: &sb.gather(&self.storage.action, s.action_dim()),
-                old_logp: &sb.gather(&self.storage.sample_log_prob, 1),
-                target: &sb.gather(&self.value_target, 1),
-                adv: &adv,
-                mask: sb.mask(),
-            };
-            let (cfg, lr) = self.schedules();
-            let fused = self.fused.as_ref().expect("the fused path is on");
-            (fused.loss(&batch, cfg), lr)
-        }
+        let (sb, _, _, adv) = self.prepare(b);
+        let s = &self.schema;
+        let inputs = sb.inputs(
+            InitialState::Stored,
+            s.num_layers,
+            s.hidden_size,
+            s.cell.has_cell_state(),
+        );
+        let batch = Batch {
+            rows: sb.rows,
+            len: sb.len,
+            obs: &inputs.obs,
+            start: &inputs.is_init,
+            rs_h: &inputs.rs_h,
+            rs_c: inputs.rs_c.as_deref(),
+            action: &sb.gather(&self.storage.action, s.action_dim()),
+            old_logp: &sb.gather(&self.storage.sample_log_prob, 1),
+            target: &sb.gather(&self.value_target, 1),
+            adv: &adv,
+            mask: sb.mask(),
+        };
+        let (cfg, lr) = self.schedules();
+        let fused = self.fused.as_ref().expect("the fused path is on");
+        (fused.loss(&batch, cfg), lr)
     }
 
     /// One minibatch on burn's path.
@@ -536,10 +519,6 @@ impl Ppo<CpuAutodiff> {
     /// The first minibatch of a new epoch over the stored frames.
     pub(crate) fn next_batch(&mut self) -> SampledBatch {
         self.sampler.epoch(&self.storage).unwrap().remove(0)
-    }
-
-    pub(crate) fn fused_mut(&mut self) -> Option<&mut FusedUpdate> {
-        self.fused.as_mut()
     }
 }
 

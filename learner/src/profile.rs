@@ -13,14 +13,12 @@ thread_local! {
 /// Runs `f`, adding its wall time to `phase` (phases may nest: an outer phase includes the
 /// inner ones' time).
 pub fn time<R>(phase: &'static str, f: impl FnOnce() -> R) -> R {
-    let t0 = Instant::now();
-    let out = f();
-    add(phase, t0.elapsed());
-    out
+    let _phase = Phase::start(phase);
+    f()
 }
 
 /// Adds `d` to `phase` (one more call of it).
-pub fn add(phase: &'static str, d: Duration) {
+fn add(phase: &'static str, d: Duration) {
     PHASES.with(|p| {
         let mut p = p.borrow_mut();
         let e = p.entry(phase).or_default();

@@ -13,8 +13,10 @@ pub mod adam;
 pub mod layout;
 pub mod net;
 
+use std::any::TypeId;
+
 use burn::tensor::backend::Backend;
-use common::backend::to_vec as host;
+use common::backend::{to_vec as host, CpuAutodiff};
 use common::policy::{ActionSpec, CriticCore, Policy, PolicyConfig};
 use common::recurrent::{CellKind, RecurrentBackend};
 
@@ -22,18 +24,22 @@ use adam::FlatAdam;
 use layout::Layout;
 use net::{Batch, LossConfig, Net, Outcome};
 
-/// Why `policy` cannot take the fused update (`None`: it can), naming the setting.
-pub fn unsupported(policy: &PolicyConfig, dropout: f64) -> Option<String> {
+/// Why `model` cannot take the fused update (`None`: it can), naming the setting.
+pub fn unsupported<B: Backend>(model: &Policy<B>) -> Option<String> {
+    let (policy, core) = (model.config(), &model.core);
+    if TypeId::of::<B>() != TypeId::of::<CpuAutodiff>() {
+        return Some("a learner device other than the CPU".to_string());
+    }
+    if core.backend() != RecurrentBackend::Fused {
+        return Some(format!(
+            "policy.backend = \"{}\" (resolved; the fused update runs the fused kernels)",
+            core.backend().name()
+        ));
+    }
     if !matches!(policy.cell, CellKind::Lstm | CellKind::Gru) {
         return Some(format!(
             "policy.cell = \"{}\" (the fused update runs LSTM and GRU cores)",
             policy.cell.name()
-        ));
-    }
-    if policy.backend != RecurrentBackend::Auto && policy.backend != RecurrentBackend::Fused {
-        return Some(format!(
-            "policy.backend = \"{}\" (the fused update runs the fused kernels)",
-            policy.backend.name()
         ));
     }
     if policy.critic_core != CriticCore::Shared {
@@ -42,6 +48,7 @@ pub fn unsupported(policy: &PolicyConfig, dropout: f64) -> Option<String> {
     if let ActionSpec::Continuous { .. } = policy.action {
         return Some("a continuous (Box) action space".to_string());
     }
+    let dropout = core.config().dropout;
     if dropout != 0.0 {
         return Some(format!("dropout {dropout} between the core's layers"));
     }
@@ -88,11 +95,10 @@ impl FusedUpdate {
         &self.layout
     }
 
-    /// Reads `model`'s normalizer (before an update's minibatches, after the normalizer
-    /// changed). The parameters are read once, by [`new`](Self::new): only
-    /// [`finish`](Self::finish) changes them afterwards (a checkpoint load builds a new
-    /// `FusedUpdate`).
-    pub fn begin<B: Backend>(&mut self, model: &Policy<B>) {
+    /// Takes `model`'s normalizer after it changed (the parameters are read once, by
+    /// [`new`](Self::new): only [`finish`](Self::finish) changes them afterwards, and a
+    /// checkpoint load builds a new `FusedUpdate`).
+    pub fn set_obs_norm<B: Backend>(&mut self, model: &Policy<B>) {
         self.obs_norm = host(model.obs_norm.val());
         debug_assert_eq!(
             self.params,
@@ -127,7 +133,7 @@ impl FusedUpdate {
         norm
     }
 
-    /// `model` with the parameters trained since [`begin`](Self::begin).
+    /// `model` with the parameters trained so far.
     pub fn finish<B: Backend>(&self, model: Policy<B>) -> Policy<B> {
         self.layout.write(model, &self.params)
     }

@@ -71,7 +71,7 @@ impl Net<'_> {
     fn core_params(&self, c: &CoreSlots) -> LayerParams<'_> {
         LayerParams {
             w_ih: self.p(&c.w_ih),
-            w_hh: Some(self.p(&c.w_hh)),
+            w_hh: self.p(&c.w_hh),
             b_ih: c.b_ih.as_ref().map(|s| self.p(s)),
             b_hh: c.b_hh.as_ref().map(|s| self.p(s)),
         }
@@ -116,6 +116,29 @@ impl Net<'_> {
         x
     }
 
+    /// Normalizes and encodes `n` observations: every encoder layer's input, then the core's
+    /// input (the encoder's output).
+    fn encode(&self, obs: &[f32], n: usize) -> Vec<Vec<f32>> {
+        let mut acts = vec![self.normalize(obs)];
+        for l in &self.layout.encoder {
+            let mut z = self.dense(l, acts.last().expect("non-empty"), n);
+            tanh_in_place(&mut z);
+            acts.push(z);
+        }
+        acts
+    }
+
+    /// A core layer call's shape over `[rows, len]`.
+    fn dims(&self, c: &CoreSlots, rows: usize, len: usize) -> LayerDims {
+        LayerDims {
+            cell: self.cell,
+            rows,
+            steps: len,
+            input: c.input,
+            hidden: self.hidden,
+        }
+    }
+
     /// The loss of `b` under `cfg` and its gradients.
     pub fn ppo(&self, b: &Batch<'_>, cfg: LossConfig) -> Outcome {
         let n = b.rows * b.len;
@@ -123,23 +146,11 @@ impl Net<'_> {
         let (h, layout) = (self.hidden, self.layout);
         let layers = layout.core.len();
         // Forward. acts[k] is encoder layer k's input; the last is the core's input.
-        let mut acts = vec![self.normalize(b.obs)];
-        for l in &layout.encoder {
-            let mut z = self.dense(l, acts.last().expect("non-empty"), n);
-            tanh_in_place(&mut z);
-            acts.push(z);
-        }
+        let acts = self.encode(b.obs, n);
         let stored = StoredStates {
             h: b.rs_h,
             c: b.rs_c,
             layers,
-        };
-        let dims = |c: &CoreSlots| LayerDims {
-            cell: self.cell,
-            rows: b.rows,
-            steps: b.len,
-            input: c.input,
-            hidden: h,
         };
         let mut outs: Vec<Vec<f32>> = Vec::with_capacity(layers);
         let mut tapes: Vec<Tape> = Vec::with_capacity(layers);
@@ -151,7 +162,7 @@ impl Net<'_> {
             };
             let mut out = vec![0.0f32; n * h];
             let tape = layer_forward(
-                &dims(c),
+                &self.dims(c, b.rows, b.len),
                 &self.core_params(c),
                 input,
                 b.start,
@@ -212,8 +223,8 @@ impl Net<'_> {
             let err = value[i] - b.target[i];
             vl += err * err;
             ent_sum += entropy;
-            kl += log_ratio.exp() - 1.0 - log_ratio;
-            clipped += ((log_ratio.exp() - 1.0).abs() > cfg.clip_eps) as u8 as f32;
+            kl += ratio - 1.0 - log_ratio;
+            clipped += ((ratio - 1.0).abs() > cfg.clip_eps) as u8 as f32;
             // d(-min(s1, s2))/d ratio: the unclipped term where it is the smaller one or the
             // clamp passes the ratio through.
             let g_ratio = if s1 <= s2 || (lo..=hi).contains(&ratio) {
@@ -276,7 +287,7 @@ impl Net<'_> {
             let want_x = l > 0 || !layout.encoder.is_empty();
             let g = layer_backward(tape, &self.core_params(c), input, b.start, &dh, want_x);
             grads[c.w_ih.range()].copy_from_slice(&g.w_ih);
-            grads[c.w_hh.range()].copy_from_slice(g.w_hh.as_deref().expect("W_hh grads"));
+            grads[c.w_hh.range()].copy_from_slice(&g.w_hh);
             if let (Some(s), Some(v)) = (&c.b_ih, &g.b_ih) {
                 grads[s.range()].copy_from_slice(v);
             }
@@ -338,11 +349,7 @@ impl Net<'_> {
     ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
         let (n, h, layout) = (rows * len, self.hidden, self.layout);
         let layers = layout.core.len();
-        let mut x = self.normalize(obs);
-        for l in &layout.encoder {
-            x = self.dense(l, &x, n);
-            tanh_in_place(&mut x);
-        }
+        let mut x = self.encode(obs, n).pop().expect("non-empty");
         let stored = StoredStates {
             h: rs_h,
             c: rs_c,
@@ -355,15 +362,8 @@ impl Net<'_> {
             .then(|| vec![0.0f32; n * layers * h]);
         for (l, c) in layout.core.iter().enumerate() {
             let mut out = vec![0.0f32; n * h];
-            let dims = LayerDims {
-                cell: self.cell,
-                rows,
-                steps: len,
-                input: c.input,
-                hidden: h,
-            };
             layer_inference(
-                &dims,
+                &self.dims(c, rows, len),
                 &self.core_params(c),
                 &x,
                 start,

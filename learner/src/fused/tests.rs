@@ -115,10 +115,8 @@ fn loss_and_gradients_match(env: &str, pc: PolicyConfig) {
     let (bb, fb) = (burn.next_batch(), fused.next_batch());
     assert_eq!(bb.positions, fb.positions, "same sampler, same slices");
     let (loss, stats) = burn.burn_loss(&bb);
-    let model = fused.model().clone();
-    fused.fused_mut().unwrap().begin(&model);
     let (outcome, _) = fused.fused_loss(&fb);
-    let layout = Layout::of(&model);
+    let layout = Layout::of(fused.model());
     let scalars = |o: &[f32]| o.to_vec();
     close(
         "loss, policy loss, value loss, entropy, approx_kl, clip_frac",

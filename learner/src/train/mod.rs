@@ -274,7 +274,7 @@ impl<B: AutodiffBackend> Training<B> {
         let stats = profile::time("update", || self.learner.update())?;
         state.updates += 1;
         self.version += 1;
-        let t0 = std::time::Instant::now();
+        let publish = profile::Phase::start("publish");
         let blob = to_blob(self.learner.model(), self.version);
         check_finite(&blob).with_context(|| {
             format!(
@@ -284,7 +284,7 @@ impl<B: AutodiffBackend> Training<B> {
             )
         })?;
         self.actors.publish(self.version, &blob)?;
-        profile::add("publish", t0.elapsed());
+        drop(publish);
         if let Some(eval) = self.eval.as_mut().filter(|e| e.due(state.frames)) {
             eval.submit(state.frames, self.run.wall(), blob);
             self.last_eval_frames = Some(state.frames);

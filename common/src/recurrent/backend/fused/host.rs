@@ -6,7 +6,7 @@
 //! `[G*H, H]`, inputs and outputs `[B, T, features]`, `start[b * T + t]` where a step takes
 //! its stored state (`t = 0` always does).
 
-use super::kernel::{self, CellOut, Dims, Params, Saved, Stored, Wanted};
+use super::kernel::{self, CellOut, Dims, Keep, Params, Saved, Stored, Wanted};
 use super::simd::{gemm, vectorized, Level};
 use super::{keep_for, pool, threads, Mat};
 use crate::recurrent::math::{tanh_in_place as tanh_with_fma, OneRounding};
@@ -89,7 +89,7 @@ pub struct StoredStates<'a> {
 #[derive(Clone, Copy)]
 pub struct LayerParams<'a> {
     pub w_ih: &'a [f32],
-    pub w_hh: Option<&'a [f32]>,
+    pub w_hh: &'a [f32],
     pub b_ih: Option<&'a [f32]>,
     pub b_hh: Option<&'a [f32]>,
 }
@@ -123,10 +123,51 @@ fn kernel_dims(d: &LayerDims) -> Dims {
 fn kernel_params<'a>(p: &LayerParams<'a>) -> Params<'a> {
     Params {
         w_ih: p.w_ih,
-        w_hh: p.w_hh.expect("LSTM and GRU layers have W_hh"),
+        w_hh: p.w_hh,
         b_ih: p.b_ih,
         b_hh: p.b_hh,
     }
+}
+
+/// The forward of layer `layer`, keeping `keep` for a backward: the post-step `h` of every
+/// step into `out_h` `[B, T, H]` and, for an LSTM, the post-step `c` at every segment end into
+/// this layer's slots of `next_c` `[B, T, layers, H]`.
+#[allow(clippy::too_many_arguments)]
+fn forward(
+    d: &LayerDims,
+    p: &LayerParams<'_>,
+    x: &[f32],
+    start: &[bool],
+    stored: StoredStates<'_>,
+    layer: usize,
+    keep: Keep,
+    out_h: &mut [f32],
+    next_c: Option<&mut [f32]>,
+) -> Saved {
+    assert!(d.cell != CellKind::MinGru, "host layers are LSTM or GRU");
+    let layers = stored.layers;
+    let out_c = next_c.map(|buf| CellOut {
+        buf,
+        layers,
+        layer,
+        ends_only: true,
+    });
+    kernel::forward(
+        &kernel_dims(d),
+        kernel_params(p),
+        x,
+        start,
+        Stored {
+            h: stored.h,
+            c: stored.c,
+            layers,
+            layer,
+        },
+        keep,
+        threads_for(d.rows),
+        out_h,
+        out_c,
+    )
 }
 
 /// The training forward of layer `layer` over `x` `[B, T, in]`: writes the post-step `h` of
@@ -143,40 +184,26 @@ pub fn layer_forward(
     recompute: Recompute,
     out_h: &mut [f32],
 ) -> Tape {
-    let stored = Stored {
-        h: stored.h,
-        c: stored.c,
-        layers: stored.layers,
+    // An LSTM's `c` is needed only at segment ends (`next`), which nobody reads here.
+    let mut scratch = d
+        .cell
+        .has_cell_state()
+        .then(|| pool::take(d.rows * d.steps * stored.layers * d.hidden));
+    let keep = keep_for(recompute);
+    let saved = forward(
+        d,
+        p,
+        x,
+        start,
+        stored,
         layer,
-    };
-    assert!(d.cell != CellKind::MinGru, "host layers are LSTM or GRU");
-    let saved = {
-        let kd = kernel_dims(d);
-        let slab = d.rows * d.steps * d.hidden;
-        // An LSTM's `c` is needed only at segment ends (`next`), which nobody reads here.
-        let mut c_scratch = d.cell.has_cell_state().then(|| pool::take(slab));
-        let out_c = c_scratch.as_deref_mut().map(|buf| CellOut {
-            buf,
-            layers: 1,
-            layer: 0,
-            ends_only: true,
-        });
-        let saved = kernel::forward(
-            &kd,
-            kernel_params(p),
-            x,
-            start,
-            stored,
-            keep_for(recompute),
-            threads_for(d.rows),
-            out_h,
-            out_c,
-        );
-        if let Some(buf) = c_scratch {
-            pool::give(buf);
-        }
-        saved
-    };
+        keep,
+        out_h,
+        scratch.as_deref_mut(),
+    );
+    if let Some(buf) = scratch {
+        pool::give(buf);
+    }
     Tape { dims: *d, saved }
 }
 
@@ -195,31 +222,7 @@ pub fn layer_inference(
     out_h: &mut [f32],
     next_c: Option<&mut [f32]>,
 ) {
-    assert!(d.cell != CellKind::MinGru, "host layers are LSTM or GRU");
-    let layers = stored.layers;
-    let stored = Stored {
-        h: stored.h,
-        c: stored.c,
-        layers,
-        layer,
-    };
-    let out_c = next_c.map(|buf| CellOut {
-        buf,
-        layers,
-        layer,
-        ends_only: true,
-    });
-    kernel::forward(
-        &kernel_dims(d),
-        kernel_params(p),
-        x,
-        start,
-        stored,
-        super::kernel::Keep::Nothing,
-        threads_for(d.rows),
-        out_h,
-        out_c,
-    );
+    forward(d, p, x, start, stored, layer, Keep::Nothing, out_h, next_c);
 }
 
 /// Gradients of one layer call.
@@ -227,7 +230,7 @@ pub struct LayerGrads {
     /// `[B, T, in]`, when asked for.
     pub x: Option<Vec<f32>>,
     pub w_ih: Vec<f32>,
-    pub w_hh: Option<Vec<f32>>,
+    pub w_hh: Vec<f32>,
     pub b_ih: Option<Vec<f32>>,
     pub b_hh: Option<Vec<f32>>,
 }
@@ -272,7 +275,7 @@ pub fn layer_backward(
     LayerGrads {
         x: g.x,
         w_ih: g.w_ih.expect("weights wanted"),
-        w_hh: g.w_hh,
+        w_hh: g.w_hh.expect("weights wanted"),
         b_ih: g.b_ih,
         b_hh: g.b_hh,
     }
