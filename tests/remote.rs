@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use recur_tests::remote_support::{
-    actor, exits_within, learner, listen_address, run_refusals, summary, Netns,
+    actor, collect, exits_within, learner, listen_address, run_refusals, summary, Netns,
 };
 use recur_tests::{process_alive, temp_dir, Watched};
 use serde_json::Value;
@@ -141,23 +141,12 @@ fn a_killed_actor_rejoins_and_a_cut_link_resumes_without_loss_or_duplicates() {
     };
     let dir = temp_dir("remote-faults");
     let run_dir = dir.join("run");
-    let run = Watched::spawn(learner(&[
-        "collect",
-        "--actors",
+    let run = Watched::spawn(collect(
         "0",
-        "--listen",
         "0.0.0.0:0",
-        "--frames",
-        "1000000000000",
-        "--envs",
-        "4",
-        "--steps",
-        "16",
-        "--publish-every",
-        "16",
-        "--run-dir",
-        &run_dir.to_string_lossy(),
-    ]));
+        &run_dir,
+        &["--publish-every", "16"],
+    ));
     let token = run_dir.join("token");
     let addr_a = listen_address(&run, &ns_a.host_ip);
     let addr_b = listen_address(&run, &ns_b.host_ip);
@@ -246,23 +235,12 @@ fn stalled_remote_links_are_dropped_by_the_learner_and_rejoin_when_they_return()
     };
     let dir = temp_dir("remote-stalls");
     let run_dir = dir.join("run");
-    let run = Watched::spawn(learner(&[
-        "collect",
-        "--actors",
+    let run = Watched::spawn(collect(
         "0",
-        "--listen",
         "0.0.0.0:0",
-        "--frames",
-        "1000000000000",
-        "--envs",
-        "4",
-        "--steps",
-        "16",
-        "--publish-every",
-        "16",
-        "--run-dir",
-        &run_dir.to_string_lossy(),
-    ]));
+        &run_dir,
+        &["--publish-every", "16"],
+    ));
     let token = run_dir.join("token");
     let addr = |ns: &Netns| listen_address(&run, &ns.host_ip);
     let cut = Watched::spawn(ns_a.actor(&addr(&ns_a), &token, 0));
@@ -348,21 +326,7 @@ fn stalled_remote_links_are_dropped_by_the_learner_and_rejoin_when_they_return()
 fn bad_connections_are_refused_and_counted_beside_local_and_remote_actors() {
     let dir = temp_dir("remote-refused");
     let run_dir = dir.join("run");
-    let run = Watched::spawn(learner(&[
-        "collect",
-        "--actors",
-        "1",
-        "--listen",
-        "127.0.0.1:0",
-        "--frames",
-        "1000000000000",
-        "--envs",
-        "4",
-        "--steps",
-        "16",
-        "--run-dir",
-        &run_dir.to_string_lossy(),
-    ]));
+    let run = Watched::spawn(collect("1", "127.0.0.1:0", &run_dir, &[]));
     let addr = listen_address(&run, "127.0.0.1");
     let token = run_dir.join("token");
 
@@ -451,21 +415,7 @@ fn bad_connections_are_refused_and_counted_beside_local_and_remote_actors() {
 fn remote_actors_exit_when_the_learner_dies() {
     let dir = temp_dir("remote-learner-dies");
     let run_dir = dir.join("run");
-    let run = Watched::spawn(learner(&[
-        "collect",
-        "--actors",
-        "0",
-        "--listen",
-        "127.0.0.1:0",
-        "--frames",
-        "1000000000000",
-        "--envs",
-        "4",
-        "--steps",
-        "16",
-        "--run-dir",
-        &run_dir.to_string_lossy(),
-    ]));
+    let run = Watched::spawn(collect("0", "127.0.0.1:0", &run_dir, &[]));
     let addr = listen_address(&run, "127.0.0.1");
     let remote = Watched::spawn(actor(&addr, &run_dir.join("token"), 0));
     run.wait_for(

@@ -19,6 +19,30 @@ pub fn learner(args: &[&str]) -> Command {
     cmd
 }
 
+/// `recur-learner collect` into `run_dir` with `actors` local actors, listening on `listen`,
+/// 4 envs x 16 steps per chunk and no frame limit to speak of, plus `extra` arguments: the
+/// learner every remote-actor test starts.
+pub fn collect(actors: &str, listen: &str, run_dir: &std::path::Path, extra: &[&str]) -> Command {
+    let run_dir = run_dir.to_string_lossy();
+    let mut args = vec![
+        "collect",
+        "--actors",
+        actors,
+        "--listen",
+        listen,
+        "--frames",
+        "1000000000000",
+        "--envs",
+        "4",
+        "--steps",
+        "16",
+        "--run-dir",
+        &run_dir,
+    ];
+    args.extend_from_slice(extra);
+    learner(&args)
+}
+
 /// The `tcp://` address a learner logged (`listening on tcp://HOST:PORT`), with `host` in
 /// place of the address it bound.
 pub fn listen_address(run: &Watched, host: &str) -> String {

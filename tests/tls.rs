@@ -18,7 +18,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use recur_tests::remote_support::{
-    actor, exits_within, learner, listen_address, run_refusals, summary, Netns,
+    actor, collect, exits_within, listen_address, run_refusals, summary, Netns,
 };
 use recur_tests::{temp_dir, Watched};
 
@@ -222,25 +222,6 @@ fn a_capture_of_a_tls_run_shows_no_token_or_chunk_and_replays_and_wrong_pins_are
         return;
     };
     let dir = temp_dir("tls-capture");
-    let collect = |run_dir: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "collect",
-            "--actors",
-            "0",
-            "--listen",
-            "0.0.0.0:0",
-            "--frames",
-            "1000000000000",
-            "--envs",
-            "4",
-            "--steps",
-            "16",
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        Watched::spawn(learner(&args))
-    };
     let first_chunk = |l: &str| l.contains("remote actor 0/0: chunk ") && l.contains("received");
     let stop = |run: Watched| {
         kill(Pid::from_raw(run.child.id() as i32), Signal::SIGTERM).unwrap();
@@ -250,7 +231,12 @@ fn a_capture_of_a_tls_run_shows_no_token_or_chunk_and_replays_and_wrong_pins_are
 
     // The control: plaintext shows the token and the chunks to the capture.
     let plain_dir = dir.join("plain");
-    let run = collect(&plain_dir, &["--insecure-plaintext"]);
+    let run = Watched::spawn(collect(
+        "0",
+        "0.0.0.0:0",
+        &plain_dir,
+        &["--insecure-plaintext"],
+    ));
     let addr = listen_address(&run, &ns.host_ip);
     run.wait_for("the plaintext warning", LONG, |l| {
         l.contains("IN PLAINTEXT") && l.contains("in clear")
@@ -291,7 +277,7 @@ fn a_capture_of_a_tls_run_shows_no_token_or_chunk_and_replays_and_wrong_pins_are
 
     // TLS, the default on this address.
     let tls_dir = dir.join("tls");
-    let run = collect(&tls_dir, &[]);
+    let run = Watched::spawn(collect("0", "0.0.0.0:0", &tls_dir, &[]));
     let addr = listen_address(&run, &ns.host_ip);
     let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
     run.wait_for("the TLS listening line", LONG, |l| l.contains("TLS 1.3"));
@@ -389,22 +375,7 @@ fn a_capture_of_a_tls_run_shows_no_token_or_chunk_and_replays_and_wrong_pins_are
 fn the_65th_pending_connection_is_refused_and_counted() {
     let dir = temp_dir("tls-pending");
     let run_dir = dir.join("run");
-    let run = Watched::spawn(learner(&[
-        "collect",
-        "--actors",
-        "0",
-        "--listen",
-        "127.0.0.1:0",
-        "--tls",
-        "--frames",
-        "1000000000000",
-        "--envs",
-        "4",
-        "--steps",
-        "16",
-        "--run-dir",
-        &run_dir.to_string_lossy(),
-    ]));
+    let run = Watched::spawn(collect("0", "127.0.0.1:0", &run_dir, &["--tls"]));
     let addr = listen_address(&run, "127.0.0.1");
     run.wait_for("the TLS listening line", LONG, |l| l.contains("TLS 1.3"));
     let token = run_dir.join("token");
