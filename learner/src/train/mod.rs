@@ -187,13 +187,9 @@ fn train_on<B: AutodiffBackend>(
     let mut pending: VecDeque<Chunk> = VecDeque::new();
 
     'run: while t.state.frames < config.run.frames {
-        match (t.actors.stop_requested(), t.run.stop_reason()) {
-            (true, _) | (_, Some(StopReason::Signal)) => {
-                stopped_by_request = true;
-                break;
-            }
-            (_, Some(StopReason::TimeLimit)) => break,
-            _ => {}
+        if let Some(by_request) = t.stop() {
+            stopped_by_request = by_request;
+            break;
         }
         // Receive: admit new actors, take their chunks (recorded as they arrive).
         let received = profile::time("receive", || {
@@ -265,6 +261,16 @@ struct Training<B: AutodiffBackend> {
 }
 
 impl<B: AutodiffBackend> Training<B> {
+    /// Whether the run must stop before its frames are done: `Some(true)` when asked to (a
+    /// signal, or an actor or operator through a transport), `Some(false)` at the time limit.
+    fn stop(&self) -> Option<bool> {
+        match (self.actors.stop_requested(), self.run.stop_reason()) {
+            (true, _) | (_, Some(StopReason::Signal)) => Some(true),
+            (_, Some(StopReason::TimeLimit)) => Some(false),
+            _ => None,
+        }
+    }
+
     /// One update: the new weights published to the actors (and to the evaluation), the
     /// report, the checkpoint when one is due. A failed write is a [`WriteFailed`].
     fn update(&mut self, config: &TrainConfig) -> anyhow::Result<()> {
