@@ -16,7 +16,10 @@
 #               episodes; the max is over those rows;
 #   final_greedy  recur-learner eval of the final checkpoint: 100 greedy episodes on seeds
 #               1000000.. (never a training seed);
-#   frames_to_mmer  the frames at which the max was first reached.
+#   frames_to_mmer  the frames at which the max was first reached;
+#   mmer_100    the same maximum over `mean_return_100`, the mean of the last 100 episodes:
+#               RLlib's `episode_reward_mean` window, which the POPGym paper's MMER is the
+#               maximum of (RLlib takes it once per training iteration, recur once per update).
 # At the end, DIR/suite.md holds the table (mean +- std over seeds per id and cell).
 # Defaults: gru and lstm, Easy and Medium, seeds 0-2, every family, DIR
 # benchmarks/results/popgym-suite-<time>. --jobs N runs N trainings at once (each uses the
@@ -43,7 +46,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --eval-episodes) eval_episodes=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "popgym_suite.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -83,10 +86,13 @@ rows = [r for r in csv.DictReader(open(run + "/metrics.csv")) if r["mean_return"
 summary = json.load(open(run + "/summary.json"))
 ev = json.loads(open(run + ".eval.json").read().strip().splitlines()[-1])
 best = max(rows, key=lambda r: float(r["mean_return"]))
+# RLlib's 100-episode window (metrics.csv files from before the column have none: null).
+wide = [float(r["mean_return_100"]) for r in rows if r.get("mean_return_100", "NaN") != "NaN"]
 print(json.dumps({
     "id": id_, "family": fam, "level": lvl, "cell": cell, "seed": int(seed),
     "frames": summary["frames"], "wall_s": round(summary["seconds"], 2),
     "mmer": float(best["mean_return"]), "frames_to_mmer": int(best["frames"]),
+    "mmer_100": max(wide) if wide else None,
     "final_greedy": ev.get("mean_return"),
 }))
 EOF

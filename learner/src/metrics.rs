@@ -85,13 +85,32 @@ pub struct MetricsRow {
     pub frames_per_s: f64,
     pub dropped_chunks: u64,
     pub q_mean: f32,
+    /// Mean return of the last 100 finished episodes (all of them before the 100th; NaN before
+    /// the first): RLlib's `episode_reward_mean`, whose maximum over training is the POPGym
+    /// paper's MMER. Learner-only replay leaves it NaN. Files written before this column read
+    /// it as NaN.
+    #[serde(default = "nan")]
+    pub mean_return_100: f64,
+}
+
+fn nan() -> f64 {
+    f64::NAN
+}
+
+/// The header line of `metrics.csv` (the columns of [`MetricsRow`], in order).
+pub fn header() -> String {
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    csv.serialize(MetricsRow::default())
+        .expect("a MetricsRow serializes");
+    let text = String::from_utf8(csv.into_inner().expect("in memory")).expect("utf-8");
+    text.lines().next().unwrap_or_default().to_string()
 }
 
 impl MetricsRow {
     /// The row as TensorBoard scalars, one per column after `frames` (the step), in column
     /// order: SB3's tags where SB3 logs the same value (`rollout/ep_rew_mean`, `time/fps`,
     /// `train/approx_kl`, `train/clip_fraction`, ...), recur's own under the same sections.
-    pub fn scalars(&self) -> [(&'static str, f64); 15] {
+    pub fn scalars(&self) -> [(&'static str, f64); 16] {
         [
             ("time/time_elapsed", self.wall_s),
             ("time/iterations", self.updates as f64),
@@ -108,6 +127,7 @@ impl MetricsRow {
             ("time/fps", self.frames_per_s),
             ("rollout/dropped_chunks", self.dropped_chunks as f64),
             ("train/q_mean", self.q_mean.into()),
+            ("rollout/ep_rew_mean_100", self.mean_return_100),
         ]
     }
 }
@@ -181,7 +201,19 @@ pub fn truncate_metrics(path: &Path, updates: u64) -> anyhow::Result<usize> {
     let Some(header) = lines.next() else {
         return Ok(0);
     };
-    let mut kept = vec![header];
+    // A file from before the last columns were added gets them (NaN) so that the rows the
+    // resumed run appends sit under the right header.
+    let current = self::header();
+    let missing = match current.strip_prefix(header) {
+        Some(rest) if header != current && rest.starts_with(',') => rest.split(',').count() - 1,
+        _ => 0,
+    };
+    let pad = ",NaN".repeat(missing);
+    let mut kept = vec![if missing > 0 {
+        current.clone()
+    } else {
+        header.to_string()
+    }];
     let mut dropped = 0;
     // `updates` is the third column (a contract of MetricsRow).
     for line in lines {
@@ -189,12 +221,12 @@ pub fn truncate_metrics(path: &Path, updates: u64) -> anyhow::Result<usize> {
         let keep = fields.len() == header.split(',').count()
             && fields[2].parse::<u64>().is_ok_and(|u| u <= updates);
         if keep {
-            kept.push(line);
+            kept.push(format!("{line}{pad}"));
         } else {
             dropped += 1;
         }
     }
-    if dropped > 0 || !text.ends_with('\n') {
+    if dropped > 0 || missing > 0 || !text.ends_with('\n') {
         common::checkpoint::write_atomic(path, (kept.join("\n") + "\n").as_bytes())?;
     }
     Ok(dropped)
@@ -292,6 +324,45 @@ pub fn plot_learning_curve(
 mod tests {
     use super::*;
 
+    /// A run written before `mean_return_100` existed, resumed: its rows get the column (NaN),
+    /// the rows after the checkpoint go, and the resumed run's rows append under one header.
+    #[test]
+    fn resuming_a_file_without_the_last_column_adds_it() {
+        let dir = std::env::temp_dir().join(format!("recur-metrics-old-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metrics.csv");
+        let old_header = header().replace(",mean_return_100", "");
+        let old_row = |u: u64| format!("{},1.0,{u},0.5,0,3,0.1,0,0,0,0,0,0,100,0,0", u * 10);
+        std::fs::write(
+            &path,
+            format!("{old_header}\n{}\n{}\n", old_row(1), old_row(2)),
+        )
+        .unwrap();
+        assert_eq!(truncate_metrics(&path, 1).unwrap(), 1);
+        let row = MetricsRow {
+            frames: 20,
+            updates: 2,
+            mean_return: 0.75,
+            mean_return_100: 0.5,
+            ..MetricsRow::default()
+        };
+        MetricsWriter::open(&path).unwrap().write(&row).unwrap();
+        let rows: Vec<MetricsRow> = csv::Reader::from_path(&path)
+            .unwrap()
+            .deserialize()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].updates, rows[0].mean_return), (1, 0.5));
+        assert!(rows[0].mean_return_100.is_nan());
+        assert_eq!((rows[1].updates, rows[1].mean_return_100), (2, 0.5));
+        // A current file is left as it is.
+        let before = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(truncate_metrics(&path, 2).unwrap(), 0);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn rows_keep_the_columns_and_read_back_as_the_curve() {
         let dir = std::env::temp_dir().join(format!("recur-metrics-{}", std::process::id()));
@@ -322,8 +393,10 @@ mod tests {
         assert_eq!(
             lines[0],
             "frames,wall_s,updates,mean_return,policy_lag,episodes,loss,policy_loss,value_loss,\
-             entropy,approx_kl,clip_frac,grad_norm,frames_per_s,dropped_chunks,q_mean"
+             entropy,approx_kl,clip_frac,grad_norm,frames_per_s,dropped_chunks,q_mean,\
+             mean_return_100"
         );
+        assert_eq!(lines[0], header());
         assert_eq!(lines.len(), 3, "{text}");
         assert_eq!(lines[1].split(',').nth(6), Some("0.5"), "{text}");
         assert_eq!(read_curve(&path).unwrap(), [(20.0, 1.5)]);
@@ -351,6 +424,7 @@ mod tests {
             frames_per_s: 14.5,
             dropped_chunks: 15,
             q_mean: 16.5,
+            mean_return_100: 17.5,
         };
         let mut csv = csv::Writer::from_writer(Vec::new());
         csv.serialize(&row).unwrap();

@@ -130,6 +130,7 @@ fn replay_on<B: AutodiffBackend>(
             episodes: eval_episodes,
             frames_per_s: summary.trained_frames as f64 / train_s.max(1e-9),
             dropped_chunks: 0,
+            mean_return_100: f64::NAN,
             ..MetricsRow::from(&stats)
         };
         let updates_per_s = u as f64 / train_s.max(1e-9);

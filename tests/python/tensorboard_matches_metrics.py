@@ -37,6 +37,7 @@ METRICS_TAGS = {
     "frames_per_s": "time/fps",
     "dropped_chunks": "rollout/dropped_chunks",
     "q_mean": "train/q_mean",
+    "mean_return_100": "rollout/ep_rew_mean_100",
 }
 EVAL_TAGS = {
     "eval_return_mean": "eval/mean_reward",

@@ -28,6 +28,8 @@ pub struct TrainState {
 
 /// Episodes in the running mean return.
 const RECENT: usize = 20;
+/// Episodes in the wider mean (`mean_return_100`: RLlib's window, POPGym's MMER).
+const WIDE: usize = 100;
 
 /// The chunks of a run on their way to the algorithm: admitted or dropped, their episodes
 /// counted, a sync update's held until all are in (then fed in actor order, with each actor's
@@ -173,8 +175,8 @@ impl Admission {
     }
 }
 
-/// Episode returns: rewards summed per trajectory until its `done`; the last [`RECENT`]
-/// finished episodes kept.
+/// Episode returns: rewards summed per trajectory until its `done`; the last [`WIDE`]
+/// finished episodes kept (the running mean is over the last [`RECENT`] of them).
 pub struct Returns {
     open: HashMap<i64, f64>,
     recent: VecDeque<f64>,
@@ -191,7 +193,7 @@ impl Returns {
                 ended += 1;
                 let ret = self.open.remove(&chunk.traj_ids[p]).unwrap_or(0.0);
                 self.recent.push_back(ret);
-                if self.recent.len() > RECENT {
+                if self.recent.len() > WIDE {
                     self.recent.pop_front();
                 }
             }
@@ -199,12 +201,22 @@ impl Returns {
         ended
     }
 
-    /// The mean of the recent returns (NaN before the first finished episode).
+    /// The mean of the last [`RECENT`] returns (NaN before the first finished episode).
     pub fn mean(&self) -> f64 {
-        if self.recent.is_empty() {
+        self.mean_of_last(RECENT)
+    }
+
+    /// The mean of the last [`WIDE`] returns (NaN before the first finished episode).
+    pub fn mean_100(&self) -> f64 {
+        self.mean_of_last(WIDE)
+    }
+
+    fn mean_of_last(&self, n: usize) -> f64 {
+        let n = n.min(self.recent.len());
+        if n == 0 {
             f64::NAN
         } else {
-            self.recent.iter().sum::<f64>() / self.recent.len() as f64
+            self.recent.iter().rev().take(n).sum::<f64>() / n as f64
         }
     }
 

@@ -335,6 +335,7 @@ impl<B: AutodiffBackend> Training<B> {
             episodes: state.episodes,
             frames_per_s: fps,
             dropped_chunks: intake.admission.dropped,
+            mean_return_100: intake.returns.mean_100(),
             ..MetricsRow::from(stats)
         };
         let (loss, lag, updates) = (stats.loss, row.policy_lag, state.updates);
