@@ -200,11 +200,13 @@ fn tensorboard_reads_every_metric_and_evaluation_and_the_config() {
         String::from_utf8_lossy(&out.stderr)
     );
     let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
-    // 4 updates x 14 columns with a value from the first row on (the mean return may start
+    // 4 updates x 14 columns with a value from the first row on (the mean returns may start
     // as NaN), plus the evaluations (at 1024 and 2048 frames) x 4 columns.
     let tags = r["scalar_tags"].as_array().unwrap();
     assert!(
-        tags.len() == 19 && tags.contains(&"eval/mean_reward".into()),
+        tags.len() == 20
+            && tags.contains(&"eval/mean_reward".into())
+            && tags.contains(&"rollout/ep_rew_mean_100".into()),
         "{r}"
     );
     assert!(r["points"].as_u64().unwrap() >= 4 * 14 + 2 * 4, "{r}");

@@ -463,6 +463,7 @@ mod tests {
                 ("frames_per_s", "time/fps"),
                 ("dropped_chunks", "rollout/dropped_chunks"),
                 ("q_mean", "train/q_mean"),
+                ("mean_return_100", "rollout/ep_rew_mean_100"),
             ]
         );
         let scalar_values: Vec<f64> = scalars.iter().map(|s| s.1).collect();
