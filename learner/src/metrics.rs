@@ -210,7 +210,7 @@ pub fn truncate_metrics(path: &Path, updates: u64) -> anyhow::Result<usize> {
     };
     let pad = ",NaN".repeat(missing);
     let mut kept = vec![if missing > 0 {
-        current.clone()
+        current
     } else {
         header.to_string()
     }];
