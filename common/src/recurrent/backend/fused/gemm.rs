@@ -21,22 +21,26 @@ pub fn threads() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// Runs every job, one thread each (the first on the calling thread); results in job order.
+/// Runs every job, the first on the calling thread and the rest on rayon's pool (burn's CPU
+/// backend's pool, sized by `RAYON_NUM_THREADS` like [`threads`]); results in job order.
+/// The pool's workers stay alive between calls, so a call pays a wake-up, not a thread spawn.
 pub(crate) fn parallel<T: Send, F: FnOnce() -> T + Send>(jobs: Vec<F>) -> Vec<T> {
     let mut jobs = jobs.into_iter();
     let Some(first) = jobs.next() else {
         return Vec::new();
     };
-    std::thread::scope(|s| {
-        let handles: Vec<_> = jobs.map(|job| s.spawn(job)).collect();
-        let mut out = vec![first()];
-        out.extend(
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a fused-kernel worker panicked")),
-        );
-        out
-    })
+    let mut rest: Vec<Option<T>> = (0..jobs.len()).map(|_| None).collect();
+    let mut head = None;
+    rayon::in_place_scope(|s| {
+        for (job, slot) in jobs.zip(rest.iter_mut()) {
+            s.spawn(move |_| *slot = Some(job()));
+        }
+        head = Some(first());
+    });
+    std::iter::once(head)
+        .chain(rest)
+        .map(|r| r.expect("every job ran (a panic would have propagated)"))
+        .collect()
 }
 
 /// `count` items split into at most `parts` contiguous blocks of near-equal size:

@@ -12,11 +12,12 @@ use super::{keep_for, pool, threads, Mat};
 use crate::recurrent::math::{tanh_in_place as tanh_with_fma, OneRounding};
 use crate::recurrent::{CellKind, Recompute};
 
-/// Batch rows per thread below which a layer call runs on the calling thread alone. A small
-/// policy's minibatch (8 slices on 2 cores of a Zen 4) ran fwd+bwd in 0.54 ms on one thread
-/// and 1.18 ms split over two: a spawned worker pays for its spawn and for pulling the packed
-/// weights into its own core's cache, every call.
-pub const MIN_ROWS_PER_THREAD: usize = 32;
+/// Batch rows per thread below which a layer call runs on the calling thread alone. On 2
+/// cores of a Zen 4, a small policy's minibatch of 8 slices ran fwd+bwd in 0.54 ms on one
+/// thread and 1.18 ms split over two (4 rows each: half-empty 8-row micro-tiles, and a worker
+/// pulls the packed weights into its own core's cache every call); 32 slices split 16/16 over
+/// rayon's pool took a PPO update (LSTM-64, slice 32) from 3.9 to 3.0 ms.
+pub const MIN_ROWS_PER_THREAD: usize = 16;
 
 /// The threads a layer call over `rows` batch rows uses.
 pub fn threads_for(rows: usize) -> usize {
