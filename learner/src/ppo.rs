@@ -114,12 +114,10 @@ impl<B: AutodiffBackend> Ppo<B> {
             if fused.is_some() { "fused" } else { "burn" },
             ppo.update.name()
         );
-        let sampler = SliceSampler::new(SliceSamplerConfig::padded(
-            ppo.slice_len,
-            ppo.num_slices,
-            false,
-            seed ^ 0x5a1ce,
-        ))?;
+        let sampler = SliceSampler::new(SliceSamplerConfig {
+            pack: ppo.pack_slices,
+            ..SliceSamplerConfig::padded(ppo.slice_len, ppo.num_slices, false, seed ^ 0x5a1ce)
+        })?;
         Ok(Ppo {
             obs_norm: policy.obs_norm.then_some(policy.obs_clip),
             returns: ReturnNorm::default(),
@@ -634,6 +632,8 @@ mod tests {
             clip_schedule: Default::default(),
             entropy_schedule: Default::default(),
             update,
+            // Each path learns on its own slicing: the fused one on packed rows.
+            pack_slices: update == UpdatePath::Fused,
         };
         let mut ppo = Ppo::<CpuAutodiff>::new(&pc, &config, &schema, 1, &cpu_device()).unwrap();
         assert_eq!(ppo.fused(), update == UpdatePath::Fused);

@@ -12,6 +12,10 @@
 //!   an epoch visits every valid slice once, where the valid slices tile each run into
 //!   consecutive `slice_len` pieces (the last piece shorter, or dropped with `strict_length`);
 //!   the tiling is offset at random per epoch so that piece boundaries move.
+//! - `pack` (PPO's `pack_slices`, not a TorchRL option): the runs are the stored env rows
+//!   (each chunk's `T` steps per env) instead of trajectories, tiled from their first step, so
+//!   slices cross trajectory ends with `is_init` at each start inside them and nothing is
+//!   padded when `slice_len` divides `T`.
 //!
 //! (TorchRL draws a trajectory first and then a start within it; recur draws starts uniformly,
 //! so long trajectories are not under-sampled.)
@@ -42,6 +46,9 @@ pub struct SliceSamplerConfig {
     pub end_key: EndKey,
     pub replacement: bool,
     pub seed: u64,
+    /// Slices tile each stored env row (a chunk's `T` steps) at fixed offsets and cross
+    /// trajectory ends (`is_init` marks each start inside a slice), instead of ending at them.
+    pub pack: bool,
 }
 
 impl SliceSamplerConfig {
@@ -56,6 +63,7 @@ impl SliceSamplerConfig {
             end_key: EndKey::Done,
             replacement: true,
             seed: 0,
+            pack: false,
         }
     }
 
@@ -200,8 +208,13 @@ impl SliceSampler {
         self.num_slices
     }
 
-    /// Runs (in insertion order) under this sampler's end key.
+    /// Runs (in insertion order) under this sampler's end key; with `pack`, the stored env
+    /// rows (`T` steps each: the storage holds whole rows).
     fn runs(&self, storage: &ReplayStorage) -> Vec<(usize, usize)> {
+        if self.config.pack {
+            let t = storage.schema().steps;
+            return (0..storage.len() / t).map(|r| (r * t, t)).collect();
+        }
         match self.config.end_key {
             EndKey::Done => storage.runs(),
             EndKey::TerminatedOrTruncated => {
@@ -252,9 +265,13 @@ impl SliceSampler {
                 } else if len <= l {
                     out.push((start, len));
                 } else {
-                    // A head piece of random length (possibly none), then whole pieces, the
-                    // last one shorter.
-                    let head = self.rng.random_range(0..l);
+                    // A head piece of random length (possibly none; none when packed), then
+                    // whole pieces, the last one shorter.
+                    let head = if self.config.pack {
+                        0
+                    } else {
+                        self.rng.random_range(0..l)
+                    };
                     let mut s = start;
                     if head > 0 {
                         out.push((s, head));
@@ -532,6 +549,46 @@ mod tests {
                     "non-strict epochs cover every step once"
                 );
             }
+        }
+    }
+
+    /// `pack` (PPO's `pack_slices`): an epoch tiles every stored env row at fixed offsets, so
+    /// with `slice_len` dividing `T` it is exactly `len / slice_len` full slices, no padding,
+    /// every step once; slices run across episode ends with `is_init` at each trajectory start
+    /// inside them, and never across rows (chunks or envs).
+    #[test]
+    fn packed_epochs_tile_rows_across_episode_ends_without_padding() {
+        let (envs, steps, chunks, l) = (4, 32, 3, 8);
+        let st = storage(envs, steps, chunks, 0.1, 7);
+        let mut c = SliceSamplerConfig::padded(l, 4, false, 9);
+        c.pack = true;
+        let mut s = SliceSampler::new(c).unwrap();
+        for _ in 0..3 {
+            let batches = s.epoch(&st).unwrap();
+            assert_eq!(batches.len(), envs * steps * chunks / (l * 4));
+            let mut seen = vec![0u32; st.capacity()];
+            let mut crossed = 0;
+            for b in &batches {
+                assert_eq!(b.positions.len(), 4 * l);
+                assert!(b.mask.as_ref().unwrap().iter().all(|&m| m), "no padding");
+                for &(start, len) in &b.slices {
+                    assert_eq!(len, l);
+                    let ps = &b.positions[start..start + len];
+                    assert_eq!(ps[0] % l, 0, "fixed offsets");
+                    assert_eq!(ps[0] / steps, ps[len - 1] / steps, "inside one row");
+                    for (k, w) in ps.windows(2).enumerate() {
+                        assert_eq!(st.observation[w[1]], st.observation[w[0]] + 1.0);
+                        let starts = st.traj_ids[w[1]] != st.traj_ids[w[0]];
+                        crossed += usize::from(starts);
+                        assert_eq!(b.is_init[start + k + 1], st.is_init[w[1]]);
+                        assert_eq!(starts, st.is_init[w[1]], "a new trajectory is an is_init");
+                    }
+                    assert!(b.is_init[start], "is_init at every slice start");
+                    ps.iter().for_each(|&p| seen[p] += 1);
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "every stored step once");
+            assert!(crossed > 0, "some slice runs across an episode end");
         }
     }
 

@@ -2,12 +2,13 @@
 //! Data comes from an in-process actor (random initial policy) on `env`; every timed
 //! iteration is one gradient step on `batch` slices of `slice_len` steps (PPO: one update of
 //! `frames_per_update = batch * slice_len` frames and one epoch, i.e. the critic's advantage
-//! pass over the new chunk plus one minibatch step).
+//! pass over the new chunk plus the epoch's minibatch steps: one with `pack_slices`; without
+//! it, slices end at every episode end and are padded, so short episodes give several).
 //!
 //! Every row is one JSON object:
 //! `{"bench":"learner","algo":..,"backend":..,"update":..,"env":..,"cell":..,"hidden":..,"slice_len":..,
 //!   "batch":..,"burn_in":..,"steps_per_s":..,"updates_per_s":..,"median_ms":..,"min_ms":..,"max_ms":..,
-//!   "iters":..,"threads":..}`; `steps_per_s` = trained steps (`batch * slice_len`) per second;
+//!   "iters":..,"threads":..,"pack_slices":..}`; `steps_per_s` = trained steps (`batch * slice_len`) per second;
 //! `backend` is the recurrent-mode backend the policy trains with (`auto` resolved).
 
 use std::io::Write;
@@ -74,6 +75,14 @@ pub struct LearnerBench {
         default_value = "burn,fused"
     )]
     pub updates: Vec<UpdatePath>,
+    /// PPO's `ppo.pack_slices` settings, one row each (`false,true` for both).
+    #[arg(
+        long = "pack-slices",
+        value_name = "BOOL",
+        value_delimiter = ',',
+        default_value = "false"
+    )]
+    pub pack_slices: Vec<bool>,
     /// Timed gradient steps per row (the median is reported).
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
@@ -109,6 +118,8 @@ pub struct LearnerRow {
     pub max_ms: f64,
     pub iters: usize,
     pub threads: usize,
+    /// PPO's `pack_slices` (false for DQN and BC).
+    pub pack_slices: bool,
 }
 
 impl LearnerBench {
@@ -144,12 +155,16 @@ impl LearnerBench {
                 let data = self.data(slice_len, batch)?;
                 for &backend in &self.backends {
                     for &algo in &self.algos {
-                        let updates = match algo {
-                            Algo::Ppo => self.updates.clone(),
-                            _ => vec![UpdatePath::Burn],
+                        let (updates, packs) = match algo {
+                            Algo::Ppo => (self.updates.clone(), self.pack_slices.clone()),
+                            _ => (vec![UpdatePath::Burn], vec![false]),
                         };
-                        for update in updates {
-                            let row = self.row(algo, backend, update, slice_len, batch, &data)?;
+                        for (pack, update) in packs
+                            .iter()
+                            .flat_map(|&p| updates.iter().map(move |&u| (p, u)))
+                        {
+                            let shape = (slice_len, batch, pack);
+                            let row = self.row(algo, backend, update, shape, &data)?;
                             if let Some(row) = row {
                                 writeln!(out, "{}", serde_json::to_string(&row)?)?;
                                 out.flush()?;
@@ -202,8 +217,7 @@ impl LearnerBench {
         algo: Algo,
         backend: RecurrentBackend,
         update: UpdatePath,
-        slice_len: usize,
-        batch: usize,
+        (slice_len, batch, pack_slices): (usize, usize, bool),
         data: &[Chunk],
     ) -> anyhow::Result<Option<LearnerRow>> {
         if update == UpdatePath::Fused && backend.resolve() != RecurrentBackend::Fused {
@@ -220,7 +234,7 @@ impl LearnerBench {
             Algo::Ppo => AlgoConfig::Ppo(toml::from_str(&format!(
                 "{slices}frames_per_update = {frames}\nepochs = 1\ngamma = 0.99\n\
                  gae_lambda = 0.95\nclip_eps = 0.2\nvalue_coef = 0.5\nentropy_coef = 0.01\n\
-                 max_grad_norm = 0.5\nupdate = \"{}\"",
+                 max_grad_norm = 0.5\nupdate = \"{}\"\npack_slices = {pack_slices}",
                 update.name()
             ))?),
             Algo::Dqn => AlgoConfig::Dqn(toml::from_str(&format!(
@@ -274,6 +288,7 @@ impl LearnerBench {
             max_ms,
             iters: self.iters,
             threads: self.threads,
+            pack_slices: pack_slices && algo == Algo::Ppo,
         }))
     }
 }

@@ -220,6 +220,15 @@ pub struct PpoSection {
     /// critic, discrete or multi-discrete actions, no dropout), burn elsewhere.
     #[serde(default)]
     pub update: UpdatePath,
+    /// How an epoch cuts the rollout into slices. `false` (default): slices end at every
+    /// trajectory end and are padded to `slice_len` (SB3 RecurrentPPO's per-episode
+    /// sequences), with a random head per epoch. `true`: slices tile each env row of a chunk at
+    /// fixed `slice_len` steps and run across episode ends, where `is_init` restarts the core
+    /// from the stored (reset) state inside the slice (Sample Factory's fixed-length chunks):
+    /// no padding, so an epoch is exactly `frames_per_update / (slice_len * num_slices)`
+    /// minibatches when `slice_len` divides `collector.steps`.
+    #[serde(default)]
+    pub pack_slices: bool,
 }
 
 /// [`PpoSection::update`].
