@@ -10,6 +10,7 @@ use burn::optim::{Adam, AdamState, AdaptiveMomentumState, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
 use common::backend::to_vec as host;
+use common::recurrent::fused::{vectorized, SimdLevel};
 
 use super::layout::{Layout, Slot};
 
@@ -46,35 +47,57 @@ impl FlatAdam {
         let eps = EPSILON * bias_correction2_sqrt;
         let lr = lr as f32;
         let (f1, f2) = (1.0 - BETA_1, 1.0 - BETA_2);
-        for (((p, &g), m), v) in params
-            .iter_mut()
-            .zip(grads)
-            .zip(self.m.iter_mut())
-            .zip(self.v.iter_mut())
-        {
-            *m = *m * BETA_1 + g * f1;
-            *v = *v * BETA_2 + g * g * f2;
-            let delta = *m * combined / (v.sqrt() + eps);
-            *p -= delta * lr;
-        }
+        let (m, v) = (&mut self.m, &mut self.v);
+        // Element-wise, so the wide code computes what the scalar loop would, bit for bit.
+        vectorized(
+            SimdLevel::current(),
+            #[inline(always)]
+            || {
+                for (((p, &g), m), v) in params.iter_mut().zip(grads).zip(m).zip(v) {
+                    *m = *m * BETA_1 + g * f1;
+                    *v = *v * BETA_2 + g * g * f2;
+                    let delta = *m * combined / (v.sqrt() + eps);
+                    *p -= delta * lr;
+                }
+            },
+        );
     }
 }
 
 /// Scales `grads` so that their global L2 norm is at most `max_norm` (the burn path's
-/// `clip_global_norm`: squares summed per parameter tensor in f32, tensors in f64); returns
-/// the norm before clipping.
+/// `clip_global_norm`: squares summed per parameter tensor in f32, in 16 lanes here, tensors
+/// in f64); returns the norm before clipping.
 pub fn clip_global_norm(layout: &Layout, grads: &mut [f32], max_norm: f32) -> f32 {
-    let sq: f64 = layout
-        .slots()
-        .iter()
-        .map(|s| grads[s.range()].iter().map(|g| g * g).sum::<f32>() as f64)
-        .sum();
+    let sq: f64 = vectorized(
+        SimdLevel::current(),
+        #[inline(always)]
+        || {
+            (layout.slots().iter())
+                .map(|s| sum_of_squares(&grads[s.range()]) as f64)
+                .sum()
+        },
+    );
     let norm = sq.sqrt() as f32;
     if norm > max_norm && norm.is_finite() {
         let scale = max_norm / (norm + 1e-6);
         grads.iter_mut().for_each(|g| *g *= scale);
     }
     norm
+}
+
+/// `sum(x^2)` over 16 running lanes (one zmm), so that the loop vectorizes: a single f32
+/// accumulator would serialize every add on its latency.
+#[inline(always)]
+fn sum_of_squares(x: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v * v;
+        }
+    }
+    let tail: f32 = chunks.remainder().iter().map(|v| v * v).sum();
+    lanes.iter().sum::<f32>() + tail
 }
 
 type Optim<B, M> = OptimizerAdaptor<Adam, M, B>;

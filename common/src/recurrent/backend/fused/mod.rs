@@ -45,6 +45,7 @@ use ndarray::{ArcArray, IxDyn};
 pub use gemm::{square_gemm_peak, step_gemm_rate, threads};
 use kernel::{CellOut, Dims, Keep, Params, Saved, Stored, Wanted};
 pub(crate) use mat::Mat;
+pub use simd::vectorized;
 pub use simd::Level as SimdLevel;
 pub(crate) use simd::{gemm_packed, Packed};
 use views::slab;

@@ -146,7 +146,7 @@ const MC: usize = 128;
 /// are vectorized for that instruction set. Mark the closure `#[inline(always)]`: it is
 /// instantiated once per level, and a closure LLVM does not inline runs as baseline code.
 #[inline(always)]
-pub(crate) fn vectorized<R>(level: Level, f: impl FnOnce() -> R) -> R {
+pub fn vectorized<R>(level: Level, f: impl FnOnce() -> R) -> R {
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Level::Avx512` is only ever produced where the CPU reports avx512f
