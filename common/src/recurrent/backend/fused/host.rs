@@ -19,9 +19,18 @@ use crate::recurrent::{CellKind, Recompute};
 /// rayon's pool took a PPO update (LSTM-64, slice 32) from 3.9 to 3.0 ms.
 pub const MIN_ROWS_PER_THREAD: usize = 16;
 
-/// The threads a layer call over `rows` batch rows uses.
-pub fn threads_for(rows: usize) -> usize {
-    threads().min(rows / MIN_ROWS_PER_THREAD).max(1)
+/// Row-steps (`rows x steps`) per thread below which a layer call runs on the calling thread
+/// alone: waking a pool worker whose core went idle takes tens of microseconds in a VM, more
+/// than a few steps of a small policy (the PPO critic's one-step bootstrap over 32 rows took
+/// a wake-up per update).
+pub const MIN_ROW_STEPS_PER_THREAD: usize = 128;
+
+/// The threads a layer call over `rows` batch rows of `steps` steps uses.
+pub fn threads_for(rows: usize, steps: usize) -> usize {
+    (threads())
+        .min(rows / MIN_ROWS_PER_THREAD)
+        .min(rows * steps / MIN_ROW_STEPS_PER_THREAD)
+        .max(1)
 }
 
 /// `c = beta * c + op(a) * op(b)`, all row-major: `a` is `[m, k]` (or `[k, m]` read
@@ -165,7 +174,7 @@ fn forward(
             layer,
         },
         keep,
-        threads_for(d.rows),
+        threads_for(d.rows, d.steps),
         out_h,
         out_c,
     )

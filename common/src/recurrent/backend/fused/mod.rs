@@ -177,7 +177,7 @@ pub(crate) fn inference<B: Backend>(
                 x,
                 &segments.start,
                 states,
-                host::threads_for(rows),
+                host::threads_for(rows, steps),
                 &mut out_h,
                 false,
             );
@@ -199,7 +199,7 @@ pub(crate) fn inference<B: Backend>(
                 &segments.start,
                 states,
                 Keep::Nothing,
-                host::threads_for(rows),
+                host::threads_for(rows, steps),
                 &mut out_h,
                 out_c,
             );
