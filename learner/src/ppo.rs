@@ -114,6 +114,16 @@ impl<B: AutodiffBackend> Ppo<B> {
             if fused.is_some() { "fused" } else { "burn" },
             ppo.update.name()
         );
+        if ppo.pack_slices && !schema.steps.is_multiple_of(ppo.slice_len) {
+            tracing::warn!(
+                "ppo.pack_slices: slice_len = {} does not divide the chunks' {} steps, so each \
+                 env row ends in a slice of {} steps padded to {}",
+                ppo.slice_len,
+                schema.steps,
+                schema.steps % ppo.slice_len,
+                ppo.slice_len
+            );
+        }
         let sampler = SliceSampler::new(SliceSamplerConfig {
             pack: ppo.pack_slices,
             ..SliceSamplerConfig::padded(ppo.slice_len, ppo.num_slices, false, seed ^ 0x5a1ce)
