@@ -57,8 +57,10 @@ pub fn to_vec<B: burn::tensor::backend::Backend, const D: usize>(
 }
 
 /// The values of a [`Cpu`] or [`CpuAutodiff`] f32 tensor stored in standard layout, copied
-/// straight from its storage. burn's `into_data` gathers element by element: about 1 ms for a
-/// small policy's weights, every update.
+/// straight from its storage, or of a transposed view of such a matrix (`w.transpose()`),
+/// transposed back here. burn's `into_data` gathers element by element over dynamic
+/// dimensions: about 1 ms for a small policy's weights, every update (and on every weight
+/// adoption in the actors, which read `W^T`).
 fn cpu_values<B: burn::tensor::backend::Backend, const D: usize>(
     t: &burn::tensor::Tensor<B, D>,
 ) -> Option<Vec<f32>> {
@@ -73,7 +75,22 @@ fn cpu_values<B: burn::tensor::backend::Backend, const D: usize>(
             return None;
         };
     match primitive {
-        NdArrayTensor::F32(storage) => storage.view().as_slice().map(<[f32]>::to_vec),
+        NdArrayTensor::F32(storage) => {
+            let view = storage.view();
+            if let Some(values) = view.as_slice() {
+                return Some(values.to_vec());
+            }
+            // A transposed standard-layout matrix: its transpose is contiguous.
+            let [rows, cols] = view.shape().try_into().ok()?;
+            let source = view.t().to_slice()?;
+            let mut out = vec![0.0f32; rows * cols];
+            for (c, column) in source.chunks_exact(rows.max(1)).enumerate() {
+                for (r, &x) in column.iter().enumerate() {
+                    out[r * cols + c] = x;
+                }
+            }
+            Some(out)
+        }
         _ => None,
     }
 }
@@ -205,6 +222,33 @@ pub fn cuda_device(index: usize) -> Result<burn::backend::cuda::CudaDevice, Devi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The copy paths of `to_vec` (standard layout, a transposed matrix, both backends) give
+    /// burn's own `into_data` values, and a 3-D permuted view falls back to it.
+    #[test]
+    fn to_vec_matches_burns_into_data_on_plain_and_transposed_tensors() {
+        use burn::tensor::{Tensor, TensorData};
+        let burns = |data: TensorData| data.convert::<f32>().to_vec::<f32>().unwrap();
+        let m = Tensor::<Cpu, 2>::from_data(
+            TensorData::new((0..12).map(|i| i as f32 * 0.5 - 2.0).collect(), [3, 4]),
+            &cpu_device(),
+        );
+        for t in [
+            m.clone(),
+            m.clone().transpose(),
+            m.clone().transpose().transpose(),
+        ] {
+            assert_eq!(to_vec(t.clone()), burns(t.into_data()));
+        }
+        let a = Tensor::<CpuAutodiff, 2>::from_inner(m.clone()).transpose();
+        assert_eq!(to_vec(a.clone()), burns(a.into_data()));
+        assert_eq!(
+            to_vec(m.clone().transpose()),
+            [-2.0, 0.0, 2.0, -1.5, 0.5, 2.5, -1.0, 1.0, 3.0, -0.5, 1.5, 3.5]
+        );
+        let cube = m.reshape([2, 3, 2]).permute([2, 0, 1]);
+        assert_eq!(to_vec(cube.clone()), burns(cube.into_data()));
+    }
 
     #[test]
     fn devices_parse_and_print_back() {

@@ -105,21 +105,6 @@ pub struct InferencePolicy {
     gh: Vec<f32>,
 }
 
-/// `w^T`'s values, row-major: read in `w`'s own (standard) layout, which is a plain copy,
-/// then transposed here. burn's `into_data` of a transposed view gathers element by element,
-/// which made a weight adoption cost about a millisecond.
-fn host_t<B: Backend>(w: Tensor<B, 2>) -> Vec<f32> {
-    let [rows, cols] = w.dims();
-    let v = host(w);
-    let mut t = vec![0.0; v.len()];
-    for (r, row) in v.chunks_exact(cols.max(1)).enumerate() {
-        for (c, &x) in row.iter().enumerate() {
-            t[c * rows + r] = x;
-        }
-    }
-    t
-}
-
 fn dense<B: Backend>(l: &burn::nn::Linear<B>) -> Dense {
     let [inputs, outputs] = l.weight.val().dims();
     Dense {
@@ -145,11 +130,10 @@ impl InferencePolicy {
                         b.as_ref().map_or_else(|| vec![0.0; gh], |b| host(b.val()))
                     };
                     CellWeights {
-                        wih_t: Weight::new(host_t(layer.weight_ih.val()), inputs, gh),
-                        whh_t: layer
-                            .weight_hh
-                            .as_ref()
-                            .map(|w| Weight::new(host_t(w.val()), core.hidden_size(), gh)),
+                        wih_t: Weight::new(host(layer.weight_ih.val().transpose()), inputs, gh),
+                        whh_t: layer.weight_hh.as_ref().map(|w| {
+                            Weight::new(host(w.val().transpose()), core.hidden_size(), gh)
+                        }),
                         b_ih: bias(&layer.bias_ih),
                         b_hh: bias(&layer.bias_hh),
                     }
