@@ -288,7 +288,7 @@ impl LearnerBench {
             max_ms,
             iters: self.iters,
             threads: self.threads,
-            pack_slices: pack_slices && algo == Algo::Ppo,
+            pack_slices,
         }))
     }
 }
