@@ -23,9 +23,16 @@ macro_rules! update_stats {
         impl UpdateStats {
             /// The mean of the statistics of an update's minibatches (or gradient steps).
             pub fn mean(parts: &[UpdateStats]) -> UpdateStats {
-                let k = parts.len().max(1) as f32;
+                let (sum, k) = (Self::sum(parts), parts.len().max(1) as f32);
                 UpdateStats {
-                    $($field: parts.iter().fold(0.0, |sum, s| sum + s.$field) / k,)*
+                    $($field: sum.$field / k,)*
+                }
+            }
+
+            /// The field-wise sum of `parts` (a minibatch's statistics from its row blocks).
+            pub fn sum(parts: &[UpdateStats]) -> UpdateStats {
+                UpdateStats {
+                    $($field: parts.iter().fold(0.0, |sum, s| sum + s.$field),)*
                 }
             }
         }

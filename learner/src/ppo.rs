@@ -314,8 +314,7 @@ impl<B: AutodiffBackend> Ppo<B> {
             let start: Vec<bool> = (chunk.is_init.iter().enumerate())
                 .map(|(p, &x)| x == 1 || p % t == 0)
                 .collect();
-            let (value, next_h, next_c) = fused.net().values(
-                s.envs,
+            let (value, next_h, next_c) = fused.values(
                 t,
                 &chunk.observation,
                 &start,
@@ -324,8 +323,7 @@ impl<B: AutodiffBackend> Ppo<B> {
             );
             if !rows.is_empty() {
                 let m = rows.len();
-                let (boot, _, _) = fused.net().values(
-                    m,
+                let (boot, _, _) = fused.values(
                     1,
                     &gather(&chunk.next_observation, &rows, d),
                     &vec![true; m],

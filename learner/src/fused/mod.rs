@@ -18,11 +18,14 @@ use std::any::TypeId;
 use burn::tensor::backend::Backend;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::policy::{ActionSpec, CriticCore, Policy, PolicyConfig};
+use common::recurrent::fused::{self, host::threads_for};
 use common::recurrent::{CellKind, RecurrentBackend};
 
 use adam::FlatAdam;
 use layout::Layout;
-use net::{Batch, LossConfig, Net, Outcome};
+use net::{part, Batch, LossConfig, Net, Outcome};
+
+use crate::metrics::UpdateStats;
 
 /// Why `model` cannot take the fused update (`None`: it can), naming the setting.
 pub fn unsupported<B: Backend>(model: &Policy<B>) -> Option<String> {
@@ -120,9 +123,84 @@ impl FusedUpdate {
         }
     }
 
-    /// The loss of one minibatch and its gradients (no step).
+    /// The loss of one minibatch and its gradients (no step), over blocks of its rows (see
+    /// [`by_row_blocks`]) whose gradients add up.
     pub fn loss(&self, batch: &Batch<'_>, cfg: LossConfig) -> Outcome {
-        self.net().ppo(batch, cfg)
+        self.loss_in_blocks(batch, cfg, threads_for(batch.rows, batch.len))
+    }
+
+    /// [`loss`](Self::loss) over `blocks` blocks of rows.
+    pub(crate) fn loss_in_blocks(
+        &self,
+        batch: &Batch<'_>,
+        cfg: LossConfig,
+        blocks: usize,
+    ) -> Outcome {
+        let net = self.net();
+        let count = batch.mask.iter().filter(|&&m| m).count() as f32;
+        let mut parts = by_row_blocks(batch.rows, blocks, |first, rows| {
+            net.ppo_part(&batch.rows(first, rows), cfg, count)
+        });
+        if parts.len() == 1 {
+            return parts.pop().expect("one part");
+        }
+        let mut grads = vec![0.0f32; self.layout.total];
+        for o in &parts {
+            grads.iter_mut().zip(&o.grads).for_each(|(g, &v)| *g += v);
+        }
+        let stats: Vec<_> = parts.into_iter().map(|o| o.stats).collect();
+        Outcome {
+            grads,
+            stats: UpdateStats::sum(&stats),
+        }
+    }
+
+    /// The critic's pass ([`Net::values`]) over blocks of the rows (see [`by_row_blocks`]).
+    pub fn values(
+        &self,
+        len: usize,
+        obs: &[f32],
+        start: &[bool],
+        rs_h: &[f32],
+        rs_c: Option<&[f32]>,
+    ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+        let rows = start.len() / len;
+        let blocks = threads_for(rows, len);
+        self.values_in_blocks(len, obs, start, rs_h, rs_c, blocks)
+    }
+
+    /// [`values`](Self::values) over `blocks` blocks of rows.
+    pub(crate) fn values_in_blocks(
+        &self,
+        len: usize,
+        obs: &[f32],
+        start: &[bool],
+        rs_h: &[f32],
+        rs_c: Option<&[f32]>,
+        blocks: usize,
+    ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+        let net = self.net();
+        let n = start.len();
+        let parts = by_row_blocks(n / len, blocks, |first, rows| {
+            let (at, span) = (first * len, rows * len);
+            net.values(
+                rows,
+                len,
+                part(obs, n, at, span),
+                part(start, n, at, span),
+                part(rs_h, n, at, span),
+                rs_c.map(|c| part(c, n, at, span)),
+            )
+        });
+        let mut out = (Vec::new(), Vec::new(), rs_c.map(|_| Vec::new()));
+        for (value, next_h, next_c) in parts {
+            out.0.extend(value);
+            out.1.extend(next_h);
+            if let (Some(all), Some(c)) = (out.2.as_mut(), next_c) {
+                all.extend(c);
+            }
+        }
+        out
     }
 
     /// One optimizer step along `grads` (from [`loss`](Self::loss)): clipped to a global
@@ -137,6 +215,28 @@ impl FusedUpdate {
     pub fn finish<B: Backend>(&self, model: Policy<B>) -> Policy<B> {
         self.layout.write(model, &self.params)
     }
+}
+
+/// `f(first, rows)` over `blocks` blocks of `rows` rows, in row order, each on a thread of its
+/// own through the whole network, with the kernels on that thread alone. The callers take one
+/// block per thread where the rows allow several ([`threads_for`]): one wake-up of the pool
+/// per call, and the encoder, heads and loss split too (splitting only the recurrent core's
+/// rows woke the pool for each layer's forward and backward, and left the rest to one thread).
+fn by_row_blocks<T: Send>(
+    rows: usize,
+    blocks: usize,
+    f: impl Fn(usize, usize) -> T + Sync,
+) -> Vec<T> {
+    if blocks < 2 {
+        return vec![f(0, rows)];
+    }
+    let f = &f;
+    fused::parallel(
+        fused::blocks(rows, blocks)
+            .into_iter()
+            .map(|(first, rows)| move || fused::single_threaded(|| f(first, rows)))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

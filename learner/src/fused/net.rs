@@ -48,6 +48,33 @@ pub struct Batch<'a> {
     pub mask: &'a [bool],
 }
 
+/// Positions `at .. at + span` of `v`, which holds `n` positions of equal width.
+pub(crate) fn part<T>(v: &[T], n: usize, at: usize, span: usize) -> &[T] {
+    let w = v.len() / n;
+    &v[at * w..(at + span) * w]
+}
+
+impl Batch<'_> {
+    /// Rows `first .. first + rows` of this minibatch.
+    pub fn rows(&self, first: usize, rows: usize) -> Batch<'_> {
+        let (n, at) = (self.rows * self.len, first * self.len);
+        let span = rows * self.len;
+        Batch {
+            rows,
+            len: self.len,
+            obs: part(self.obs, n, at, span),
+            start: part(self.start, n, at, span),
+            rs_h: part(self.rs_h, n, at, span),
+            rs_c: self.rs_c.map(|c| part(c, n, at, span)),
+            action: part(self.action, n, at, span),
+            old_logp: part(self.old_logp, n, at, span),
+            target: part(self.target, n, at, span),
+            adv: part(self.adv, n, at, span),
+            mask: part(self.mask, n, at, span),
+        }
+    }
+}
+
 /// The loss's coefficients at this point of the run.
 #[derive(Clone, Copy, Debug)]
 pub struct LossConfig {
@@ -141,6 +168,14 @@ impl Net<'_> {
 
     /// The loss of `b` under `cfg` and its gradients.
     pub fn ppo(&self, b: &Batch<'_>, cfg: LossConfig) -> Outcome {
+        let count = b.mask.iter().filter(|&&m| m).count() as f32;
+        self.ppo_part(b, cfg, count)
+    }
+
+    /// [`ppo`](Self::ppo) of a block of a minibatch's rows, every mean taken over the
+    /// minibatch's `count` real steps: the blocks' losses, statistics and gradients add up to
+    /// the minibatch's.
+    pub fn ppo_part(&self, b: &Batch<'_>, cfg: LossConfig, count: f32) -> Outcome {
         let n = b.rows * b.len;
         let forward = Phase::start("fused.forward");
         let (h, layout) = (self.hidden, self.layout);
@@ -183,7 +218,6 @@ impl Net<'_> {
         // Loss and its gradient with respect to the heads' outputs.
         let width = layout.policy_head.output;
         let comps = self.nvec.len();
-        let count = b.mask.iter().filter(|&&m| m).count() as f32;
         let mut d_logits = vec![0.0f32; n * width];
         let mut d_value = vec![0.0f32; n];
         let (mut pl, mut vl, mut ent_sum, mut kl, mut clipped) = (0.0f32, 0.0, 0.0, 0.0, 0.0);

@@ -11,9 +11,17 @@ pub(crate) fn gemm(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32], c_rs: usize
     simd::gemm(Level::current(), a, b, beta, c, c_rs);
 }
 
+thread_local! {
+    /// Set while [`single_threaded`] runs on this thread.
+    static SINGLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Worker threads for the fused backend: `RAYON_NUM_THREADS` (the setting burn's CPU backend
-/// and `recur-bench --threads` use) or else every core.
+/// and `recur-bench --threads` use) or else every core; 1 inside [`single_threaded`].
 pub fn threads() -> usize {
+    if SINGLE.get() {
+        return 1;
+    }
     std::env::var("RAYON_NUM_THREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -21,10 +29,23 @@ pub fn threads() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// Runs `f` with the fused kernels on the calling thread alone: for work that is already one
+/// of several [`parallel`] jobs.
+pub fn single_threaded<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SINGLE.set(self.0);
+        }
+    }
+    let _restore = Restore(SINGLE.replace(true));
+    f()
+}
+
 /// Runs every job, the first on the calling thread and the rest on rayon's pool (burn's CPU
 /// backend's pool, sized by `RAYON_NUM_THREADS` like [`threads`]); results in job order.
 /// The pool's workers stay alive between calls, so a call pays a wake-up, not a thread spawn.
-pub(crate) fn parallel<T: Send, F: FnOnce() -> T + Send>(jobs: Vec<F>) -> Vec<T> {
+pub fn parallel<T: Send, F: FnOnce() -> T + Send>(jobs: Vec<F>) -> Vec<T> {
     let mut jobs = jobs.into_iter();
     let Some(first) = jobs.next() else {
         return Vec::new();
@@ -45,7 +66,7 @@ pub(crate) fn parallel<T: Send, F: FnOnce() -> T + Send>(jobs: Vec<F>) -> Vec<T>
 
 /// `count` items split into at most `parts` contiguous blocks of near-equal size:
 /// `(first, len)` each, none empty.
-pub(crate) fn blocks(count: usize, parts: usize) -> Vec<(usize, usize)> {
+pub fn blocks(count: usize, parts: usize) -> Vec<(usize, usize)> {
     let parts = parts.clamp(1, count.max(1));
     let (base, extra) = (count / parts, count % parts);
     let mut first = 0;

@@ -42,7 +42,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use ndarray::{ArcArray, IxDyn};
 
-pub use gemm::{square_gemm_peak, step_gemm_rate, threads};
+pub use gemm::{blocks, parallel, single_threaded, square_gemm_peak, step_gemm_rate, threads};
 use kernel::{CellOut, Dims, Keep, Params, Saved, Stored, Wanted};
 pub(crate) use mat::Mat;
 pub use simd::vectorized;
