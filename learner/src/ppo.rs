@@ -320,6 +320,7 @@ impl<B: AutodiffBackend> Ppo<B> {
                 &start,
                 &chunk.rs_h,
                 chunk.rs_c.as_deref(),
+                None,
             );
             if !rows.is_empty() {
                 let m = rows.len();
@@ -329,6 +330,7 @@ impl<B: AutodiffBackend> Ppo<B> {
                     &vec![true; m],
                     &gather(&next_h, &rows, lh),
                     next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
+                    None,
                 );
                 for (&p, v) in rows.iter().zip(boot) {
                     next_value[p] = v;

@@ -155,7 +155,8 @@ impl FusedUpdate {
         }
     }
 
-    /// The critic's pass ([`Net::values`]) over blocks of the rows (see [`by_row_blocks`]).
+    /// The critic's pass ([`Net::values`]) over `blocks` blocks of the rows (see
+    /// [`by_row_blocks`]); `None`: one per thread where the rows allow several.
     pub fn values(
         &self,
         len: usize,
@@ -163,22 +164,9 @@ impl FusedUpdate {
         start: &[bool],
         rs_h: &[f32],
         rs_c: Option<&[f32]>,
+        blocks: Option<usize>,
     ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
-        let rows = start.len() / len;
-        let blocks = threads_for(rows, len);
-        self.values_in_blocks(len, obs, start, rs_h, rs_c, blocks)
-    }
-
-    /// [`values`](Self::values) over `blocks` blocks of rows.
-    pub(crate) fn values_in_blocks(
-        &self,
-        len: usize,
-        obs: &[f32],
-        start: &[bool],
-        rs_h: &[f32],
-        rs_c: Option<&[f32]>,
-        blocks: usize,
-    ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+        let blocks = blocks.unwrap_or_else(|| threads_for(start.len() / len, len));
         let net = self.net();
         let n = start.len();
         let parts = by_row_blocks(n / len, blocks, |first, rows| {

@@ -428,6 +428,6 @@ fn row_blocks_add_up_to_the_whole_minibatch() {
     );
     close("gradients", &split.grads, &whole.grads, 1e-6);
     // The critic's pass: each row's values and states do not depend on the other rows.
-    let values = |blocks| fused.values_in_blocks(len, &obs, &start, &rs_h, Some(&rs_c), blocks);
+    let values = |blocks| fused.values(len, &obs, &start, &rs_h, Some(&rs_c), Some(blocks));
     assert_eq!(values(3), values(1));
 }
