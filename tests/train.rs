@@ -178,6 +178,7 @@ fn a_bad_config_is_refused_naming_the_key() {
         err.contains("bad.toml") && err.contains("unknown field `gama`"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `recur_tests::binary` builds the learner without features: `device = "cuda:0"` is refused

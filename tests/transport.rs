@@ -121,6 +121,7 @@ fn four_actors_deliver_every_chunk_exactly_once() {
         "weights were republished: {s}"
     );
     assert!(segments_containing(&dir.file_name().unwrap().to_string_lossy()).is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -163,6 +164,7 @@ fn a_killed_actor_is_restarted_and_nothing_corrupt_is_accepted() {
     };
     assert!(chunks(1, 0) > 0, "the killed incarnation had streamed: {s}");
     assert!(chunks(1, 1) > 0, "the restarted actor streams again: {s}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -255,6 +257,9 @@ fn a_killed_learner_leaves_no_orphans_and_the_next_run_reclaims_its_segments() {
         "stale segments left: {:?}",
         segments_containing(&run_id)
     );
+    for d in [&dir, &next] {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
 
 #[test]
@@ -309,4 +314,5 @@ fn an_actor_with_another_schema_is_refused_clearly() {
     assert_eq!(s["refused_registrations"], 1, "{s}");
     assert_eq!(s["stopped_by_request"], true);
     assert_exactly_once(&s);
+    let _ = std::fs::remove_dir_all(&dir);
 }
