@@ -139,7 +139,7 @@ impl FusedUpdate {
         let net = self.net();
         let count = batch.mask.iter().filter(|&&m| m).count() as f32;
         let mut parts = by_row_blocks(batch.rows, blocks, |first, rows| {
-            net.ppo_part(&batch.rows(first, rows), cfg, count)
+            net.ppo(&batch.rows(first, rows), cfg, count)
         });
         if parts.len() == 1 {
             return parts.pop().expect("one part");
@@ -180,7 +180,8 @@ impl FusedUpdate {
                 rs_c.map(|c| part(c, n, at, span)),
             )
         });
-        let mut out = (Vec::new(), Vec::new(), rs_c.map(|_| Vec::new()));
+        let mut parts = parts.into_iter();
+        let mut out = parts.next().expect("at least one block");
         for (value, next_h, next_c) in parts {
             out.0.extend(value);
             out.1.extend(next_h);

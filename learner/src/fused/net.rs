@@ -166,16 +166,10 @@ impl Net<'_> {
         }
     }
 
-    /// The loss of `b` under `cfg` and its gradients.
-    pub fn ppo(&self, b: &Batch<'_>, cfg: LossConfig) -> Outcome {
-        let count = b.mask.iter().filter(|&&m| m).count() as f32;
-        self.ppo_part(b, cfg, count)
-    }
-
-    /// [`ppo`](Self::ppo) of a block of a minibatch's rows, every mean taken over the
-    /// minibatch's `count` real steps: the blocks' losses, statistics and gradients add up to
-    /// the minibatch's.
-    pub fn ppo_part(&self, b: &Batch<'_>, cfg: LossConfig, count: f32) -> Outcome {
+    /// The loss of `b` (a minibatch, or a block of its rows) under `cfg` and its gradients,
+    /// every mean taken over the minibatch's `count` real steps: the blocks' losses,
+    /// statistics and gradients add up to the minibatch's.
+    pub fn ppo(&self, b: &Batch<'_>, cfg: LossConfig, count: f32) -> Outcome {
         let n = b.rows * b.len;
         let forward = Phase::start("fused.forward");
         let (h, layout) = (self.hidden, self.layout);
