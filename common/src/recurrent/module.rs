@@ -197,6 +197,38 @@ impl<B: Backend> RecurrentCore<B> {
     ) -> RecurrentOutput<B, 2, 3> {
         let [n, _] = input.dims();
         let hidden = self.hidden_size();
+        // On a CubeCL device the fused kernel takes the step as one step of recurrent mode
+        // from the zeroed incoming state, so both modes multiply at the core's
+        // `matmul_precision` (burn's own matmul stages f32 through tf32 on tensor cores).
+        #[cfg(any(feature = "cuda", feature = "wgpu"))]
+        if self.backend() == RecurrentBackend::Fused && super::backend::cube::available::<B>() {
+            let layers = self.num_layers();
+            let reset = is_init
+                .clone()
+                .reshape([n, 1, 1])
+                .expand([n, layers, hidden]);
+            let zeroed = |e: &Tensor<B, 3>| {
+                e.clone()
+                    .mask_fill(reset.clone(), 0.0)
+                    .unsqueeze_dim::<4>(1)
+            };
+            let out = self.run_recurrent(
+                input.unsqueeze_dim(1),
+                is_init.unsqueeze_dim(1),
+                RecurrentState {
+                    rs_h: zeroed(&state.rs_h),
+                    rs_c: state.rs_c.as_ref().map(zeroed),
+                },
+            );
+            let flat = |e: Tensor<B, 4>| e.reshape([n, layers, hidden]);
+            return RecurrentOutput {
+                features: out.features.reshape([n, hidden]),
+                next: RecurrentState {
+                    rs_h: flat(out.next.rs_h),
+                    rs_c: out.next.rs_c.map(flat),
+                },
+            };
+        }
         let reset = is_init.unsqueeze_dim::<2>(1).expand([n, hidden]);
         let incoming = |e: &Tensor<B, 3>, l: usize| {
             e.clone()

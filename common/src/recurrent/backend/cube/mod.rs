@@ -165,6 +165,53 @@ fn prim<R: CubeRuntime, BT: BoolElement, const D: usize>(
     into_contiguous(t.into_primitive().tensor())
 }
 
+/// `a x b` at the call's precision. `ieee` runs cubek's unit (register) matmul: burn's own
+/// matmul stages `f32` operands as `tf32` on any device with tensor cores (cubek-matmul 0.2,
+/// `adjust_dtypes`), so on an H100 every product of the layer would round to 10 bits of
+/// mantissa. `tf32` and `bf16` keep burn's matmul (tensor cores where the device has them).
+fn matmul<R: CubeRuntime, BT: BoolElement>(
+    a: Tensor<Cube<R, BT>, 2>,
+    b: Tensor<Cube<R, BT>, 2>,
+    precision: u32,
+) -> Tensor<Cube<R, BT>, 2> {
+    if precision != kernel::IEEE {
+        return a.matmul(b);
+    }
+    use burn::tensor::DType;
+    use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
+    use cubek::matmul::launch::{launch_ref, Strategy};
+    use cubek::matmul::routines::simple_unit::SimpleUnitSelectionArgs;
+    use cubek::matmul::routines::{BlueprintStrategy, TileSizeSelection};
+    use cubek::std::InputBinding;
+    let (a, b) = (prim(a), prim(b));
+    let out = burn_cubecl::kernel::matmul::init_matmul_output(&a, &b, DType::F32);
+    let launch = |strategy: &Strategy| {
+        let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+            lhs: a.dtype.into(),
+            rhs: b.dtype.into(),
+            out: out.dtype.into(),
+        });
+        launch_ref(
+            strategy,
+            &out.client,
+            InputBinding::new(a.clone().binding(), a.dtype.into()),
+            InputBinding::new(b.clone().binding(), b.dtype.into()),
+            out.clone().binding(),
+            &mut dtypes,
+        )
+    };
+    let unit = Strategy::SimpleUnit(BlueprintStrategy::Inferred(SimpleUnitSelectionArgs {
+        tile_size: TileSizeSelection::MaxTileSize,
+    }));
+    // The naive kernel takes any shape the tiled one refuses (both multiply in f32).
+    if let Err(unit_err) = launch(&unit) {
+        launch(&Strategy::Naive).unwrap_or_else(|naive_err| {
+            panic!("no f32 matmul launches: unit {unit_err:?}, naive {naive_err:?}")
+        });
+    }
+    wrap::<R, BT, 2>(out)
+}
+
 /// One layer call's tensors on the inner backend, contiguous.
 #[derive(Clone, Debug)]
 struct Inputs<R: CubeRuntime> {
@@ -247,9 +294,11 @@ fn forward<R: CubeRuntime, BT: BoolElement>(
     let k = if how.cell.has_cell_state() { 2 } else { 1 };
     let device = &inputs.x.device;
     // x W_ih^T + b_ih for every step: one GEMM.
-    let mut xp = wrap::<R, BT, 3>(inputs.x.clone())
-        .reshape([rows * steps, input])
-        .matmul(wrap::<R, BT, 2>(inputs.w_ih.clone()).transpose());
+    let mut xp = matmul(
+        wrap::<R, BT, 3>(inputs.x.clone()).reshape([rows * steps, input]),
+        wrap::<R, BT, 2>(inputs.w_ih.clone()).transpose(),
+        how.precision,
+    );
     if let Some(b) = &inputs.b_ih {
         xp = xp + wrap::<R, BT, 1>(b.clone()).unsqueeze_dim(0);
     }
@@ -391,14 +440,21 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
             };
             give(nx.map(|n| n.id), &|| {
                 prim(
-                    dg.clone()
-                        .matmul(wrap::<R, BT, 2>(inputs.w_ih.clone()))
-                        .reshape([rows, steps, input]),
+                    matmul(
+                        dg.clone(),
+                        wrap::<R, BT, 2>(inputs.w_ih.clone()),
+                        how.precision,
+                    )
+                    .reshape([rows, steps, input]),
                 )
             });
             give(nh.map(|n| n.id), &|| dh0.clone());
             give(nwi.map(|n| n.id), &|| {
-                prim(dg.clone().transpose().matmul(flat(inputs.x.clone(), input)))
+                prim(matmul(
+                    dg.clone().transpose(),
+                    flat(inputs.x.clone(), input),
+                    how.precision,
+                ))
             });
             give(nbi.map(|n| n.id), &|| {
                 prim(dg.clone().sum_dim(0).reshape([gh]))
@@ -447,9 +503,12 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
         };
         give(nx.map(|n| n.id), &|| {
             prim(
-                dgi.clone()
-                    .matmul(wrap::<R, BT, 2>(inputs.w_ih.clone()))
-                    .reshape([rows, steps, input]),
+                matmul(
+                    dgi.clone(),
+                    wrap::<R, BT, 2>(inputs.w_ih.clone()),
+                    how.precision,
+                )
+                .reshape([rows, steps, input]),
             )
         });
         give(nh.map(|n| n.id), &|| dh0.clone());
@@ -457,14 +516,18 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
             give(nc.map(|n| n.id), &|| dc0.clone());
         }
         give(nwi.map(|n| n.id), &|| {
-            prim(
-                dgi.clone()
-                    .transpose()
-                    .matmul(flat(inputs.x.clone(), input)),
-            )
+            prim(matmul(
+                dgi.clone().transpose(),
+                flat(inputs.x.clone(), input),
+                how.precision,
+            ))
         });
         give(nwh.map(|n| n.id), &|| {
-            prim(dgh.clone().transpose().matmul(flat(h_in.clone(), hidden)))
+            prim(matmul(
+                dgh.clone().transpose(),
+                flat(h_in.clone(), hidden),
+                how.precision,
+            ))
         });
         give(nbi.map(|n| n.id), &|| {
             prim(dgi.clone().sum_dim(0).reshape([gh]))
