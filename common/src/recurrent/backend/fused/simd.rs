@@ -394,10 +394,24 @@ fn kernel(level: Level, kc: usize, a: &[f32], b: &[f32], tile: Tile<'_>) {
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Level::Avx512` only where the CPU reports avx512f (see `vectorized`).
-        Level::Avx512 => unsafe { x86::kernel_avx512(kc, a, b, tile) },
+        // A tile of at most half the rows (a 4-row block of a small minibatch, the last rows
+        // of a GEMM) runs the half-height kernel: no FMAs on the zero rows of its packed `a`.
+        Level::Avx512 => unsafe {
+            if tile.rows <= Level::Avx512.mr() / 2 {
+                x86::kernel_avx512::<{ Level::Avx512.mr() / 2 }>(kc, a, b, tile)
+            } else {
+                x86::kernel_avx512::<{ Level::Avx512.mr() }>(kc, a, b, tile)
+            }
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Level::Avx2` only where the CPU reports avx2 and fma.
-        Level::Avx2 => unsafe { x86::kernel_avx2(kc, a, b, tile) },
+        Level::Avx2 => unsafe {
+            if tile.rows <= Level::Avx2.mr() / 2 {
+                x86::kernel_avx2::<{ Level::Avx2.mr() / 2 }>(kc, a, b, tile)
+            } else {
+                x86::kernel_avx2::<{ Level::Avx2.mr() }>(kc, a, b, tile)
+            }
+        },
         _ => kernel_scalar(kc, a, b, tile),
     }
 }
@@ -433,15 +447,21 @@ mod x86 {
         f()
     }
 
-    /// A micro-kernel of `MR x NR` floats on `W`-float vectors: `2 * MR` accumulators, two `b`
-    /// loads and `MR` broadcasts per `k`. A full tile is stored in place (`beta` added), a
-    /// partial one through [`Tile::store`].
+    /// A micro-kernel of `ROWS x NR` floats on `W`-float vectors (`ROWS` = `MR`, or `MR / 2`
+    /// for a tile of at most that many rows; `a` is packed `MR` floats per `k` either way):
+    /// `2 * ROWS` accumulators, two `b` loads and `ROWS` broadcasts per `k`. A full tile is
+    /// stored in place (`beta` added), a partial one through [`Tile::store`].
     macro_rules! micro_kernel {
         ($(#[$doc:meta])* $name:ident, $features:literal, $level:expr, $w:literal,
          $zero:ident, $load:ident, $set1:ident, $fmadd:ident, $store:ident) => {
             $(#[$doc])*
             #[target_feature(enable = $features)]
-            pub(super) fn $name(kc: usize, a: &[f32], b: &[f32], tile: Tile<'_>) {
+            pub(super) fn $name<const ROWS: usize>(
+                kc: usize,
+                a: &[f32],
+                b: &[f32],
+                tile: Tile<'_>,
+            ) {
                 const MR: usize = $level.mr();
                 const NR: usize = $level.nr();
                 const W: usize = $w;
@@ -449,11 +469,15 @@ mod x86 {
                     a.len() >= kc * MR && b.len() >= kc * NR,
                     "packed operands hold kc steps"
                 );
-                let mut acc = [[$zero(); 2]; MR];
+                assert!(
+                    ROWS <= MR && tile.rows <= ROWS,
+                    "the tile's rows fit the kernel"
+                );
+                let mut acc = [[$zero(); 2]; ROWS];
                 let (ap, bp) = (a.as_ptr(), b.as_ptr());
                 for kk in 0..kc {
-                    // SAFETY: kk < kc, and a holds kc * MR, b kc * NR floats (asserted above);
-                    // the loads are unaligned.
+                    // SAFETY: kk < kc and r < ROWS <= MR, and a holds kc * MR, b kc * NR
+                    // floats (asserted above); the loads are unaligned.
                     unsafe {
                         let b0 = $load(bp.add(kk * NR));
                         let b1 = $load(bp.add(kk * NR + W));
@@ -464,14 +488,14 @@ mod x86 {
                         }
                     }
                 }
-                let full = tile.rows == MR && tile.cols == NR;
-                if full && tile.c.len() >= (MR - 1) * tile.rs + NR {
+                let full = tile.rows == ROWS && tile.cols == NR;
+                if full && tile.c.len() >= (ROWS - 1) * tile.rs + NR {
                     let cp = tile.c.as_mut_ptr();
                     let beta = $set1(tile.beta);
                     for (r, row) in acc.iter().enumerate() {
                         for (half, &v) in row.iter().enumerate() {
-                            // SAFETY: r < MR and half * W + W <= NR, and c holds
-                            // (MR - 1) * rs + NR floats (checked above), so the W floats at
+                            // SAFETY: r < ROWS and half * W + W <= NR, and c holds
+                            // (ROWS - 1) * rs + NR floats (checked above), so the W floats at
                             // r * rs + half * W are in c.
                             unsafe {
                                 let at = cp.add(r * tile.rs + half * W);
@@ -488,7 +512,8 @@ mod x86 {
                     let mut out = [0.0f32; MR * NR];
                     for (r, row) in acc.iter().enumerate() {
                         for (half, &v) in row.iter().enumerate() {
-                            // SAFETY: r * NR + half * W + W <= MR * NR, inside `out`.
+                            // SAFETY: r * NR + half * W + W <= ROWS * NR <= MR * NR, inside
+                            // `out`.
                             unsafe { $store(out.as_mut_ptr().add(r * NR + half * W), v) };
                         }
                     }
@@ -499,7 +524,7 @@ mod x86 {
     }
 
     micro_kernel!(
-        /// 8 x 32: 16 zmm accumulators, eight broadcasts per `k`.
+        /// 8 x 32: 16 zmm accumulators, eight broadcasts per `k` (4 x 32 for 4 rows or fewer).
         kernel_avx512,
         "avx512f",
         Level::Avx512,
@@ -512,7 +537,7 @@ mod x86 {
     );
 
     micro_kernel!(
-        /// 6 x 16: 12 ymm accumulators, six broadcasts per `k`.
+        /// 6 x 16: 12 ymm accumulators, six broadcasts per `k` (3 x 16 for 3 rows or fewer).
         kernel_avx2,
         "avx2,fma",
         Level::Avx2,
@@ -570,6 +595,9 @@ mod tests {
                 (64, 256, 1024 + 40),
                 (300, 40, 70),
                 (9, 17, 600),
+                // Whole tiles of the half-height kernels (AVX-512: 4 rows, AVX2: 3).
+                (4, 33, 64),
+                (3, 20, 48),
             ] {
                 for transposed in [false, true] {
                     let a_data = random(m * k, 1);
