@@ -17,16 +17,21 @@ thread_local! {
 }
 
 /// Worker threads for the fused backend: `RAYON_NUM_THREADS` (the setting burn's CPU backend
-/// and `recur-bench --threads` use) or else every core; 1 inside [`single_threaded`].
+/// and `recur-bench --threads` use) or else every core; 1 inside [`single_threaded`]. Read
+/// once, at first use, as rayon reads it: `available_parallelism` reads the cgroup's CPU quota
+/// from /sys on every call, which a small policy's update paid several times per minibatch.
 pub fn threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     if SINGLE.get() {
         return 1;
     }
-    std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n >= 1)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    *THREADS.get_or_init(|| {
+        std::env::var("RAYON_NUM_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n >= 1)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
 }
 
 /// Runs `f` with the fused kernels on the calling thread alone: for work that is already one
