@@ -183,7 +183,9 @@ fn matmul<R: CubeRuntime, BT: BoolElement>(
     use cubek::matmul::routines::simple_unit::SimpleUnitSelectionArgs;
     use cubek::matmul::routines::{BlueprintStrategy, TileSizeSelection};
     use cubek::std::InputBinding;
-    let (a, b) = (prim(a), prim(b));
+    // Transposed operands stay views: cubek reads either layout (burn's matmul passes them
+    // the same way), and the naive fallback makes its own copy where it needs one.
+    let (a, b) = (a.into_primitive().tensor(), b.into_primitive().tensor());
     let out = burn_cubecl::kernel::matmul::init_matmul_output(&a, &b, DType::F32);
     let launch = |strategy: &Strategy| {
         let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
