@@ -18,7 +18,10 @@ use std::any::TypeId;
 use burn::tensor::backend::Backend;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::policy::{ActionSpec, CriticCore, Policy, PolicyConfig};
-use common::recurrent::fused::{self, host::threads_for};
+use common::recurrent::fused::{
+    self,
+    host::{threads_for, LayerPacks},
+};
 use common::recurrent::{CellKind, RecurrentBackend};
 
 use adam::FlatAdam;
@@ -26,6 +29,7 @@ use layout::Layout;
 use net::{part, Batch, LossConfig, Net, Outcome};
 
 use crate::metrics::UpdateStats;
+use crate::profile;
 
 /// Why `model` cannot take the fused update (`None`: it can), naming the setting.
 pub fn unsupported<B: Backend>(model: &Policy<B>) -> Option<String> {
@@ -77,13 +81,16 @@ pub struct FusedUpdate {
     recompute: common::recurrent::Recompute,
     /// Choices per action component.
     nvec: Vec<usize>,
+    /// The core layers' weights packed from `params` (repacked by each [`apply`](Self::apply)):
+    /// the critic pass, its bootstrap and a minibatch's forward and backward share them.
+    packs: Vec<LayerPacks>,
 }
 
 impl FusedUpdate {
     /// The fused update of `model` (checked with [`unsupported`] first).
     pub fn new<B: Backend>(model: &Policy<B>) -> Self {
         let layout = Layout::of(model);
-        FusedUpdate {
+        let mut fused = FusedUpdate {
             adam: FlatAdam::new(layout.total),
             params: layout.read(model),
             obs_norm: host(model.obs_norm.val()),
@@ -91,7 +98,10 @@ impl FusedUpdate {
             nvec: nvec(&model.config().action),
             recompute: model.core.config().recompute,
             layout,
-        }
+            packs: Vec::new(),
+        };
+        fused.packs = fused.net().pack();
+        fused
     }
 
     pub fn layout(&self) -> &Layout {
@@ -120,6 +130,7 @@ impl FusedUpdate {
             hidden: self.config.hidden_size,
             recompute: self.recompute,
             nvec: &self.nvec,
+            packs: Some(&self.packs),
         }
     }
 
@@ -197,6 +208,7 @@ impl FusedUpdate {
     pub fn apply(&mut self, grads: &mut [f32], lr: f64, max_norm: f32) -> f32 {
         let norm = adam::clip_global_norm(&self.layout, grads, max_norm);
         self.adam.step(&mut self.params, grads, lr);
+        self.packs = profile::time("fused.pack", || self.net().pack());
         norm
     }
 

@@ -5,8 +5,8 @@
 //! hold it to.
 
 use common::recurrent::fused::host::{
-    layer_backward, layer_forward, layer_inference, sgemm, tanh_in_place, LayerDims, LayerParams,
-    StoredStates, Tape,
+    layer_backward, layer_forward, layer_inference, pack_layer, sgemm, tanh_in_place, LayerDims,
+    LayerPacks, LayerParams, StoredStates, Tape,
 };
 use common::recurrent::{CellKind, Recompute};
 
@@ -15,6 +15,7 @@ use crate::metrics::UpdateStats;
 use crate::profile::Phase;
 
 /// The network the flat parameters describe.
+#[derive(Clone, Copy)]
 pub struct Net<'a> {
     pub layout: &'a Layout,
     pub params: &'a [f32],
@@ -25,6 +26,9 @@ pub struct Net<'a> {
     pub recompute: Recompute,
     /// Choices per action component (one component for a discrete action).
     pub nvec: &'a [usize],
+    /// Each core layer's weights packed from `params` ([`Net::pack`]); `None`: each call
+    /// packs its own.
+    pub packs: Option<&'a [LayerPacks]>,
 }
 
 /// A minibatch of `rows` slices of `len` steps, position `p = row * len + t`.
@@ -95,13 +99,27 @@ impl Net<'_> {
         &self.params[slot.range()]
     }
 
-    fn core_params(&self, c: &CoreSlots) -> LayerParams<'_> {
+    /// Core layer `l`'s parameters (and their packs, where the net has them).
+    fn core_params(&self, l: usize) -> LayerParams<'_> {
+        let c = &self.layout.core[l];
         LayerParams {
             w_ih: self.p(&c.w_ih),
             w_hh: self.p(&c.w_hh),
             b_ih: c.b_ih.as_ref().map(|s| self.p(s)),
             b_hh: c.b_hh.as_ref().map(|s| self.p(s)),
+            packs: self.packs.map(|p| &p[l]),
         }
+    }
+
+    /// Every core layer's weights packed from `params`, for [`Net::packs`].
+    pub fn pack(&self) -> Vec<LayerPacks> {
+        let own = Net {
+            packs: None,
+            ..*self
+        };
+        (0..self.layout.core.len())
+            .map(|l| pack_layer(&own.dims(&own.layout.core[l], 1, 1), &own.core_params(l)))
+            .collect()
     }
 
     /// `x W + b` for a burn `Linear` (`W` `[in, out]`) over `n` rows.
@@ -192,7 +210,7 @@ impl Net<'_> {
             let mut out = vec![0.0f32; n * h];
             let tape = layer_forward(
                 &self.dims(c, b.rows, b.len),
-                &self.core_params(c),
+                &self.core_params(l),
                 input,
                 b.start,
                 stored,
@@ -313,7 +331,7 @@ impl Net<'_> {
                 &outs[l - 1]
             };
             let want_x = l > 0 || !layout.encoder.is_empty();
-            let g = layer_backward(tape, &self.core_params(c), input, b.start, &dh, want_x);
+            let g = layer_backward(tape, &self.core_params(l), input, b.start, &dh, want_x);
             grads[c.w_ih.range()].copy_from_slice(&g.w_ih);
             grads[c.w_hh.range()].copy_from_slice(&g.w_hh);
             if let (Some(s), Some(v)) = (&c.b_ih, &g.b_ih) {
@@ -392,7 +410,7 @@ impl Net<'_> {
             let mut out = vec![0.0f32; n * h];
             layer_inference(
                 &self.dims(c, rows, len),
-                &self.core_params(c),
+                &self.core_params(l),
                 &x,
                 start,
                 stored,

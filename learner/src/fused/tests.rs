@@ -430,4 +430,16 @@ fn row_blocks_add_up_to_the_whole_minibatch() {
     // The critic's pass: each row's values and states do not depend on the other rows.
     let values = |blocks| fused.values(len, &obs, &start, &rs_h, Some(&rs_c), Some(blocks));
     assert_eq!(values(3), values(1));
+    // The layers' packs, shared by every call until the next step, change no bit against a
+    // net whose calls pack their own.
+    let unpacked = super::net::Net {
+        packs: None,
+        ..fused.net()
+    };
+    let count = mask.iter().filter(|&&m| m).count() as f32;
+    assert_eq!(unpacked.ppo(&batch, cfg, count).grads, whole.grads);
+    assert_eq!(
+        unpacked.values(rows, len, &obs, &start, &rs_h, Some(&rs_c)),
+        values(1)
+    );
 }

@@ -6,7 +6,7 @@
 //! `[G*H, H]`, inputs and outputs `[B, T, features]`, `start[b * T + t]` where a step takes
 //! its stored state (`t = 0` always does).
 
-use super::kernel::{self, CellOut, Dims, Keep, Params, Saved, Stored, Wanted};
+use super::kernel::{self, CellOut, Dims, Keep, Packs, Params, Saved, Stored, Wanted};
 use super::simd::{gemm, vectorized, Level};
 use super::{keep_for, pool, threads, Mat};
 use crate::recurrent::math::{tanh_in_place as tanh_with_fma, OneRounding};
@@ -102,6 +102,19 @@ pub struct LayerParams<'a> {
     pub w_hh: &'a [f32],
     pub b_ih: Option<&'a [f32]>,
     pub b_hh: Option<&'a [f32]>,
+    /// These values' weights as [`pack_layer`] laid them out, for calls that share them until
+    /// the values change; `None`: every call packs its own.
+    pub packs: Option<&'a LayerPacks>,
+}
+
+/// A layer's weights laid out for the kernels' GEMMs (forward and backward), valid for the
+/// parameter values they were packed from: a caller that runs several calls on the same
+/// values (a critic pass, its bootstrap, a minibatch's forward and backward) packs once.
+pub struct LayerPacks(Packs);
+
+/// `p`'s weights packed for layers of shape `d` (any rows and steps).
+pub fn pack_layer(d: &LayerDims, p: &LayerParams<'_>) -> LayerPacks {
+    LayerPacks(Packs::new(&kernel_dims(d), &kernel_params(p), true, true))
 }
 
 /// A layer call's shape.
@@ -136,6 +149,7 @@ fn kernel_params<'a>(p: &LayerParams<'a>) -> Params<'a> {
         w_hh: p.w_hh,
         b_ih: p.b_ih,
         b_hh: p.b_hh,
+        packs: p.packs.map(|k| &k.0),
     }
 }
 

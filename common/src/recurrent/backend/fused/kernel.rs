@@ -76,6 +76,9 @@ pub(crate) struct Params<'a> {
     pub w_hh: &'a [f32],
     pub b_ih: Option<&'a [f32]>,
     pub b_hh: Option<&'a [f32]>,
+    /// These values' weights packed beforehand for both passes ([`Packs::new`]), shared by
+    /// calls until the values change; `None`: each call packs its own.
+    pub packs: Option<&'a Packs>,
 }
 
 impl Params<'_> {
@@ -109,10 +112,13 @@ impl Params<'_> {
     }
 }
 
-/// The weights packed once per layer call for the per-step GEMMs, shared by every step and
-/// thread. A step's GEMM input is a row `[h_in | x_t | 1]` per batch row ([`Block::gates`]).
-struct Packs {
+/// The weights packed once per layer call (or once per parameter values, [`Params::packs`])
+/// for the per-step GEMMs, shared by every step and thread. A step's GEMM input is a row
+/// `[h_in | x_t | 1]` per batch row ([`Block::gates`]).
+pub(crate) struct Packs {
     level: Level,
+    /// The layer shape they were packed for: `(cell, hidden, input)`.
+    shape: (CellKind, usize, usize),
     /// LSTM: `[W_hh^T; W_ih^T; bias]` (`[H + in + 1, 4H]`, the bias of
     /// `Params::input_bias`): a step's whole pre-activation in one GEMM, in the forward and in
     /// the recompute alike.
@@ -130,7 +136,7 @@ struct Packs {
 }
 
 impl Packs {
-    fn new(d: &Dims, p: &Params<'_>, forward: bool, backward: bool) -> Self {
+    pub(crate) fn new(d: &Dims, p: &Params<'_>, forward: bool, backward: bool) -> Self {
         let level = Level::current();
         let (h, w, i) = (d.hidden, d.width(), d.input);
         let lstm = d.cell == CellKind::Lstm;
@@ -141,6 +147,7 @@ impl Packs {
         let bias = Mat::rows(&bias, 1, w);
         Self {
             level,
+            shape: (d.cell, h, i),
             w_step: (forward && lstm).then(|| Packed::stacked(&[w_hh_t, w_ih_t, bias], level)),
             w_hh_t: (forward && !lstm).then(|| Packed::new(w_hh_t, level)),
             w_ih_aug: (forward && !lstm).then(|| Packed::stacked(&[w_ih_t, bias], level)),
@@ -152,6 +159,27 @@ impl Packs {
 
     fn get(p: &Option<Packed>) -> &Packed {
         p.as_ref().expect("packed for this pass")
+    }
+
+    /// `p`'s own packs, checked against the call's shape, or `own` packed now.
+    fn of<'a>(
+        d: &Dims,
+        p: &Params<'a>,
+        forward: bool,
+        backward: bool,
+        own: &'a mut Option<Packs>,
+    ) -> &'a Packs {
+        match p.packs {
+            Some(packs) => {
+                assert_eq!(
+                    packs.shape,
+                    (d.cell, d.hidden, d.input),
+                    "packs made for this layer's shape"
+                );
+                packs
+            }
+            None => own.insert(Packs::new(d, p, forward, backward)),
+        }
     }
 }
 
@@ -342,7 +370,8 @@ pub(crate) fn forward(
         None => parts.iter().map(|_| None).collect(),
     };
     let bias_hn = p.hidden_n_bias(d);
-    let packs = Packs::new(d, &p, true, false);
+    let mut own = None;
+    let packs = Packs::of(d, &p, true, false, &mut own);
     let jobs: Vec<_> = parts
         .iter()
         .zip(hs)
@@ -352,7 +381,7 @@ pub(crate) fn forward(
                 d,
                 p,
                 bias_hn: &bias_hn,
-                packs: &packs,
+                packs,
                 first,
                 n,
                 start,
@@ -406,7 +435,8 @@ pub(crate) fn backward(
     assert!(saved.keep != Keep::Nothing, "the forward kept nothing");
     assert_eq!(dout.len(), d.slabs() * b * t * h, "dout is [K, B, T, H]");
     let bias_hn = p.hidden_n_bias(d);
-    let packs = Packs::new(d, &p, saved.keep == Keep::States, true);
+    let mut own = None;
+    let packs = Packs::of(d, &p, saved.keep == Keep::States, true, &mut own);
     let lens: Vec<usize> = saved.blocks.iter().map(|&(_, n)| n).collect();
     let mut dx = vec![0.0f32; if wanted.x { b * t * i } else { 0 }];
     let mut dh0 = vec![0.0f32; if wanted.h0 { b * t * h } else { 0 }];
@@ -425,7 +455,7 @@ pub(crate) fn backward(
                 d,
                 p,
                 bias_hn: &bias_hn,
-                packs: &packs,
+                packs,
                 first,
                 n,
                 start,
@@ -1211,6 +1241,7 @@ mod tests {
                 w_hh: &self.w_hh,
                 b_ih: Some(&self.b_ih),
                 b_hh: Some(&self.b_hh),
+                packs: None,
             }
         }
 

@@ -383,6 +383,7 @@ impl<'a> HostParams<'a> {
             w_hh: &self.w_hh,
             b_ih: self.b_ih.as_deref(),
             b_hh: self.b_hh.as_deref(),
+            packs: None,
         }
     }
 }
