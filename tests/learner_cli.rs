@@ -1,7 +1,8 @@
 //! What `recur-learner train` takes from its command line and leaves for other tools, across
 //! real processes: `--set` overrides reach the run's `config.toml` (and a bad one is refused
 //! naming its key, before anything starts); TensorBoard's own reader finds every
-//! `metrics.csv` and `eval.csv` value in the run's event file, and the config as text.
+//! `metrics.csv` and `eval.csv` value in the run's event file, and the config as text; the
+//! best evaluation's weights are kept in `best/`, which `eval` and `export` read.
 //!
 //! The TensorBoard test needs Python with `tensorboard` and numpy; without them it reports
 //! SKIPPED on stderr, or fails when `RECUR_REQUIRE_PYTHON=1` (CI).
@@ -146,6 +147,76 @@ fn set_overrides_reach_the_run_config_and_a_bad_key_is_refused() {
         );
         assert!(!refused.exists(), "a refused config starts no run");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `eval.keep_best`: the run keeps its best evaluation's weights in `best/`, and what other
+/// processes read there is those weights: `recur-learner eval` on the evaluation's own seeds
+/// gives its mean return again, and `export` takes the directory as a checkpoint.
+#[test]
+fn the_best_evaluation_is_kept_and_reads_back_as_a_checkpoint() {
+    let dir = temp_dir("cli-best");
+    let run_dir = dir.join("run");
+    let s = tiny_run(&run_dir, &["--set", "eval.seed=777"]);
+    let text = std::fs::read_to_string(run_dir.join("eval.csv")).unwrap();
+    let rows: Vec<(u64, f64)> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].parse().unwrap(), f[2].parse().unwrap())
+        })
+        .collect();
+    assert!(rows.len() >= 2, "{text}");
+    // The best row; of equal ones, the later.
+    let (frames, mean) = rows
+        .iter()
+        .copied()
+        .reduce(|b, r| if r.1 >= b.1 { r } else { b })
+        .unwrap();
+    assert_eq!(s["best_eval_return"].as_f64(), Some(mean), "{s}");
+    assert_eq!(s["best_eval_frames"].as_u64(), Some(frames), "{s}");
+    let best = run_dir.join("best");
+    let kept: Value =
+        serde_json::from_slice(&std::fs::read(best.join("best.json")).unwrap()).unwrap();
+    assert_eq!(
+        (kept["frames"].as_u64(), kept["eval_return_mean"].as_f64()),
+        (Some(frames), Some(mean)),
+        "{kept}"
+    );
+
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.args(["eval", "--checkpoint"])
+        .arg(&best)
+        .args(["--episodes", "2", "--seed", "777"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let eval: Value = serde_json::from_str(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default(),
+    )
+    .unwrap();
+    assert_eq!(eval["mean_return"].as_f64(), Some(mean), "{eval}");
+    assert_eq!(eval["version"], kept["version"], "{eval} vs {kept}");
+
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.args(["export", "--checkpoint"])
+        .arg(&best)
+        .arg("--out")
+        .arg(dir.join("exported"));
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.join("exported").read_dir().unwrap().next().is_some());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -270,79 +270,129 @@ pub fn save_checkpoint<B: Backend, S: Serialize>(
         (RESUME, resume),
     ];
     let save = SAVES.fetch_add(1, Ordering::SeqCst) + 1;
+    let manifest = |files| Manifest {
+        format: CHECKPOINT_FORMAT,
+        algo: algo.to_string(),
+        policy: config.clone(),
+        layout_hash: layout_hash(&layout(learner.model())),
+        files,
+    };
+    replace_dir(dir, &files, manifest, &|step| fault_point(save, step))
+}
+
+/// Keeps the weights of `policy` (policy version `version`) in directory `dir`, with
+/// `extra` files beside them: a checkpoint directory of the policy only (`policy.json`,
+/// `weights.bin`, `manifest.json` for `algo`), which `recur-actor --checkpoint`,
+/// `recur-learner eval` and `export` read, written as crash-safely as [`save_checkpoint`]
+/// writes (the one before is kept in `dir.old`). Refuses weights that are not finite.
+pub fn save_policy<B: Backend>(
+    dir: &Path,
+    policy: &Policy<B>,
+    algo: &str,
+    version: u64,
+    extra: &[(&str, Vec<u8>)],
+) -> anyhow::Result<()> {
+    let weights = to_blob(policy, version);
+    check_finite(&weights)
+        .with_context(|| format!("not writing {}: the weights are not finite", dir.display()))?;
+    let config = policy.config();
+    let mut files = vec![
+        (CHECKPOINT_WEIGHTS, weights),
+        (
+            CHECKPOINT_POLICY,
+            (serde_json::to_string_pretty(config)? + "\n").into_bytes(),
+        ),
+    ];
+    files.extend(extra.iter().cloned());
+    let manifest = |files| Manifest {
+        format: CHECKPOINT_FORMAT,
+        algo: algo.to_string(),
+        policy: config.clone(),
+        layout_hash: layout_hash(&layout(policy)),
+        files,
+    };
+    replace_dir(dir, &files, manifest, &|_| {})
+}
+
+/// Writes `files` and their manifest into `dir.tmp/`, fsynced, then puts it in place of `dir`
+/// (which becomes `dir.old`, replacing the one there), calling `at` with the number of each
+/// filesystem step it reaches ([`CHECKPOINT_STEPS`]).
+fn replace_dir(
+    dir: &Path,
+    files: &[(&str, Vec<u8>)],
+    manifest: impl FnOnce(Vec<FileEntry>) -> Manifest,
+    at: &dyn Fn(u32),
+) -> anyhow::Result<()> {
     let mut step = 0;
-    let done = |step: &mut u32| {
-        *step += 1;
-        fault_point(save, *step);
+    let mut done = |steps: u32, reached: bool| {
+        step += steps;
+        if reached {
+            at(step);
+        }
     };
     let tmp = sibling(dir, ".tmp");
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)
             .with_context(|| format!("removing the unfinished {}", tmp.display()))?;
     }
-    // The new checkpoint in `tmp`, complete and durable; nothing else is touched yet.
-    let mut write_tmp = || -> anyhow::Result<()> {
+    // The new directory in `tmp`, complete and durable; nothing else is touched yet.
+    let write_tmp = || -> anyhow::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&tmp)
             .with_context(|| format!("creating {}", tmp.display()))?;
-        done(&mut step);
+        done(1, true);
         let mut entries = Vec::new();
-        for (name, bytes) in &files {
+        for (name, bytes) in files {
             write_synced(&tmp.join(name), bytes)?;
             entries.push(FileEntry {
                 name: name.to_string(),
                 bytes: bytes.len() as u64,
                 crc32: crc32fast::hash(bytes),
             });
-            done(&mut step);
+            done(1, true);
         }
-        let manifest = Manifest {
-            format: CHECKPOINT_FORMAT,
-            algo: algo.to_string(),
-            policy: config.clone(),
-            layout_hash: layout_hash(&layout(learner.model())),
-            files: entries,
-        };
         write_synced(
             &tmp.join(CHECKPOINT_MANIFEST),
-            (serde_json::to_string_pretty(&manifest)? + "\n").as_bytes(),
+            (serde_json::to_string_pretty(&manifest(entries))? + "\n").as_bytes(),
         )?;
-        done(&mut step);
+        done(1, true);
         sync_dir(&tmp)?;
-        done(&mut step);
+        done(1, true);
         Ok(())
     };
     if let Err(e) = write_tmp() {
-        // A failed write (a full disk) gives its space back; the checkpoints in place stay.
+        // A failed write (a full disk) gives its space back; the directories in place stay.
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e.context(format!(
-            "checkpoint not written ({} and {} are unchanged)",
+            "{} not written ({} and {} are unchanged)",
+            dir.display(),
             dir.display(),
             previous(dir).display()
         )));
     }
     let old = previous(dir);
     if dir.exists() {
-        // The current checkpoint becomes the previous one. (Without a current one, e.g. after
+        // The current directory becomes the previous one. (Without a current one, e.g. after
         // a crash between the two renames, the previous one stays until the new one is in
         // place.)
         if old.exists() {
             std::fs::remove_dir_all(&old).with_context(|| format!("removing {}", old.display()))?;
         }
-        done(&mut step);
+        done(1, true);
         std::fs::rename(dir, &old)
             .with_context(|| format!("renaming {} to {}", dir.display(), old.display()))?;
-        done(&mut step);
+        done(1, true);
     } else {
-        step += 2;
+        // Steps 10 and 11 (nothing to move aside) are not reached.
+        done(2, false);
     }
     std::fs::rename(&tmp, dir)
         .with_context(|| format!("renaming {} to {}", tmp.display(), dir.display()))?;
-    done(&mut step);
+    done(1, true);
     sync_dir(parent_of(dir))?;
-    done(&mut step);
+    done(1, true);
     Ok(())
 }
 

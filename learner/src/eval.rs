@@ -82,12 +82,17 @@ pub struct EvalPlan {
     pub csv: PathBuf,
     /// The run's TensorBoard event file, which gets the rows too.
     pub tensorboard: Option<TensorBoard>,
+    /// Where the best weights so far are kept ([`save_best`]; `eval.keep_best`), if anywhere.
+    pub best: Option<PathBuf>,
+    /// The run's algorithm (`best/`'s manifest names it).
+    pub algo: &'static str,
 }
 
 /// Greedy evaluation beside training (rl-zoo's EvalCallback): the training loop hands over a
 /// weight blob whenever `every_frames` more frames are trained ([`EvalWorker::due`] /
 /// [`EvalWorker::submit`]); a thread evaluates each in order on the CPU, off the training
-/// loop, and appends its row to `eval.csv`. [`EvalWorker::finish`] waits for the queue.
+/// loop, appends its row to `eval.csv` and, when the row is the best so far, keeps the weights
+/// in `best/` ([`EvalPlan::best`]). [`EvalWorker::finish`] waits for the queue.
 pub struct EvalWorker {
     tx: Option<crossbeam_channel::Sender<(u64, f64, Vec<u8>)>>,
     handle: Option<JoinHandle<anyhow::Result<Vec<EvalRow>>>>,
@@ -97,9 +102,15 @@ pub struct EvalWorker {
 
 impl EvalWorker {
     /// Starts the thread; a resumed run (`frames` > 0) evaluates next at the following
-    /// multiple of `every_frames`.
+    /// multiple of `every_frames`, and keeps its `best/` unless a new row reaches it.
     pub fn start(plan: EvalPlan, frames: u64) -> anyhow::Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded::<(u64, f64, Vec<u8>)>();
+        // The best of the rows before a resume, if its weights were kept.
+        let mut best = plan
+            .best
+            .as_deref()
+            .filter(|dir| dir.join(BEST).exists())
+            .and_then(|_| best_row(&read_eval_rows(&plan.csv)).map(|r| r.eval_return_mean));
         let mut writer = EvalWriter::open(&plan.csv, plan.tensorboard.clone())?;
         let every = plan.every_frames;
         let handle = std::thread::Builder::new()
@@ -107,9 +118,9 @@ impl EvalWorker {
             .spawn(move || {
                 let mut rows = Vec::new();
                 for (frames, wall_s, blob) in rx {
-                    let policy = from_blob(init_policy(&plan.policy, 0)?, &blob)?.0;
+                    let (policy, version) = from_blob(init_policy(&plan.policy, 0)?, &blob)?;
                     let e = evaluate(
-                        policy,
+                        policy.clone(),
                         &plan.registry,
                         &plan.env,
                         plan.episodes,
@@ -129,6 +140,12 @@ impl EvalWorker {
                         row.episodes
                     );
                     writer.write(&row)?;
+                    if let Some(dir) = &plan.best {
+                        if best.is_none_or(|b| row.eval_return_mean >= b) {
+                            save_best(dir, &policy, plan.algo, version, &row)?;
+                            best = Some(row.eval_return_mean);
+                        }
+                    }
                     rows.push(row);
                 }
                 Ok(rows)
@@ -183,6 +200,43 @@ pub fn first_at_target(rows: &[EvalRow], target: Option<f64>) -> Option<(u64, f6
     rows.iter()
         .find(|r| r.eval_return_mean >= target)
         .map(|r| (r.frames, r.wall_s))
+}
+
+/// The row of the best mean return; of several, the last.
+pub fn best_row(rows: &[EvalRow]) -> Option<&EvalRow> {
+    // `max_by` returns the last of equal maxima.
+    rows.iter()
+        .max_by(|a, b| a.eval_return_mean.total_cmp(&b.eval_return_mean))
+}
+
+/// What `best/best.json` says of the weights beside it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BestWeights {
+    /// The weights' policy version.
+    pub version: u64,
+    #[serde(flatten)]
+    pub row: EvalRow,
+}
+
+/// `best/`'s description of its weights.
+pub const BEST: &str = "best.json";
+
+/// Keeps `policy` (policy version `version`, evaluated as `row`) in `dir`, a checkpoint
+/// directory of the policy only for `algo` ([`common::checkpoint::save_policy`]), with
+/// `best.json` ([`BestWeights`]) beside it.
+pub fn save_best(
+    dir: &Path,
+    policy: &Policy<Cpu>,
+    algo: &str,
+    version: u64,
+    row: &EvalRow,
+) -> anyhow::Result<()> {
+    let best = BestWeights {
+        version,
+        row: row.clone(),
+    };
+    let json = (serde_json::to_string_pretty(&best)? + "\n").into_bytes();
+    common::checkpoint::save_policy(dir, policy, algo, version, &[(BEST, json)])
 }
 
 /// Reads the rows of an `eval.csv` (missing file: none; rows cut short are skipped).
@@ -403,6 +457,8 @@ mod tests {
                 every_frames: 100,
                 csv: csv.clone(),
                 tensorboard: None,
+                best: None,
+                algo: "ppo",
             },
             0,
         )
@@ -428,6 +484,91 @@ mod tests {
             Some((120, 1.0))
         );
         assert_eq!(first_at_target(&rows, Some(1e9)), None);
+        assert!(!dir.join("best").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `best/` holds the weights of the best row (the later of a tie), as a checkpoint
+    /// directory; a resumed worker keeps it against a worse row and replaces it on a tie.
+    #[test]
+    fn worker_keeps_the_best_weights_across_a_resume() {
+        let dir = std::env::temp_dir().join(format!("recur-eval-best-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let pc = common::policy::policy_config_for("CartPole-v1").unwrap();
+        let plan = EvalPlan {
+            env: "CartPole-v1".into(),
+            registry: Registry::builtin(),
+            policy: pc.clone(),
+            episodes: 4,
+            seed: 9,
+            every_frames: 100,
+            csv: dir.join("eval.csv"),
+            tensorboard: None,
+            best: Some(dir.join("best")),
+            algo: "ppo",
+        };
+        let blobs: Vec<Vec<u8>> = (0..6u64)
+            .map(|s| to_blob(&pc.init_seeded::<Cpu>(s, &cpu_device()).unwrap(), s))
+            .collect();
+        let mut worker = EvalWorker::start(plan.clone(), 0).unwrap();
+        for (i, blob) in blobs.iter().enumerate().take(5) {
+            worker.submit(100 * (i as u64 + 1), i as f64, blob.clone());
+        }
+        let rows = worker.finish(None).unwrap();
+        let means: Vec<f64> = rows.iter().map(|r| r.eval_return_mean).collect();
+        assert!(
+            means.iter().any(|m| *m != means[0]),
+            "random policies with equal returns test nothing: {means:?}"
+        );
+        let read_best = || -> (BestWeights, Vec<u8>) {
+            let best = std::fs::read(dir.join("best").join(BEST)).unwrap();
+            let weights = std::fs::read(dir.join("best/weights.bin")).unwrap();
+            (serde_json::from_slice(&best).unwrap(), weights)
+        };
+        let top = best_row(&rows).unwrap().clone();
+        let at = rows.iter().rposition(|r| *r == top).unwrap();
+        assert_eq!(
+            means.iter().cloned().fold(f64::MIN, f64::max),
+            top.eval_return_mean
+        );
+        assert_eq!(
+            read_best(),
+            (
+                BestWeights {
+                    version: at as u64,
+                    row: top.clone()
+                },
+                blobs[at].clone()
+            )
+        );
+        // What `recur-learner eval --checkpoint RUN/best` loads: the same weights.
+        let (policy, version) =
+            common::checkpoint::load_checkpoint_policy(&dir.join("best")).unwrap();
+        assert_eq!(
+            (to_blob(&policy, version), version),
+            (blobs[at].clone(), at as u64)
+        );
+
+        // Resumed: the worst weights again leave best/ alone; the best ones again (a tie)
+        // replace it with the later row.
+        let worst = rows
+            .iter()
+            .position(|r| r.eval_return_mean < top.eval_return_mean)
+            .unwrap();
+        let mut worker = EvalWorker::start(plan.clone(), 500).unwrap();
+        worker.submit(600, 6.0, blobs[worst].clone());
+        worker.finish(None).unwrap();
+        assert_eq!(read_best().0.row, top);
+        let mut worker = EvalWorker::start(plan, 600).unwrap();
+        worker.submit(700, 7.0, blobs[at].clone());
+        let tie = worker.finish(None).unwrap();
+        assert_eq!(tie[0].eval_return_mean, top.eval_return_mean);
+        assert_eq!(read_best().0.row, tie[0]);
+        assert_eq!(
+            best_row(&read_eval_rows(&dir.join("eval.csv"))),
+            Some(&tie[0])
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
     use burn::module::AutodiffModule;

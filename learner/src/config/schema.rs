@@ -297,6 +297,11 @@ pub struct EvalSection {
     /// the actors' seeds].
     #[serde(default)]
     pub seed: Option<u64>,
+    /// Keep the weights of the best evaluation so far in `RUN_DIR/best/` (`policy.json`,
+    /// `weights.bin`, `best.json`), as SB3's EvalCallback keeps `best_model`; a tie goes to
+    /// the later weights.
+    #[serde(default = "yes")]
+    pub keep_best: bool,
 }
 
 /// Recurrent DQN (R2D2-style): slices from the stored state with optional burn-in, double-Q

@@ -32,7 +32,7 @@ use setup::Plan;
 use crate::actors::{Actors, ActorsGone};
 use crate::algo::Learner;
 use crate::config::{CollectorMode, TrainConfig};
-use crate::eval::{first_at_target, EvalWorker};
+use crate::eval::{best_row, first_at_target, EvalWorker};
 use crate::metrics::{MetricsRow, UpdateStats, TRAIN_AXES};
 use crate::profile;
 use crate::recording::Recording;
@@ -94,6 +94,10 @@ pub struct TrainSummary {
     /// The last greedy evaluation (`[eval]`): mean return and the frames it was taken at.
     pub final_eval_return: Option<f64>,
     pub final_eval_frames: Option<u64>,
+    /// The best greedy evaluation (the later of a tie; its weights are in `best/` with
+    /// `eval.keep_best`): mean return and frames.
+    pub best_eval_return: Option<f64>,
+    pub best_eval_frames: Option<u64>,
     /// The first greedy evaluation reaching `target_return`: frames and training seconds.
     pub eval_frames_to_target: Option<u64>,
     pub eval_seconds_to_target: Option<f64>,
@@ -414,6 +418,8 @@ impl<B: AutodiffBackend> Training<B> {
         let summary = TrainSummary {
             final_eval_return: eval_rows.last().map(|r| r.eval_return_mean),
             final_eval_frames: eval_rows.last().map(|r| r.frames),
+            best_eval_return: best_row(&all_rows).map(|r| r.eval_return_mean),
+            best_eval_frames: best_row(&all_rows).map(|r| r.frames),
             eval_frames_to_target: eval_target.map(|t| t.0),
             eval_seconds_to_target: eval_target.map(|t| t.1),
             dropped_chunks: self.intake.admission.dropped,

@@ -195,6 +195,8 @@ pub fn eval_worker(
         every_frames: e.every_frames,
         csv: opts.run_dir.join("eval.csv"),
         tensorboard,
+        best: e.keep_best.then(|| opts.run_dir.join("best")),
+        algo: config.run.algo.name(),
     };
     Ok(Some(EvalWorker::start(plan, frames)?))
 }
