@@ -5,9 +5,11 @@
 //! summary row per update path gives the median over seeds and its ratio to burn's path.
 //!
 //! Per run: `{"bench":"train","config":..,"env":..,"update":..,"seed":..,"frames":..,
-//! "seconds":..,"frames_per_s":..,"final_eval_return":..,"greedy_return":..,"profile":{..}}`
-//! (`greedy_return`: `recur-learner eval` of the final checkpoint, 100 episodes, with
-//! `--eval-episodes`; `profile`: the learner's seconds per phase). Each run's log is
+//! "seconds":..,"frames_per_s":..,"final_eval_return":..,"greedy_return":..,
+//! "best_greedy_return":..,"profile":{..}}` (`greedy_return`: `recur-learner eval` of the
+//! final checkpoint, `--eval-episodes` episodes; `best_greedy_return`: the same of the run's
+//! `best/` weights, on seeds from [`BEST_SEED`], apart from the evaluations during training
+//! that picked them; `profile`: the learner's seconds per phase). Each run's log is
 //! `OUT/<config>-<update>-<seed>.log`. Per config and path:
 //! `{"bench":"train","summary":true,"config":..,"update":..,"runs":..,
 //! "median_frames_per_s":..,"vs_burn":..}`.
@@ -20,6 +22,12 @@ use serde::Serialize;
 
 use super::at_least_one;
 use crate::config::UpdatePath;
+
+/// Seed base of `greedy_return`'s episodes (`recur-learner eval`'s default).
+const FINAL_SEED: u64 = 1_000_000;
+/// Seed base of `best_greedy_return`'s episodes: apart from the evaluations during training
+/// (`run.seed + 1_000_000` onwards, a few dozen episodes) that picked the weights.
+pub const BEST_SEED: u64 = 2_000_000;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct TrainBench {
@@ -49,7 +57,8 @@ pub struct TrainBench {
     /// Frames per run (`run.frames`).
     #[arg(long, default_value_t = 50_000)]
     pub frames: u64,
-    /// Greedy episodes of the final checkpoint per run (`recur-learner eval`); 0: none.
+    /// Greedy episodes of the final checkpoint and of the best weights (`best/`) per run
+    /// (`recur-learner eval`); 0: none.
     #[arg(long, default_value_t = 0)]
     pub eval_episodes: usize,
     /// Where the runs go (a fresh temporary directory when left out; removed after).
@@ -69,6 +78,7 @@ pub struct TrainRow {
     pub frames_per_s: f64,
     pub final_eval_return: Option<f64>,
     pub greedy_return: Option<f64>,
+    pub best_greedy_return: Option<f64>,
     pub profile: serde_json::Value,
 }
 
@@ -190,24 +200,29 @@ impl TrainBench {
             num("frames").unwrap_or(0.0) as u64,
             num("seconds").unwrap_or(f64::NAN),
         );
-        let greedy_return = if self.eval_episodes > 0 {
+        // Greedy episodes of checkpoint `dir` on environments seeded from `seed`.
+        let greedy = |dir: &Path, seed: u64| -> anyhow::Result<Option<f64>> {
+            if self.eval_episodes == 0 || !dir.exists() {
+                return Ok(None);
+            }
             let out = Command::new(learner)
                 .args(["eval", "--checkpoint"])
-                .arg(&run)
+                .arg(dir)
                 .args(["--episodes", &self.eval_episodes.to_string()])
+                .args(["--seed", &seed.to_string()])
                 .stderr(std::process::Stdio::null())
                 .output()?;
             anyhow::ensure!(
                 out.status.success(),
                 "recur-learner eval {} failed",
-                run.display()
+                dir.display()
             );
             let text = String::from_utf8_lossy(&out.stdout);
             let last = text.lines().last().unwrap_or("{}");
-            serde_json::from_str::<serde_json::Value>(last)?["mean_return"].as_f64()
-        } else {
-            None
+            Ok(serde_json::from_str::<serde_json::Value>(last)?["mean_return"].as_f64())
         };
+        let greedy_return = greedy(&run, FINAL_SEED)?;
+        let best_greedy_return = greedy(&run.join("best"), BEST_SEED)?;
         Ok(TrainRow {
             bench: "train",
             config: config.display().to_string(),
@@ -219,6 +234,7 @@ impl TrainBench {
             frames_per_s: frames as f64 / seconds,
             final_eval_return: num("final_eval_return"),
             greedy_return,
+            best_greedy_return,
             profile: summary["profile"].clone(),
         })
     }
