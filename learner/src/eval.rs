@@ -560,6 +560,7 @@ mod tests {
         worker.submit(600, 6.0, blobs[worst].clone());
         worker.finish(None).unwrap();
         assert_eq!(read_best().0.row, top);
+        let plan_for_error = plan.clone();
         let mut worker = EvalWorker::start(plan, 600).unwrap();
         worker.submit(700, 7.0, blobs[at].clone());
         let tie = worker.finish(None).unwrap();
@@ -569,6 +570,21 @@ mod tests {
             best_row(&read_eval_rows(&dir.join("eval.csv"))),
             Some(&tie[0])
         );
+
+        // best/ that cannot be written: the worker's finish names it (the run then stops
+        // as after any failed write of its files).
+        let mut worker = EvalWorker::start(
+            EvalPlan {
+                best: Some(PathBuf::from("/dev/null/best")),
+                csv: dir.join("eval2.csv"),
+                ..plan_for_error
+            },
+            0,
+        )
+        .unwrap();
+        worker.submit(100, 1.0, blobs[0].clone());
+        let err = format!("{:#}", worker.finish(None).unwrap_err());
+        assert!(err.contains("/dev/null/best"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
     use burn::module::AutodiffModule;
