@@ -108,7 +108,8 @@ pub fn dataset(data: &[u8]) {
         return;
     };
     let files = dataset_files();
-    let dir = scratch_dir("dataset");
+    let scratch = scratch_dir("dataset");
+    let dir = scratch.path();
     for (i, (name, bytes)) in files.iter().enumerate() {
         let bytes = if i == pick as usize % files.len() {
             rest
@@ -117,7 +118,7 @@ pub fn dataset(data: &[u8]) {
         };
         std::fs::write(dir.join(name), bytes).expect("writing the scratch dataset");
     }
-    let _ = crate::dataset::read_dataset(&dir);
+    let _ = crate::dataset::read_dataset(dir);
 }
 
 /// The files of a real dataset of the first target policy (built once).
@@ -125,8 +126,9 @@ pub fn dataset_files() -> &'static [(String, Vec<u8>)] {
     static F: OnceLock<Vec<(String, Vec<u8>)>> = OnceLock::new();
     F.get_or_init(|| {
         let (_, _, schema) = &policies()[0];
-        let dir = scratch_dir("dataset-template");
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = scratch_dir("dataset-template");
+        // The writer creates the dataset directory itself.
+        let dir = scratch.path().join("dataset");
         let chunk_bytes = Chunk::zeros(schema, ChunkMeta::new(0, 0, 0, 1))
             .encode(schema)
             .expect("a zero chunk encodes")
@@ -180,11 +182,12 @@ pub fn checkpoint(data: &[u8]) {
         let _ = crate::checkpoint::decode_resume(rest);
         return;
     }
-    let dir = scratch_dir("checkpoint");
+    let scratch = scratch_dir("checkpoint");
+    let dir = scratch.path();
     std::fs::write(dir.join(crate::checkpoint::CHECKPOINT_MANIFEST), rest).expect("writing");
-    if let Ok(manifest) = crate::checkpoint::read_manifest(&dir) {
+    if let Ok(manifest) = crate::checkpoint::read_manifest(dir) {
         for file in &manifest.files {
-            let _ = crate::checkpoint::read_verified(&dir, &manifest, &file.name);
+            let _ = crate::checkpoint::read_verified(dir, &manifest, &file.name);
         }
     }
 }
@@ -216,11 +219,13 @@ pub fn actor_state(data: &[u8]) {
     }
 }
 
-/// A directory of this process for a target's scratch files.
-fn scratch_dir(what: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("recur-fuzz-{}-{what}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
+/// A fresh directory for a target's scratch files, removed when it drops (one per call:
+/// tests run targets on several threads at once).
+fn scratch_dir(what: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("recur-fuzz-{what}-"))
+        .tempdir()
+        .expect("a scratch directory")
 }
 
 /// Runs every file under `dir/<target>/` through its target; returns how many files each

@@ -303,31 +303,39 @@ mod tests {
         }
     }
 
-    /// An executable shell script `body` in a fresh temporary directory (the supervisor's
-    /// arguments land in `$1`..).
-    fn script(name: &str, body: &str) -> PathBuf {
+    /// An executable shell script `body` (the supervisor's arguments land in `$1`..) in a
+    /// fresh temporary directory, which goes when the script drops.
+    struct Script {
+        dir: tempfile::TempDir,
+        path: PathBuf,
+    }
+
+    impl std::ops::Deref for Script {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.path
+        }
+    }
+
+    fn script(name: &str, body: &str) -> Script {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("recur-supervisor-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
+        let dir = tempfile::Builder::new()
+            .prefix("recur-supervisor-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join(name);
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
+        Script { dir, path }
     }
 
     /// An actor is started as `PROGRAM --connect SOCKET --actor-args JSON --actor-id N
     /// --incarnation K`, and the JSON is the run's `ActorArgs`.
     #[test]
     fn actors_get_the_socket_their_identity_and_the_actor_args_as_json() {
-        let out =
-            std::env::temp_dir().join(format!("recur-supervisor-argv-{}", std::process::id()));
-        let _ = std::fs::remove_file(&out);
         let program = script(
             "print-argv",
-            &format!(
-                "for a in \"$@\"; do printf '%s\\n' \"$a\"; done > {}",
-                out.display()
-            ),
+            "for a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$(dirname \"$0\")/argv\"",
         );
         let mut c = config(&program, 0);
         c.actors = 1;
@@ -344,7 +352,7 @@ mod tests {
             all.extend(s.poll().unwrap());
             std::thread::sleep(Duration::from_millis(5));
         }
-        let argv = std::fs::read_to_string(&out).unwrap();
+        let argv = std::fs::read_to_string(program.dir.path().join("argv")).unwrap();
         let argv: Vec<&str> = argv.lines().collect();
         assert_eq!(argv.len(), 8, "{argv:?}");
         assert_eq!(
@@ -353,7 +361,6 @@ mod tests {
         );
         assert_eq!(ActorArgs::from_json(argv[3]).unwrap(), c.actor_args);
         assert_eq!(argv[4..], ["--actor-id", "0", "--incarnation", "0"]);
-        std::fs::remove_file(&out).unwrap();
     }
 
     /// `kill` ends only the actor it names (id, incarnation and pid), also a stopped one
@@ -436,8 +443,8 @@ mod tests {
     #[test]
     fn shutdown_kills_what_does_not_exit_and_drop_leaves_no_orphans() {
         // `exec` makes the supervised pid the sleeper itself.
-        let stubborn = config(&script("stubborn", "trap '' TERM; exec sleep 30"), 0);
-        let (mut s, _) = Supervisor::start(stubborn).unwrap();
+        let stubborn = script("stubborn", "trap '' TERM; exec sleep 30");
+        let (mut s, _) = Supervisor::start(config(&stubborn, 0)).unwrap();
         let pids: Vec<u32> = s.running().iter().map(|r| r.2).collect();
         assert_eq!(pids.len(), 2);
         // Let the shells install their trap; then they ignore SIGTERM, and shutdown must kill
@@ -460,7 +467,8 @@ mod tests {
                 "actor {pid} survived shutdown"
             );
         }
-        let (s, _) = Supervisor::start(config(&script("sleeper", "exec sleep 30"), 0)).unwrap();
+        let sleeper = script("sleeper", "exec sleep 30");
+        let (s, _) = Supervisor::start(config(&sleeper, 0)).unwrap();
         let pids: Vec<u32> = s.running().iter().map(|r| r.2).collect();
         assert_eq!(pids.len(), 2);
         drop(s);
@@ -476,7 +484,8 @@ mod tests {
     /// window is restarted every time, past `max_restarts`.
     #[test]
     fn restarts_outside_the_window_do_not_count() {
-        let mut c = config(&script("flaky", "sleep 0.05; exit 1"), 1);
+        let flaky = script("flaky", "sleep 0.05; exit 1");
+        let mut c = config(&flaky, 1);
         c.actors = 1;
         c.restart_window = Duration::from_millis(1);
         let (mut s, mut all) = Supervisor::start(c).unwrap();

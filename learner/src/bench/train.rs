@@ -113,8 +113,11 @@ impl TrainBench {
                 (d.clone(), None)
             }
             None => {
-                let t = tempdir()?;
-                (t.0.clone(), Some(t))
+                // Removed when dropped, after the runs.
+                let t = tempfile::Builder::new()
+                    .prefix("recur-bench-train-")
+                    .tempdir()?;
+                (t.path().to_path_buf(), Some(t))
             }
         };
         let mut rows = Vec::new();
@@ -249,19 +252,4 @@ fn sibling(name: &str) -> anyhow::Result<PathBuf> {
         path.display()
     );
     Ok(path)
-}
-
-/// A fresh directory under the system's temporary directory, removed when the guard drops.
-fn tempdir() -> anyhow::Result<(PathBuf, TempDir)> {
-    let path = std::env::temp_dir().join(format!("recur-bench-train-{}", std::process::id()));
-    std::fs::create_dir_all(&path)?;
-    Ok((path.clone(), TempDir(path)))
-}
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
