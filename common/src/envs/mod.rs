@@ -58,6 +58,7 @@ mod cartpole;
 pub mod gymnasium;
 mod pendulum;
 pub mod popgym;
+mod previous_action;
 mod registry;
 mod repeat_previous;
 mod space;
@@ -69,6 +70,7 @@ pub use cartpole::{CartPole, MaskedCartPole};
 pub use gymnasium::{is_gymnasium, GymVecEnv, GymnasiumOptions, GYMNASIUM_PREFIX};
 pub use pendulum::{MaskedPendulum, Pendulum};
 pub use popgym::POPGYM_IDS;
+pub use previous_action::{PreviousAction, PREVIOUS_ACTION_SUFFIX};
 pub use registry::Registry;
 pub use repeat_previous::RepeatPrevious;
 pub use space::{ActionRef, Space};
@@ -194,6 +196,9 @@ pub enum EnvError {
     /// A gymnasium worker died or hung.
     #[error("{id}: {message}")]
     WorkerFailed { id: String, message: String },
+    /// A wrapper named by an id suffix that cannot wrap that environment.
+    #[error("{id}: {reason}")]
+    Wrapper { id: String, reason: String },
     /// A saved state that does not restore ([`Env::load_state`]).
     #[error("{id}: cannot restore the saved environment state: {reason}")]
     State { id: String, reason: String },

@@ -30,11 +30,14 @@
 //!
 //! Ids starting with [`GYMNASIUM_PREFIX`] are not registered: they are gymnasium ids, built by
 //! Python workers through the [bridge](super::gymnasium) with the registry's
-//! [`GymnasiumOptions`].
+//! [`GymnasiumOptions`]. A registered id followed by [`PREVIOUS_ACTION_SUFFIX`] is that
+//! environment with the previous action appended to its observations
+//! ([`super::previous_action`]).
 
 use std::sync::Arc;
 
 use super::gymnasium::{is_gymnasium, GymVecEnv, GymnasiumOptions, GYMNASIUM_PREFIX};
+use super::previous_action::{appended_space, PreviousAction, PREVIOUS_ACTION_SUFFIX};
 use super::spec::EnvSpec;
 use super::vector::VectorEnv;
 use super::{max_episode_steps, Env, EnvError, TimeLimit, VecEnv, ENV_IDS};
@@ -192,9 +195,42 @@ impl Registry {
         self.entries.iter().map(|e| e.spec.id.clone()).collect()
     }
 
-    /// Whether `id` is registered, or a gymnasium id.
+    /// Whether `id` is registered (or a registered id with a wrapper suffix), or a gymnasium
+    /// id.
     pub fn contains(&self, id: &str) -> bool {
-        is_gymnasium(id) || self.entries.iter().any(|e| e.spec.id == id)
+        bridged(id) || self.resolve(id).is_ok()
+    }
+
+    /// The spec and constructor of `id`: a registered environment, or one with the
+    /// [`PREVIOUS_ACTION_SUFFIX`] wrapper.
+    fn resolve(&self, id: &str) -> Result<Entry, EnvError> {
+        let Some(base) = id.strip_suffix(PREVIOUS_ACTION_SUFFIX) else {
+            return self.entry(id).cloned();
+        };
+        if is_gymnasium(base) {
+            return Err(EnvError::Wrapper {
+                id: id.to_string(),
+                reason: format!(
+                    "{PREVIOUS_ACTION_SUFFIX} wraps registered environments only; wrap a \
+                     gymnasium environment in Python (popgym's PreviousAction wrapper)"
+                ),
+            });
+        }
+        let inner = self.entry(base)?.clone();
+        let observation_space =
+            appended_space(id, &inner.spec.observation_space, &inner.spec.action_space)?;
+        let wrapped = id.to_string();
+        Ok(Entry {
+            spec: EnvSpec {
+                id: wrapped.clone(),
+                observation_space,
+                ..inner.spec
+            },
+            make: Arc::new(move || {
+                Box::new(PreviousAction::new((inner.make)(), &wrapped).expect("a box observation"))
+                    as Box<dyn Env>
+            }),
+        })
     }
 
     fn entry(&self, id: &str) -> Result<&Entry, EnvError> {
@@ -212,7 +248,7 @@ impl Registry {
     /// # Errors
     /// [`EnvError::UnknownId`] naming `id` and the registered ids.
     pub fn make(&self, id: &str) -> Result<Box<dyn Env>, EnvError> {
-        Ok((self.entry(id)?.make)())
+        Ok((self.resolve(id)?.make)())
     }
 
     /// The spaces and time limit of `id`. For a gymnasium id this starts a Python worker
@@ -221,10 +257,10 @@ impl Registry {
     /// # Errors
     /// [`EnvError::UnknownId`]; for gymnasium ids whatever the worker reports.
     pub fn spec(&self, id: &str) -> Result<EnvSpec, EnvError> {
-        if is_gymnasium(id) {
+        if bridged(id) {
             return Ok(GymVecEnv::start(id, &self.gymnasium, 1, 0)?.spec().clone());
         }
-        Ok(self.entry(id)?.spec.clone())
+        Ok(self.resolve(id)?.spec)
     }
 
     /// `num_envs` environments `id` stepped together. Rust environments: a [`VecEnv`] whose
@@ -242,7 +278,7 @@ impl Registry {
         if num_envs == 0 {
             return Err(EnvError::NoEnvs { num_envs });
         }
-        if is_gymnasium(id) {
+        if bridged(id) {
             return Ok(Box::new(GymVecEnv::start(
                 id,
                 &self.gymnasium,
@@ -250,10 +286,15 @@ impl Registry {
                 seed,
             )?));
         }
-        let entry = self.entry(id)?;
+        let entry = self.resolve(id)?;
         let envs = (0..num_envs).map(|_| (entry.make)()).collect();
         Ok(Box::new(VecEnv::from_envs(id, envs, seed)?))
     }
+}
+
+/// Whether `id` goes to the gymnasium bridge (a gymnasium id without a wrapper suffix).
+fn bridged(id: &str) -> bool {
+    is_gymnasium(id) && !id.ends_with(PREVIOUS_ACTION_SUFFIX)
 }
 
 #[cfg(test)]
@@ -277,6 +318,117 @@ mod tests {
             assert_eq!(env.observation_space(), spec.observation_space);
         }
         assert!(r.contains("gymnasium:CartPole-v1"));
+    }
+
+    /// `<id>+prev-action`: the same episodes (observations bit for bit, rewards, ends), each
+    /// observation followed by the one-hot of the action just taken (zeros where an episode
+    /// starts), for a discrete and a multi-discrete action space; a saved state resumes.
+    #[test]
+    fn the_previous_action_suffix_appends_the_action_to_the_same_episodes() {
+        let r = Registry::builtin();
+        let multi = super::super::POPGYM_IDS
+            .iter()
+            .find(|id| {
+                let spec = r.spec(id).unwrap();
+                matches!(spec.action_space, Space::MultiDiscrete { .. })
+                    && matches!(spec.observation_space, Space::Box { .. })
+            })
+            .expect("a popgym id with multi-discrete actions and box observations");
+        for id in [
+            "CartPole-v1",
+            "popgym-NoisyPositionOnlyCartPoleEasy-v0",
+            multi,
+        ] {
+            let wrapped_id = format!("{id}{PREVIOUS_ACTION_SUFFIX}");
+            let (plain_spec, spec) = (r.spec(id).unwrap(), r.spec(&wrapped_id).unwrap());
+            let nvec = match &plain_spec.action_space {
+                Space::Discrete { n } => vec![*n],
+                Space::MultiDiscrete { nvec } => nvec.clone(),
+                other => panic!("{other:?}"),
+            };
+            let (d, extra) = (
+                plain_spec.observation_space.dim(),
+                nvec.iter().sum::<usize>(),
+            );
+            assert_eq!(spec.id, wrapped_id);
+            assert_eq!(spec.observation_space.dim(), d + extra);
+            assert_eq!(
+                (spec.action_space.clone(), spec.max_episode_steps),
+                (
+                    plain_spec.action_space.clone(),
+                    plain_spec.max_episode_steps
+                )
+            );
+            assert!(r.contains(&wrapped_id));
+            let e = 3;
+            let mut plain = r.make_vec(id, e, 11).unwrap();
+            let mut wrapped = r.make_vec(&wrapped_id, e, 11).unwrap();
+            assert_eq!(wrapped.observation_space(), spec.observation_space);
+            let check = |p: &[f32], w: &[f32], actions: Option<&[i64]>, init: &[bool]| {
+                for j in 0..e {
+                    let (w_obs, w_prev) = w[j * (d + extra)..(j + 1) * (d + extra)].split_at(d);
+                    assert_eq!(w_obs, &p[j * d..(j + 1) * d], "{id} env {j}");
+                    let mut expected = vec![0.0; extra];
+                    if let (Some(a), false) = (actions, init[j]) {
+                        let mut offset = 0;
+                        for (k, n) in nvec.iter().enumerate() {
+                            expected[offset + a[j * nvec.len() + k] as usize] = 1.0;
+                            offset += n;
+                        }
+                    }
+                    assert_eq!(w_prev, expected, "{id} env {j}");
+                }
+            };
+            let first = plain.reset().unwrap().to_vec();
+            check(&first, wrapped.reset().unwrap(), None, &[true; 3]);
+            let mut x = 7u64;
+            let mut actions = vec![0i64; e * nvec.len()];
+            let (mut saved, mut after) = (None, None);
+            for step in 0..400 {
+                for (i, a) in actions.iter_mut().enumerate() {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    *a = ((x >> 33) % nvec[i % nvec.len()] as u64) as i64;
+                }
+                let p = plain.step(VecActions::Discrete(&actions)).unwrap().clone();
+                let w = wrapped
+                    .step(VecActions::Discrete(&actions))
+                    .unwrap()
+                    .clone();
+                assert_eq!(
+                    (&p.reward, &p.terminated, &p.truncated, &p.is_init),
+                    (&w.reward, &w.terminated, &w.truncated, &w.is_init),
+                    "{id} step {step}"
+                );
+                check(&p.obs, &w.obs, Some(&actions), &p.is_init);
+                match step {
+                    200 => saved = wrapped.save_state(),
+                    201 => after = Some((actions.clone(), w.obs)),
+                    _ => {}
+                }
+            }
+            // The state saved after step 200 resumes step 201 (where the env saves one).
+            if let (Some(state), Some((actions, obs))) = (saved, after) {
+                let mut resumed = r.make_vec(&wrapped_id, e, 11).unwrap();
+                resumed.reset().unwrap();
+                resumed.load_state(&state).unwrap();
+                let step = resumed.step(VecActions::Discrete(&actions)).unwrap();
+                assert_eq!(step.obs, obs, "{id}");
+            }
+        }
+        let err = r
+            .spec(&format!("gymnasium:CartPole-v1{PREVIOUS_ACTION_SUFFIX}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("registered environments only"), "{err}");
+        assert!(!r.contains(&format!("gymnasium:CartPole-v1{PREVIOUS_ACTION_SUFFIX}")));
+        let err = r
+            .make_vec("Nope-v0+prev-action", 1, 0)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("\"Nope-v0\""), "{err}");
     }
 
     struct Blind;

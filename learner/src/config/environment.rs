@@ -54,8 +54,8 @@ impl Checker<'_> {
                     "run.env",
                     format!("{env:?}"),
                     &format!(
-                        "one of {:?}, gymnasium:<id>, or an id registered by the actor named in \
-                         collector.actor_bin",
+                        "one of {:?} (each also with the +prev-action suffix), gymnasium:<id>, \
+                         or an id registered by the actor named in collector.actor_bin",
                         known.ids()
                     ),
                 );

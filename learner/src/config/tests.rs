@@ -253,13 +253,15 @@ fn every_popgym_preset_is_valid_and_trains_its_own_id() {
         let path = entry.unwrap().path();
         let config = TrainConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
         let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
-        assert_eq!(
-            config.run.env,
-            format!("popgym-{stem}-v0"),
-            "{}",
-            path.display()
-        );
-        ids.push(config.run.env);
+        // Its own id, possibly with the previous action appended.
+        let id = config
+            .run
+            .env
+            .strip_suffix(common::envs::PREVIOUS_ACTION_SUFFIX)
+            .unwrap_or(&config.run.env)
+            .to_string();
+        assert_eq!(id, format!("popgym-{stem}-v0"), "{}", path.display());
+        ids.push(id);
     }
     ids.sort();
     let mut want: Vec<String> = common::envs::POPGYM_IDS
