@@ -240,15 +240,8 @@ pub fn save_checkpoint<B: Backend, S: Serialize>(
     resume: ResumeState,
     version: u64,
 ) -> anyhow::Result<()> {
-    let weights = to_blob(learner.model(), version);
-    check_finite(&weights).with_context(|| {
-        format!(
-            "not writing checkpoint {}: the model's weights are not finite",
-            dir.display()
-        )
-    })?;
+    let [weights, policy] = policy_files(dir, learner.model(), version)?;
     let (model, optim) = learner.save_state()?;
-    let config = learner.model().config();
     let resume = ResumeState {
         algo: learner.host_state(),
         ..resume
@@ -258,11 +251,8 @@ pub fn save_checkpoint<B: Backend, S: Serialize>(
     let files: [(&str, Vec<u8>); 6] = [
         (MODEL, model),
         (OPTIM, optim),
-        (CHECKPOINT_WEIGHTS, weights),
-        (
-            CHECKPOINT_POLICY,
-            (serde_json::to_string_pretty(config)? + "\n").into_bytes(),
-        ),
+        weights,
+        policy,
         (
             STATE,
             (serde_json::to_string_pretty(state)? + "\n").into_bytes(),
@@ -270,14 +260,23 @@ pub fn save_checkpoint<B: Backend, S: Serialize>(
         (RESUME, resume),
     ];
     let save = SAVES.fetch_add(1, Ordering::SeqCst) + 1;
-    let manifest = |files| Manifest {
-        format: CHECKPOINT_FORMAT,
-        algo: algo.to_string(),
-        policy: config.clone(),
-        layout_hash: layout_hash(&layout(learner.model())),
-        files,
-    };
-    replace_dir(dir, &files, manifest, &|step| fault_point(save, step))
+    replace_dir(dir, &files, algo, learner.model(), &|step| {
+        fault_point(save, step)
+    })
+}
+
+/// `weights.bin` and `policy.json` of `policy` at version `version`, for directory `dir`;
+/// refuses weights that are not finite.
+fn policy_files<B: Backend>(
+    dir: &Path,
+    policy: &Policy<B>,
+    version: u64,
+) -> anyhow::Result<[(&'static str, Vec<u8>); 2]> {
+    let weights = to_blob(policy, version);
+    check_finite(&weights)
+        .with_context(|| format!("not writing {}: the weights are not finite", dir.display()))?;
+    let config = (serde_json::to_string_pretty(policy.config())? + "\n").into_bytes();
+    Ok([(CHECKPOINT_WEIGHTS, weights), (CHECKPOINT_POLICY, config)])
 }
 
 /// Keeps the weights of `policy` (policy version `version`) in directory `dir`, with
@@ -292,35 +291,20 @@ pub fn save_policy<B: Backend>(
     version: u64,
     extra: &[(&str, Vec<u8>)],
 ) -> anyhow::Result<()> {
-    let weights = to_blob(policy, version);
-    check_finite(&weights)
-        .with_context(|| format!("not writing {}: the weights are not finite", dir.display()))?;
-    let config = policy.config();
-    let mut files = vec![
-        (CHECKPOINT_WEIGHTS, weights),
-        (
-            CHECKPOINT_POLICY,
-            (serde_json::to_string_pretty(config)? + "\n").into_bytes(),
-        ),
-    ];
+    let mut files = policy_files(dir, policy, version)?.to_vec();
     files.extend(extra.iter().cloned());
-    let manifest = |files| Manifest {
-        format: CHECKPOINT_FORMAT,
-        algo: algo.to_string(),
-        policy: config.clone(),
-        layout_hash: layout_hash(&layout(policy)),
-        files,
-    };
-    replace_dir(dir, &files, manifest, &|_| {})
+    replace_dir(dir, &files, algo, policy, &|_| {})
 }
 
-/// Writes `files` and their manifest into `dir.tmp/`, fsynced, then puts it in place of `dir`
-/// (which becomes `dir.old`, replacing the one there), calling `at` with the number of each
-/// filesystem step it reaches ([`CHECKPOINT_STEPS`]).
-fn replace_dir(
+/// Writes `files` and their manifest (for `algo` and `policy`'s architecture) into
+/// `dir.tmp/`, fsynced, then puts it in place of `dir` (which becomes `dir.old`, replacing the
+/// one there), calling `at` with the number of each filesystem step it reaches
+/// ([`CHECKPOINT_STEPS`]).
+fn replace_dir<B: Backend>(
     dir: &Path,
     files: &[(&str, Vec<u8>)],
-    manifest: impl FnOnce(Vec<FileEntry>) -> Manifest,
+    algo: &str,
+    policy: &Policy<B>,
     at: &dyn Fn(u32),
 ) -> anyhow::Result<()> {
     let mut step = 0;
@@ -336,7 +320,7 @@ fn replace_dir(
             .with_context(|| format!("removing the unfinished {}", tmp.display()))?;
     }
     // The new directory in `tmp`, complete and durable; nothing else is touched yet.
-    let write_tmp = || -> anyhow::Result<()> {
+    let mut write_tmp = || -> anyhow::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -353,9 +337,16 @@ fn replace_dir(
             });
             done(1, true);
         }
+        let manifest = Manifest {
+            format: CHECKPOINT_FORMAT,
+            algo: algo.to_string(),
+            policy: policy.config().clone(),
+            layout_hash: layout_hash(&layout(policy)),
+            files: entries,
+        };
         write_synced(
             &tmp.join(CHECKPOINT_MANIFEST),
-            (serde_json::to_string_pretty(&manifest(entries))? + "\n").as_bytes(),
+            (serde_json::to_string_pretty(&manifest)? + "\n").as_bytes(),
         )?;
         done(1, true);
         sync_dir(&tmp)?;
