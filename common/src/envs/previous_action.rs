@@ -20,6 +20,7 @@ pub struct PreviousAction {
     id: String,
     /// The wrapped environment's observation length.
     dim: usize,
+    observation_space: Space,
     action_space: Space,
 }
 
@@ -65,9 +66,9 @@ impl PreviousAction {
     pub fn new(env: Box<dyn Env>, id: &str) -> Result<Self, EnvError> {
         let observation = env.observation_space();
         let action_space = env.action_space();
-        appended_space(id, &observation, &action_space)?;
         Ok(PreviousAction {
             dim: observation.dim(),
+            observation_space: appended_space(id, &observation, &action_space)?,
             env,
             id: id.to_string(),
             action_space,
@@ -81,8 +82,7 @@ impl Env for PreviousAction {
     }
 
     fn observation_space(&self) -> Space {
-        appended_space(&self.id, &self.env.observation_space(), &self.action_space)
-            .expect("checked when wrapped")
+        self.observation_space.clone()
     }
 
     fn action_space(&self) -> Space {
