@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Override, TrainConfig};
 use crate::tensorboard::TensorBoard;
 
+/// Seed base of `recur-learner eval`'s environments unless `--seed` says otherwise.
+pub const EVAL_SEED: u64 = 1_000_000;
+
 /// Returns of one evaluation.
 #[derive(Clone, Debug, Serialize)]
 pub struct Evaluation {

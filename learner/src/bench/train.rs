@@ -23,8 +23,6 @@ use serde::Serialize;
 use super::at_least_one;
 use crate::config::UpdatePath;
 
-/// Seed base of `greedy_return`'s episodes (`recur-learner eval`'s default).
-const FINAL_SEED: u64 = 1_000_000;
 /// Seed base of `best_greedy_return`'s episodes: apart from the evaluations during training
 /// (`run.seed + 1_000_000` onwards, a few dozen episodes) that picked the weights.
 pub const BEST_SEED: u64 = 2_000_000;
@@ -224,7 +222,7 @@ impl TrainBench {
             let last = text.lines().last().unwrap_or("{}");
             Ok(serde_json::from_str::<serde_json::Value>(last)?["mean_return"].as_f64())
         };
-        let greedy_return = greedy(&run, FINAL_SEED)?;
+        let greedy_return = greedy(&run, crate::eval::EVAL_SEED)?;
         let best_greedy_return = greedy(&run.join("best"), BEST_SEED)?;
         Ok(TrainRow {
             bench: "train",

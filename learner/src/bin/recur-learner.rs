@@ -58,7 +58,7 @@ struct EvalArgs {
     #[arg(long, default_value_t = 100)]
     episodes: usize,
     /// Seed base of the evaluation environments.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = learner::eval::EVAL_SEED)]
     seed: u64,
     /// Environment [default: run.env of RUN_DIR/config.toml].
     #[arg(long)]
