@@ -20,7 +20,8 @@
 #   mmer_100    the same maximum over `mean_return_100`, the mean of the last 100 episodes:
 #               RLlib's `episode_reward_mean` window, which the POPGym paper's MMER is the
 #               maximum of (RLlib takes it once per training iteration, recur once per update).
-# At the end, DIR/suite.md holds the table (mean +- std over seeds per id and cell).
+# At the end, DIR/suite.md holds the table (mean +- std over seeds per id and cell): MMER,
+# MMER (100) and greedy per cell.
 # Defaults: gru and lstm, Easy and Medium, seeds 0-2, every family, DIR
 # benchmarks/results/popgym-suite-<time>. --jobs N runs N trainings at once (each uses the
 # preset's actors; default 1).
@@ -128,13 +129,15 @@ def fmt(xs):
     if len(xs) == 1:
         return "%.3f" % xs[0]
     return "%.3f ± %.3f" % (statistics.mean(xs), statistics.stdev(xs))
-lines = ["| id | " + " | ".join("%s MMER | %s greedy" % (c, c) for c in cells) + " | frames | wall s |",
-         "| --- |" + " --- | --- |" * len(cells) + " --- | --- |"]
+lines = ["| id | " + " | ".join("%s MMER | %s MMER (100) | %s greedy" % (c, c, c) for c in cells)
+         + " | frames | wall s |",
+         "| --- |" + " --- | --- | --- |" * len(cells) + " --- | --- |"]
 for id_ in dict.fromkeys(r["id"] for r in rows):
     cols = []
     for c in cells:
         rs = by.get((id_, c), [])
-        cols += [fmt([r["mmer"] for r in rs]), fmt([r["final_greedy"] for r in rs])]
+        cols += [fmt([r["mmer"] for r in rs]), fmt([r.get("mmer_100") for r in rs]),
+                 fmt([r["final_greedy"] for r in rs])]
     rs = [r for c in cells for r in by.get((id_, c), [])]
     frames = max(r["frames"] for r in rs)
     wall = statistics.mean(r["wall_s"] for r in rs)
