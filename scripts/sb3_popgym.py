@@ -74,10 +74,12 @@ def make(env_id):
 
 
 class Mmer(BaseCallback):
-    """MMER at SB3's own cadence (after every rollout: n_envs * n_steps frames) and at recur's
-    (the first rollout at or past each multiple of `every` frames: recur logs its mean return
-    once per update, 512 frames in the POPGym presets). A maximum over a noisy mean grows with
-    the number of times it is taken, so the second is the like-for-like figure."""
+    """MMER at SB3's own cadence (after every rollout: n_envs * n_steps frames) and once per
+    `every` frames (the first rollout at or past each multiple): recur logs its mean return once
+    per update, 512 frames in the shared card preset (HigherLowerEasy's 256 equal SB3's own
+    cadence). A maximum over a noisy mean grows with the number of times it is taken, so the
+    like-for-like figure is the one at the recur preset's cadence. Also the same maximum over
+    the last 100 episodes (`best_100`), at SB3's cadence."""
 
     def __init__(self, every=512):
         super().__init__()
