@@ -394,6 +394,20 @@ fn bridge_failures_are_clear_errors() {
         &[("RECUR_GYM_TIMEOUT_S", "2"), one_worker],
         &["did not answer step 21 within 2.0 s", "killed"],
     );
+    // A worker that never finishes starting: the start has its own, longer timeout
+    // (RECUR_GYM_START_TIMEOUT_S), so the 2 s step timeout above cannot fail a start that a
+    // loaded machine makes slow.
+    let hang_start = args(&faulty(r#"{"hang_at_init": true}"#));
+    let hang_start: Vec<&str> = hang_start.iter().map(String::as_str).collect();
+    expect_failure(
+        &hang_start,
+        &[("RECUR_GYM_START_TIMEOUT_S", "2"), one_worker],
+        &[
+            "did not answer starting within 2.0 s",
+            "RECUR_GYM_START_TIMEOUT_S",
+            "killed",
+        ],
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

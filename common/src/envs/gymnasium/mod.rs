@@ -107,7 +107,7 @@ impl GymVecEnv {
             .collect::<Result<Vec<_>, _>>()?;
         let mut hello = None;
         for worker in &mut workers {
-            let line = worker.read_line(id, What::Starting, options.timeout)?;
+            let line = worker.read_line(id, What::Starting, options.start_timeout)?;
             let h: Hello = serde_json::from_slice(&line).map_err(|e| {
                 err(format!(
                     "the worker's first answer does not parse ({e}): {}",

@@ -30,6 +30,17 @@ pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
 }
 
+/// The least time a worker is given to start, in seconds (`RECUR_GYM_START_TIMEOUT_S`).
+pub const DEFAULT_START_TIMEOUT_S: f64 = 120.0;
+
+/// A positive, finite number of seconds from the environment variable `name`.
+fn seconds_var(name: &str) -> Option<f64> {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+}
+
 /// How the bridge starts its Python workers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GymnasiumOptions {
@@ -39,9 +50,14 @@ pub struct GymnasiumOptions {
     pub imports: Vec<String>,
     /// Keyword arguments of `gymnasium.make` (a JSON object).
     pub kwargs: Option<serde_json::Value>,
-    /// How long a worker may take to answer one command (and to start), `RECUR_GYM_TIMEOUT_S`
-    /// seconds, default 60.
+    /// How long a worker may take to answer one command, `RECUR_GYM_TIMEOUT_S` seconds, default
+    /// 60.
     pub timeout: Duration,
+    /// How long a worker may take to start (import, `gymnasium.make`, the spaces),
+    /// `RECUR_GYM_START_TIMEOUT_S` seconds, default the larger of `timeout` and
+    /// [`DEFAULT_START_TIMEOUT_S`]: a short step timeout must not fail a start that a loaded
+    /// machine makes slow.
+    pub start_timeout: Duration,
     /// Python worker processes per actor (`RECUR_GYM_WORKERS`, default [`default_workers`];
     /// at most `E`).
     pub workers: usize,
@@ -60,16 +76,15 @@ impl Default for GymnasiumOptions {
     /// The interpreter from `RECUR_PYTHON` and the timeout from `RECUR_GYM_TIMEOUT_S`; no
     /// imports, no kwargs.
     fn default() -> Self {
+        let timeout = seconds_var("RECUR_GYM_TIMEOUT_S").unwrap_or(60.0);
         GymnasiumOptions {
             python: std::env::var("RECUR_PYTHON").unwrap_or_else(|_| DEFAULT_PYTHON.into()),
             imports: Vec::new(),
             kwargs: None,
-            timeout: Duration::from_secs_f64(
-                std::env::var("RECUR_GYM_TIMEOUT_S")
-                    .ok()
-                    .and_then(|s| s.parse::<f64>().ok())
-                    .filter(|s| s.is_finite() && *s > 0.0)
-                    .unwrap_or(60.0),
+            timeout: Duration::from_secs_f64(timeout),
+            start_timeout: Duration::from_secs_f64(
+                seconds_var("RECUR_GYM_START_TIMEOUT_S")
+                    .unwrap_or(timeout.max(DEFAULT_START_TIMEOUT_S)),
             ),
             workers: std::env::var("RECUR_GYM_WORKERS")
                 .ok()

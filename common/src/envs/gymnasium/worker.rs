@@ -169,9 +169,13 @@ impl Worker {
                     id: id.to_string(),
                     message: format!(
                         "the Python worker (pid {}) did not answer {what} within {:.1} s \
-                         (RECUR_GYM_TIMEOUT_S); it was killed",
+                         ({}); it was killed",
                         self.child.id(),
-                        timeout.as_secs_f64()
+                        timeout.as_secs_f64(),
+                        match what {
+                            What::Starting => "RECUR_GYM_START_TIMEOUT_S",
+                            _ => "RECUR_GYM_TIMEOUT_S",
+                        }
                     ),
                 }
             }
