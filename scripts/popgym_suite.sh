@@ -11,15 +11,16 @@
 # preset's run.frames), never stopping at the target. Per run, one JSON line in
 # DIR/suite.jsonl:
 #   id, family, level, cell, seed, frames, wall_s,
-#   mmer        POPGym's MMER: the max over training of the mean episodic return. recur's
+#   mmer        the max over training of the mean episodic return over recur's window:
 #               mean_return (metrics.csv, one row per update) is the mean of the last 20
 #               episodes; the max is over those rows;
 #   final_greedy  recur-learner eval of the final checkpoint: 100 greedy episodes on seeds
 #               1000000.. (never a training seed);
 #   frames_to_mmer  the frames at which the max was first reached;
-#   mmer_100    the same maximum over `mean_return_100`, the mean of the last 100 episodes:
-#               RLlib's `episode_reward_mean` window, which the POPGym paper's MMER is the
-#               maximum of (RLlib takes it once per training iteration, recur once per update).
+#   mmer_100    POPGym's MMER: the same maximum over `mean_return_100`, the mean of the last
+#               100 episodes: RLlib's `episode_reward_mean` window, which the POPGym paper's
+#               MMER is the maximum of (RLlib takes it once per training iteration, recur once
+#               per update). Comparisons with the paper and with SB3 use this one.
 # At the end, DIR/suite.md holds the table (mean +- std over seeds per id and cell): MMER,
 # MMER (100) and greedy per cell.
 # Defaults: gru and lstm, Easy and Medium, seeds 0-2, every family, DIR
