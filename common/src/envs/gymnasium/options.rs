@@ -73,8 +73,8 @@ pub struct GymnasiumOptions {
 }
 
 impl Default for GymnasiumOptions {
-    /// The interpreter from `RECUR_PYTHON` and the timeout from `RECUR_GYM_TIMEOUT_S`; no
-    /// imports, no kwargs.
+    /// The interpreter from `RECUR_PYTHON` and the timeouts from `RECUR_GYM_TIMEOUT_S` and
+    /// `RECUR_GYM_START_TIMEOUT_S`; no imports, no kwargs.
     fn default() -> Self {
         let timeout = seconds_var("RECUR_GYM_TIMEOUT_S").unwrap_or(60.0);
         GymnasiumOptions {
