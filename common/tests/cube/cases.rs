@@ -543,6 +543,39 @@ fn hidden_wider_than_a_cube() {
     }
 }
 
+/// Batches that do not divide into the kernels' row tiles, at hidden sizes that do not divide
+/// into warps: the last tile's rows past the batch must change nothing (LSTM and GRU; the
+/// tile is the launch's choice, 16 rows or fewer; 2,100 rows tile on a GPU too, where the
+/// tile keeps a cube per multiprocessor).
+#[test]
+fn batch_tiles_with_tails() {
+    for cell in [CellKind::Lstm, CellKind::Gru] {
+        for hidden in [48, 257] {
+            for rows in [1, 17, 130, 2100] {
+                let steps = if rows > 1000 { 2 } else { 3 };
+                let mut rng = StdRng::seed_from_u64(rows as u64);
+                let is_init = (0..rows * steps)
+                    .map(|i| i % steps == 0 || rng.random_bool(0.3))
+                    .collect();
+                let case = Case {
+                    cell,
+                    input: 3,
+                    hidden,
+                    layers: 1,
+                    bias: true,
+                    rows,
+                    steps,
+                    is_init,
+                    seed: 11,
+                };
+                // Sums of up to G*H = 1028 terms, as in hidden_wider_than_a_cube.
+                cube_vs_cpu(&case, Recompute::None, (1e-4, 1e-3))
+                    .unwrap_or_else(|e| panic!("{cell:?} H {hidden} B {rows}: {e}"));
+            }
+        }
+    }
+}
+
 /// burn's wgpu backend without autodiff (inference) computes what the autodiff path does.
 #[test]
 fn inference_path_matches_autodiff() {

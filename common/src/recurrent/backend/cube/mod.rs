@@ -3,8 +3,8 @@
 //! Built with the `cuda` or `wgpu` feature; runs on burn's CUDA and wgpu backends, with or
 //! without autodiff ([`available`]). Per layer: the input projection of every step as one
 //! burn matmul (`[B*T, in] x [in, G*H]`), then **one kernel launch** for the whole time loop
-//! ([`kernel`]: one cube per batch row, the stored state loaded at every step that starts a
-//! segment). Under autodiff each layer is one custom burn autodiff node, as on the CPU: its
+//! ([`kernel`]: one cube per tile of batch rows, the stored state loaded at every step that
+//! starts a segment). Under autodiff each layer is one custom burn autodiff node, as on the CPU: its
 //! backward is one more launch (the reverse time loop, which writes the gate gradients), then
 //! burn matmuls for `dx`, `dW_ih`, `dW_hh` and the biases. With `recompute = "full"` the
 //! forward keeps nothing but its output and the backward relaunches the forward to get the
@@ -12,8 +12,9 @@
 //!
 //! Layers are chained as burn tensors (dropout between them is burn's op) by the CPU fused
 //! backend's `run_layers`; the module writes `next` at the segment ends from the per-step
-//! states. No per-batch-size autotuning: the launch shape depends on `H` only, and burn's
-//! matmul is built without its `autotune` feature here.
+//! states. No autotuning: the launch shape follows from `H`, the batch and the device's
+//! multiprocessor count and shared memory ([`launch_of`]), and burn's matmul is built without
+//! its `autotune` feature here.
 //!
 //! Precision ([`MatmulPrecision`]): `tf32` and `bf16` round the operands of the recurrent
 //! product (see [`kernel`]); everything else is `f32`.
@@ -258,31 +259,6 @@ fn units<R: CubeRuntime>(t: &CubeTensor<R>, hidden: usize) -> u32 {
     (hidden.div_ceil(32) * 32).min(limit as usize) as u32
 }
 
-/// Refuses launches the device cannot run, naming the size.
-fn check_limits<R: CubeRuntime>(t: &CubeTensor<R>, cell: CellKind, rows: usize, hidden: usize) {
-    let hw = &t.client.properties().hardware;
-    // The backward's shared memory: G*H gate gradients and three H vectors (minGRU's
-    // kernels use none).
-    let shared = if cell.has_hidden_weights() {
-        (cell.gates() + 3) * hidden * 4
-    } else {
-        0
-    };
-    assert!(
-        shared <= hw.max_shared_memory_size,
-        "the CubeCL fused {} kernel keeps {shared} bytes per cube in shared memory for \
-         hidden_size = {hidden}; this device allows {} (use backend = \"scan\")",
-        cell.name(),
-        hw.max_shared_memory_size
-    );
-    assert!(
-        rows <= hw.max_cube_count.0 as usize,
-        "the CubeCL fused kernel runs one cube per batch row; {rows} rows exceed this \
-         device's {} cubes per launch (split the batch)",
-        hw.max_cube_count.0
-    );
-}
-
 /// The forward of one layer: `out` `[K, B, T, H]` and, when `keep`, the saved gates
 /// `[B, T, 4H]`.
 fn forward<R: CubeRuntime, BT: BoolElement>(
@@ -291,7 +267,6 @@ fn forward<R: CubeRuntime, BT: BoolElement>(
     keep: bool,
 ) -> (CubeTensor<R>, Option<CubeTensor<R>>) {
     let [rows, steps, input, hidden] = inputs.dims();
-    check_limits(&inputs.x, how.cell, rows, hidden);
     let gh = how.cell.gates() * hidden;
     let k = if how.cell.has_cell_state() { 2 } else { 1 };
     let device = &inputs.x.device;
@@ -317,7 +292,7 @@ fn forward<R: CubeRuntime, BT: BoolElement>(
         } else {
             dummy()
         };
-        let launch = launch_of(how, &out, hidden);
+        let launch = launch_of(how, &out, rows, hidden);
         kernel::mingru_forward(launch, &xp, &inputs.h0, &inputs.start, &out, &saved, keep);
         return (out, keep.then_some(saved));
     };
@@ -342,7 +317,7 @@ fn forward<R: CubeRuntime, BT: BoolElement>(
     } else {
         dummy()
     };
-    let launch = launch_of(how, &out, hidden);
+    let launch = launch_of(how, &out, rows, hidden);
     kernel::forward(
         launch,
         &xp,
@@ -358,7 +333,51 @@ fn forward<R: CubeRuntime, BT: BoolElement>(
     (out, keep.then_some(saved))
 }
 
-fn launch_of<R: CubeRuntime>(how: How, t: &CubeTensor<R>, hidden: usize) -> kernel::Launch {
+/// Most batch rows one cube of the LSTM/GRU kernels owns.
+const MAX_TILE: usize = 16;
+
+/// The launch of a layer's kernels over `rows` batch rows, refused (naming the size) where the
+/// device cannot run it.
+///
+/// The LSTM/GRU kernels give a cube a tile of rows: every step of a cube reads all of `W_hh`
+/// (1 MiB at H 256), so a cube owning `tile` rows reads it once for all of them, where one
+/// cube per row reads it once per row. The tile halves from [`MAX_TILE`] until it is no wider
+/// than the batch, the grid keeps a cube per multiprocessor (where the device reports their
+/// number) and the backward's shared memory fits the device. A tile of 1 runs the one-row
+/// kernels; minGRU's kernels run one row per cube.
+fn launch_of<R: CubeRuntime>(
+    how: How,
+    t: &CubeTensor<R>,
+    rows: usize,
+    hidden: usize,
+) -> kernel::Launch {
+    let hw = &t.client.properties().hardware;
+    // Per row, the backward's shared memory: G*H gate gradients and three H vectors.
+    let shared = if how.cell.has_hidden_weights() {
+        (how.cell.gates() + 3) * hidden * 4
+    } else {
+        0
+    };
+    assert!(
+        shared <= hw.max_shared_memory_size,
+        "the CubeCL fused {} kernel keeps {shared} bytes per batch row in shared memory for \
+         hidden_size = {hidden}; this device allows {} (use backend = \"scan\")",
+        how.cell.name(),
+        hw.max_shared_memory_size
+    );
+    let mut tile = if shared > 0 { MAX_TILE } else { 1 };
+    let sms = hw.num_streaming_multiprocessors.unwrap_or(1).max(1) as usize;
+    while tile > 1
+        && (tile > rows || tile * shared > hw.max_shared_memory_size || rows.div_ceil(tile) < sms)
+    {
+        tile /= 2;
+    }
+    assert!(
+        rows.div_ceil(tile) <= hw.max_cube_count.0 as usize,
+        "the CubeCL fused kernel runs one cube per {tile} batch rows; {rows} rows exceed this \
+         device's {} cubes per launch (split the batch)",
+        hw.max_cube_count.0
+    );
     kernel::Launch {
         cell: match how.cell {
             CellKind::Lstm => kernel::LSTM,
@@ -368,6 +387,7 @@ fn launch_of<R: CubeRuntime>(how: How, t: &CubeTensor<R>, hidden: usize) -> kern
         hidden,
         precision: how.precision,
         units: units(t, hidden),
+        tile,
     }
 }
 
@@ -423,7 +443,7 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
         if how.cell == CellKind::MinGru {
             let empty = |shape: [usize; 3]| prim(Tensor::<Cube<R, BT>, 3>::empty(shape, device));
             let (dg, dh0) = (empty([rows, steps, gh]), empty([rows, steps, hidden]));
-            let launch = launch_of(how, &out, hidden);
+            let launch = launch_of(how, &out, rows, hidden);
             kernel::mingru_backward(
                 launch,
                 &inputs.h0,
@@ -482,7 +502,7 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
         let w_hh = inputs.w_hh.clone().expect("LSTM and GRU layers have W_hh");
         let w = rounded::<R, BT>(w_hh, how.precision);
         kernel::backward(
-            launch_of(how, &out, hidden),
+            launch_of(how, &out, rows, hidden),
             &w,
             &inputs.h0,
             &c0,
