@@ -1,25 +1,40 @@
 #!/usr/bin/env bash
-# The GPU steps of issue 18 in one batch, for a session that is lent a GPU (the `device` tool).
-# The GPU machine has no Rust toolchain: `build` runs here and packs the binaries, `run` runs
-# there on the packed binaries.
+# The GPU steps of issues 18 and 32 in one batch, for a session that is lent a GPU (the
+# `device` tool). The GPU machine has no Rust toolchain and reaches no package index: `build`
+# runs here and packs the binaries, `run` runs there on the packed binaries.
 #
-#   scripts/gpu_session.sh build     # here: release binaries with --features cuda, stripped,
-#                                    # packed into target/gpu-session/bins.tar.gz (carry it)
-#   scripts/gpu_session.sh run       # on the GPU machine (device tool, carry
-#                                    # target/gpu-session): writes everything under $OUT
+#   scripts/gpu_session.sh build [--base REV]
+#       here: release binaries with --features cuda, stripped, packed into
+#       target/gpu-session/bins.tar.xz (carry target/gpu-session). With --base REV, the
+#       recur-bench of revision REV too (built from a worktree of it), for a same-run A/B.
+#   scripts/gpu_session.sh wheels
+#       here: TorchRL 0.14.1 and the packages the device's python lacks, as wheels in .whl/
+#       (carry .whl; the device tool's README says how wheels travel)
+#   scripts/gpu_session.sh run [STEP...]
+#       there (carry target/gpu-session, and .whl for the torchrl step): everything under $OUT
 #
 # `run` does, in order, each step logged to $OUT/<step>.log and never stopping at a failure:
 #   1. probe: nvidia-smi, the CUDA driver and NVRTC libraries cubecl loads at run time;
-#   2. cube_kernels_cuda: the kernel tests (reference vectors per precision with their
-#      tolerances, kernels == CPU fused backend, sequential == recurrent, boundary isolation);
-#   3. rnn: `recur-bench rnn --device cuda` rows for fused (each precision), scan and pad,
-#      input 64, hidden 256, T 128, p 0/0.03/0.1, batch 128 and 2048, GRU and LSTM, fwd and
-#      fwdbwd (JSON lines in $OUT/rnn-*.jsonl);
-#   4. torchrl: scripts/bench_vs_torchrl.sh --torchrl-device cuda on the same grid (TorchRL's
-#      triton, pad = cuDNN, scan) when python3 can import torch and torchrl there (the GPU
-#      machine reaches no package index; the step says so and is skipped otherwise);
+#   2. tests: common/tests/cube_kernels_cuda.rs (reference vectors per precision with their
+#      tolerances, kernels == CPU fused backend, row tiles with tails, sequential ==
+#      recurrent, boundary isolation);
+#   3. rnn: `recur-bench rnn --device cuda` rows of the fused kernel, input 64, hidden 256,
+#      T 128, GRU and LSTM, fwd and fwdbwd, per batch, precision and reset probability
+#      ($OUT/rnn-fused.jsonl); with a --base build, the base's rows beside them, interleaved
+#      per batch and precision ($OUT/rnn-base.jsonl);
+#   4. torchrl: scripts/torchrl_rnn_bench.py on the same grid (TorchRL's triton and pad =
+#      cuDNN, at the same matmul precision), each batch x precision bounded by
+#      GPU_TORCHRL_TIMEOUT seconds, then the comparison with step 3's rows when they are in
+#      $OUT ($OUT/vs-torchrl.txt). Needs the carried .whl and no binaries: run it in a call of
+#      its own (`run torchrl`, carry .whl only), since the repository, the binaries and the
+#      wheels are over one call's 64 MiB. Triton compiles and autotunes per shape: on an H200
+#      (2026-11-26) not one GRU row finished in 75 s, so give it minutes (GPU_PS=0.03,
+#      GPU_CELLS=gru, GPU_BATCHES=2048 for the row issue 32 is about);
 #   5. train: MaskedCartPole-v1 (configs/masked_cartpole.toml, seed 0) with run.device =
 #      "cuda:0", then its last checkpoint resumed on the CPU for 10k more frames.
+# Knobs (environment): GPU_BATCHES ("128 2048"), GPU_PRECISIONS ("ieee tf32"), GPU_PS
+# ("0,0.03,0.1"), GPU_CELLS ("gru,lstm"), GPU_PASSES ("fwd,fwdbwd"), GPU_ITERS (10),
+# GPU_TORCHRL_TIMEOUT (400), GPU_TORCHRL_BACKENDS ("triton,pad").
 # The device tool allows 10 minutes per command: run the steps separately if needed
 # (`scripts/gpu_session.sh run probe tests rnn`, `... run torchrl`, `... run train`).
 set -uo pipefail
@@ -28,9 +43,35 @@ cd "$ROOT"
 PACK="$ROOT/target/gpu-session"
 say() { printf 'gpu_session: %s\n' "$*" >&2; }
 
+BINS=(recur-learner recur-actor recur-bench)
+
 build() {
     set -e
+    local base=""
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            --base) base="$2"; shift 2 ;;
+            *) say "unknown build option $1"; exit 2 ;;
+        esac
+    done
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+    rm -rf "$PACK/bin" && mkdir -p "$PACK/bin"
+    if [[ -n "$base" ]]; then
+        local wt="$PACK/base-worktree"
+        git worktree remove --force "$wt" 2>/dev/null || rm -rf "$wt"
+        git worktree add --detach "$wt" "$base"
+        # cargo hashes workspace members by their path inside the workspace, so the base and
+        # this tree share artifacts: fresh mtimes make each build recompile its own sources.
+        find "$wt/common" "$wt/learner" "$wt/actor" -name '*.rs' -exec touch {} +
+        (cd "$wt" && cargo build --release --locked --features cuda -p recur-learner \
+            --bin recur-bench)
+        cp "$CARGO_TARGET_DIR/release/recur-bench" "$PACK/bin/recur-bench-base"
+        # The build below links its own binary there again, from its own sources.
+        rm -f "$CARGO_TARGET_DIR/release/recur-bench"
+        find common learner actor -name '*.rs' -exec touch {} +
+        git rev-parse --short "$base" >"$PACK/bin/base-rev"
+        git worktree remove --force "$wt"
+    fi
     cargo build --release --locked --features cuda -p recur-learner -p recur-actor \
         --bin recur-learner --bin recur-actor --bin recur-bench
     local test_bin
@@ -41,14 +82,26 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "cube_kernels_cuda":
         print(m["executable"])')
-    rm -rf "$PACK/bin" && mkdir -p "$PACK/bin"
-    cp "$CARGO_TARGET_DIR"/release/{recur-learner,recur-actor,recur-bench} "$PACK/bin/"
+    for b in "${BINS[@]}"; do cp "$CARGO_TARGET_DIR/release/$b" "$PACK/bin/"; done
     cp "$test_bin" "$PACK/bin/cube_kernels_cuda"
-    strip "$PACK/bin/"*
-    tar -C "$PACK" -czf "$PACK/bins.tar.gz" bin
+    git rev-parse --short HEAD >"$PACK/bin/rev"
+    git diff --quiet HEAD -- common learner actor || echo "+uncommitted" >>"$PACK/bin/rev"
+    strip "$PACK/bin/"recur-* "$PACK/bin/cube_kernels_cuda"
+    XZ_OPT=-6 tar -C "$PACK" -cJf "$PACK/bins.tar.xz" bin
     rm -rf "$PACK/bin"
-    ls -l "$PACK/bins.tar.gz"
+    ls -l "$PACK/bins.tar.xz"
     say "carry target/gpu-session (the device tool's limit is 64 MiB in all)"
+}
+
+wheels() {
+    set -e
+    mkdir -p .whl
+    local plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp "${plat[@]}" -d .whl \
+        torchrl==0.14.1 'tensordict>=0.14.3,<0.15' pyvers hoptorch importlib_metadata orjson
+    ls -l .whl
 }
 
 step() { # name, command...
@@ -63,10 +116,10 @@ step() { # name, command...
 }
 
 probe() {
+    cat "$BIN/rev" "$BIN/base-rev" 2>/dev/null
     nvidia-smi || echo "no nvidia-smi"
     ldconfig -p | grep -E 'libcuda\.so|libnvrtc' || echo "libcuda/libnvrtc not in ldconfig"
-    python3 -c 'import torch, tensordict, torchrl, hoptorch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "torchrl", torchrl.__version__)' \
-        || echo "python3 cannot import torch and torchrl: the TorchRL step will be skipped"
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
 }
 
 tests() {
@@ -74,50 +127,71 @@ tests() {
         "$BIN/cube_kernels_cuda" --test-threads 1
 }
 
-GRID=(--cells gru,lstm --passes fwd,fwdbwd --steps 128 --reset-probs 0,0.03,0.1
-      --input 64 --hidden 256 --layers 1 --iters 10 --warmup 2)
+grid() {
+    echo --cells "${GPU_CELLS:-gru,lstm}" --passes "${GPU_PASSES:-fwd,fwdbwd}" --steps 128 \
+        --reset-probs "${GPU_PS:-0,0.03,0.1}" --input 64 --hidden 256 --layers 1 \
+        --iters "${GPU_ITERS:-10}" --warmup 2
+}
 
 rnn() {
     local batch precision
-    for batch in 128 2048; do
-        for precision in ieee tf32 bf16; do
+    # shellcheck disable=SC2207
+    local g=($(grid))
+    for batch in ${GPU_BATCHES:-128 2048}; do
+        for precision in ${GPU_PRECISIONS:-ieee tf32}; do
+            if [[ -x "$BIN/recur-bench-base" ]]; then
+                "$BIN/recur-bench-base" rnn --device cuda --backends fused \
+                    --matmul-precision "$precision" --recompute none --batch "$batch" "${g[@]}" \
+                    | tee -a "$OUT/rnn-base.jsonl"
+            fi
             "$BIN/recur-bench" rnn --device cuda --backends fused --matmul-precision "$precision" \
-                --recompute none,full --batch "$batch" "${GRID[@]}" | tee -a "$OUT/rnn-fused.jsonl"
+                --recompute none --batch "$batch" "${g[@]}" | tee -a "$OUT/rnn-fused.jsonl"
         done
-        "$BIN/recur-bench" rnn --device cuda --backends scan,pad --batch "$batch" "${GRID[@]}" \
-            | tee -a "$OUT/rnn-scan-pad.jsonl"
     done
 }
 
 torchrl() {
-    if ! python3 -c 'import torch, tensordict, torchrl, hoptorch' 2>/dev/null; then
-        echo "SKIPPED: python3 cannot import torch, tensordict, torchrl and hoptorch here" \
-            "(the GPU machine reaches no package index)"
-        return 1
+    if [[ -d .whl ]]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl/*.whl || return 1
+        export PYTHONPATH=/tmp/site
     fi
-    # bench_vs_torchrl.sh runs TorchRL from a virtual environment: one over the system's.
-    local venv=/tmp/recur-bench-venv batch
-    [[ -x "$venv/bin/python" ]] || python3 -m venv --system-site-packages "$venv"
-    for batch in 128 2048; do
-        RECUR_BENCH="$BIN/recur-bench" RECUR_BENCH_VENV="$venv" \
-            scripts/bench_vs_torchrl.sh --no-build --torchrl-device cuda \
-            --torchrl-backends triton,pad,scan --backends fused,scan,pad \
-            --recur-args '--device cuda' --batch "$batch" \
-            --cells gru,lstm --passes fwd,fwdbwd --steps 128 --reset-probs 0,0.03,0.1 \
-            --out "$OUT/vs-torchrl-b$batch.jsonl"
+    python3 -c 'import torch, tensordict, torchrl, hoptorch' || {
+        echo "SKIPPED: python3 cannot import torch, tensordict, torchrl and hoptorch (carry .whl:" \
+            "scripts/gpu_session.sh wheels)"
+        return 1
+    }
+    local batch precision
+    for batch in ${GPU_BATCHES:-128 2048}; do
+        for precision in ${GPU_PRECISIONS:-ieee tf32}; do
+            timeout "${GPU_TORCHRL_TIMEOUT:-400}" python3 scripts/torchrl_rnn_bench.py \
+                --device cuda:0 --omp-wait-policy unset \
+                --backends "${GPU_TORCHRL_BACKENDS:-triton,pad}" \
+                --matmul-precision "$precision" --batch "$batch" $(grid) \
+                | tee -a "$OUT/rnn-torchrl.jsonl"
+            echo "torchrl batch $batch $precision: exit ${PIPESTATUS[0]}"
+        done
     done
+    if [[ -s "$OUT/rnn-fused.jsonl" ]]; then
+        python3 scripts/torchrl_rnn_bench.py --compare "$OUT/rnn-fused.jsonl" \
+            "$OUT/rnn-torchrl.jsonl" >"$OUT/vs-torchrl.jsonl" 2>"$OUT/vs-torchrl.txt"
+        cat "$OUT/vs-torchrl.txt"
+    else
+        echo "compare here: scripts/torchrl_rnn_bench.py --compare rnn-fused.jsonl rnn-torchrl.jsonl"
+    fi
 }
 
 train() {
-    local config="$OUT/masked_cartpole_cuda.toml"
+    # Run directories stay out of $OUT: the device tool brings back at most 8 files.
+    local config=/tmp/masked_cartpole_cuda.toml
     sed 's/^device = "cpu".*/device = "cuda:0"/' configs/masked_cartpole.toml >"$config"
     grep -q '^device = "cuda:0"' "$config" || { echo "could not set run.device"; return 1; }
     export PATH="$BIN:$PATH"
-    local run="$OUT/run-cuda"
+    local run=/tmp/run-cuda
     "$BIN/recur-learner" train --config "$config" --seed 0 --run-dir "$run" --quiet
     "$BIN/recur-learner" eval --checkpoint "$run" --episodes 100
     # The same run's checkpoint resumed on the CPU for 10k more frames.
-    local cpu_run="$OUT/run-cuda-resumed-on-cpu"
+    local cpu_run=/tmp/run-cuda-resumed-on-cpu
     cp -r "$run" "$cpu_run"
     sed -i 's/^device = "cuda:0"/device = "cpu"/' "$cpu_run/config.toml"
     "$BIN/recur-learner" train --resume "$cpu_run" --frames 60000 --quiet
@@ -127,11 +201,13 @@ train() {
 run() {
     OUT="${OUT:?run on the device machine: \$OUT is where results go}"
     BIN="$PACK/bin"
-    if [[ ! -x "$BIN/recur-bench" ]]; then
-        tar -C "$PACK" -xzf "$PACK/bins.tar.gz" || { say "no $PACK/bins.tar.gz: run build first and carry target/gpu-session"; exit 1; }
-    fi
     local steps=("$@")
     [[ ${#steps[@]} -gt 0 ]] || steps=(probe tests rnn torchrl train)
+    # torchrl alone needs no binaries: the repository (~30 MB), the binaries (~29 MB) and the
+    # wheels (~4 MB) together are over what one call carries, so it runs in a call of its own.
+    if [[ ! -x "$BIN/recur-bench" && " ${steps[*]} " != " torchrl " ]]; then
+        tar -C "$PACK" -xJf "$PACK/bins.tar.xz" || { say "no $PACK/bins.tar.xz: run build first and carry target/gpu-session"; exit 1; }
+    fi
     for s in "${steps[@]}"; do
         case "$s" in
             probe|tests|rnn|torchrl|train) step "$s" "$s" ;;
@@ -142,6 +218,7 @@ run() {
 
 case "${1:-}" in
     build) shift; build "$@" ;;
+    wheels) shift; wheels "$@" ;;
     run) shift; run "$@" ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    *) sed -n '2,39p' "$0"; exit 2 ;;
 esac

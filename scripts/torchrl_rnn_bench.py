@@ -104,6 +104,13 @@ def parse_args(argv):
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument(
+        "--matmul-precision",
+        choices=["ieee", "tf32"],
+        default="ieee",
+        help="torch.set_float32_matmul_precision: 'highest' for ieee (torch's default, which "
+        "TorchRL's triton backend follows), 'high' for tf32; rows carry matmul_precision",
+    )
+    p.add_argument(
         "--omp-wait-policy",
         type=csv_list(str),
         default=["unset", "passive"],
@@ -237,7 +244,11 @@ def bench(args) -> int:
     from tensordict import TensorDict
     from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
+    torch.set_float32_matmul_precision("highest" if args.matmul_precision == "ieee" else "high")
     device = torch.device(args.device)
+    if device.type == "cuda" and device.index is None:
+        # torch 2.11's set_device refuses a device without an index.
+        device = torch.device("cuda", 0)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             log(
@@ -366,7 +377,12 @@ def bench(args) -> int:
                     for ps in args.passes:
                         fn = fwd if ps == "fwd" else fwdbwd
                         try:
-                            for _ in range(args.warmup):
+                            # The first call: triton compiles and autotunes per shape here.
+                            start = time.perf_counter()
+                            fn()
+                            sync()
+                            first_call_ms = (time.perf_counter() - start) * 1e3
+                            for _ in range(1, args.warmup):
                                 fn()
                             sync()
                             times = []
@@ -401,6 +417,8 @@ def bench(args) -> int:
                             "hidden": args.hidden,
                             "layers": args.layers,
                             "recompute": args.recompute,
+                            "matmul_precision": args.matmul_precision,
+                            "first_call_ms": first_call_ms,
                             "impl": "torchrl",
                             **versions,
                             "device": str(device),
@@ -450,6 +468,8 @@ def key(row):
         int(row.get("input", 0)),
         int(row.get("hidden", 0)),
         int(row.get("layers", 1)),
+        # Rows from before the field were all full f32 (torch's default, recur's CPU).
+        row.get("matmul_precision", "ieee"),
     )
 
 
@@ -501,7 +521,7 @@ def compare(paths) -> int:
         log(f"warning: rows with different thread counts {threads}: compare with care")
 
     header = (
-        ["cell", "pass", "T", "p"]
+        ["cell", "pass", "T", "p", "B", "prec"]
         + [f"recur {n}" for n in recur_names]
         + [f"trl {n}" for n in trl_names]
         + ["trl best"]
@@ -515,7 +535,8 @@ def compare(paths) -> int:
     table = [header]
     ratio_lines = []
     for k in sorted(set(recur) | set(torchrl)):
-        cell, ps, steps, p = k[:4]
+        cell, ps, steps, p, batch = k[:5]
+        precision = k[-1]
         rec = recur.get(k, {})
         trl = torchrl.get(k, {})
         best_name, best = None, None
@@ -523,7 +544,7 @@ def compare(paths) -> int:
             if best is None or r["frames_per_s"] > best["frames_per_s"]:
                 best_name, best = n, r
         scan = rec.get("scan")
-        line = [cell, ps, str(steps), f"{p:g}"]
+        line = [cell, ps, str(steps), f"{p:g}", str(batch), precision]
         line += [fmt_fps(rec[n]["frames_per_s"]) if n in rec else "-" for n in recur_names]
         line += [fmt_fps(trl[n]["frames_per_s"]) if n in trl else "-" for n in trl_names]
         line.append(f"{fmt_fps(best['frames_per_s'])} {best_name}" if best else "-")
@@ -551,6 +572,7 @@ def compare(paths) -> int:
                     "pass": ps,
                     "steps": steps,
                     "reset_prob": p,
+                    "matmul_precision": precision,
                     "recur_backend": n,
                     "recur_frames_per_s": r["frames_per_s"],
                     "torchrl_best_backend": best_name,
@@ -581,7 +603,7 @@ def compare(paths) -> int:
     )
     for i, row in enumerate(table):
         print(
-            "  ".join(c.ljust(w) if j < 4 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))),
+            "  ".join(c.ljust(w) if j < 6 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))),
             file=out,
         )
         if i == 0:

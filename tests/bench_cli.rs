@@ -8,7 +8,7 @@ use std::time::Duration;
 use recur_tests::{binary, run_with_deadline};
 use serde_json::Value;
 
-const FIELDS: [&str; 18] = [
+const FIELDS: [&str; 19] = [
     "bench",
     "cell",
     "backend",
@@ -27,6 +27,7 @@ const FIELDS: [&str; 18] = [
     "saved_bytes",
     "device",
     "matmul_precision",
+    "first_call_ms",
 ];
 
 /// Runs `recur-bench ARGS` (within 300 s), asserts success and returns its JSON lines.
@@ -87,6 +88,8 @@ fn quick_rnn_bench_prints_a_row_for_every_cell_backend_and_pass() {
         let fps = row["frames_per_s"].as_f64().unwrap();
         let ms = row["median_ms"].as_f64().unwrap();
         assert!(fps > 0.0 && ms > 0.0, "{row}");
+        let first = row["first_call_ms"].as_f64().unwrap();
+        assert!(first > 0.0 && first.is_finite(), "{row}");
         // frames/s is derived from the median: batch * steps / median.
         assert!((fps * ms / 1e3 - 48.0).abs() < 1e-6 * 48.0, "{row}");
         // GEMM FLOPs: forward 2 B T (in G H + H G H); backward twice that; recompute once more.

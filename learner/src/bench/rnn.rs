@@ -6,7 +6,9 @@
 //! `{"bench":"rnn","cell":..,"backend":..,"pass":"fwd"|"fwdbwd","batch":..,"steps":..,
 //!   "reset_prob":..,"median_ms":..,"frames_per_s":..}` plus `min_ms`, `max_ms`, `iters`,
 //! `threads`, `input`, `hidden`, `layers`, `recompute`, `gflop`, `gflop_per_s`,
-//! `peak_gflop_per_s`, `peak_fraction`, `saved_bytes`. `fwd` runs without autodiff; `fwdbwd`
+//! `peak_gflop_per_s`, `peak_fraction`, `saved_bytes`, `first_call_ms` (the row's first call,
+//! before the warm-up: on a GPU the first row of a shape also compiles its kernels, the cost a
+//! user feels once; recur has no autotune). `fwd` runs without autodiff; `fwdbwd`
 //! runs forward and backward of `loss = sum(features)`. frames/s = `batch * steps / median`.
 //!
 //! `--device cuda[:N]` (a `--features cuda` build) or `--device wgpu` (`--features wgpu`) runs
@@ -89,7 +91,8 @@ pub struct RnnBench {
     /// Timed iterations per row (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub iters: usize,
-    /// Untimed warm-up iterations per row.
+    /// Untimed warm-up iterations per row (at least one runs: the first call, reported as
+    /// `first_call_ms`).
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
     /// CPU threads for burn's CPU backend [default: all cores].
@@ -200,6 +203,9 @@ pub struct RnnRow {
     /// `fused` `fwdbwd` rows: bytes the forward keeps for the backward (states, and gates
     /// with `recompute = "none"`); `null` where not known.
     pub saved_bytes: Option<usize>,
+    /// The row's first call (compilation included where the row is the first of its kernels'
+    /// shape on a GPU), in ms.
+    pub first_call_ms: f64,
 }
 
 /// The practical-peak row: `c = a b` for square `n x n` f32 matrices, rows split over
@@ -386,7 +392,7 @@ impl RnnBench {
                         continue;
                     }
                     let before = on_cpu.then(|| self.peak());
-                    let samples = match pass {
+                    let (first_call, samples) = match pass {
                         Pass::Fwd => {
                             let inputs = Inputs::new(&work, self, cell, steps, device);
                             self.time(|| forward(&inference, &inputs, false, device))
@@ -434,6 +440,7 @@ impl RnnBench {
                         peak_fraction: peak.map(|peak| gflop_per_s / peak),
                         device: self.device.to_string(),
                         matmul_precision: self.matmul_precision.resolve().name(),
+                        first_call_ms: first_call.as_secs_f64() * 1e3,
                         saved_bytes: (resolved == RecurrentBackend::Fused && pass == Pass::FwdBwd)
                             .then(|| {
                                 fused::saved_bytes(
@@ -473,17 +480,23 @@ impl RnnBench {
         fused::square_gemm_peak(PEAK_GEMM_N, self.threads, 3).1
     }
 
-    fn time(&self, mut f: impl FnMut()) -> Vec<Duration> {
-        for _ in 0..self.warmup {
+    /// The first call's time, then the timed calls' (after the warm-up, of which the first
+    /// call is one: at least one call is untimed).
+    fn time(&self, mut f: impl FnMut()) -> (Duration, Vec<Duration>) {
+        let start = Instant::now();
+        f();
+        let first = start.elapsed();
+        for _ in 1..self.warmup {
             f();
         }
-        (0..self.iters.max(1))
+        let samples = (0..self.iters.max(1))
             .map(|_| {
                 let start = Instant::now();
                 f();
                 start.elapsed()
             })
-            .collect()
+            .collect();
+        (first, samples)
     }
 }
 
