@@ -134,18 +134,19 @@ grid() {
 }
 
 rnn() {
-    local batch precision
+    local batch precision bench
     # shellcheck disable=SC2207
     local g=($(grid))
+    # The base's rows (with a --base build) right before this tree's, per batch and precision.
+    local benches=("recur-bench:rnn-fused")
+    [[ -x "$BIN/recur-bench-base" ]] && benches=("recur-bench-base:rnn-base" "${benches[@]}")
     for batch in ${GPU_BATCHES:-128 2048}; do
         for precision in ${GPU_PRECISIONS:-ieee tf32}; do
-            if [[ -x "$BIN/recur-bench-base" ]]; then
-                "$BIN/recur-bench-base" rnn --device cuda --backends fused \
+            for bench in "${benches[@]}"; do
+                "$BIN/${bench%%:*}" rnn --device cuda --backends fused \
                     --matmul-precision "$precision" --recompute none --batch "$batch" "${g[@]}" \
-                    | tee -a "$OUT/rnn-base.jsonl"
-            fi
-            "$BIN/recur-bench" rnn --device cuda --backends fused --matmul-precision "$precision" \
-                --recompute none --batch "$batch" "${g[@]}" | tee -a "$OUT/rnn-fused.jsonl"
+                    | tee -a "$OUT/${bench#*:}.jsonl"
+            done
         done
     done
 }

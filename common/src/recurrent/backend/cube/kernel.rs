@@ -10,8 +10,9 @@
 //!
 //! Two LSTM/GRU kernels per direction: [`forward_kernel`]/[`backward_kernel`] run one row per
 //! cube; [`forward_tiles_kernel`]/[`backward_tiles_kernel`] run `tile` rows per cube (a
-//! compile-time constant, so the per-row sums are registers) and read each weight once for the
-//! whole tile. The launch picks the tiled kernels where the tile is 2 rows or more (the module
+//! compile-time constant: the per-row sums are `Array`s indexed by constants, meant to stay in
+//! registers, which no one has checked on CUDA yet) and read each weight once for the whole
+//! tile. The launch picks the tiled kernels where the tile is 2 rows or more (the module
 //! above chooses it); a tile's rows past the batch are computed on zeros and never written.
 //! Measured on an H200 (docs/BENCHMARKS.md), the tiled kernels halve the forward at B 2048,
 //! and one row per cube stayed the faster at B 128, where the grid is one cube per row anyway.
@@ -225,7 +226,7 @@ fn forward_kernel(
 }
 
 /// [`forward_kernel`] over a tile of `tile` batch rows per cube: each step reads every weight
-/// of `W_hh^T` once for the whole tile into per-row register sums (issue 32: one cube per row
+/// of `W_hh^T` once for the whole tile into per-row sums (issue 32: one cube per row
 /// re-read all of `W_hh`, 1 MiB at H 256, per row and step). Launched where the tile is 2 rows
 /// or more; one row per cube keeps the kernel above, measured the faster of the two there.
 #[cube(launch, address_type = "dynamic")]
@@ -256,7 +257,8 @@ fn forward_tiles_kernel(
     let plane = rows * steps * hidden;
     // Row `b` of the tile at `[b * H, (b + 1) * H)`.
     let mut shared_h = SharedMemory::<f32>::new(tile * hidden);
-    // Per tile row, one hidden unit's four gate sums (registers once unrolled).
+    // Per tile row, one hidden unit's four gate sums (constant indices once unrolled; whether
+    // NVRTC keeps them in registers is unmeasured: docs/BENCHMARKS.md).
     let mut a0 = Array::<f32>::new(tile);
     let mut a1 = Array::<f32>::new(tile);
     let mut a2 = Array::<f32>::new(tile);

@@ -4,9 +4,9 @@
 //! without autodiff ([`available`]). Per layer: the input projection of every step as one
 //! burn matmul (`[B*T, in] x [in, G*H]`), then **one kernel launch** for the whole time loop
 //! ([`kernel`]: one cube per tile of batch rows, the stored state loaded at every step that
-//! starts a segment). Under autodiff each layer is one custom burn autodiff node, as on the CPU: its
-//! backward is one more launch (the reverse time loop, which writes the gate gradients), then
-//! burn matmuls for `dx`, `dW_ih`, `dW_hh` and the biases. With `recompute = "full"` the
+//! starts a segment). Under autodiff each layer is one custom burn autodiff node, as on the
+//! CPU: its backward is one more launch (the reverse time loop, which writes the gate
+//! gradients), then burn matmuls for `dx`, `dW_ih`, `dW_hh` and the biases. With `recompute = "full"` the
 //! forward keeps nothing but its output and the backward relaunches the forward to get the
 //! gates back.
 //!
