@@ -170,11 +170,11 @@ fn prim<R: CubeRuntime, BT: BoolElement, const D: usize>(
 /// matmul stages `f32` operands as `tf32` on any device with tensor cores (cubek-matmul 0.2,
 /// `adjust_dtypes`), so on an H100 every product of the layer would round to 10 bits of
 /// mantissa. `tf32` and `bf16` keep burn's matmul (tensor cores where the device has them).
-fn matmul<R: CubeRuntime, BT: BoolElement>(
-    a: Tensor<Cube<R, BT>, 2>,
-    b: Tensor<Cube<R, BT>, 2>,
+fn matmul<R: CubeRuntime, BT: BoolElement, const D: usize>(
+    a: Tensor<Cube<R, BT>, D>,
+    b: Tensor<Cube<R, BT>, D>,
     precision: u32,
-) -> Tensor<Cube<R, BT>, 2> {
+) -> Tensor<Cube<R, BT>, D> {
     if precision != kernel::IEEE {
         return a.matmul(b);
     }
@@ -212,7 +212,43 @@ fn matmul<R: CubeRuntime, BT: BoolElement>(
             panic!("no f32 matmul launches: unit {unit_err:?}, naive {naive_err:?}")
         });
     }
-    wrap::<R, BT, 2>(out)
+    wrap::<R, BT, D>(out)
+}
+
+/// Rows of `B*T`, at least, per part of a split weight gradient ([`weight_grad`]).
+const SPLIT_ROWS: usize = 1024;
+/// Parts of a split weight gradient, at most.
+const MAX_SPLITS: usize = 32;
+
+/// `aᵀ b` for `a` `[n, p]` and `b` `[n, q]`: a layer's weight gradient, whose `n = B*T` runs to
+/// hundreds of thousands over an output of a few hundred rows and columns. One matmul over all
+/// of `n` gives the device a few dozen output tiles, each a loop over `n`, and leaves most of it
+/// idle. So `n` is split into parts (split-K): up to [`MAX_SPLITS`] of at least [`SPLIT_ROWS`]
+/// rows, a divisor of `n`, multiplied as one batched matmul and summed. `RECUR_CUBE_SPLIT_K`
+/// sets the number of parts instead (1: no split), for benchmarks.
+fn weight_grad<R: CubeRuntime, BT: BoolElement>(
+    a: Tensor<Cube<R, BT>, 2>,
+    b: Tensor<Cube<R, BT>, 2>,
+    precision: u32,
+) -> CubeTensor<R> {
+    let ([n, p], q) = (a.dims(), b.dims()[1]);
+    let mut parts = match std::env::var("RECUR_CUBE_SPLIT_K") {
+        Ok(v) => match v.parse::<usize>() {
+            Ok(parts) if parts > 0 => parts,
+            _ => panic!("RECUR_CUBE_SPLIT_K = {v:?}: expected a number of parts, at least 1"),
+        },
+        Err(_) => MAX_SPLITS.min(n / SPLIT_ROWS),
+    }
+    .clamp(1, n.max(1));
+    while n % parts != 0 {
+        parts -= 1;
+    }
+    if parts == 1 {
+        return prim(matmul(a.transpose(), b, precision));
+    }
+    let a = a.reshape([parts, n / parts, p]).swap_dims(1, 2);
+    let b = b.reshape([parts, n / parts, q]);
+    prim(matmul(a, b, precision).sum_dim(0).reshape([p, q]))
 }
 
 /// One layer call's tensors on the inner backend, contiguous.
@@ -472,11 +508,7 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
             });
             give(nh.map(|n| n.id), &|| dh0.clone());
             give(nwi.map(|n| n.id), &|| {
-                prim(matmul(
-                    dg.clone().transpose(),
-                    flat(inputs.x.clone(), input),
-                    how.precision,
-                ))
+                weight_grad(dg.clone(), flat(inputs.x.clone(), input), how.precision)
             });
             give(nbi.map(|n| n.id), &|| {
                 prim(dg.clone().sum_dim(0).reshape([gh]))
@@ -538,18 +570,10 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
             give(nc.map(|n| n.id), &|| dc0.clone());
         }
         give(nwi.map(|n| n.id), &|| {
-            prim(matmul(
-                dgi.clone().transpose(),
-                flat(inputs.x.clone(), input),
-                how.precision,
-            ))
+            weight_grad(dgi.clone(), flat(inputs.x.clone(), input), how.precision)
         });
         give(nwh.map(|n| n.id), &|| {
-            prim(matmul(
-                dgh.clone().transpose(),
-                flat(h_in.clone(), hidden),
-                how.precision,
-            ))
+            weight_grad(dgh.clone(), flat(h_in.clone(), hidden), how.precision)
         });
         give(nbi.map(|n| n.id), &|| {
             prim(dgi.clone().sum_dim(0).reshape([gh]))
