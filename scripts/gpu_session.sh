@@ -30,11 +30,20 @@
 #      wheels are over one call's 64 MiB. Triton compiles and autotunes per shape: on an H200
 #      (2026-11-26) not one GRU row finished in 75 s, so give it minutes (GPU_PS=0.03,
 #      GPU_CELLS=gru, GPU_BATCHES=2048 for the row issue 32 is about);
-#   5. train: MaskedCartPole-v1 (configs/masked_cartpole.toml, seed 0) with run.device =
+#   5. splitk: the backward's split-K weight gradients swept: `recur-bench rnn` fwdbwd rows at
+#      B GPU_SPLIT_BATCH (2048) per precision, RECUR_CUBE_SPLIT_K in GPU_SPLITS ("1 4 16 64";
+#      1 is no split, the rnn step's rows are the default rule), each row tagged with its
+#      "split_k" ($OUT/rnn-splitk.jsonl);
+#   6. ptx: registers, stack frame and spills of every kernel cubecl compiled for a GRU and an
+#      LSTM fwdbwd at B 128 (one-row kernels) and B 2048 (tiles), from cubecl's PTX cache
+#      through ptxas -v (scripts/ptx_report.py; $OUT/ptx.jsonl);
+#   7. train: MaskedCartPole-v1 (configs/masked_cartpole.toml, seed 0) with run.device =
 #      "cuda:0", then its last checkpoint resumed on the CPU for 10k more frames.
-# Knobs (environment): GPU_BATCHES ("128 2048"), GPU_PRECISIONS ("ieee tf32"), GPU_PS
+# Every log and row file goes into $OUT/results.tar.gz at the end (the device tool brings back
+# at most 8 files). Knobs (environment): GPU_BATCHES ("128 2048"), GPU_PRECISIONS ("ieee tf32"), GPU_PS
 # ("0,0.03,0.1"), GPU_CELLS ("gru,lstm"), GPU_PASSES ("fwd,fwdbwd"), GPU_ITERS (10),
-# GPU_TORCHRL_TIMEOUT (400), GPU_TORCHRL_BACKENDS ("triton,pad").
+# GPU_TORCHRL_TIMEOUT (400), GPU_TORCHRL_BACKENDS ("triton,pad"), GPU_SPLITS ("1 4 16 64"),
+# GPU_SPLIT_BATCH (2048).
 # The device tool allows 10 minutes per command: run the steps separately if needed
 # (`scripts/gpu_session.sh run probe tests rnn`, `... run torchrl`, `... run train`).
 set -uo pipefail
@@ -151,6 +160,35 @@ rnn() {
     done
 }
 
+splitk() {
+    local precision split
+    # shellcheck disable=SC2207
+    local g=($(GPU_PASSES=fwdbwd grid))
+    for precision in ${GPU_PRECISIONS:-ieee tf32}; do
+        for split in ${GPU_SPLITS:-1 4 16 64}; do
+            RECUR_CUBE_SPLIT_K="$split" "$BIN/recur-bench" rnn --device cuda --backends fused \
+                --matmul-precision "$precision" --recompute none \
+                --batch "${GPU_SPLIT_BATCH:-2048}" "${g[@]}" \
+                | sed "s/^{/{\"split_k\":$split,/" | tee -a "$OUT/rnn-splitk.jsonl"
+        done
+    done
+}
+
+ptx() {
+    local dir=/tmp/ptx-run batch cell
+    rm -rf "$dir" && mkdir -p "$dir"
+    # cubecl reads cubecl.toml from the working directory; a `cache` keeps every kernel's PTX.
+    printf '[compilation]\ncache = { file = "%s/cache" }\n' "$dir" >"$dir/cubecl.toml"
+    for batch in 128 2048; do
+        for cell in gru lstm; do
+            (cd "$dir" && "$BIN/recur-bench" rnn --device cuda --backends fused --cells "$cell" \
+                --passes fwdbwd --steps 8 --reset-probs 0.03 --input 64 --hidden 256 \
+                --layers 1 --iters 1 --warmup 0 --batch "$batch" >/dev/null) || return 1
+        done
+    done
+    python3 scripts/ptx_report.py "$dir/cache" "$dir/ptx" | tee "$OUT/ptx.jsonl"
+}
+
 torchrl() {
     if [[ -d .whl ]]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -203,7 +241,7 @@ run() {
     OUT="${OUT:?run on the device machine: \$OUT is where results go}"
     BIN="$PACK/bin"
     local steps=("$@")
-    [[ ${#steps[@]} -gt 0 ]] || steps=(probe tests rnn torchrl train)
+    [[ ${#steps[@]} -gt 0 ]] || steps=(probe tests rnn splitk ptx torchrl train)
     # torchrl alone needs no binaries: the repository (~30 MB), the binaries (~29 MB) and the
     # wheels (~4 MB) together are over what one call carries, so it runs in a call of its own.
     if [[ ! -x "$BIN/recur-bench" && " ${steps[*]} " != " torchrl " ]]; then
@@ -211,15 +249,16 @@ run() {
     fi
     for s in "${steps[@]}"; do
         case "$s" in
-            probe|tests|rnn|torchrl|train) step "$s" "$s" ;;
-            *) say "unknown step $s (probe, tests, rnn, torchrl, train)"; exit 2 ;;
+            probe|tests|rnn|splitk|ptx|torchrl|train) step "$s" "$s" ;;
+            *) say "unknown step $s (probe, tests, rnn, splitk, ptx, torchrl, train)"; exit 2 ;;
         esac
     done
+    (cd "$OUT" && tar -czf /tmp/results.tar.gz -- * && rm -f -- * && mv /tmp/results.tar.gz .)
 }
 
 case "${1:-}" in
     build) shift; build "$@" ;;
     wheels) shift; wheels "$@" ;;
     run) shift; run "$@" ;;
-    *) sed -n '2,39p' "$0"; exit 2 ;;
+    *) sed -n '2,48p' "$0"; exit 2 ;;
 esac
