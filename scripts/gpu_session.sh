@@ -25,9 +25,9 @@
 #   4. torchrl: scripts/torchrl_rnn_bench.py on the same grid (TorchRL's triton and pad =
 #      cuDNN, at the same matmul precision), each batch x precision bounded by
 #      GPU_TORCHRL_TIMEOUT seconds, then the comparison with step 3's rows when they are in
-#      $OUT ($OUT/vs-torchrl.txt). Needs the carried .whl and no binaries: run it in a call of
-#      its own (`run torchrl`, carry .whl only), since the repository, the binaries and the
-#      wheels are over one call's 64 MiB. Triton compiles and autotunes per shape: on an H200
+#      $OUT ($OUT/vs-torchrl.txt). Needs the carried .whl and no binaries: after a --base
+#      build run it in a call of its own (`run torchrl`, carry .whl only), since the
+#      repository, both builds' binaries and the wheels are over one call's 64 MiB. Triton compiles and autotunes per shape: on an H200
 #      (2026-11-26) not one GRU row finished in 75 s, so give it minutes (GPU_PS=0.03,
 #      GPU_CELLS=gru, GPU_BATCHES=2048 for the row issue 32 is about);
 #   5. splitk: the backward's split-K weight gradients swept: `recur-bench rnn` fwdbwd rows at
@@ -242,8 +242,9 @@ run() {
     BIN="$PACK/bin"
     local steps=("$@")
     [[ ${#steps[@]} -gt 0 ]] || steps=(probe tests rnn splitk ptx torchrl train)
-    # torchrl alone needs no binaries: the repository (~30 MB), the binaries (~29 MB) and the
-    # wheels (~4 MB) together are over what one call carries, so it runs in a call of its own.
+    # torchrl alone needs no binaries: with a --base build, the repository (~29 MB), the
+    # binaries (~29 MB) and the wheels (~4 MB) are over what one call carries, so it runs in a
+    # call of its own (without a base, ~22 MB of binaries, all three fit).
     if [[ ! -x "$BIN/recur-bench" && " ${steps[*]} " != " torchrl " ]]; then
         tar -C "$PACK" -xJf "$PACK/bins.tar.xz" || { say "no $PACK/bins.tar.xz: run build first and carry target/gpu-session"; exit 1; }
     fi
