@@ -476,80 +476,49 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
         let device = &out.device;
         let flat =
             |t: CubeTensor<R>, width: usize| wrap::<R, BT, 3>(t).reshape([rows * steps, width]);
+        let empty = |shape: [usize; 3]| prim(Tensor::<Cube<R, BT>, 3>::empty(shape, device));
+        let launch = launch_of(how, &out, rows, hidden);
+        let (dg_ih, dh0) = (empty([rows, steps, gh]), empty([rows, steps, hidden]));
+        // LSTM/GRU: `W_hh`'s gate gradients (a GRU's own, an LSTM's are `dg_ih`), the entering
+        // states and `dc0`; minGRU has no recurrent weights.
+        let mut recurrent = None;
         if how.cell == CellKind::MinGru {
-            let empty = |shape: [usize; 3]| prim(Tensor::<Cube<R, BT>, 3>::empty(shape, device));
-            let (dg, dh0) = (empty([rows, steps, gh]), empty([rows, steps, hidden]));
-            let launch = launch_of(how, &out, rows, hidden);
-            kernel::mingru_backward(
+            let (h0, start) = (&inputs.h0, &inputs.start);
+            kernel::mingru_backward(launch, h0, start, &out, &saved, &dout, &dg_ih, &dh0);
+        } else {
+            let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
+            let dg_hh = if lstm {
+                dummy()
+            } else {
+                empty([rows, steps, gh])
+            };
+            let h_in = empty([rows, steps, hidden]);
+            let dc0 = if lstm {
+                empty([rows, steps, hidden])
+            } else {
+                dummy()
+            };
+            let c0 = inputs.c0.clone().unwrap_or_else(dummy);
+            let w_hh = inputs.w_hh.clone().expect("LSTM and GRU layers have W_hh");
+            let w = rounded::<R, BT>(w_hh, how.precision);
+            kernel::backward(
                 launch,
+                &w,
                 &inputs.h0,
+                &c0,
                 &inputs.start,
                 &out,
                 &saved,
                 &dout,
-                &dg,
+                &dg_ih,
+                &dg_hh,
+                &h_in,
                 &dh0,
+                &dc0,
             );
-            let dg = flat(dg, gh);
-            let mut give = |node: Option<NodeId>, value: &dyn Fn() -> CubeTensor<R>| {
-                if let Some(node) = node {
-                    grads.register::<Cube<R, BT>>(node, value());
-                }
-            };
-            give(nx.map(|n| n.id), &|| {
-                prim(
-                    matmul(
-                        dg.clone(),
-                        wrap::<R, BT, 2>(inputs.w_ih.clone()),
-                        how.precision,
-                    )
-                    .reshape([rows, steps, input]),
-                )
-            });
-            give(nh.map(|n| n.id), &|| dh0.clone());
-            give(nwi.map(|n| n.id), &|| {
-                weight_grad(dg.clone(), flat(inputs.x.clone(), input), how.precision)
-            });
-            give(nbi.map(|n| n.id), &|| {
-                prim(dg.clone().sum_dim(0).reshape([gh]))
-            });
-            return;
+            recurrent = Some((dg_hh, h_in, dc0));
         }
-        let empty = |shape: [usize; 3]| prim(Tensor::<Cube<R, BT>, 3>::empty(shape, device));
-        let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
-        let dg_ih = empty([rows, steps, gh]);
-        let dg_hh = if lstm {
-            dummy()
-        } else {
-            empty([rows, steps, gh])
-        };
-        let h_in = empty([rows, steps, hidden]);
-        let dh0 = empty([rows, steps, hidden]);
-        let dc0 = if lstm {
-            empty([rows, steps, hidden])
-        } else {
-            dummy()
-        };
-        let c0 = inputs.c0.clone().unwrap_or_else(dummy);
-        let w_hh = inputs.w_hh.clone().expect("LSTM and GRU layers have W_hh");
-        let w = rounded::<R, BT>(w_hh, how.precision);
-        kernel::backward(
-            launch_of(how, &out, rows, hidden),
-            &w,
-            &inputs.h0,
-            &c0,
-            &inputs.start,
-            &out,
-            &saved,
-            &dout,
-            &dg_ih,
-            &dg_hh,
-            &h_in,
-            &dh0,
-            &dc0,
-        );
         let dgi = flat(dg_ih, gh);
-        let dgh = if lstm { dgi.clone() } else { flat(dg_hh, gh) };
         let mut give = |node: Option<NodeId>, value: &dyn Fn() -> CubeTensor<R>| {
             if let Some(node) = node {
                 grads.register::<Cube<R, BT>>(node, value());
@@ -566,17 +535,21 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
             )
         });
         give(nh.map(|n| n.id), &|| dh0.clone());
-        if lstm {
-            give(nc.map(|n| n.id), &|| dc0.clone());
-        }
         give(nwi.map(|n| n.id), &|| {
             weight_grad(dgi.clone(), flat(inputs.x.clone(), input), how.precision)
         });
-        give(nwh.map(|n| n.id), &|| {
-            weight_grad(dgh.clone(), flat(h_in.clone(), hidden), how.precision)
-        });
         give(nbi.map(|n| n.id), &|| {
             prim(dgi.clone().sum_dim(0).reshape([gh]))
+        });
+        let Some((dg_hh, h_in, dc0)) = recurrent else {
+            return;
+        };
+        let dgh = if lstm { dgi.clone() } else { flat(dg_hh, gh) };
+        if lstm {
+            give(nc.map(|n| n.id), &|| dc0.clone());
+        }
+        give(nwh.map(|n| n.id), &|| {
+            weight_grad(dgh.clone(), flat(h_in.clone(), hidden), how.precision)
         });
         give(nbh.map(|n| n.id), &|| {
             prim(dgh.clone().sum_dim(0).reshape([gh]))
