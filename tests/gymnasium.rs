@@ -408,6 +408,25 @@ fn bridge_failures_are_clear_errors() {
             "killed",
         ],
     );
+    // A start slower than a 1 s step timeout, with RECUR_GYM_START_TIMEOUT_S unset: the
+    // start's default (the larger of the step timeout and 120 s) lets it finish. Two envs
+    // of 1.5 s each in one worker: 3 s to start, which a 1 s start timeout refuses.
+    let slow_start = args(&faulty(r#"{"init_seconds": 1.5}"#));
+    let slow_start: Vec<&str> = slow_start.iter().map(String::as_str).collect();
+    expect_failure(
+        &slow_start,
+        &[("RECUR_GYM_START_TIMEOUT_S", "1"), one_worker],
+        &["did not answer starting within 1.0 s"],
+    );
+    let mut cmd = actor(&slow_start);
+    cmd.env("RECUR_GYM_TIMEOUT_S", "1")
+        .env(one_worker.0, one_worker.1)
+        .env_remove("RECUR_GYM_START_TIMEOUT_S");
+    let (ok, out) = run(cmd);
+    assert!(
+        ok,
+        "a 3 s start failed under the default start timeout: {out}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

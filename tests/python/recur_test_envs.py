@@ -11,7 +11,8 @@ Imported with `--env-import recur_test_envs` (PYTHONPATH=tests/python), register
   `nan_at` (counted over the process) the observation holds NaN, at `crash_at` the worker
   process exits (status 7), at `hang_at` it sleeps forever. With `once_file`, a fault happens
   only if that file does not exist yet (it is created first), so a restarted actor runs clean.
-  With `hang_at_init`, the constructor sleeps forever (a worker that never finishes starting).
+  With `hang_at_init`, the constructor sleeps forever (a worker that never finishes starting);
+  with `init_seconds`, it sleeps that long (a slow start).
 """
 import os
 import time
@@ -95,9 +96,11 @@ class SpacesEnv(gym.Env):
 class FaultyEnv(gym.Env):
     steps = 0  # over the process
 
-    def __init__(self, nan_at=-1, crash_at=-1, hang_at=-1, once_file=None, hang_at_init=False):
+    def __init__(self, nan_at=-1, crash_at=-1, hang_at=-1, once_file=None, hang_at_init=False,
+                 init_seconds=0.0):
         while hang_at_init:
             time.sleep(1)
+        time.sleep(init_seconds)
         self.nan_at, self.crash_at, self.hang_at, self.once_file = nan_at, crash_at, hang_at, once_file
         self.observation_space = spaces.Box(-1e9, 1e9, (2,), np.float32)
         self.action_space = spaces.Discrete(2)
