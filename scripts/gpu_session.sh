@@ -37,7 +37,11 @@
 #   6. ptx: registers, stack frame and spills of every kernel cubecl compiled for a GRU and an
 #      LSTM fwdbwd at B 128 (one-row kernels) and B 2048 (tiles), from cubecl's PTX cache
 #      through ptxas -v (scripts/ptx_report.py; $OUT/ptx.jsonl);
-#   7. train: MaskedCartPole-v1 (configs/masked_cartpole.toml, seed 0) with run.device =
+#   7. profile: device time per kernel of a GRU and an LSTM fwd+bwd at B GPU_SPLIT_BATCH, per
+#      precision (cubecl's profiling logger, every launch timed; 1 warm-up and 3 timed calls),
+#      summed by kernel name per call, the bench's own setup launches included
+#      ($OUT/profile.txt): where the backward's time goes;
+#   8. train: MaskedCartPole-v1 (configs/masked_cartpole.toml, seed 0) with run.device =
 #      "cuda:0", then its last checkpoint resumed on the CPU for 10k more frames.
 # Every log and row file goes into $OUT/results.tar.gz at the end (the device tool brings back
 # at most 8 files). Knobs (environment): GPU_BATCHES ("128 2048"), GPU_PRECISIONS ("ieee tf32"), GPU_PS
@@ -189,6 +193,37 @@ ptx() {
     python3 scripts/ptx_report.py "$dir/cache" "$dir/ptx" | tee "$OUT/ptx.jsonl"
 }
 
+profile() {
+    local dir=/tmp/profile-run cell precision batch="${GPU_SPLIT_BATCH:-2048}"
+    for cell in gru lstm; do
+        for precision in ${GPU_PRECISIONS:-ieee tf32}; do
+            rm -rf "$dir" && mkdir -p "$dir"
+            # cubecl reads cubecl.toml from the working directory: one line per launch, timed.
+            printf '[profiling.logger]\nlevel = "basic"\nfile = "%s/launches.log"\n' "$dir" \
+                >"$dir/cubecl.toml"
+            (cd "$dir" && "$BIN/recur-bench" rnn --device cuda --backends fused --cells "$cell" \
+                --passes fwdbwd --steps 128 --reset-probs 0.03 --input 64 --hidden 256 \
+                --layers 1 --iters 3 --warmup 1 --matmul-precision "$precision" \
+                --recompute none --batch "$batch" >/dev/null) || return 1
+            echo "== $cell $precision, B $batch, T 128, H 256, fwd+bwd: device ms per call by kernel"
+            python3 - "$dir/launches.log" 4 <<'PY' | tee -a "$OUT/profile.txt"
+import collections, re, sys
+unit = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
+total, count = collections.Counter(), collections.Counter()
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    m = re.match(r"\|\s*([0-9.]+)(ns|µs|us|ms|s)\s*\|\s*([^|]+?)\s*\|", line)
+    if m:
+        total[m.group(3)] += float(m.group(1)) * unit[m.group(2)]
+        count[m.group(3)] += 1
+calls, whole = int(sys.argv[2]), sum(total.values())
+for name, ms in total.most_common():
+    print(f"{ms / calls:9.3f} ms {count[name] / calls:5.1f} launches {100 * ms / whole:5.1f}%  {name}")
+print(f"{whole / calls:9.3f} ms per call in all")
+PY
+        done
+    done
+}
+
 torchrl() {
     if [[ -d .whl ]]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -241,7 +276,7 @@ run() {
     OUT="${OUT:?run on the device machine: \$OUT is where results go}"
     BIN="$PACK/bin"
     local steps=("$@")
-    [[ ${#steps[@]} -gt 0 ]] || steps=(probe tests rnn splitk ptx torchrl train)
+    [[ ${#steps[@]} -gt 0 ]] || steps=(probe tests rnn splitk ptx profile torchrl train)
     # torchrl alone needs no binaries: with a --base build, the repository (~29 MB), the
     # binaries (~29 MB) and the wheels (~4 MB) are over what one call carries, so it runs in a
     # call of its own (without a base, ~22 MB of binaries, all three fit).
@@ -250,8 +285,8 @@ run() {
     fi
     for s in "${steps[@]}"; do
         case "$s" in
-            probe|tests|rnn|splitk|ptx|torchrl|train) step "$s" "$s" ;;
-            *) say "unknown step $s (probe, tests, rnn, splitk, ptx, torchrl, train)"; exit 2 ;;
+            probe|tests|rnn|splitk|ptx|profile|torchrl|train) step "$s" "$s" ;;
+            *) say "unknown step $s (probe, tests, rnn, splitk, ptx, profile, torchrl, train)"; exit 2 ;;
         esac
     done
     (cd "$OUT" && tar -czf /tmp/results.tar.gz -- * && rm -f -- * && mv /tmp/results.tar.gz .)
@@ -261,5 +296,5 @@ case "${1:-}" in
     build) shift; build "$@" ;;
     wheels) shift; wheels "$@" ;;
     run) shift; run "$@" ;;
-    *) sed -n '2,48p' "$0"; exit 2 ;;
+    *) sed -n '2,52p' "$0"; exit 2 ;;
 esac
