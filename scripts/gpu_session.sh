@@ -46,8 +46,8 @@
 # Every log and row file goes into $OUT/results.tar.gz at the end (the device tool brings back
 # at most 8 files). Knobs (environment): GPU_BATCHES ("128 2048"), GPU_PRECISIONS ("ieee tf32"), GPU_PS
 # ("0,0.03,0.1"), GPU_CELLS ("gru,lstm"), GPU_PASSES ("fwd,fwdbwd"), GPU_ITERS (10),
-# GPU_TORCHRL_TIMEOUT (400), GPU_TORCHRL_BACKENDS ("triton,pad"), GPU_SPLITS ("1 4 16 64"),
-# GPU_SPLIT_BATCH (2048).
+# GPU_WARMUP (2), GPU_TORCHRL_TIMEOUT (400), GPU_TORCHRL_BACKENDS ("triton,pad"), GPU_SPLITS
+# ("1 4 16 64"), GPU_SPLIT_BATCH (2048).
 # The device tool allows 10 minutes per command: run the steps separately if needed
 # (`scripts/gpu_session.sh run probe tests rnn`, `... run torchrl`, `... run train`).
 set -uo pipefail
@@ -143,7 +143,7 @@ tests() {
 grid() {
     echo --cells "${GPU_CELLS:-gru,lstm}" --passes "${GPU_PASSES:-fwd,fwdbwd}" --steps 128 \
         --reset-probs "${GPU_PS:-0,0.03,0.1}" --input 64 --hidden 256 --layers 1 \
-        --iters "${GPU_ITERS:-10}" --warmup 2
+        --iters "${GPU_ITERS:-10}" --warmup "${GPU_WARMUP:-2}"
 }
 
 rnn() {
@@ -194,19 +194,22 @@ ptx() {
 }
 
 profile() {
-    local dir=/tmp/profile-run cell precision batch="${GPU_SPLIT_BATCH:-2048}"
+    local dir=/tmp/profile-run cell precision batch="${GPU_SPLIT_BATCH:-2048}" iters=3 warmup=1
     for cell in gru lstm; do
+        # shellcheck disable=SC2207
+        local g=($(GPU_CELLS=$cell GPU_PASSES=fwdbwd GPU_PS=0.03 GPU_ITERS=$iters \
+            GPU_WARMUP=$warmup grid))
         for precision in ${GPU_PRECISIONS:-ieee tf32}; do
             rm -rf "$dir" && mkdir -p "$dir"
             # cubecl reads cubecl.toml from the working directory: one line per launch, timed.
             printf '[profiling.logger]\nlevel = "basic"\nfile = "%s/launches.log"\n' "$dir" \
                 >"$dir/cubecl.toml"
-            (cd "$dir" && "$BIN/recur-bench" rnn --device cuda --backends fused --cells "$cell" \
-                --passes fwdbwd --steps 128 --reset-probs 0.03 --input 64 --hidden 256 \
-                --layers 1 --iters 3 --warmup 1 --matmul-precision "$precision" \
-                --recompute none --batch "$batch" >/dev/null) || return 1
-            echo "== $cell $precision, B $batch, T 128, H 256, fwd+bwd: device ms per call by kernel"
-            python3 - "$dir/launches.log" 4 <<'PY' | tee -a "$OUT/profile.txt"
+            (cd "$dir" && "$BIN/recur-bench" rnn --device cuda --backends fused \
+                --matmul-precision "$precision" --recompute none --batch "$batch" "${g[@]}" \
+                >/dev/null) || return 1
+            echo "== $cell $precision, B $batch, grid shape, p 0.03, fwd+bwd: device ms per call by kernel"
+            # The first call is one of the warm-up calls: iters + warmup calls in all.
+            python3 - "$dir/launches.log" $((iters + warmup)) <<'PY' | tee -a "$OUT/profile.txt"
 import collections, re, sys
 unit = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
 total, count = collections.Counter(), collections.Counter()
