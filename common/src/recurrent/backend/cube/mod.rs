@@ -6,9 +6,9 @@
 //! ([`kernel`]: one cube per tile of batch rows, the stored state loaded at every step that
 //! starts a segment). Under autodiff each layer is one custom burn autodiff node, as on the
 //! CPU: its backward is one more launch (the reverse time loop, which writes the gate
-//! gradients), then burn matmuls for `dx`, `dW_ih`, `dW_hh` and the biases. With `recompute = "full"` the
-//! forward keeps nothing but its output and the backward relaunches the forward to get the
-//! gates back.
+//! gradients), then burn matmuls for `dx`, `dW_ih`, `dW_hh` (split over `B*T`:
+//! [`weight_grad`]) and the biases. With `recompute = "full"` the forward keeps nothing but its
+//! output and the backward relaunches the forward to get the gates back.
 //!
 //! Layers are chained as burn tensors (dropout between them is burn's op) by the CPU fused
 //! backend's `run_layers`; the module writes `next` at the segment ends from the per-step
