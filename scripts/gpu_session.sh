@@ -207,6 +207,8 @@ profile() {
             (cd "$dir" && "$BIN/recur-bench" rnn --device cuda --backends fused \
                 --matmul-precision "$precision" --recompute none --batch "$batch" "${g[@]}" \
                 >/dev/null) || return 1
+            # The logger's raw lines, in case its format is not the one parsed below.
+            head -c 200000 "$dir/launches.log" >"$OUT/profile-$cell-$precision.log"
             echo "== $cell $precision, B $batch, grid shape, p 0.03, fwd+bwd: device ms per call by kernel"
             # The first call is one of the warm-up calls: iters + warmup calls in all.
             python3 - "$dir/launches.log" $((iters + warmup)) <<'PY' | tee -a "$OUT/profile.txt"

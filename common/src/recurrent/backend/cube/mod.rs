@@ -251,6 +251,21 @@ fn weight_grad<R: CubeRuntime, BT: BoolElement>(
     prim(matmul(a, b, precision).sum_dim(0).reshape([p, q]))
 }
 
+/// The column sums of `t` `[n, q]`: a layer's bias gradient, summed over `n = B*T` rows. burn's
+/// `sum_dim(0)` over all of `n` runs one loop of `n` steps per column: 32 ms of an LSTM's
+/// 112 ms fwd+bwd at B 2048, T 128 on an H100, per bias. Reshaped to `[parts, n / parts, q]`
+/// (`parts` the largest divisor of `n` up to `√n`), the first sum has `parts * q` loops of
+/// `n / parts` steps and the second `q` loops of `parts`.
+fn column_sum<R: CubeRuntime, BT: BoolElement>(t: Tensor<Cube<R, BT>, 2>) -> CubeTensor<R> {
+    let [n, q] = t.dims();
+    let mut parts = n.isqrt().max(1);
+    while n % parts != 0 {
+        parts -= 1;
+    }
+    let t = t.reshape([parts, n / parts, q]).sum_dim(1);
+    prim(t.sum_dim(0).reshape([q]))
+}
+
 /// One layer call's tensors on the inner backend, contiguous.
 #[derive(Clone, Debug)]
 struct Inputs<R: CubeRuntime> {
@@ -538,9 +553,7 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
         give(nwi.map(|n| n.id), &|| {
             weight_grad(dgi.clone(), flat(inputs.x.clone(), input), how.precision)
         });
-        give(nbi.map(|n| n.id), &|| {
-            prim(dgi.clone().sum_dim(0).reshape([gh]))
-        });
+        give(nbi.map(|n| n.id), &|| column_sum(dgi.clone()));
         let Some((dg_hh, h_in, dc0)) = recurrent else {
             return;
         };
@@ -551,9 +564,7 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
         give(nwh.map(|n| n.id), &|| {
             weight_grad(dgh.clone(), flat(h_in.clone(), hidden), how.precision)
         });
-        give(nbh.map(|n| n.id), &|| {
-            prim(dgh.clone().sum_dim(0).reshape([gh]))
-        });
+        give(nbh.map(|n| n.id), &|| column_sum(dgh.clone()));
     }
 }
 
