@@ -210,20 +210,32 @@ profile() {
             # The logger's raw lines, in case its format is not the one parsed below.
             head -c 200000 "$dir/launches.log" >"$OUT/profile-$cell-$precision.log"
             echo "== $cell $precision, B $batch, grid shape, p 0.03, fwd+bwd: device ms per call by kernel"
-            # The first call is one of the warm-up calls: iters + warmup calls in all.
-            python3 - "$dir/launches.log" $((iters + warmup)) <<'PY' | tee -a "$OUT/profile.txt"
+            # The warm-up call includes NVRTC compilation: only the last `iters` calls count.
+            python3 - "$dir/launches.log" $((iters + warmup)) $iters <<'PY' | tee -a "$OUT/profile.txt"
 import collections, re, sys
 unit = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
-total, count = collections.Counter(), collections.Counter()
+seq = []
 for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
     m = re.match(r"\|\s*([0-9.]+)(ns|µs|us|ms|s)\s*\|\s*([^|]+?)\s*\|", line)
     if m:
-        total[m.group(3)] += float(m.group(1)) * unit[m.group(2)]
-        count[m.group(3)] += 1
-calls, whole = int(sys.argv[2]), sum(total.values())
+        seq.append((m.group(3), float(m.group(1)) * unit[m.group(2)]))
+# The calls repeat one sequence of launches after the bench's setup: its length is the
+# shortest period that the last `calls` blocks share.
+calls, timed = int(sys.argv[2]), int(sys.argv[3])
+names = [n for n, _ in seq]
+period = next((p for p in range(1, len(names) // calls + 1)
+               if all(names[len(names) - (k + 1) * p:len(names) - k * p] == names[-p:]
+                      for k in range(calls))), None)
+if period is None:
+    sys.exit(f"{sys.argv[1]}: no {calls} calls of one launch sequence found")
+total, count = collections.Counter(), collections.Counter()
+for name, ms in seq[len(seq) - period * timed:]:
+    total[name] += ms / timed
+    count[name] += 1 / timed
+whole = sum(total.values())
 for name, ms in total.most_common():
-    print(f"{ms / calls:9.3f} ms {count[name] / calls:5.1f} launches {100 * ms / whole:5.1f}%  {name}")
-print(f"{whole / calls:9.3f} ms per call in all")
+    print(f"{ms:9.3f} ms {count[name]:4.0f} launches {100 * ms / whole:5.1f}%  {name}")
+print(f"{whole:9.3f} ms per call in all, {period} launches")
 PY
         done
     done
