@@ -36,11 +36,6 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-/// A hidden unit's recurrent-side gate gradients in the backward's shared memory: the G = 4
-/// (LSTM) or 3 (GRU, the last lane 0) gates of unit `k` side by side, so the `dh_prev` loop
-/// reads all of them with one 16-byte load (`shared_dg[b H + k]`).
-type Gates = Vector<f32, Const<4>>;
-
 /// `precision` values the kernels take at compile time.
 pub const IEEE: u32 = 0;
 pub const TF32: u32 = 1;
@@ -373,8 +368,8 @@ fn forward_tiles_kernel(
 /// Hidden unit `j` of one row at `pos` (its step) in the reverse loop: from the unit's saved
 /// gates and the gradient flowing into its post-step state (`carry_h[m]`, `carry_c[m]`), the
 /// gate gradients (`dg_ih`, and `dg_hh` for a GRU), the entering state into `h_in`, the rounded
-/// recurrent-side gate gradients into `shared_dg[m]`, and into `direct[m]` the part of
-/// `dh_prev` that skips `W_hh` (`m`: the unit's slot in the cube's shared memory).
+/// recurrent-side gate gradients into `shared_dg[d + q H]`, and into `direct[m]` the part of
+/// `dh_prev` that skips `W_hh` (`m`, `d`: the unit's slots in the cube's shared memory).
 /// Shared by the one-row and the tiled backward.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -387,13 +382,14 @@ fn backward_unit(
     dg_ih: &mut Tensor<f32>,
     dg_hh: &mut Tensor<f32>,
     h_in: &mut Tensor<f32>,
-    shared_dg: &mut SharedMemory<Gates>,
+    shared_dg: &mut SharedMemory<f32>,
     carry_h: &SharedMemory<f32>,
     carry_c: &mut SharedMemory<f32>,
     direct: &mut SharedMemory<f32>,
     pos: usize,
     j: usize,
     m: usize,
+    d: usize,
     plane: usize,
     starts: bool,
     #[comptime] cell: u32,
@@ -406,7 +402,6 @@ fn backward_unit(
     let g = pos * gh + j;
     let s = pos * 4 * hidden + j;
     let dh = dout[at] + carry_h[m];
-    let mut rounded = Gates::new(0.0);
     let mut h_prev = h0[at];
     if !starts {
         h_prev = out[at - hidden];
@@ -432,10 +427,10 @@ fn backward_unit(
         dg_ih[g + hidden] = df;
         dg_ih[g + 2 * hidden] = dgg;
         dg_ih[g + 3 * hidden] = d_o;
-        rounded[0] = round(di, precision);
-        rounded[1] = round(df, precision);
-        rounded[2] = round(dgg, precision);
-        rounded[3] = round(d_o, precision);
+        shared_dg[d] = round(di, precision);
+        shared_dg[d + hidden] = round(df, precision);
+        shared_dg[d + 2 * hidden] = round(dgg, precision);
+        shared_dg[d + 3 * hidden] = round(d_o, precision);
         carry_c[m] = dc * f;
         direct[m] = 0.0;
     } else {
@@ -453,12 +448,11 @@ fn backward_unit(
         dg_hh[g] = dr;
         dg_hh[g + hidden] = dz;
         dg_hh[g + 2 * hidden] = dhn;
-        rounded[0] = round(dr, precision);
-        rounded[1] = round(dz, precision);
-        rounded[2] = round(dhn, precision);
+        shared_dg[d] = round(dr, precision);
+        shared_dg[d + hidden] = round(dz, precision);
+        shared_dg[d + 2 * hidden] = round(dhn, precision);
         direct[m] = dh * z;
     }
-    shared_dg[m] = rounded;
 }
 
 /// Hidden unit `j`'s `dh_prev` (`acc`) at `at`: into the stored state's gradient where the step
@@ -524,9 +518,11 @@ fn backward_kernel(
     let stride = CUBE_DIM_X as usize;
     let rows = start.shape(0);
     let steps = start.shape(1);
+    let gates = comptime!(if cell == LSTM { 4usize } else { 3usize });
+    let gh = gates * hidden;
     let plane = rows * steps * hidden;
     // The recurrent-side gate gradients of the step, for dh_prev = dg_hh W_hh.
-    let mut shared_dg = SharedMemory::<Gates>::new(hidden);
+    let mut shared_dg = SharedMemory::<f32>::new(gates * hidden);
     // Per hidden unit (each slot touched by its own unit only): the gradient flowing into the
     // step's post-step h and c from the later step, and the direct part of dh_prev.
     let mut carry_h = SharedMemory::<f32>::new(hidden);
@@ -561,6 +557,7 @@ fn backward_kernel(
                 pos,
                 j,
                 j,
+                j,
                 plane,
                 starts,
                 cell,
@@ -572,17 +569,10 @@ fn backward_kernel(
         sync_cube();
         let mut j = unit;
         while j < hidden {
-            // dh_prev[j] = direct + sum over gate rows q of dg_hh[q] W_hh[q, j], walked by
-            // hidden unit k (rows k + g H, one shared load for the G gates).
+            // dh_prev[j] = direct + sum over gate rows q of dg_hh[q] W_hh[q, j].
             let mut acc = direct[j];
-            let block = comptime!(hidden * hidden);
-            for k in 0..hidden {
-                let wk = k * hidden + j;
-                let dg = shared_dg[k];
-                acc += dg[0] * w[wk] + dg[1] * w[wk + block] + dg[2] * w[wk + 2 * block];
-                if comptime!(cell == LSTM) {
-                    acc += dg[3] * w[wk + 3 * block];
-                }
+            for q in 0..gh {
+                acc += shared_dg[q] * w[q * hidden + j];
             }
             let at = pos * hidden + j;
             store_dh_prev(
@@ -629,10 +619,12 @@ fn backward_tiles_kernel(
     let stride = CUBE_DIM_X as usize;
     let rows = start.shape(0);
     let steps = start.shape(1);
+    let gates = comptime!(if cell == LSTM { 4usize } else { 3usize });
+    let gh = gates * hidden;
     let plane = rows * steps * hidden;
-    // The recurrent-side gate gradients of the step, for dh_prev = dg_hh W_hh (tile row `b`,
-    // hidden unit `k` at `b H + k`).
-    let mut shared_dg = SharedMemory::<Gates>::new(tile * hidden);
+    // The recurrent-side gate gradients of the step, for dh_prev = dg_hh W_hh (tile row `b`
+    // at `[b * G*H, (b + 1) * G*H)`).
+    let mut shared_dg = SharedMemory::<f32>::new(tile * gates * hidden);
     // Per tile row and hidden unit (each slot touched by its own unit only): the gradient
     // flowing into the step's post-step h and c from the later step, and the direct part of
     // dh_prev.
@@ -675,6 +667,7 @@ fn backward_tiles_kernel(
                         pos,
                         j,
                         b * hidden + j,
+                        b * gh + j,
                         plane,
                         start[pos] > 0.5,
                         cell,
@@ -683,7 +676,13 @@ fn backward_tiles_kernel(
                     );
                 } else {
                     // A tail row past the batch: zeros, so its sums below stay finite.
-                    shared_dg[b * hidden + j] = Gates::new(0.0);
+                    let d = b * gh + j;
+                    shared_dg[d] = 0.0;
+                    shared_dg[d + hidden] = 0.0;
+                    shared_dg[d + 2 * hidden] = 0.0;
+                    if comptime!(cell == LSTM) {
+                        shared_dg[d + 3 * hidden] = 0.0;
+                    }
                     direct[b * hidden + j] = 0.0;
                 }
             }
@@ -693,30 +692,16 @@ fn backward_tiles_kernel(
         let mut j = unit;
         while j < hidden {
             // dh_prev[j] = direct + sum over gate rows q of dg_hh[q] W_hh[q, j], for every row
-            // of the tile, walked by hidden unit k (rows k + g H): each weight is read once per
-            // tile, and one shared load brings a row's G gates.
+            // of the tile: each weight is read once per tile.
             #[unroll]
             for b in 0..tile {
                 acc[b] = direct[b * hidden + j];
             }
-            let block = comptime!(hidden * hidden);
-            for k in 0..hidden {
-                let wk = k * hidden + j;
-                let w0 = w[wk];
-                let w1 = w[wk + block];
-                let w2 = w[wk + 2 * block];
-                let mut w3 = 0.0;
-                if comptime!(cell == LSTM) {
-                    w3 = w[wk + 3 * block];
-                }
+            for q in 0..gh {
+                let wq = w[q * hidden + j];
                 #[unroll]
                 for b in 0..tile {
-                    let dg = shared_dg[b * hidden + k];
-                    let mut sum = dg[0] * w0 + dg[1] * w1 + dg[2] * w2;
-                    if comptime!(cell == LSTM) {
-                        sum += dg[3] * w3;
-                    }
-                    acc[b] += sum;
+                    acc[b] += shared_dg[b * gh + q] * wq;
                 }
             }
             #[unroll]

@@ -403,10 +403,9 @@ fn launch_of<R: CubeRuntime>(
     hidden: usize,
 ) -> kernel::Launch {
     let hw = &t.client.properties().hardware;
-    // Per row, the backward's shared memory: H gate-gradient vectors of 4 (a GRU's 3 gates
-    // padded) and three H vectors.
+    // Per row, the backward's shared memory: G*H gate gradients and three H vectors.
     let shared = if how.cell.has_hidden_weights() {
-        (4 + 3) * hidden * 4
+        (how.cell.gates() + 3) * hidden * 4
     } else {
         0
     };
