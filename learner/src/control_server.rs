@@ -82,10 +82,6 @@ impl ControlServer {
             thread: Some(thread),
         })
     }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 impl Drop for ControlServer {

@@ -103,11 +103,6 @@ impl Run {
         &self.dir
     }
 
-    /// The signal flag (also read by a transport that waits).
-    pub fn signals(&self) -> &StopFlag {
-        &self.signals
-    }
-
     pub fn checkpoint_dir(&self) -> PathBuf {
         self.path().join("checkpoint")
     }

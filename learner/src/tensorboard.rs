@@ -323,6 +323,7 @@ impl TensorBoard {
     }
 
     /// The event file's path.
+    #[cfg(test)]
     pub fn path(&self) -> PathBuf {
         let file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         file.path().to_path_buf()

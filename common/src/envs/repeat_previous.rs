@@ -50,6 +50,7 @@ impl RepeatPrevious {
     }
 
     /// Index of the latest card dealt: 0 after reset, `i` after step `i`.
+    #[cfg(test)]
     pub fn cards_dealt(&self) -> usize {
         self.dealt
     }

@@ -34,11 +34,6 @@ impl<E: Env> TimeLimit<E> {
         &self.env
     }
 
-    /// The wrapped environment, mutably (stepping it directly bypasses the step count).
-    pub fn inner_mut(&mut self) -> &mut E {
-        &mut self.env
-    }
-
     /// Unwraps the environment.
     pub fn into_inner(self) -> E {
         self.env

@@ -203,11 +203,6 @@ impl GymVecEnv {
         &self.spec
     }
 
-    /// The workers' process ids.
-    pub fn worker_pids(&self) -> Vec<u32> {
-        self.workers.iter().map(|w| w.child.id()).collect()
-    }
-
     /// Reset: one command to every worker (they run in parallel), then every answer.
     fn reset_all(&mut self) -> Result<(), EnvError> {
         for worker in &mut self.workers {
