@@ -48,20 +48,9 @@ impl Autoencode {
 }
 
 impl Env for Autoencode {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// `Box([0; 6], [1; 6])`: one-hot mode and one-hot suit (popgym:
-    /// `Tuple(Discrete(2), Discrete(4))`).
-    fn observation_space(&self) -> Space {
-        one_hot_space(6)
-    }
-
-    /// `Discrete(4)`: a suit.
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: 4 }
-    }
+    // Observation `Box([0; 6], [1; 6])`: one-hot mode and one-hot suit (popgym:
+    // `Tuple(Discrete(2), Discrete(4))`). Action `Discrete(4)`: a suit.
+    super::popgym_env!(env => observation: one_hot_space(6), action: Space::Discrete { n: 4 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 6);
@@ -104,6 +93,4 @@ impl Env for Autoencode {
             truncated: false,
         }
     }
-
-    super::state_by_serde!();
 }

@@ -75,21 +75,10 @@ impl Battleship {
 }
 
 impl Env for Battleship {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// One-hot hit/miss, `Box([0; 2], [1; 2])` (popgym: `Discrete(2)`).
-    fn observation_space(&self) -> Space {
-        one_hot_space(2)
-    }
-
-    /// `MultiDiscrete([b, b])`: row and column to fire at.
-    fn action_space(&self) -> Space {
-        Space::MultiDiscrete {
-            nvec: vec![self.size, self.size],
-        }
-    }
+    // Observation one-hot hit/miss, `Box([0; 2], [1; 2])` (popgym: `Discrete(2)`).
+    // Action `MultiDiscrete([b, b])`: row and column to fire at.
+    super::popgym_env!(env => observation: one_hot_space(2),
+        action: Space::MultiDiscrete { nvec: vec![env.size, env.size] });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 2);
@@ -127,6 +116,4 @@ impl Env for Battleship {
             truncated: self.steps >= max_steps,
         }
     }
-
-    super::state_by_serde!();
 }

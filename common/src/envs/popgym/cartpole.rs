@@ -121,24 +121,12 @@ fn max_len(level: Difficulty) -> u32 {
 }
 
 impl Env for PopgymCartPole {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// `Box(-high, high)` over 2 values, infinite bounds as `±f32::MAX` (as the bridge
-    /// reports them).
-    fn observation_space(&self) -> Space {
-        let high = self.high().map(|h| h.min(f32::MAX));
-        Space::Box {
-            low: high.iter().map(|h| -h).collect(),
-            high: high.to_vec(),
-        }
-    }
-
-    /// `Discrete(2)`: push left or right.
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: 2 }
-    }
+    // Observation `Box(-high, high)` over 2 values, infinite bounds as `±f32::MAX` (as the
+    // bridge reports them). Action `Discrete(2)`: push left or right.
+    super::popgym_env!(env => observation: {
+        let high = env.high().map(|h| h.min(f32::MAX));
+        Space::Box { low: high.iter().map(|h| -h).collect(), high: high.to_vec() }
+    }, action: Space::Discrete { n: 2 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 2);
@@ -175,6 +163,4 @@ impl Env for PopgymCartPole {
             truncated,
         }
     }
-
-    super::state_by_serde!();
 }

@@ -90,20 +90,10 @@ impl Concentration {
 }
 
 impl Env for Concentration {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// Per position a one-hot of `d + 1` values, `Box([0; n (d + 1)], [1; n (d + 1)])`
-    /// (popgym: `MultiDiscrete([d + 1] * n)`).
-    fn observation_space(&self) -> Space {
-        one_hot_space(self.dim())
-    }
-
-    /// `Discrete(n)`: the position to flip.
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: self.num_cards }
-    }
+    // Observation per position a one-hot of `d + 1` values, `Box([0; n (d + 1)], [1; n (d + 1)])`
+    // (popgym: `MultiDiscrete([d + 1] * n)`). Action `Discrete(n)`: the position to flip.
+    super::popgym_env!(env => observation: one_hot_space(env.dim()),
+        action: Space::Discrete { n: env.num_cards });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, self.dim());
@@ -156,6 +146,4 @@ impl Env for Concentration {
             truncated,
         }
     }
-
-    super::state_by_serde!();
 }

@@ -73,21 +73,10 @@ impl CountRecall {
 }
 
 impl Env for CountRecall {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// Two one-hot kinds, `Box([0; 2d], [1; 2d])` (popgym: `MultiDiscrete([d, d])`).
-    fn observation_space(&self) -> Space {
-        one_hot_space(2 * self.distinct())
-    }
-
-    /// `Discrete(n / d + 1)`: a count.
-    fn action_space(&self) -> Space {
-        Space::Discrete {
-            n: self.max_count() + 1,
-        }
-    }
+    // Observation two one-hot kinds, `Box([0; 2d], [1; 2d])` (popgym: `MultiDiscrete([d, d])`).
+    // Action `Discrete(n / d + 1)`: a count.
+    super::popgym_env!(env => observation: one_hot_space(2 * env.distinct()),
+        action: Space::Discrete { n: env.max_count() + 1 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 2 * self.distinct());
@@ -111,6 +100,4 @@ impl Env for CountRecall {
             truncated: false,
         }
     }
-
-    super::state_by_serde!();
 }

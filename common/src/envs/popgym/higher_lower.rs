@@ -38,19 +38,9 @@ impl HigherLower {
 }
 
 impl Env for HigherLower {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// One-hot rank, `Box([0; 13], [1; 13])` (popgym: `Discrete(13)`).
-    fn observation_space(&self) -> Space {
-        one_hot_space(13)
-    }
-
-    /// `Discrete(2)`: 0 guesses higher, 1 lower.
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: 2 }
-    }
+    // Observation one-hot rank, `Box([0; 13], [1; 13])` (popgym: `Discrete(13)`).
+    // Action `Discrete(2)`: 0 guesses higher, 1 lower.
+    super::popgym_env!(env => observation: one_hot_space(13), action: Space::Discrete { n: 2 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 13);
@@ -81,6 +71,4 @@ impl Env for HigherLower {
             truncated: false,
         }
     }
-
-    super::state_by_serde!();
 }

@@ -208,19 +208,10 @@ impl Labyrinth {
 }
 
 impl Env for Labyrinth {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// The one-hot view and action, `Box([0; 50], [1; 50])` (popgym: `MultiDiscrete([5; 10])`).
-    fn observation_space(&self) -> Space {
-        one_hot_space(OBS_DIM)
-    }
-
-    /// `Discrete(4)`: left, right, up, down.
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: 4 }
-    }
+    // Observation the one-hot view and action, `Box([0; 50], [1; 50])` (popgym:
+    // `MultiDiscrete([5; 10])`). Action `Discrete(4)`: left, right, up, down.
+    super::popgym_env!(env => observation: one_hot_space(OBS_DIM),
+        action: Space::Discrete { n: 4 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, OBS_DIM);
@@ -280,6 +271,4 @@ impl Env for Labyrinth {
             truncated: self.curr_step == EPISODE_LENGTH - 1,
         }
     }
-
-    super::state_by_serde!();
 }

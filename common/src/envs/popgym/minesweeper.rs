@@ -59,21 +59,10 @@ impl MineSweeper {
 }
 
 impl Env for MineSweeper {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// One-hot count, `Box([0; k], [1; k])`, `k = min(m + 1, 10)` (popgym: `Discrete(k)`).
-    fn observation_space(&self) -> Space {
-        one_hot_space(self.num_obs())
-    }
-
-    /// `MultiDiscrete([h, w])`: row and column to click.
-    fn action_space(&self) -> Space {
-        Space::MultiDiscrete {
-            nvec: self.dims.to_vec(),
-        }
-    }
+    // Observation one-hot count, `Box([0; k], [1; k])`, `k = min(m + 1, 10)` (popgym:
+    // `Discrete(k)`). Action `MultiDiscrete([h, w])`: row and column to click.
+    super::popgym_env!(env => observation: one_hot_space(env.num_obs()),
+        action: Space::MultiDiscrete { nvec: env.dims.to_vec() });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, self.num_obs());
@@ -126,6 +115,4 @@ impl Env for MineSweeper {
             truncated,
         }
     }
-
-    super::state_by_serde!();
 }

@@ -125,10 +125,27 @@ pub const POPGYM_IDS: &[&str] = &[
     "popgym-LabyrinthExploreHard-v0",
 ];
 
-/// `Env::save_state`/`load_state` for a family whose struct is serde (its `id` skipped): the
-/// state is `(id, struct)`, and a state of another id is refused.
-macro_rules! state_by_serde {
-    () => {
+/// The `Env` methods every family writes alike: `id` (the struct's `id` field), the two spaces
+/// (expressions over `$env`, bound to `&self`), and `save_state`/`load_state` for a struct that is
+/// serde (its `id` skipped): the state is `(id, struct)`, and a state of another id is refused.
+macro_rules! popgym_env {
+    ($env:ident => observation: $observation:expr, action: $action:expr) => {
+        fn id(&self) -> &str {
+            self.id
+        }
+
+        #[allow(unused_variables)]
+        fn observation_space(&self) -> crate::envs::Space {
+            let $env = self;
+            $observation
+        }
+
+        #[allow(unused_variables)]
+        fn action_space(&self) -> crate::envs::Space {
+            let $env = self;
+            $action
+        }
+
         fn save_state(&self) -> Option<Vec<u8>> {
             Some(crate::envs::encode_state(&(self.id, self)))
         }
@@ -146,7 +163,7 @@ macro_rules! state_by_serde {
         }
     };
 }
-use state_by_serde;
+use popgym_env;
 
 /// popgym's three difficulty levels; each family documents its parameters per level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

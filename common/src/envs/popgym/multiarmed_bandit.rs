@@ -38,21 +38,10 @@ impl MultiarmedBandit {
 }
 
 impl Env for MultiarmedBandit {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// One-hot payout, `Box([0; 2], [1; 2])` (popgym: `Discrete(2)`).
-    fn observation_space(&self) -> Space {
-        one_hot_space(2)
-    }
-
-    /// `Discrete(k)`: the bandit to pull.
-    fn action_space(&self) -> Space {
-        Space::Discrete {
-            n: self.bandits.len(),
-        }
-    }
+    // Observation one-hot payout, `Box([0; 2], [1; 2])` (popgym: `Discrete(2)`).
+    // Action `Discrete(k)`: the bandit to pull.
+    super::popgym_env!(env => observation: one_hot_space(2),
+        action: Space::Discrete { n: env.bandits.len() });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 2);
@@ -80,6 +69,4 @@ impl Env for MultiarmedBandit {
             truncated,
         }
     }
-
-    super::state_by_serde!();
 }

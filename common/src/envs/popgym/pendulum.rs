@@ -76,25 +76,9 @@ impl PopgymPendulum {
 }
 
 impl Env for PopgymPendulum {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// `Box([-1, -1], [1, 1])`.
-    fn observation_space(&self) -> Space {
-        Space::Box {
-            low: vec![-1.0; 2],
-            high: vec![1.0; 2],
-        }
-    }
-
-    /// `Box([-2], [2])`.
-    fn action_space(&self) -> Space {
-        Space::Box {
-            low: vec![-Pendulum::MAX_TORQUE],
-            high: vec![Pendulum::MAX_TORQUE],
-        }
-    }
+    // Observation `Box([-1, -1], [1, 1])`; action `Box([-2], [2])`.
+    super::popgym_env!(env => observation: Space::Box { low: vec![-1.0; 2], high: vec![1.0; 2] },
+        action: Space::Box { low: vec![-Pendulum::MAX_TORQUE], high: vec![Pendulum::MAX_TORQUE] });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 2);
@@ -122,6 +106,4 @@ impl Env for PopgymPendulum {
             truncated,
         }
     }
-
-    super::state_by_serde!();
 }

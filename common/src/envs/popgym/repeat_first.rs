@@ -38,19 +38,9 @@ impl RepeatFirst {
 }
 
 impl Env for RepeatFirst {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    /// One-hot suit, `Box([0; 4], [1; 4])` (popgym: `Discrete(4)`).
-    fn observation_space(&self) -> Space {
-        one_hot_space(4)
-    }
-
-    /// `Discrete(4)`: a suit.
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: 4 }
-    }
+    // Observation one-hot suit, `Box([0; 4], [1; 4])` (popgym: `Discrete(4)`).
+    // Action `Discrete(4)`: a suit.
+    super::popgym_env!(env => observation: one_hot_space(4), action: Space::Discrete { n: 4 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 4);
@@ -74,6 +64,4 @@ impl Env for RepeatFirst {
             truncated: false,
         }
     }
-
-    super::state_by_serde!();
 }
