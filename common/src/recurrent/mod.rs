@@ -36,9 +36,21 @@
 
 /// `name()` (the name used in configs and benchmark rows) and `FromStr` of a config enum, from
 /// one list of its variants and their names; a parse error names `key`, the value and every
-/// name accepted ([`RecurrentError::Config`]).
+/// name accepted: a [`RecurrentError::Config`], or with `String` before the key that text (for
+/// enums outside the recurrent modules).
+#[macro_export]
 macro_rules! config_names {
     ($ty:ident, $key:literal, $($variant:ident => $name:literal),+ $(,)?) => {
+        $crate::config_names!(@impl $ty, $crate::recurrent::RecurrentError, |value, expected| {
+            $crate::recurrent::RecurrentError::Config { key: $key, value, expected }
+        }, $($variant => $name),+);
+    };
+    ($ty:ident, String $key:literal, $($variant:ident => $name:literal),+ $(,)?) => {
+        $crate::config_names!(@impl $ty, String, |value, expected| {
+            format!("{} {value}: expected {expected}", $key)
+        }, $($variant => $name),+);
+    };
+    (@impl $ty:ident, $err:ty, $error:expr, $($variant:ident => $name:literal),+) => {
         impl $ty {
             /// The name used in configs and benchmark rows.
             pub fn name(self) -> &'static str {
@@ -49,15 +61,14 @@ macro_rules! config_names {
         }
 
         impl std::str::FromStr for $ty {
-            type Err = crate::recurrent::RecurrentError;
+            type Err = $err;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 match s {
                     $($name => Ok($ty::$variant),)+
-                    other => Err(crate::recurrent::RecurrentError::Config {
-                        key: $key,
-                        value: format!("{other:?}"),
-                        expected: format!("one of {}", [$(format!("{:?}", $name)),+].join(", ")),
-                    }),
+                    other => Err(($error)(
+                        format!("{other:?}"),
+                        format!("one of {}", [$(format!("{:?}", $name)),+].join(", ")),
+                    )),
                 }
             }
         }

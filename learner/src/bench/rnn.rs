@@ -50,16 +50,7 @@ pub enum Pass {
     FwdBwd,
 }
 
-impl FromStr for Pass {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "fwd" => Ok(Pass::Fwd),
-            "fwdbwd" => Ok(Pass::FwdBwd),
-            other => Err(format!("pass {other:?}: expected \"fwd\" or \"fwdbwd\"")),
-        }
-    }
-}
+common::config_names!(Pass, String "pass", Fwd => "fwd", FwdBwd => "fwdbwd");
 
 /// The workload grid and measurement settings (the `recur-bench rnn` flags).
 #[derive(Clone, Debug, clap::Args)]

@@ -30,29 +30,7 @@ pub enum Algo {
     Bc,
 }
 
-impl Algo {
-    pub fn name(self) -> &'static str {
-        match self {
-            Algo::Ppo => "ppo",
-            Algo::Dqn => "dqn",
-            Algo::Bc => "bc",
-        }
-    }
-}
-
-impl std::str::FromStr for Algo {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "ppo" => Ok(Algo::Ppo),
-            "dqn" => Ok(Algo::Dqn),
-            "bc" => Ok(Algo::Bc),
-            other => Err(format!(
-                "algo {other:?}: expected \"ppo\", \"dqn\" or \"bc\""
-            )),
-        }
-    }
-}
+common::config_names!(Algo, String "algo", Ppo => "ppo", Dqn => "dqn", Bc => "bc");
 
 /// Where a training slice's recurrent state starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,27 +219,8 @@ pub enum UpdatePath {
     Fused,
 }
 
-impl UpdatePath {
-    pub fn name(self) -> &'static str {
-        match self {
-            UpdatePath::Auto => "auto",
-            UpdatePath::Burn => "burn",
-            UpdatePath::Fused => "fused",
-        }
-    }
-}
-
-impl std::str::FromStr for UpdatePath {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(UpdatePath::Auto),
-            "burn" => Ok(UpdatePath::Burn),
-            "fused" => Ok(UpdatePath::Fused),
-            other => Err(format!("unknown update path {other:?} (auto, burn, fused)")),
-        }
-    }
-}
+common::config_names!(UpdatePath, String "update path",
+    Auto => "auto", Burn => "burn", Fused => "fused");
 
 /// How a hyperparameter changes with the run's progress (frames done / `run.frames`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
