@@ -58,32 +58,9 @@ pub struct ExportArgs {
     pub out: PathBuf,
 }
 
-/// Why an export failed. Every variant names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum ExportError {
-    /// The checkpoint cannot be read, or fails its manifest.
-    #[error("{path}: {problem}")]
-    Checkpoint { path: PathBuf, problem: String },
-    /// The checkpoint's architecture is not one this recur knows.
-    #[error("{path}: unknown architecture: {problem}")]
-    Architecture { path: PathBuf, problem: String },
-    /// The output directory cannot be written.
-    #[error("{path}: {problem}")]
-    Output { path: PathBuf, problem: String },
-}
-
-fn checkpoint_error(path: &Path, problem: impl Into<String>) -> ExportError {
-    ExportError::Checkpoint {
-        path: path.to_path_buf(),
-        problem: problem.into(),
-    }
-}
-
-fn output_error(path: &Path, problem: impl std::fmt::Display) -> ExportError {
-    ExportError::Output {
-        path: path.to_path_buf(),
-        problem: problem.to_string(),
-    }
+/// An export error, `path: problem`: every one names the file.
+fn path_error(path: &Path, problem: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("{}: {problem}", path.display())
 }
 
 /// What an export wrote (printed by the CLI as one JSON line).
@@ -109,7 +86,7 @@ struct Loaded {
 }
 
 /// The checkpoint directory of `dir` (a run directory or a checkpoint directory).
-fn checkpoint_dir(dir: &Path) -> Result<(PathBuf, Option<String>), ExportError> {
+fn checkpoint_dir(dir: &Path) -> anyhow::Result<(PathBuf, Option<String>)> {
     let current = dir.join("checkpoint");
     if current.is_dir() {
         return Ok((current, None));
@@ -126,7 +103,7 @@ fn checkpoint_dir(dir: &Path) -> Result<(PathBuf, Option<String>), ExportError> 
     if dir.join(CHECKPOINT_WEIGHTS).exists() || dir.join("manifest.json").exists() {
         return Ok((dir.to_path_buf(), None));
     }
-    Err(checkpoint_error(
+    Err(path_error(
         dir,
         if dir.exists() {
             "neither a run directory (no checkpoint/) nor a checkpoint directory (no \
@@ -138,41 +115,29 @@ fn checkpoint_dir(dir: &Path) -> Result<(PathBuf, Option<String>), ExportError> 
 }
 
 /// Reads the policy of checkpoint `dir`, checking every file against the manifest.
-fn load(dir: &Path) -> Result<Loaded, ExportError> {
+fn load(dir: &Path) -> anyhow::Result<Loaded> {
     let (ckpt, fell_back) = checkpoint_dir(dir)?;
-    let manifest = read_manifest(&ckpt).map_err(|e| checkpoint_error(&ckpt, e.to_string()))?;
-    let verified = |name: &str| {
-        read_verified(&ckpt, &manifest, name).map_err(|e| match e {
-            common::checkpoint::CheckpointError::Damaged { path, problem }
-            | common::checkpoint::CheckpointError::Mismatch { path, problem } => {
-                ExportError::Checkpoint { path, problem }
-            }
-        })
-    };
+    let manifest = read_manifest(&ckpt).map_err(|e| path_error(&ckpt, e))?;
+    // Its errors name the file too (`path: problem`).
+    let verified = |name: &str| read_verified(&ckpt, &manifest, name);
     let policy_path = ckpt.join(CHECKPOINT_POLICY);
     let config_bytes = verified(CHECKPOINT_POLICY)?;
-    let config: PolicyConfig =
-        serde_json::from_slice(&config_bytes).map_err(|e| ExportError::Architecture {
-            path: policy_path.clone(),
-            problem: e.to_string(),
-        })?;
+    let config: PolicyConfig = serde_json::from_slice(&config_bytes)
+        .map_err(|e| path_error(&policy_path, format!("unknown architecture: {e}")))?;
     let same = |c: &PolicyConfig| serde_json::to_value(c).ok();
     if same(&config) != same(&manifest.policy) {
-        return Err(checkpoint_error(
+        return Err(path_error(
             &policy_path,
             "differs from the architecture in manifest.json",
         ));
     }
-    let policy =
-        common::policy::init_policy(&config, 0).map_err(|e| ExportError::Architecture {
-            path: policy_path.clone(),
-            problem: e.to_string(),
-        })?;
+    let policy = common::policy::init_policy(&config, 0)
+        .map_err(|e| path_error(&policy_path, format!("unknown architecture: {e}")))?;
     let weights_path = ckpt.join(CHECKPOINT_WEIGHTS);
     let blob = verified(CHECKPOINT_WEIGHTS)?;
-    check_finite(&blob).map_err(|e| checkpoint_error(&weights_path, e.to_string()))?;
+    check_finite(&blob).map_err(|e| path_error(&weights_path, e))?;
     if manifest.layout_hash != layout_hash(&layout(&policy)) {
-        return Err(checkpoint_error(
+        return Err(path_error(
             &weights_path,
             format!(
                 "weight layout {:#018x} (manifest.json) does not match the architecture of \
@@ -182,8 +147,7 @@ fn load(dir: &Path) -> Result<Loaded, ExportError> {
             ),
         ));
     }
-    let (policy, version) =
-        from_blob(policy, &blob).map_err(|e| checkpoint_error(&weights_path, e.to_string()))?;
+    let (policy, version) = from_blob(policy, &blob).map_err(|e| path_error(&weights_path, e))?;
     Ok(Loaded {
         policy,
         dir: ckpt,
@@ -202,7 +166,7 @@ fn run_env(ckpt: &Path) -> Option<String> {
 }
 
 /// The three files of the export of `loaded`, as `(name, bytes)`.
-fn render(loaded: &Loaded) -> Result<Vec<(&'static str, Vec<u8>)>, ExportError> {
+fn render(loaded: &Loaded) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
     let policy = &loaded.policy;
     let config = policy.config();
     let tensors = named_tensors(policy);
@@ -221,7 +185,7 @@ fn render(loaded: &Loaded) -> Result<Vec<(&'static str, Vec<u8>)>, ExportError> 
                 .map(|v| (name.clone(), v))
         })
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| output_error(Path::new(SAFETENSORS_FILE), e))?;
+        .map_err(|e| path_error(Path::new(SAFETENSORS_FILE), e))?;
     let metadata = HashMap::from([
         ("format".to_string(), "pt".to_string()),
         (
@@ -230,7 +194,7 @@ fn render(loaded: &Loaded) -> Result<Vec<(&'static str, Vec<u8>)>, ExportError> 
         ),
     ]);
     let safetensors = safetensors::tensor::serialize(views, Some(metadata))
-        .map_err(|e| output_error(Path::new(SAFETENSORS_FILE), e))?;
+        .map_err(|e| path_error(Path::new(SAFETENSORS_FILE), e))?;
 
     let onnx = onnx::step_model(&onnx::StepModel {
         obs_dim: config.obs_dim,
@@ -286,7 +250,7 @@ fn render(loaded: &Loaded) -> Result<Vec<(&'static str, Vec<u8>)>, ExportError> 
 
 /// Exports the policy of checkpoint `checkpoint` (a run directory or a checkpoint
 /// directory) into the new directory `out` (see the module docs).
-pub fn export(checkpoint: &Path, out: &Path) -> Result<Exported, ExportError> {
+pub fn export(checkpoint: &Path, out: &Path) -> anyhow::Result<Exported> {
     let loaded = load(checkpoint)?;
     let files = render(&loaded)?;
     write_dir(out, &files)?;
@@ -301,24 +265,24 @@ pub fn export(checkpoint: &Path, out: &Path) -> Result<Exported, ExportError> {
 }
 
 /// `out` with `.tmp` appended to its last component.
-fn temp_beside(out: &Path) -> Result<PathBuf, ExportError> {
+fn temp_beside(out: &Path) -> anyhow::Result<PathBuf> {
     let name = out
         .file_name()
-        .ok_or_else(|| output_error(out, "has no final component to name a directory"))?;
+        .ok_or_else(|| path_error(out, "has no final component to name a directory"))?;
     let mut tmp = name.to_os_string();
     tmp.push(".tmp");
     Ok(out.with_file_name(tmp))
 }
 
 /// Writes `files` into the new directory `out`: all of them, or (on an error) none.
-fn write_dir(out: &Path, files: &[(&str, Vec<u8>)]) -> Result<(), ExportError> {
+fn write_dir(out: &Path, files: &[(&str, Vec<u8>)]) -> anyhow::Result<()> {
     if out.exists() {
         let empty = std::fs::read_dir(out)
-            .map_err(|e| output_error(out, format!("exists and cannot be read: {e}")))?
+            .map_err(|e| path_error(out, format!("exists and cannot be read: {e}")))?
             .next()
             .is_none();
         if !empty {
-            return Err(output_error(
+            return Err(path_error(
                 out,
                 "exists and is not empty; remove it or choose another --out",
             ));
@@ -327,32 +291,31 @@ fn write_dir(out: &Path, files: &[(&str, Vec<u8>)]) -> Result<(), ExportError> {
     let tmp = temp_beside(out)?;
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|e| {
-            output_error(
+            path_error(
                 &tmp,
                 format!("left by an unfinished export, cannot be removed: {e}"),
             )
         })?;
     }
-    std::fs::create_dir(&tmp).map_err(|e| output_error(&tmp, format!("cannot be created: {e}")))?;
+    std::fs::create_dir(&tmp).map_err(|e| path_error(&tmp, format!("cannot be created: {e}")))?;
     let written = (|| {
         for (name, bytes) in files {
             let path = tmp.join(name);
             let mut file = std::fs::File::create(&path)
-                .map_err(|e| output_error(&path, format!("cannot be created: {e}")))?;
+                .map_err(|e| path_error(&path, format!("cannot be created: {e}")))?;
             file.write_all(bytes)
                 .and_then(|()| file.sync_all())
-                .map_err(|e| output_error(&path, format!("writing {} bytes: {e}", bytes.len())))?;
+                .map_err(|e| path_error(&path, format!("writing {} bytes: {e}", bytes.len())))?;
         }
-        sync_dir(&tmp).map_err(|e| output_error(&tmp, format!("{e:#}")))?;
+        sync_dir(&tmp).map_err(|e| path_error(&tmp, format!("{e:#}")))?;
         // Renaming onto an empty directory replaces it (rename(2)).
-        std::fs::rename(&tmp, out).map_err(|e| {
-            output_error(out, format!("cannot rename {} to it: {e}", tmp.display()))
-        })?;
+        std::fs::rename(&tmp, out)
+            .map_err(|e| path_error(out, format!("cannot rename {} to it: {e}", tmp.display())))?;
         let parent = out
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        sync_dir(parent).map_err(|e| output_error(parent, format!("{e:#}")))
+        sync_dir(parent).map_err(|e| path_error(parent, format!("{e:#}")))
     })();
     if written.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
