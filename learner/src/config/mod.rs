@@ -88,14 +88,7 @@ macro_rules! config_file {
                 origin: &str,
                 overrides: &[Override],
             ) -> Result<Self, ConfigError> {
-                let config: Self = if overrides.is_empty() {
-                    toml::from_str(text).map_err(|e| ConfigError::Parse {
-                        path: origin.to_string(),
-                        message: e.to_string().trim().replace('\n', " "),
-                    })?
-                } else {
-                    overrides::merged(text, origin, overrides)?
-                };
+                let config: Self = overrides::merged(text, origin, overrides)?;
                 overrides::blame_overrides(config.validate(origin), overrides)?;
                 Ok(config)
             }

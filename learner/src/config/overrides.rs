@@ -187,23 +187,18 @@ pub(super) fn blame_overrides(
     result: Result<(), ConfigError>,
     overrides: &[Override],
 ) -> Result<(), ConfigError> {
-    match result {
-        Err(ConfigError::Invalid {
-            path,
-            key,
-            value,
-            expected,
-        }) => match overrides.iter().rev().find(|o| o.sets(&key)) {
-            Some(o) => Err(o.error(&path, format!("`{key}` = {value} is invalid: {expected}"))),
-            None => Err(ConfigError::Invalid {
-                path,
-                key,
-                value,
-                expected,
-            }),
-        },
-        other => other,
+    if let Err(ConfigError::Invalid {
+        path,
+        key,
+        value,
+        expected,
+    }) = &result
+    {
+        if let Some(o) = overrides.iter().rev().find(|o| o.sets(key)) {
+            return Err(o.error(path, format!("`{key}` = {value} is invalid: {expected}")));
+        }
     }
+    result
 }
 
 /// Validation after command-line overrides: `flags` maps each overriding flag to its key; an
