@@ -237,21 +237,11 @@ fn main() -> anyhow::Result<()> {
                 None => (a.config.clone(), a.run_dir.clone()),
             };
             let mut config = TrainConfig::load_with(&config_path, &a.set)?;
-            if let Some(n) = a.actors {
-                config.run.actors = Some(n);
-            }
-            if let Some(listen) = a.listen {
-                config.run.listen = Some(listen);
-            }
-            if let Some(mode) = a.tls.mode() {
-                config.run.tls = mode;
-            }
-            if let Some(s) = a.seed {
-                config.run.seed = s;
-            }
-            if let Some(f) = a.frames {
-                config.run.frames = f;
-            }
+            config.run.actors = a.actors.or(config.run.actors);
+            config.run.listen = a.listen.or(config.run.listen);
+            config.run.tls = a.tls.mode().unwrap_or(config.run.tls);
+            config.run.seed = a.seed.unwrap_or(config.run.seed);
+            config.run.frames = a.frames.unwrap_or(config.run.frames);
             blame_flags(
                 config.validate(&config_path.display().to_string()),
                 &[
@@ -300,15 +290,9 @@ fn main() -> anyhow::Result<()> {
                 ))
             });
             let mut config = ReplayConfig::load_with(&config_path, &a.set)?;
-            if let Some(algo) = algo {
-                config.replay.algo = algo;
-            }
-            if let Some(u) = a.updates {
-                config.replay.updates = u;
-            }
-            if let Some(s) = a.seed {
-                config.replay.seed = s;
-            }
+            config.replay.algo = algo.unwrap_or(config.replay.algo);
+            config.replay.updates = a.updates.unwrap_or(config.replay.updates);
+            config.replay.seed = a.seed.unwrap_or(config.replay.seed);
             blame_flags(
                 config.validate(&config_path.display().to_string()),
                 &[
