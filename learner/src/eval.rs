@@ -353,11 +353,9 @@ fn run_env(dir: &Path, overrides: &[Override]) -> anyhow::Result<RunEnv> {
     if !overrides.is_empty() {
         let run = TrainConfig::load_with(&path, overrides)?.run;
         return Ok(RunEnv {
+            env_kwargs: run.env_kwargs_json(),
             env: run.env,
             env_imports: run.env_imports,
-            env_kwargs: run
-                .env_kwargs
-                .map(|t| serde_json::to_value(t).expect("TOML is JSON")),
         });
     }
     let text = std::fs::read_to_string(&path)?;

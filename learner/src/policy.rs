@@ -57,11 +57,9 @@ pub fn actor_args(config: &TrainConfig, seed: u64) -> ActorArgs {
     ActorArgs {
         env: config.run.env.clone(),
         env_imports: config.run.env_imports.clone(),
-        env_kwargs: config.run.env_kwargs.as_ref().map(|table| {
-            serde_json::to_value(table)
-                .ok()
-                .and_then(|v| v.as_object().cloned())
-                .expect("a TOML table is a JSON object")
+        env_kwargs: config.run.env_kwargs_json().map(|kwargs| match kwargs {
+            serde_json::Value::Object(map) => map,
+            _ => unreachable!("a TOML table is a JSON object"),
         }),
         envs: c.envs_per_actor,
         steps: c.steps,

@@ -96,6 +96,14 @@ pub struct RunSection {
     pub tensorboard: bool,
 }
 
+impl RunSection {
+    /// `env_kwargs` as JSON (an object), the form the actors and the gymnasium bridge take.
+    pub fn env_kwargs_json(&self) -> Option<serde_json::Value> {
+        let table = self.env_kwargs.as_ref()?;
+        Some(serde_json::to_value(table).expect("a TOML table is JSON"))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CollectorSection {

@@ -167,7 +167,7 @@ pub fn recording(
         schema,
         &common::dataset::EnvSource {
             imports: run.env_imports.clone(),
-            kwargs: env_kwargs(opts),
+            kwargs: run.env_kwargs_json(),
             seed: Some(run.seed.wrapping_add(state.updates)),
         },
     )
@@ -186,7 +186,7 @@ pub fn eval_worker(
     };
     let plan = EvalPlan {
         env: config.run.env.clone(),
-        registry: crate::eval::env_registry(&config.run.env_imports, env_kwargs(opts)),
+        registry: crate::eval::env_registry(&config.run.env_imports, config.run.env_kwargs_json()),
         policy: policy.clone(),
         episodes: e.episodes,
         seed: e
@@ -199,12 +199,4 @@ pub fn eval_worker(
         algo: config.run.algo.name(),
     };
     Ok(Some(EvalWorker::start(plan, frames)?))
-}
-
-fn env_kwargs(opts: &TrainOptions) -> Option<serde_json::Value> {
-    opts.config
-        .run
-        .env_kwargs
-        .as_ref()
-        .map(|t| serde_json::to_value(t).expect("a TOML table is JSON"))
 }
