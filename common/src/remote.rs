@@ -183,6 +183,16 @@ impl Limits {
         weights: 0,
     };
 
+    /// After the handshake, towards an actor: messages, and weights blobs up to `weights` bytes
+    /// (0: none); never chunks.
+    pub const fn messages(weights: usize) -> Limits {
+        Limits {
+            message: MESSAGE_MAX,
+            chunk: 0,
+            weights,
+        }
+    }
+
     fn max(&self, kind: u8) -> Result<usize, WireError> {
         let max = match kind {
             KIND_MESSAGE => self.message,

@@ -31,7 +31,7 @@ use common::chunk::Chunk;
 use common::envs::Space;
 use common::remote::{
     data_head, new_token, parse_token, read_frame, token_hex, write_message, ActorMsg, LearnerMsg,
-    Limits, KIND_CHUNK, KIND_WEIGHTS, MESSAGE_MAX, TOKEN_BYTES,
+    Limits, KIND_CHUNK, KIND_WEIGHTS, TOKEN_BYTES,
 };
 use common::tls::Fingerprint;
 use serde::Serialize;
@@ -319,11 +319,7 @@ fn join(
             host: "bench".into(),
         },
     )?;
-    let limits = Limits {
-        message: MESSAGE_MAX,
-        chunk: 0,
-        weights: 0,
-    };
+    let limits = Limits::messages(0);
     let weight_bytes = match read_frame(&mut stream, &limits)?.message::<LearnerMsg>()? {
         LearnerMsg::Welcome { weight_bytes, .. } => weight_bytes as usize,
         other => bail!("expected a welcome, got {other:?}"),
@@ -372,12 +368,7 @@ pub fn run_tcp_producer(
     // Half-close, then read until the learner closes (it has everything then). Exiting with
     // its acknowledgements unread would reset the connection and drop chunks still in flight.
     stream.close_write()?;
-    let limits = Limits {
-        message: MESSAGE_MAX,
-        chunk: 0,
-        weights: weight_bytes,
-    };
-    while read_frame(&mut stream, &limits).is_ok() {}
+    while read_frame(&mut stream, &Limits::messages(weight_bytes)).is_ok() {}
     Ok(())
 }
 
@@ -392,11 +383,7 @@ pub fn tcp_weight_latency(bytes: usize, samples: usize, tls: bool) -> anyhow::Re
         stream
             .socket()
             .set_read_timeout(Some(Duration::from_millis(500)))?;
-        let limits = Limits {
-            message: MESSAGE_MAX,
-            chunk: 0,
-            weights: weight_bytes,
-        };
+        let limits = Limits::messages(weight_bytes);
         while seen.running() {
             let frame = match read_frame(&mut stream, &limits) {
                 Ok(f) => f,

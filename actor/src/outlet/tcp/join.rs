@@ -10,8 +10,7 @@ use common::actor_args::ActorArgs;
 use common::chunk::ChunkSchema;
 use common::envs::EnvSpec;
 use common::remote::{
-    read_frame_async, write_message_async, ActorMsg, LearnerMsg, Limits, WireError, MESSAGE_MAX,
-    TOKEN_BYTES,
+    read_frame_async, write_message_async, ActorMsg, LearnerMsg, Limits, WireError, TOKEN_BYTES,
 };
 use common::tls::Fingerprint;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -263,14 +262,9 @@ async fn ask(
     what: &str,
 ) -> Result<LearnerMsg, HandshakeError> {
     let link = |e: WireError| HandshakeError::Link(e.into());
-    let limits = Limits {
-        message: MESSAGE_MAX,
-        chunk: 0,
-        weights: 0,
-    };
     let exchange = async {
         write_message_async(stream, message).await?;
-        read_frame_async(stream, &limits).await
+        read_frame_async(stream, &Limits::messages(0)).await
     };
     let frame = tokio::time::timeout(within, exchange)
         .await

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use common::envs::EnvSpec;
 use common::remote::{
     read_frame_async, write_data_async, write_message_async, ActorMsg, LearnerMsg, Limits,
-    WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS, MESSAGE_MAX,
+    WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS,
 };
 use common::rollout::Actor;
 use common::weights::blob_version;
@@ -381,11 +381,7 @@ impl Link {
     }
 
     async fn read(&self, rd: &mut ReadHalf<Stream>) -> Ended {
-        let limits = Limits {
-            message: MESSAGE_MAX,
-            chunk: 0,
-            weights: self.weight_bytes,
-        };
+        let limits = Limits::messages(self.weight_bytes);
         // A weights frame may take a while on a slow link: allow 1 s per MB on top.
         let silence = SILENCE + Duration::from_secs_f64(self.weight_bytes as f64 / 1e6);
         loop {

@@ -33,7 +33,7 @@ use common::chunk::{Chunk, ChunkSchema};
 use common::envs::Space;
 use common::remote::{
     read_frame_async, token_matches, write_data_async, write_message_async, ActorMsg, LearnerMsg,
-    Limits, WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS, MESSAGE_MAX, TOKEN_BYTES,
+    Limits, WireError, KIND_CHUNK, KIND_MESSAGE, KIND_WEIGHTS, TOKEN_BYTES,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -304,6 +304,23 @@ async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Serving>, slot
     }
 }
 
+/// Reads one handshake message (`what`: "hello" or "registration") by `deadline`, `within` after
+/// the step began; any failure refuses the connection.
+async fn handshake_read(
+    rd: &mut Reader,
+    limits: &Limits,
+    deadline: tokio::time::Instant,
+    what: &str,
+    within: Duration,
+) -> Result<ActorMsg, End> {
+    match tokio::time::timeout_at(deadline, read_frame_async(rd, limits)).await {
+        Err(_) => Err(End::Refused(format!("no {what} within {within:?}"))),
+        Ok(frame) => frame
+            .and_then(|frame| frame.message::<ActorMsg>())
+            .map_err(|e| End::Refused(format!("{what}: {e}"))),
+    }
+}
+
 async fn session(
     rd: &mut Reader,
     wr: &mut Writer,
@@ -314,14 +331,9 @@ async fn session(
 ) -> End {
     let opts = &ctx.opts;
     // The token first: nothing else is read from a connection that does not present it.
-    let hello = match tokio::time::timeout_at(deadline, read_frame_async(rd, &Limits::HELLO)).await
-    {
-        Err(_) => return End::Refused(format!("no hello within {HELLO_TIMEOUT:?}")),
-        Ok(Err(e)) => return End::Refused(format!("hello: {e}")),
-        Ok(Ok(frame)) => match frame.message::<ActorMsg>() {
-            Ok(hello) => hello,
-            Err(e) => return End::Refused(format!("hello: {e}")),
-        },
+    let hello = match handshake_read(rd, &Limits::HELLO, deadline, "hello", HELLO_TIMEOUT).await {
+        Ok(hello) => hello,
+        Err(end) => return end,
     };
     let ActorMsg::Hello {
         token,
@@ -385,20 +397,13 @@ async fn session(
     if let Err(e) = write_message_async(wr, &welcome).await {
         return End::Closed(format!("sending welcome: {e}"));
     }
-    let limits = Limits {
-        message: MESSAGE_MAX,
-        chunk: 0,
-        weights: 0,
-    };
-    let register = match tokio::time::timeout(REGISTER_TIMEOUT, read_frame_async(rd, &limits)).await
-    {
-        Err(_) => return End::Refused(format!("no registration within {REGISTER_TIMEOUT:?}")),
-        Ok(Err(e)) => return End::Refused(format!("registration: {e}")),
-        Ok(Ok(frame)) => match frame.message::<ActorMsg>() {
+    let deadline = tokio::time::Instant::now() + REGISTER_TIMEOUT;
+    let limits = Limits::messages(0);
+    let register =
+        match handshake_read(rd, &limits, deadline, "registration", REGISTER_TIMEOUT).await {
             Ok(m) => m,
-            Err(e) => return End::Refused(format!("registration: {e}")),
-        },
-    };
+            Err(end) => return end,
+        };
     let ActorMsg::Register {
         env,
         observation_space,
