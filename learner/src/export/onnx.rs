@@ -236,15 +236,22 @@ fn core(
     for k in 0..m.num_layers {
         let h = layer_state(g, "rs_h", offset + k, reset, zero);
         let p = |n: &str| format!("{prefix}.{n}_l{k}");
+        // `xa W_a^T + b_a`, `xb W_b^T + b_b` from the layer's `weight_{a,b}`, `bias_{a,b}`
+        // (biases optional): both weights, then both biases, then the two Gemms.
+        let gemm2 = |g: &mut Graph, [a, b]: [&str; 2], [xa, xb]: [&str; 2]| {
+            let w_a = init(g, m.tensors, &p(&format!("weight_{a}")));
+            let w_b = init(g, m.tensors, &p(&format!("weight_{b}")));
+            let b_a = init_opt(g, m.tensors, &p(&format!("bias_{a}")));
+            let b_b = init_opt(g, m.tensors, &p(&format!("bias_{b}")));
+            (
+                gemm(g, xa, &w_a, b_a.as_deref()),
+                gemm(g, xb, &w_b, b_b.as_deref()),
+            )
+        };
         let h_next = match m.cell {
             CellKind::Lstm => {
                 let c = layer_state(g, "rs_c", offset + k, reset, zero);
-                let w_ih = init(g, m.tensors, &p("weight_ih"));
-                let w_hh = init(g, m.tensors, &p("weight_hh"));
-                let b_ih = init_opt(g, m.tensors, &p("bias_ih"));
-                let b_hh = init_opt(g, m.tensors, &p("bias_hh"));
-                let gx = gemm(g, &x, &w_ih, b_ih.as_deref());
-                let gh = gemm(g, &h, &w_hh, b_hh.as_deref());
+                let (gx, gh) = gemm2(g, ["ih", "hh"], [&x, &h]);
                 let gates = g.op("Add", &[&gx, &gh]);
                 let parts = split(g, &gates, &[h_dim; 4], &format!("const.split4_{h_dim}"));
                 let i = g.op("Sigmoid", &[&parts[0]]);
@@ -260,12 +267,7 @@ fn core(
                 g.op("Mul", &[&o, &tc])
             }
             CellKind::Gru => {
-                let w_ih = init(g, m.tensors, &p("weight_ih"));
-                let w_hh = init(g, m.tensors, &p("weight_hh"));
-                let b_ih = init_opt(g, m.tensors, &p("bias_ih"));
-                let b_hh = init_opt(g, m.tensors, &p("bias_hh"));
-                let gx = gemm(g, &x, &w_ih, b_ih.as_deref());
-                let gh = gemm(g, &h, &w_hh, b_hh.as_deref());
+                let (gx, gh) = gemm2(g, ["ih", "hh"], [&x, &h]);
                 let split_name = format!("const.split3_{h_dim}");
                 let xs = split(g, &gx, &[h_dim; 3], &split_name);
                 let hs = split(g, &gh, &[h_dim; 3], &split_name);
@@ -283,12 +285,7 @@ fn core(
                 g.op("Add", &[&n, &zd])
             }
             CellKind::MinGru => {
-                let w_z = init(g, m.tensors, &p("weight_z"));
-                let w_h = init(g, m.tensors, &p("weight_h"));
-                let b_z = init_opt(g, m.tensors, &p("bias_z"));
-                let b_h = init_opt(g, m.tensors, &p("bias_h"));
-                let z_pre = gemm(g, &x, &w_z, b_z.as_deref());
-                let v = gemm(g, &x, &w_h, b_h.as_deref());
+                let (z_pre, v) = gemm2(g, ["z", "h"], [&x, &x]);
                 // z = sigmoid(.); h~ = v + 0.5 where v >= 0, else sigmoid(v);
                 // h' = h + z (h~ - h)
                 let z = g.op("Sigmoid", &[&z_pre]);
@@ -445,53 +442,28 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
     let batch = || DimensionValue::DimParam("batch".into());
     let fixed = |n: usize| DimensionValue::DimValue(n as i64);
     let state_dims = || vec![batch(), fixed(state_layers), fixed(m.hidden)];
-    let mut inputs = vec![
-        value_info("obs", DataType::Float, vec![batch(), fixed(m.obs_dim)]),
-        value_info("is_init", DataType::Bool, vec![batch()]),
-        value_info("rs_h", DataType::Float, state_dims()),
-    ];
-    if m.cell.has_cell_state() {
-        inputs.push(value_info("rs_c", DataType::Float, state_dims()));
-    }
-    let mut outputs = Vec::new();
-    match m.action {
-        ActionSpec::Discrete { n } => {
-            outputs.push(value_info(
-                "logits",
-                DataType::Float,
-                vec![batch(), fixed(*n)],
-            ));
-            outputs.push(value_info("action", DataType::Int64, vec![batch()]));
-        }
-        ActionSpec::MultiDiscrete { nvec } => {
-            let k: usize = nvec.iter().sum();
-            outputs.push(value_info(
-                "logits",
-                DataType::Float,
-                vec![batch(), fixed(k)],
-            ));
-            outputs.push(value_info(
-                "action",
-                DataType::Int64,
-                vec![batch(), fixed(nvec.len())],
-            ));
-        }
-        ActionSpec::Continuous { low, .. } => {
-            let a = low.len();
-            for name in ["mean", "log_std", "action"] {
-                outputs.push(value_info(name, DataType::Float, vec![batch(), fixed(a)]));
+    // The type and shape of each input and output, by name.
+    let info = |name: String| {
+        let (elem, dims) = match (name.as_str(), m.action) {
+            ("obs", _) => (DataType::Float, vec![batch(), fixed(m.obs_dim)]),
+            ("is_init", _) => (DataType::Bool, vec![batch()]),
+            ("value", _) => (DataType::Float, vec![batch()]),
+            ("rs_h" | "rs_c" | "next_rs_h" | "next_rs_c", _) => (DataType::Float, state_dims()),
+            ("logits", _) => (DataType::Float, vec![batch(), fixed(m.action.head_size())]),
+            ("action", ActionSpec::Discrete { .. }) => (DataType::Int64, vec![batch()]),
+            ("action", ActionSpec::MultiDiscrete { nvec }) => {
+                (DataType::Int64, vec![batch(), fixed(nvec.len())])
             }
-        }
-    }
-    outputs.push(value_info("value", DataType::Float, vec![batch()]));
-    outputs.push(value_info("next_rs_h", DataType::Float, state_dims()));
-    if m.cell.has_cell_state() {
-        outputs.push(value_info("next_rs_c", DataType::Float, state_dims()));
-    }
-    debug_assert_eq!(
-        outputs.iter().map(|o| o.name.clone()).collect::<Vec<_>>(),
-        output_names(m.cell, m.action)
-    );
+            // A box's mean, log_std and action.
+            _ => (DataType::Float, vec![batch(), fixed(m.action.action_dim())]),
+        };
+        value_info(&name, elem, dims)
+    };
+    let inputs = input_names(m.cell).into_iter().map(info).collect();
+    let outputs = output_names(m.cell, m.action)
+        .into_iter()
+        .map(info)
+        .collect();
 
     let model = ModelProto {
         ir_version: IR_VERSION,
