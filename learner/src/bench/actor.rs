@@ -25,7 +25,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::{at_least_one, each_at_least_one, summarize};
+use super::{at_least_one, each_at_least_one, emit, summarize};
 
 /// The grid and the measurement settings (the `recur-bench actor` flags).
 #[derive(Clone, Debug, clap::Args)]
@@ -147,8 +147,7 @@ impl ActorBench {
                         iters: self.iters,
                         threads: self.threads,
                     };
-                    writeln!(out, "{}", serde_json::to_string(&row)?)?;
-                    out.flush()?;
+                    emit(out, &row)?;
                     rows.push(row);
                 }
                 if is_gymnasium(env) {

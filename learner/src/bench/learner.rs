@@ -22,7 +22,7 @@ use common::recurrent::{CellKind, RecurrentBackend};
 use common::rollout::{Actor, ActorConfig};
 use serde::Serialize;
 
-use super::{at_least_one, each_at_least_one, summarize};
+use super::{at_least_one, each_at_least_one, emit, summarize};
 use crate::algo::LearnerSpec;
 use crate::config::{Algo, AlgoConfig, PolicySection, UpdatePath};
 use crate::policy::fit_policy;
@@ -166,8 +166,7 @@ impl LearnerBench {
                             let shape = (slice_len, batch, pack);
                             let row = self.row(algo, backend, update, shape, &data)?;
                             if let Some(row) = row {
-                                writeln!(out, "{}", serde_json::to_string(&row)?)?;
-                                out.flush()?;
+                                emit(out, &row)?;
                                 rows.push(row);
                             }
                         }

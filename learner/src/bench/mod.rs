@@ -10,10 +10,19 @@ pub mod tcp;
 pub mod train;
 pub mod transport;
 
+use std::io::Write;
 use std::time::Duration;
+
+use serde::Serialize;
 
 /// How long a transport row may take before the benchmark gives up (a stuck producer).
 const ROW_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Writes `row` as one JSON line and flushes it: each row is out as soon as it is measured.
+fn emit(out: &mut impl Write, row: &impl Serialize) -> anyhow::Result<()> {
+    writeln!(out, "{}", serde_json::to_string(row)?)?;
+    Ok(out.flush()?)
+}
 
 /// Median, minimum and maximum of `samples` in milliseconds.
 pub fn summarize(samples: &[Duration]) -> (f64, f64, f64) {

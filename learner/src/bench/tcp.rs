@@ -38,6 +38,7 @@ use serde::Serialize;
 
 use super::chunks::{bench_chunk, bench_schema, set_seq};
 use super::latency::{Subscriber, WeightsRow};
+use super::transport::Producers;
 use super::{summarize, ROW_DEADLINE};
 use crate::transport::tcp::{RemoteLink, RemoteOptions, RemoteServer};
 
@@ -125,24 +126,14 @@ fn accept(server: &RemoteServer, n: usize) -> anyhow::Result<Vec<RemoteLink>> {
 }
 
 /// The loopback-TCP bandwidth row of `shm`'s chunk size from as many producer processes, each
-/// sending `window_chunks / producers * (iters + 1)` chunks.
-pub fn tcp_bandwidth(shm: &ShmBaseline, iters: usize) -> anyhow::Result<TcpBandwidthRow> {
-    bandwidth(shm, iters, false)
-}
-
-/// [`tcp_bandwidth`] through TLS 1.3, beside the plaintext row `tcp` of the same size.
-pub fn tls_bandwidth(
+/// sending `window_chunks / producers * (iters + 1)` chunks; with `tcp` (the plaintext row of the
+/// same size) the `tls_bandwidth` row instead: through TLS 1.3, compared with `tcp`.
+pub fn tcp_bandwidth(
     shm: &ShmBaseline,
     iters: usize,
-    tcp: &TcpBandwidthRow,
+    tcp: Option<&TcpBandwidthRow>,
 ) -> anyhow::Result<TcpBandwidthRow> {
-    let mut row = bandwidth(shm, iters, true)?;
-    row.tcp_gb_per_s = Some(tcp.gb_per_s);
-    row.ratio_to_tcp = Some(row.gb_per_s / tcp.gb_per_s);
-    Ok(row)
-}
-
-fn bandwidth(shm: &ShmBaseline, iters: usize, tls: bool) -> anyhow::Result<TcpBandwidthRow> {
+    let tls = tcp.is_some();
     let (chunk_bytes, producers) = (shm.chunk_bytes, shm.producers);
     let encoded = bench_chunk(chunk_bytes)?;
     let len = encoded.len();
@@ -170,7 +161,7 @@ fn bandwidth(shm: &ShmBaseline, iters: usize, tls: bool) -> anyhow::Result<TcpBa
                 .with_context(|| format!("spawning {} transport-producer --tcp", exe.display()))?,
         );
     }
-    let children = KillOnDrop(children);
+    let children = Producers(children);
     let mut links = accept(&server, producers)?;
     let total = per_producer * producers * windows;
     let window = per_producer * producers;
@@ -222,20 +213,9 @@ fn bandwidth(shm: &ShmBaseline, iters: usize, tls: bool) -> anyhow::Result<TcpBa
         encoded_bytes: len,
         window: queue,
         iters,
-        tcp_gb_per_s: None,
-        ratio_to_tcp: None,
+        tcp_gb_per_s: tcp.map(|t| t.gb_per_s),
+        ratio_to_tcp: tcp.map(|t| gb_per_s / t.gb_per_s),
     })
-}
-
-struct KillOnDrop(Vec<std::process::Child>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// A benchmark actor's connection: a bare socket, or a TLS session that pins the learner's

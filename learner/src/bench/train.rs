@@ -20,7 +20,7 @@ use std::process::Command;
 
 use serde::Serialize;
 
-use super::at_least_one;
+use super::{at_least_one, emit};
 use crate::config::UpdatePath;
 
 /// Seed base of `best_greedy_return`'s episodes: apart from the evaluations during training
@@ -125,8 +125,7 @@ impl TrainBench {
                 let mut rates = Vec::new();
                 for &seed in &self.seeds {
                     let row = self.one(&learner, &dir, config, update, seed)?;
-                    writeln!(out, "{}", serde_json::to_string(&row)?)?;
-                    out.flush()?;
+                    emit(out, &row)?;
                     rates.push(row.frames_per_s);
                     rows.push(row);
                 }
@@ -147,8 +146,7 @@ impl TrainBench {
                     median_frames_per_s: median,
                     vs_burn: burn.map(|b| median / b),
                 };
-                writeln!(out, "{}", serde_json::to_string(&row)?)?;
-                out.flush()?;
+                emit(out, &row)?;
             }
         }
         Ok(rows)

@@ -35,8 +35,8 @@ use serde::Serialize;
 
 use super::chunks::{bench_chunk, set_seq};
 use super::latency::{Subscriber, WeightsRow};
-use super::tcp::{tcp_bandwidth, tcp_weight_latency, tls_bandwidth, ShmBaseline};
-use super::{each_at_least_one, summarize, ROW_DEADLINE};
+use super::tcp::{tcp_bandwidth, tcp_weight_latency, ShmBaseline};
+use super::{each_at_least_one, emit, summarize, ROW_DEADLINE};
 
 /// The grid and the measurement settings (the `recur-bench transport` flags).
 #[derive(Clone, Debug, clap::Args)]
@@ -122,8 +122,7 @@ impl TransportBench {
         for &chunk_bytes in &self.chunk_sizes {
             for &producers in &self.producers {
                 let row = self.bandwidth(chunk_bytes, producers)?;
-                writeln!(out, "{}", serde_json::to_string(&row)?)?;
-                out.flush()?;
+                emit(out, &row)?;
                 if !self.no_tcp {
                     let shm = ShmBaseline {
                         chunk_bytes,
@@ -132,24 +131,20 @@ impl TransportBench {
                         queue: row.slots,
                         gb_per_s: row.gb_per_s,
                     };
-                    let tcp = tcp_bandwidth(&shm, self.iters)?;
-                    writeln!(out, "{}", serde_json::to_string(&tcp)?)?;
-                    out.flush()?;
-                    let tls = tls_bandwidth(&shm, self.iters, &tcp)?;
-                    writeln!(out, "{}", serde_json::to_string(&tls)?)?;
-                    out.flush()?;
+                    let tcp = tcp_bandwidth(&shm, self.iters, None)?;
+                    emit(out, &tcp)?;
+                    let tls = tcp_bandwidth(&shm, self.iters, Some(&tcp))?;
+                    emit(out, &tls)?;
                 }
             }
         }
         for &bytes in &self.weight_sizes {
             let row = weight_latency(bytes, self.weight_samples)?;
-            writeln!(out, "{}", serde_json::to_string(&row)?)?;
-            out.flush()?;
+            emit(out, &row)?;
             if !self.no_tcp {
                 for tls in [false, true] {
                     let row = tcp_weight_latency(bytes, self.weight_samples, tls)?;
-                    writeln!(out, "{}", serde_json::to_string(&row)?)?;
-                    out.flush()?;
+                    emit(out, &row)?;
                 }
             }
         }
@@ -271,7 +266,7 @@ impl TransportBench {
 }
 
 /// Producer processes, killed if the benchmark stops early.
-struct Producers(Vec<Child>);
+pub(super) struct Producers(pub(super) Vec<Child>);
 
 impl Producers {
     /// Fails if a producer has exited unsuccessfully.
