@@ -21,6 +21,7 @@ use common::weights::{from_blob, to_blob};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Override, TrainConfig};
+use crate::metrics::MetricsWriter;
 use crate::tensorboard::TensorBoard;
 
 /// Seed base of `recur-learner eval`'s environments unless `--seed` says otherwise.
@@ -114,7 +115,7 @@ impl EvalWorker {
             .as_deref()
             .filter(|dir| dir.join(BEST).exists())
             .and_then(|_| best_row(&read_eval_rows(&plan.csv)).map(|r| r.eval_return_mean));
-        let mut writer = EvalWriter::open(&plan.csv, plan.tensorboard.clone())?;
+        let mut writer = MetricsWriter::open(&plan.csv)?.with_tensorboard(plan.tensorboard.clone());
         let every = plan.every_frames;
         let handle = std::thread::Builder::new()
             .name("eval".into())
@@ -142,7 +143,7 @@ impl EvalWorker {
                         row.eval_return_std,
                         row.episodes
                     );
-                    writer.write(&row)?;
+                    writer.append(&row, row.frames, &row.scalars())?;
                     if let Some(dir) = &plan.best {
                         if best.is_none_or(|b| row.eval_return_mean >= b) {
                             save_best(dir, &policy, plan.algo, version, &row)?;
@@ -251,36 +252,6 @@ pub fn read_eval_rows(path: &Path) -> Vec<EvalRow> {
         .deserialize::<EvalRow>()
         .filter_map(Result::ok)
         .collect()
-}
-
-/// Appends rows to `eval.csv` (header when the file is new) and to the event file.
-struct EvalWriter {
-    csv: csv::Writer<std::fs::File>,
-    tensorboard: Option<TensorBoard>,
-}
-
-impl EvalWriter {
-    fn open(path: &Path, tensorboard: Option<TensorBoard>) -> anyhow::Result<Self> {
-        let new = !path.exists();
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        Ok(EvalWriter {
-            csv: csv::WriterBuilder::new().has_headers(new).from_writer(file),
-            tensorboard,
-        })
-    }
-
-    fn write(&mut self, row: &EvalRow) -> anyhow::Result<()> {
-        self.csv.serialize(row)?;
-        self.csv.flush()?;
-        if let Some(tb) = &self.tensorboard {
-            tb.scalars(row.frames, &row.scalars())?;
-        }
-        Ok(())
-    }
 }
 
 /// What `recur-learner eval` prints.

@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::tensorboard::TensorBoard;
+use crate::tensorboard::{named, TensorBoard};
 
 /// Declares [`UpdateStats`] with the loss columns `$field` of a metrics row, its `mean` and the
 /// row holding them (the field list written once).
@@ -139,7 +139,7 @@ impl MetricsRow {
     }
 }
 
-/// Appends rows to `metrics.csv` (header written when the file is new), and with
+/// Appends rows to `metrics.csv` or `eval.csv` (header written when the file is new), and with
 /// [`MetricsWriter::with_tensorboard`] to the run's TensorBoard event file, each row flushed
 /// before `write` returns. Errors name the file (a full disk too).
 pub struct MetricsWriter {
@@ -177,21 +177,26 @@ impl MetricsWriter {
 
     /// Appends `row` to `metrics.csv` and, at step `frames`, to the event file.
     pub fn write(&mut self, row: &MetricsRow) -> std::io::Result<()> {
+        self.append(row, row.frames, &row.scalars())
+    }
+
+    /// Appends `row` to the CSV file and `scalars` at step `frames` to the event file.
+    pub fn append(
+        &mut self,
+        row: &impl Serialize,
+        frames: u64,
+        scalars: &[(&str, f64)],
+    ) -> std::io::Result<()> {
         self.csv
             .serialize(row)
             .map_err(std::io::Error::other)
             .and_then(|()| self.csv.flush())
             .map_err(|e| named(&self.path, e))?;
         match &self.tensorboard {
-            Some(tb) => tb.scalars(row.frames, &row.scalars()),
+            Some(tb) => tb.scalars(frames, scalars),
             None => Ok(()),
         }
     }
-}
-
-/// `e` with `path` in its message.
-fn named(path: &Path, e: std::io::Error) -> std::io::Error {
-    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 /// Drops the rows of `path` after update `updates` (those a killed run wrote after its last

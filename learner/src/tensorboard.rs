@@ -279,7 +279,7 @@ impl EventFile {
 }
 
 /// `e` with `path` in its message.
-fn named(path: &Path, e: std::io::Error) -> std::io::Error {
+pub(crate) fn named(path: &Path, e: std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
