@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::envs::EnvSpec;
@@ -71,16 +71,20 @@ struct Outbox {
     stop: Option<Result<End, String>>,
 }
 
+/// Locks `m`, poisoned or not (a panicked thread leaves the outbox and the weights usable).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Shared {
     fn stop(&self, why: Result<End, String>) {
-        let mut out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = lock(&self.outbox);
         out.stop.get_or_insert(why);
         self.space.notify_all();
     }
 
     fn stopped(&self) -> Option<Result<End, String>> {
-        let out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
-        out.stop.clone()
+        lock(&self.outbox).stop.clone()
     }
 }
 
@@ -175,11 +179,7 @@ impl Outlet for TcpOutlet {
     }
 
     fn fetch_newer(&mut self, have: u64, blob: &mut Vec<u8>) -> anyhow::Result<Option<u64>> {
-        let mut newest = self
-            .shared
-            .weights
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut newest = lock(&self.shared.weights);
         match newest.take() {
             Some((version, bytes)) if version > have => {
                 *blob = bytes;
@@ -206,7 +206,7 @@ impl Outlet for TcpOutlet {
         let bytes = Arc::new(chunk);
         {
             let shared = &self.shared;
-            let mut out = shared.outbox.lock().unwrap_or_else(|e| e.into_inner());
+            let mut out = lock(&shared.outbox);
             while out.queue.len() >= out.window && out.stop.is_none() {
                 out = shared
                     .space
@@ -370,7 +370,7 @@ impl Link {
 
     fn acknowledge(&self, received: Option<u64>) {
         let Some(received) = received else { return };
-        let mut out = self.shared.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = lock(&self.shared.outbox);
         let before = out.queue.len();
         while out.queue.front().is_some_and(|(s, _)| *s <= received) {
             out.queue.pop_front();
@@ -409,11 +409,7 @@ impl Link {
                         Ok(v) => v,
                         Err(e) => return Ended::Gone(format!("weights from the learner: {e}")),
                     };
-                    let mut newest = self
-                        .shared
-                        .weights
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
+                    let mut newest = lock(&self.shared.weights);
                     let have = self.shared.policy_version.load(Ordering::Relaxed);
                     if version > have && newest.as_ref().is_none_or(|(v, _)| version > *v) {
                         *newest = Some((version, frame.body));
@@ -445,7 +441,7 @@ impl Link {
                 return Ended::Local;
             }
             let pending: Vec<(u64, Arc<Vec<u8>>)> = {
-                let out = self.shared.outbox.lock().unwrap_or_else(|e| e.into_inner());
+                let out = lock(&self.shared.outbox);
                 out.queue
                     .iter()
                     .filter(|(s, _)| *s >= next)
