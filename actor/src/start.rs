@@ -92,12 +92,7 @@ pub fn start(
     let (policy, version) = match checkpoint {
         Some(dir) => load_checkpoint_policy(dir)?,
         None => {
-            let config = policy_config_for_spec(&spec)
-                .with_cell(args.cell)
-                .with_hidden_size(args.hidden)
-                .with_num_layers(args.layers)
-                .with_encoder(args.encoder.clone())
-                .with_critic_core(args.critic_core);
+            let config = args.policy_config(policy_config_for_spec(&spec));
             (
                 init_policy(&config, args.seed).context("building the policy")?,
                 0,

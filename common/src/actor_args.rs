@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::policy::CriticCore;
+use crate::policy::{CriticCore, PolicyConfig};
 use crate::recurrent::CellKind;
 use crate::rollout::{EpsilonSchedule, Exploration};
 
@@ -92,6 +92,15 @@ pub enum ActorArgsError {
 }
 
 impl ActorArgs {
+    /// `base` (a policy config fitted to the environment's spaces) with this policy architecture.
+    pub fn policy_config(&self, base: PolicyConfig) -> PolicyConfig {
+        base.with_cell(self.cell)
+            .with_hidden_size(self.hidden)
+            .with_num_layers(self.layers)
+            .with_encoder(self.encoder.clone())
+            .with_critic_core(self.critic_core)
+    }
+
     /// One line of JSON (what `recur-actor --actor-args` reads).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("actor arguments serialize to JSON")

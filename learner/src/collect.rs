@@ -52,11 +52,7 @@ impl CollectConfig {
 pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
     let t = &config.transport;
     let a = &t.actor_args;
-    let policy_config = policy_config_for(&a.env)?
-        .with_cell(a.cell)
-        .with_hidden_size(a.hidden)
-        .with_num_layers(a.layers)
-        .with_encoder(a.encoder.clone());
+    let policy_config = a.policy_config(policy_config_for(&a.env)?);
     let schema = chunk_schema(&policy_config, a.envs, a.steps);
     let policy = init_policy(&policy_config, a.seed)?;
     let mut recording = Recording::create(config.save_replay.as_deref(), &a.env, &schema)?;
