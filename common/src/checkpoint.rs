@@ -416,14 +416,7 @@ pub fn load_checkpoint<B: Backend, S: DeserializeOwned>(
     }
     let first = if dir.exists() {
         match load_one(dir, learner, algo, policy) {
-            Ok((state, resume)) => {
-                return Ok(Some(Loaded {
-                    state,
-                    from: dir.to_path_buf(),
-                    fell_back: None,
-                    resume,
-                }))
-            }
+            Ok(loaded) => return Ok(Some(loaded)),
             Err(e @ CheckpointError::Mismatch { .. }) => return Err(e.into()),
             Err(e) => e.to_string(),
         }
@@ -437,11 +430,9 @@ pub fn load_checkpoint<B: Backend, S: DeserializeOwned>(
         anyhow::bail!("{first}; there is no previous checkpoint {}", old.display());
     }
     match load_one(&old, learner, algo, policy) {
-        Ok((state, resume)) => Ok(Some(Loaded {
-            state,
-            from: old,
+        Ok(loaded) => Ok(Some(Loaded {
             fell_back: Some(first),
-            resume,
+            ..loaded
         })),
         Err(e) => anyhow::bail!("{first}; the previous checkpoint is unusable too: {e}"),
     }
@@ -535,7 +526,7 @@ fn load_one<B: Backend, S: DeserializeOwned>(
     learner: &mut (impl Checkpointed<B> + ?Sized),
     algo: &str,
     policy: &PolicyConfig,
-) -> Result<(S, ResumeState), CheckpointError> {
+) -> Result<Loaded<S>, CheckpointError> {
     let manifest = read_manifest(dir)?;
     let mismatch = |problem: String| CheckpointError::Mismatch {
         path: dir.to_path_buf(),
@@ -584,20 +575,15 @@ fn load_one<B: Backend, S: DeserializeOwned>(
     let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         learner.load_state(model, optim)
     }));
-    match loaded {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            return Err(damaged(
-                &dir.join(MODEL),
-                format!("model or optimizer state ({OPTIM}) does not load: {e:#}"),
-            ))
-        }
-        Err(_) => {
-            return Err(damaged(
-                &dir.join(MODEL),
-                format!("model or optimizer state ({OPTIM}) does not load (the reader panicked)"),
-            ))
-        }
+    let failed = match loaded {
+        Ok(loaded) => loaded.err().map(|e| format!(": {e:#}")),
+        Err(_) => Some(" (the reader panicked)".to_string()),
+    };
+    if let Some(why) = failed {
+        return Err(damaged(
+            &dir.join(MODEL),
+            format!("model or optimizer state ({OPTIM}) does not load{why}"),
+        ));
     }
     // The restored model must be the one whose weights the checkpoint published.
     let restored = to_blob(learner.model(), 0);
@@ -610,7 +596,12 @@ fn load_one<B: Backend, S: DeserializeOwned>(
     learner
         .load_host_state(&resume.algo)
         .map_err(|e| damaged(&dir.join(RESUME), format!("does not load: {e:#}")))?;
-    Ok((state, resume))
+    Ok(Loaded {
+        state,
+        from: dir.to_path_buf(),
+        fell_back: None,
+        resume,
+    })
 }
 
 /// Loads the policy of a checkpoint: `dir` is a checkpoint directory (`policy.json` and

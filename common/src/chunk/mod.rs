@@ -424,13 +424,7 @@ impl Chunk {
     pub fn verify_checksum(bytes: &[u8]) -> Result<ChunkMeta, ChunkError> {
         let (meta, header_end) = decode_meta(bytes)?;
         let payload = take(bytes, header_end, meta.payload_len as usize, "payload")?;
-        let crc = crc32fast::hash(payload);
-        if crc != meta.payload_crc32 {
-            return Err(ChunkError::Checksum {
-                got: crc,
-                expected: meta.payload_crc32,
-            });
-        }
+        payload_crc(payload, meta.payload_crc32)?;
         Ok(meta)
     }
 
@@ -474,13 +468,7 @@ impl Chunk {
         }
         let payload = take(bytes, header_end, meta.payload_len as usize, "payload")?;
         if check_crc {
-            let crc = crc32fast::hash(payload);
-            if crc != meta.payload_crc32 {
-                return Err(ChunkError::Checksum {
-                    got: crc,
-                    expected: meta.payload_crc32,
-                });
-            }
+            payload_crc(payload, meta.payload_crc32)?;
         }
         let mut chunk = Chunk::zeros(schema, meta);
         let mut pos = 0;
@@ -505,6 +493,14 @@ fn header_config() -> impl bincode::config::Config {
     bincode::config::standard()
         .with_fixed_int_encoding()
         .with_little_endian()
+}
+
+/// Errs unless `payload`'s CRC-32 is `expected` (the header's).
+fn payload_crc(payload: &[u8], expected: u32) -> Result<(), ChunkError> {
+    let got = crc32fast::hash(payload);
+    (got == expected)
+        .then_some(())
+        .ok_or(ChunkError::Checksum { got, expected })
 }
 
 fn take<'a>(
