@@ -24,6 +24,42 @@ fn emit(out: &mut impl Write, row: &impl Serialize) -> anyhow::Result<()> {
     Ok(out.flush()?)
 }
 
+/// Producer processes, killed if the benchmark stops early.
+struct Producers(Vec<std::process::Child>);
+
+impl Producers {
+    /// Fails if a producer has exited unsuccessfully.
+    fn check(&mut self) -> anyhow::Result<()> {
+        for child in &mut self.0 {
+            if let Some(status) = child.try_wait()? {
+                anyhow::ensure!(
+                    status.success(),
+                    "transport-producer (pid {}) failed: {status}",
+                    child.id()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self) -> anyhow::Result<()> {
+        for mut child in self.0.drain(..) {
+            let status = child.wait()?;
+            anyhow::ensure!(status.success(), "transport-producer failed: {status}");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Producers {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Median, minimum and maximum of `samples` in milliseconds.
 pub fn summarize(samples: &[Duration]) -> (f64, f64, f64) {
     let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();

@@ -38,8 +38,7 @@ use serde::Serialize;
 
 use super::chunks::{bench_chunk, bench_schema, set_seq};
 use super::latency::{Subscriber, WeightsRow};
-use super::transport::Producers;
-use super::{summarize, ROW_DEADLINE};
+use super::{summarize, Producers, ROW_DEADLINE};
 use crate::transport::tcp::{RemoteLink, RemoteOptions, RemoteServer};
 
 /// A loopback-TCP bandwidth line.

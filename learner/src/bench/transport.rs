@@ -22,7 +22,7 @@
 //!   version out; the latency is publish start -> copy complete.
 
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
@@ -36,7 +36,7 @@ use serde::Serialize;
 use super::chunks::{bench_chunk, set_seq};
 use super::latency::{Subscriber, WeightsRow};
 use super::tcp::{tcp_bandwidth, tcp_weight_latency, ShmBaseline};
-use super::{each_at_least_one, emit, summarize, ROW_DEADLINE};
+use super::{each_at_least_one, emit, summarize, Producers, ROW_DEADLINE};
 
 /// The grid and the measurement settings (the `recur-bench transport` flags).
 #[derive(Clone, Debug, clap::Args)]
@@ -262,42 +262,6 @@ impl TransportBench {
             slots,
             iters: self.iters,
         })
-    }
-}
-
-/// Producer processes, killed if the benchmark stops early.
-pub(super) struct Producers(pub(super) Vec<Child>);
-
-impl Producers {
-    /// Fails if a producer has exited unsuccessfully.
-    fn check(&mut self) -> anyhow::Result<()> {
-        for child in &mut self.0 {
-            if let Some(status) = child.try_wait()? {
-                ensure!(
-                    status.success(),
-                    "transport-producer (pid {}) failed: {status}",
-                    child.id()
-                );
-            }
-        }
-        Ok(())
-    }
-
-    fn wait(&mut self) -> anyhow::Result<()> {
-        for mut child in self.0.drain(..) {
-            let status = child.wait()?;
-            ensure!(status.success(), "transport-producer failed: {status}");
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Producers {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
