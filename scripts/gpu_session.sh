@@ -39,8 +39,9 @@
 #      through ptxas -v (scripts/ptx_report.py; $OUT/ptx.jsonl);
 #   7. profile: device time per kernel of a GRU and an LSTM fwd+bwd at B GPU_SPLIT_BATCH, per
 #      precision (cubecl's profiling logger, every launch timed; 1 warm-up and 3 timed calls),
-#      summed by kernel name per call, the bench's own setup launches included
-#      ($OUT/profile.txt): where the backward's time goes;
+#      summed by kernel name over the timed calls (the calls' launch period found in the log;
+#      the warm-up, with its NVRTC compilation, and the bench's setup launches left out) and
+#      divided by 3 ($OUT/profile.txt, the raw logs beside it): where the backward's time goes;
 #   8. train: MaskedCartPole-v1 (configs/masked_cartpole.toml, seed 0) with run.device =
 #      "cuda:0", then its last checkpoint resumed on the CPU for 10k more frames.
 # Every log and row file goes into $OUT/results.tar.gz at the end (the device tool brings back
