@@ -290,18 +290,20 @@ impl Actors {
                         pid,
                         silent,
                     } = s;
-                    let killed = self.supervisor.kill(a, i, pid);
-                    self.summary.stalled += u64::from(killed);
-                    let (who, fate) = if killed {
-                        ("", "killed (SIGKILL), it restarts as a new incarnation")
+                    if self.supervisor.kill(a, i, pid) {
+                        self.summary.stalled += 1;
+                        tracing::warn!(
+                            "actor {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} s (bound \
+                             {bound:?}); killed (SIGKILL), it restarts as a new incarnation",
+                            silent.as_secs_f64()
+                        );
                     } else {
-                        ("attached ", "not the learner's child, left alone")
-                    };
-                    tracing::warn!(
-                        "{who}actor {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} s (bound \
-                         {bound:?}); {fate}",
-                        silent.as_secs_f64()
-                    );
+                        tracing::warn!(
+                            "attached actor {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} \
+                             s (bound {bound:?}); not the learner's child, left alone",
+                            silent.as_secs_f64()
+                        );
+                    }
                 }
             }
         }

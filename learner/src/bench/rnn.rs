@@ -39,7 +39,6 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::{at_least_one, each_at_least_one, emit, summarize};
-use crate::supervisor::default_actor_count;
 
 /// What a benchmark row measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -88,7 +87,7 @@ pub struct RnnBench {
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
     /// CPU threads for burn's CPU backend [default: all cores].
-    #[arg(long, default_value_t = default_actor_count() as usize, hide_default_value = true)]
+    #[arg(long, default_value_t = all_cores(), hide_default_value = true)]
     pub threads: usize,
     /// A short run: T = 64, p in {0, 0.1}, 2 iterations, 1 warm-up; still a row for every
     /// cell x backend x pass.
@@ -153,6 +152,10 @@ impl std::fmt::Display for BenchDevice {
             BenchDevice::Wgpu => f.write_str("wgpu"),
         }
     }
+}
+
+fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// One result line.

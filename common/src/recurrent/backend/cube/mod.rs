@@ -232,23 +232,29 @@ fn weight_grad<R: CubeRuntime, BT: BoolElement>(
     precision: u32,
 ) -> CubeTensor<R> {
     let ([n, p], q) = (a.dims(), b.dims()[1]);
-    let mut parts = match std::env::var("RECUR_CUBE_SPLIT_K") {
+    let wanted = match std::env::var("RECUR_CUBE_SPLIT_K") {
         Ok(v) => match v.parse::<usize>() {
             Ok(parts) if parts > 0 => parts,
             _ => panic!("RECUR_CUBE_SPLIT_K = {v:?}: expected a number of parts, at least 1"),
         },
         Err(_) => MAX_SPLITS.min(n / SPLIT_ROWS),
-    }
-    .clamp(1, n.max(1));
-    while n % parts != 0 {
-        parts -= 1;
-    }
+    };
+    let parts = divisor_at_most(n, wanted.min(n));
     if parts == 1 {
         return prim(matmul(a.transpose(), b, precision));
     }
     let a = a.reshape([parts, n / parts, p]).swap_dims(1, 2);
     let b = b.reshape([parts, n / parts, q]);
     prim(matmul(a, b, precision).sum_dim(0).reshape([p, q]))
+}
+
+/// The largest divisor of `n` that is at most `k` (1 at the least): how many equal parts of
+/// `n` rows [`weight_grad`] and [`column_sum`] use.
+fn divisor_at_most(n: usize, k: usize) -> usize {
+    (1..=k.max(1))
+        .rev()
+        .find(|&d| n.is_multiple_of(d))
+        .unwrap_or(1)
 }
 
 /// The column sums of `t` `[n, q]`: a layer's bias gradient, summed over `n = B*T` rows. burn's
@@ -258,10 +264,7 @@ fn weight_grad<R: CubeRuntime, BT: BoolElement>(
 /// `n / parts` steps and the second `q` loops of `parts`.
 fn column_sum<R: CubeRuntime, BT: BoolElement>(t: Tensor<Cube<R, BT>, 2>) -> CubeTensor<R> {
     let [n, q] = t.dims();
-    let mut parts = n.isqrt().max(1);
-    while n % parts != 0 {
-        parts -= 1;
-    }
+    let parts = divisor_at_most(n, n.isqrt());
     let t = t.reshape([parts, n / parts, q]).sum_dim(1);
     prim(t.sum_dim(0).reshape([q]))
 }
