@@ -2,24 +2,27 @@
 # Same-run A/B of two builds of recur-bench (developer tool, not part of CI).
 #
 #   scripts/ab_bench.sh OLD_BIN_DIR NEW_BIN_DIR [--rounds N] [--quick] [--out FILE]
+#                       [--suites rnn,learner,actor,transport]
 #
 # Each *_BIN_DIR holds release binaries (recur-bench, recur-actor) of one build, e.g. a copy of
 # target/release from another commit. For every suite (rnn, learner, actor, transport) the two
 # builds run alternately, A B A B ..., `--rounds` times each, so drift of the shared host hits
 # both alike. Every JSON line is kept with a `build` field ("old"/"new") in --out, and a table
 # prints, per row, the median of each build's primary measure and new/old (>1 = new faster).
+# --suites runs only the named suites (default: all four).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-[ $# -ge 2 ] || { sed -n 2,11p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,13p "$0" >&2; exit 2; }
 old=$1 new=$2
 shift 2
-rounds=3 quick="" out=ab_bench.jsonl
+rounds=3 quick="" out=ab_bench.jsonl only=rnn,learner,actor,transport
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --quick) quick=--quick; shift ;;
     --out) out=$2; shift 2 ;;
+    --suites) only=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -35,6 +38,7 @@ suites=(
 )
 : >"$out"
 for suite in "${suites[@]}"; do
+  [[ ",$only," == *",${suite%% *},"* ]] || continue
   for r in $(seq "$rounds"); do
     for build in old new; do
       dir=$old
