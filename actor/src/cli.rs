@@ -146,18 +146,15 @@ impl Cli {
         if let Some(text) = &self.actor_args {
             return ActorArgs::from_json(text).with_context(|| format!("--actor-args {text}"));
         }
-        let env_kwargs = match &self.env_kwargs {
-            Some(text) => Some(
-                serde_json::from_str(text)
-                    .ok()
-                    .with_context(|| format!("--env-kwargs {text:?}: expected a JSON object"))?,
-            ),
-            None => None,
-        };
+        let env_kwargs = self.env_kwargs.as_ref().map(|text| {
+            serde_json::from_str(text)
+                .ok()
+                .with_context(|| format!("--env-kwargs {text:?}: expected a JSON object"))
+        });
         let args = ActorArgs {
             env: self.check_env.clone().unwrap_or_else(|| self.env.clone()),
             env_imports: self.env_imports.clone(),
-            env_kwargs,
+            env_kwargs: env_kwargs.transpose()?,
             envs: self.envs,
             steps: self.steps,
             cell: self.cell,
@@ -352,15 +349,11 @@ fn attached(
 /// given, with a progress bar; prints what was done.
 fn run_standalone(actor: &mut Actor, cli: &Cli, source: &EnvSource) -> anyhow::Result<()> {
     let env = actor.config().env.clone();
-    let mut writer = match &cli.record {
-        Some(dir) => Some(DatasetWriter::create_with_source(
-            dir,
-            &env,
-            actor.schema(),
-            source,
-        )?),
-        None => None,
-    };
+    let mut writer = cli
+        .record
+        .as_ref()
+        .map(|dir| DatasetWriter::create_with_source(dir, &env, actor.schema(), source))
+        .transpose()?;
     let per_chunk = (actor.config().num_envs * actor.config().steps) as u64;
     let chunks = cli.frames.div_ceil(per_chunk);
     let bar = ProgressBar::new(chunks * per_chunk);
@@ -383,11 +376,7 @@ fn run_standalone(actor: &mut Actor, cli: &Cli, source: &EnvSource) -> anyhow::R
         if recent.len() > 100 {
             recent.drain(..recent.len() - 100);
         }
-        let mean = if recent.is_empty() {
-            f64::NAN
-        } else {
-            recent.iter().sum::<f64>() / recent.len() as f64
-        };
+        let mean = recent.iter().sum::<f64>() / recent.len() as f64; // NaN before an episode ends
         bar.set_message(format!(
             "episodes {episodes} mean return (last 100) {mean:.2}"
         ));
