@@ -88,11 +88,10 @@ struct TlsFlags {
 impl TlsFlags {
     /// The mode the flags choose, if any.
     fn mode(&self) -> Option<TlsMode> {
-        match (self.tls, self.insecure_plaintext) {
-            (true, _) => Some(TlsMode::On),
-            (_, true) => Some(TlsMode::InsecurePlaintext),
-            _ => None,
-        }
+        let plaintext = self
+            .insecure_plaintext
+            .then_some(TlsMode::InsecurePlaintext);
+        self.tls.then_some(TlsMode::On).or(plaintext)
     }
 }
 
@@ -338,8 +337,6 @@ fn main() -> anyhow::Result<()> {
                         steps: a.steps,
                         cell: a.cell,
                         hidden: a.hidden,
-                        layers: 1,
-                        encoder: vec![64],
                         seed: a.seed,
                         ..ActorArgs::default()
                     },
