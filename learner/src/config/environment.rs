@@ -16,11 +16,7 @@ impl Checker<'_> {
     ) -> Result<(), ConfigError> {
         use common::envs::{is_gymnasium, GYMNASIUM_PREFIX};
         let env = run.env.as_str();
-        if collector
-            .actor_bin
-            .as_ref()
-            .is_some_and(|bin| bin.trim().is_empty())
-        {
+        if collector.actor_bin.as_deref().map(str::trim) == Some("") {
             return self.fail(
                 "collector.actor_bin",
                 "\"\"",
