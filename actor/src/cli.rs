@@ -210,11 +210,10 @@ fn parse_widths(s: &str) -> Result<Widths, String> {
 /// when it has one; plaintext otherwise, on a loopback address or with `--insecure-plaintext`
 /// (loudly) only, and never with `--tls`.
 fn protection(
+    cli: &Cli,
     fingerprint: Option<Fingerprint>,
     addr: &str,
     token_file: &Path,
-    tls: bool,
-    insecure_plaintext: bool,
 ) -> anyhow::Result<Option<Fingerprint>> {
     if fingerprint.is_some() {
         return Ok(fingerprint);
@@ -222,11 +221,11 @@ fn protection(
     let file = token_file.display();
     let old = "(a token file from before TLS, or of a learner started with --insecure-plaintext)";
     anyhow::ensure!(
-        !tls,
+        !cli.tls,
         "--tls: token file {file} holds no TLS certificate fingerprint {old}; copy the \
          learner's current RUN_DIR/token (a learner serving TLS writes its fingerprint there)"
     );
-    if insecure_plaintext {
+    if cli.insecure_plaintext {
         say(format!(
             "WARNING: --insecure-plaintext: joining tcp://{addr} without TLS; the run token and \
              every chunk cross the network in clear"
@@ -260,13 +259,7 @@ pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
         let learner = Learner {
             addr: addr.to_string(),
             token: file.token,
-            tls: protection(
-                file.fingerprint,
-                addr,
-                token_file,
-                cli.tls,
-                cli.insecure_plaintext,
-            )?,
+            tls: protection(&cli, file.fingerprint, addr, token_file)?,
         };
         // The learner gives the arguments and the incarnation; this side gives its id.
         let session = Session::open(learner, cli.actor_id)?;
