@@ -281,15 +281,14 @@ fn main() -> anyhow::Result<()> {
             );
         }
         Command::Replay(a) => {
-            let algo = a.algo;
             let config_path = a.config.clone().unwrap_or_else(|| {
                 PathBuf::from(format!(
                     "configs/replay/{}.toml",
-                    algo.unwrap_or(Algo::Dqn).name()
+                    a.algo.unwrap_or(Algo::Dqn).name()
                 ))
             });
             let mut config = ReplayConfig::load_with(&config_path, &a.set)?;
-            config.replay.algo = algo.unwrap_or(config.replay.algo);
+            config.replay.algo = a.algo.unwrap_or(config.replay.algo);
             config.replay.updates = a.updates.unwrap_or(config.replay.updates);
             config.replay.seed = a.seed.unwrap_or(config.replay.seed);
             blame_flags(
