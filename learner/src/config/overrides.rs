@@ -163,17 +163,16 @@ pub(super) fn merged<T: DeserializeOwned>(
             Err(_) => {}
         }
     }
-    match table.try_into::<T>() {
-        Ok(config) => Ok(config),
-        // The file's own error, with its line and column.
-        Err(e) => Err(toml::from_str::<T>(text).err().map_or_else(
+    // Not mended: the file's own error, with its line and column.
+    table.try_into::<T>().map_err(|e| {
+        toml::from_str::<T>(text).err().map_or_else(
             || ConfigError::Parse {
                 path: origin.to_string(),
                 message: e.message().to_string(),
             },
             file_error,
-        )),
-    }
+        )
+    })
 }
 
 /// Validation after `--set`: an invalid value an override set is blamed on the override (the
