@@ -180,14 +180,10 @@ impl Cli {
     }
 }
 
+/// The names `--actor-args` JSON uses (serde's).
 fn parse_critic_core(s: &str) -> Result<CriticCore, String> {
-    match s {
-        "shared" => Ok(CriticCore::Shared),
-        "separate" => Ok(CriticCore::Separate),
-        other => Err(format!(
-            "critic core {other:?}: expected \"shared\" or \"separate\""
-        )),
-    }
+    serde_json::from_value(s.into())
+        .map_err(|_| format!("critic core {s:?}: expected \"shared\" or \"separate\""))
 }
 
 /// Encoder widths from the command line.
