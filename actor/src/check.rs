@@ -9,7 +9,7 @@ use common::chunk::{ActionColumn, Chunk};
 use common::envs::{ActionRef, Registry, Space};
 use common::policy::Policy;
 use common::recurrent::RecurrentState;
-use common::rollout::{Actor, ActorConfig, ActorError};
+use common::rollout::{Actor, ActorConfig};
 
 /// One step's recurrent state on the host: `rs_h` and (LSTM) `rs_c`, `[L * H]` each.
 pub type HostState = (Vec<f32>, Option<Vec<f32>>);
@@ -24,15 +24,6 @@ pub struct SpecMismatch {
     pub step: usize,
     pub expected: String,
     pub observed: String,
-}
-
-/// Why a spec check failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    #[error(transparent)]
-    Actor(#[from] ActorError),
-    #[error(transparent)]
-    Mismatch(#[from] SpecMismatch),
 }
 
 /// What a passing check covered.
@@ -56,7 +47,7 @@ pub fn check_env_specs(
     steps: usize,
     chunks: usize,
     seed: u64,
-) -> Result<SpecReport, CheckError> {
+) -> anyhow::Result<SpecReport> {
     let config = ActorConfig {
         env: env.to_string(),
         num_envs: envs,
@@ -66,9 +57,7 @@ pub fn check_env_specs(
         incarnation: 0,
         exploration: Default::default(),
     };
-    let envs_built = registry
-        .make_vec(env, envs, seed)
-        .map_err(ActorError::from)?;
+    let envs_built = registry.make_vec(env, envs, seed)?;
     let mut actor = Actor::with_envs(config, policy, envs_built)?;
     let mut checker = Checker::new(&actor);
     for _ in 0..chunks {
@@ -161,30 +150,19 @@ impl Checker {
                         return Err(at(field, self.obs_space.describe(), format!("{o:?}")));
                     }
                 }
-                let action_ok = match &chunk.action {
-                    ActionColumn::Discrete(a) if s.action_dim() > 1 => {
-                        let k = s.action_dim();
-                        self.action_space
-                            .contains_action(ActionRef::MultiDiscrete(&a[p * k..(p + 1) * k]))
+                let k = s.action_dim();
+                let action = match &chunk.action {
+                    ActionColumn::Discrete(a) if k > 1 => {
+                        ActionRef::MultiDiscrete(&a[p * k..(p + 1) * k])
                     }
-                    ActionColumn::Discrete(a) => {
-                        self.action_space.contains_action(ActionRef::Discrete(a[p]))
-                    }
-                    ActionColumn::Continuous(a) => {
-                        let k = s.action_dim();
-                        self.action_space
-                            .contains_action(ActionRef::Continuous(&a[p * k..(p + 1) * k]))
-                    }
+                    ActionColumn::Discrete(a) => ActionRef::Discrete(a[p]),
+                    ActionColumn::Continuous(a) => ActionRef::Continuous(&a[p * k..(p + 1) * k]),
                 };
-                if !action_ok {
-                    let observed = match &chunk.action {
-                        ActionColumn::Discrete(a) if s.action_dim() == 1 => a[p].to_string(),
-                        ActionColumn::Discrete(a) => {
-                            format!("{:?}", &a[p * s.action_dim()..(p + 1) * s.action_dim()])
-                        }
-                        ActionColumn::Continuous(a) => {
-                            format!("{:?}", &a[p * s.action_dim()..(p + 1) * s.action_dim()])
-                        }
+                if !self.action_space.contains_action(action) {
+                    let observed = match action {
+                        ActionRef::Discrete(a) => a.to_string(),
+                        ActionRef::MultiDiscrete(a) => format!("{a:?}"),
+                        ActionRef::Continuous(a) => format!("{a:?}"),
                     };
                     return Err(at("action", self.action_space.describe(), observed));
                 }
@@ -212,10 +190,13 @@ impl Checker {
                     ));
                 }
                 // is_init exactly at episode starts: the very first step, and after every done.
-                let previous_done = if t == 0 {
-                    self.last_done[env]
+                let (previous_done, previous_traj) = if t == 0 {
+                    (self.last_done[env], self.last_traj[env])
                 } else {
-                    Some(chunk.next_done[p - 1] == 1)
+                    (
+                        Some(chunk.next_done[p - 1] == 1),
+                        Some(chunk.traj_ids[p - 1]),
+                    )
                 };
                 let expected_init = previous_done.unwrap_or(true);
                 if (chunk.is_init[p] == 1) != expected_init {
@@ -256,26 +237,17 @@ impl Checker {
                 }
                 // One trajectory id per episode.
                 let traj = chunk.traj_ids[p];
-                let previous_traj = if t == 0 {
-                    self.last_traj[env]
-                } else {
-                    Some(chunk.traj_ids[p - 1])
-                };
-                if let Some(prev) = previous_traj {
-                    if (traj != prev) != expected_init {
-                        return Err(at(
-                            "collector.traj_ids",
-                            format!(
-                                "{} the previous step's id {prev}",
-                                if expected_init {
-                                    "different from"
-                                } else {
-                                    "equal to"
-                                }
-                            ),
-                            traj.to_string(),
-                        ));
-                    }
+                if let Some(prev) = previous_traj.filter(|&prev| (traj != prev) != expected_init) {
+                    let relation = if expected_init {
+                        "different from"
+                    } else {
+                        "equal to"
+                    };
+                    return Err(at(
+                        "collector.traj_ids",
+                        format!("{relation} the previous step's id {prev}"),
+                        traj.to_string(),
+                    ));
                 }
                 self.last_next[env] = Some(nexts[p].clone());
             }

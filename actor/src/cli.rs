@@ -146,18 +146,15 @@ impl Cli {
         if let Some(text) = &self.actor_args {
             return ActorArgs::from_json(text).with_context(|| format!("--actor-args {text}"));
         }
-        let env_kwargs = match &self.env_kwargs {
-            Some(text) => Some(
-                serde_json::from_str(text)
-                    .ok()
-                    .with_context(|| format!("--env-kwargs {text:?}: expected a JSON object"))?,
-            ),
-            None => None,
-        };
+        let env_kwargs = self.env_kwargs.as_ref().map(|text| {
+            serde_json::from_str(text)
+                .ok()
+                .with_context(|| format!("--env-kwargs {text:?}: expected a JSON object"))
+        });
         let args = ActorArgs {
             env: self.check_env.clone().unwrap_or_else(|| self.env.clone()),
             env_imports: self.env_imports.clone(),
-            env_kwargs,
+            env_kwargs: env_kwargs.transpose()?,
             envs: self.envs,
             steps: self.steps,
             cell: self.cell,
@@ -183,14 +180,10 @@ impl Cli {
     }
 }
 
+/// The names `--actor-args` JSON uses (serde's).
 fn parse_critic_core(s: &str) -> Result<CriticCore, String> {
-    match s {
-        "shared" => Ok(CriticCore::Shared),
-        "separate" => Ok(CriticCore::Separate),
-        other => Err(format!(
-            "critic core {other:?}: expected \"shared\" or \"separate\""
-        )),
-    }
+    serde_json::from_value(s.into())
+        .map_err(|_| format!("critic core {s:?}: expected \"shared\" or \"separate\""))
 }
 
 /// Encoder widths from the command line.
@@ -213,11 +206,10 @@ fn parse_widths(s: &str) -> Result<Widths, String> {
 /// when it has one; plaintext otherwise, on a loopback address or with `--insecure-plaintext`
 /// (loudly) only, and never with `--tls`.
 fn protection(
+    cli: &Cli,
     fingerprint: Option<Fingerprint>,
     addr: &str,
     token_file: &Path,
-    tls: bool,
-    insecure_plaintext: bool,
 ) -> anyhow::Result<Option<Fingerprint>> {
     if fingerprint.is_some() {
         return Ok(fingerprint);
@@ -225,11 +217,11 @@ fn protection(
     let file = token_file.display();
     let old = "(a token file from before TLS, or of a learner started with --insecure-plaintext)";
     anyhow::ensure!(
-        !tls,
+        !cli.tls,
         "--tls: token file {file} holds no TLS certificate fingerprint {old}; copy the \
          learner's current RUN_DIR/token (a learner serving TLS writes its fingerprint there)"
     );
-    if insecure_plaintext {
+    if cli.insecure_plaintext {
         say(format!(
             "WARNING: --insecure-plaintext: joining tcp://{addr} without TLS; the run token and \
              every chunk cross the network in clear"
@@ -263,13 +255,7 @@ pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
         let learner = Learner {
             addr: addr.to_string(),
             token: file.token,
-            tls: protection(
-                file.fingerprint,
-                addr,
-                token_file,
-                cli.tls,
-                cli.insecure_plaintext,
-            )?,
+            tls: protection(&cli, file.fingerprint, addr, token_file)?,
         };
         // The learner gives the arguments and the incarnation; this side gives its id.
         let session = Session::open(learner, cli.actor_id)?;
@@ -352,15 +338,11 @@ fn attached(
 /// given, with a progress bar; prints what was done.
 fn run_standalone(actor: &mut Actor, cli: &Cli, source: &EnvSource) -> anyhow::Result<()> {
     let env = actor.config().env.clone();
-    let mut writer = match &cli.record {
-        Some(dir) => Some(DatasetWriter::create_with_source(
-            dir,
-            &env,
-            actor.schema(),
-            source,
-        )?),
-        None => None,
-    };
+    let mut writer = cli
+        .record
+        .as_ref()
+        .map(|dir| DatasetWriter::create_with_source(dir, &env, actor.schema(), source))
+        .transpose()?;
     let per_chunk = (actor.config().num_envs * actor.config().steps) as u64;
     let chunks = cli.frames.div_ceil(per_chunk);
     let bar = ProgressBar::new(chunks * per_chunk);
@@ -383,11 +365,7 @@ fn run_standalone(actor: &mut Actor, cli: &Cli, source: &EnvSource) -> anyhow::R
         if recent.len() > 100 {
             recent.drain(..recent.len() - 100);
         }
-        let mean = if recent.is_empty() {
-            f64::NAN
-        } else {
-            recent.iter().sum::<f64>() / recent.len() as f64
-        };
+        let mean = recent.iter().sum::<f64>() / recent.len() as f64; // NaN before an episode ends
         bar.set_message(format!(
             "episodes {episodes} mean return (last 100) {mean:.2}"
         ));

@@ -9,8 +9,7 @@ use anyhow::{bail, Context};
 use common::actor_args::ActorArgs;
 use common::checkpoint::load_checkpoint_policy;
 use common::envs::{is_gymnasium, EnvSpec, GymnasiumOptions, Registry, Space};
-use common::policy::init_policy;
-use common::policy::policy_config_for_spec;
+use common::policy::{init_policy, policy_config_for_spec};
 use common::rollout::{Actor, ActorConfig};
 
 use crate::check::{check_env_specs, SpecReport};

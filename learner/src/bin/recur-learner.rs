@@ -88,11 +88,10 @@ struct TlsFlags {
 impl TlsFlags {
     /// The mode the flags choose, if any.
     fn mode(&self) -> Option<TlsMode> {
-        match (self.tls, self.insecure_plaintext) {
-            (true, _) => Some(TlsMode::On),
-            (_, true) => Some(TlsMode::InsecurePlaintext),
-            _ => None,
-        }
+        let plaintext = self
+            .insecure_plaintext
+            .then_some(TlsMode::InsecurePlaintext);
+        self.tls.then_some(TlsMode::On).or(plaintext)
     }
 }
 
@@ -282,15 +281,14 @@ fn main() -> anyhow::Result<()> {
             );
         }
         Command::Replay(a) => {
-            let algo = a.algo;
             let config_path = a.config.clone().unwrap_or_else(|| {
                 PathBuf::from(format!(
                     "configs/replay/{}.toml",
-                    algo.unwrap_or(Algo::Dqn).name()
+                    a.algo.unwrap_or(Algo::Dqn).name()
                 ))
             });
             let mut config = ReplayConfig::load_with(&config_path, &a.set)?;
-            config.replay.algo = algo.unwrap_or(config.replay.algo);
+            config.replay.algo = a.algo.unwrap_or(config.replay.algo);
             config.replay.updates = a.updates.unwrap_or(config.replay.updates);
             config.replay.seed = a.seed.unwrap_or(config.replay.seed);
             blame_flags(
@@ -338,8 +336,6 @@ fn main() -> anyhow::Result<()> {
                         steps: a.steps,
                         cell: a.cell,
                         hidden: a.hidden,
-                        layers: 1,
-                        encoder: vec![64],
                         seed: a.seed,
                         ..ActorArgs::default()
                     },

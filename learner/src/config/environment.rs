@@ -16,14 +16,12 @@ impl Checker<'_> {
     ) -> Result<(), ConfigError> {
         use common::envs::{is_gymnasium, GYMNASIUM_PREFIX};
         let env = run.env.as_str();
-        if let Some(bin) = &collector.actor_bin {
-            if bin.trim().is_empty() {
-                return self.fail(
-                    "collector.actor_bin",
-                    "\"\"",
-                    "a path to an actor executable",
-                );
-            }
+        if collector.actor_bin.as_deref().map(str::trim) == Some("") {
+            return self.fail(
+                "collector.actor_bin",
+                "\"\"",
+                "a path to an actor executable",
+            );
         }
         if is_gymnasium(env) {
             if env[GYMNASIUM_PREFIX.len()..].trim().is_empty() {

@@ -85,23 +85,18 @@ impl Override {
         let mut segments: Vec<&str> = self.key.split('.').collect();
         let last = segments.pop().expect("split yields one segment at least");
         let mut at = table;
-        let mut path = String::new();
-        for segment in segments {
-            path = if path.is_empty() {
-                segment.to_string()
-            } else {
-                format!("{path}.{segment}")
-            };
+        for (i, segment) in segments.iter().enumerate() {
             let entry = at
                 .entry(segment.to_string())
                 .or_insert_with(|| toml::Value::Table(toml::Table::new()));
             at = match entry {
                 toml::Value::Table(t) => t,
                 other => {
+                    let path = segments[..=i].join(".");
                     return Err(self.error(
                         origin,
                         format!("`{path}` is {}, not a table", other.type_str()),
-                    ))
+                    ));
                 }
             };
         }
@@ -168,17 +163,16 @@ pub(super) fn merged<T: DeserializeOwned>(
             Err(_) => {}
         }
     }
-    match table.try_into::<T>() {
-        Ok(config) => Ok(config),
-        // The file's own error, with its line and column.
-        Err(e) => Err(toml::from_str::<T>(text).err().map_or_else(
+    // Not mended: the file's own error, with its line and column.
+    table.try_into::<T>().map_err(|e| {
+        toml::from_str::<T>(text).err().map_or_else(
             || ConfigError::Parse {
                 path: origin.to_string(),
                 message: e.message().to_string(),
             },
             file_error,
-        )),
-    }
+        )
+    })
 }
 
 /// Validation after `--set`: an invalid value an override set is blamed on the override (the
@@ -207,29 +201,24 @@ pub fn blame_flags(
     result: Result<(), ConfigError>,
     flags: &[(&str, &str)],
 ) -> Result<(), ConfigError> {
-    match result {
-        Err(ConfigError::Invalid {
-            path,
-            key,
-            value,
-            expected,
-        }) => match flags.iter().find(|(_, k)| *k == key) {
-            Some((flag, _)) => Err(ConfigError::Flag {
-                path,
+    if let Err(ConfigError::Invalid {
+        path,
+        key,
+        value,
+        expected,
+    }) = &result
+    {
+        if let Some((flag, _)) = flags.iter().find(|(_, k)| k == key) {
+            return Err(ConfigError::Flag {
+                path: path.clone(),
                 flag: flag.to_string(),
-                key,
-                value,
-                expected,
-            }),
-            None => Err(ConfigError::Invalid {
-                path,
-                key,
-                value,
-                expected,
-            }),
-        },
-        other => other,
+                key: key.clone(),
+                value: value.clone(),
+                expected: expected.clone(),
+            });
+        }
     }
+    result
 }
 
 #[cfg(test)]

@@ -437,8 +437,7 @@ pub struct ReplaySection {
     /// Stop as soon as an evaluation reaches this mean return.
     #[serde(default)]
     pub target_return: Option<f64>,
-    /// Where the learner trains: `"cpu"` (default), `"cuda"` or `"cuda:N"` (a build with
-    /// `--features cuda`).
+    /// Where the learner trains, as `run.device`.
     #[serde(default)]
     pub device: TrainDevice,
     /// Also write the metrics as TensorBoard scalars and the config as text, to `RUN_DIR/tb/`.

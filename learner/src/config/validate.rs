@@ -171,16 +171,14 @@ impl Checker<'_> {
     /// The device must be built in (`--features cuda` for CUDA). (`fused` runs on CUDA too:
     /// the CubeCL kernels, `common::recurrent::backend::cube`.)
     fn device(&self, key: &str, device: TrainDevice) -> Result<(), ConfigError> {
-        let value = format!("\"{device}\"");
-        if device.check_built().is_err() {
-            return self.fail(
+        device.check_built().or_else(|_| {
+            self.fail(
                 key,
-                value,
+                format!("\"{device}\""),
                 "\"cpu\": this binary was built without `--features cuda` (rebuild with \
                  `cargo build --release --features cuda` to train on a GPU)",
-            );
-        }
-        Ok(())
+            )
+        })
     }
 
     fn policy(&self, p: &PolicySection) -> Result<(), ConfigError> {
@@ -362,42 +360,31 @@ impl Checker<'_> {
     fn train_bounds(&self, c: &TrainConfig) -> Result<(), ConfigError> {
         self.finite("run.target_return", c.run.target_return)?;
         let col = &c.collector;
-        self.check(
-            "collector.restart_window_s",
-            col.restart_window_s,
-            Range::Positive,
-        )?;
-        self.check(
-            "collector.restart_backoff_s",
-            col.restart_backoff_s,
-            Range::NonNegative,
-        )?;
-        self.check(
-            "collector.stall_timeout_s",
-            col.stall_timeout_s,
-            Range::NonNegative,
-        )?;
-        if col.stall_timeout_s > 1e9 {
-            return self.fail(
-                "collector.stall_timeout_s",
-                col.stall_timeout_s,
-                "at most 1e9 seconds",
-            );
+        let (window, backoff, stall) = (
+            ("collector.restart_window_s", col.restart_window_s),
+            ("collector.restart_backoff_s", col.restart_backoff_s),
+            ("collector.stall_timeout_s", col.stall_timeout_s),
+        );
+        for ((key, value), range) in [
+            (window, Range::Positive),
+            (backoff, Range::NonNegative),
+            (stall, Range::NonNegative),
+        ] {
+            self.check(key, value, range)?;
         }
         // Durations: bounded so that they convert (and double) without overflow.
-        if col.restart_window_s > 1e9 {
-            return self.fail(
-                "collector.restart_window_s",
-                col.restart_window_s,
-                "at most 1e9 seconds",
-            );
-        }
-        if col.restart_backoff_s > 3600.0 {
-            return self.fail(
-                "collector.restart_backoff_s",
-                col.restart_backoff_s,
+        for ((key, value), max, expected) in [
+            (stall, 1e9, "at most 1e9 seconds"),
+            (window, 1e9, "at most 1e9 seconds"),
+            (
+                backoff,
+                3600.0,
                 "at most 3600 seconds (doubled per restart, capped at 8 s)",
-            );
+            ),
+        ] {
+            if value > max {
+                return self.fail(key, value, expected);
+            }
         }
         self.reward_scales(c.ppo.as_ref(), c.dqn.as_ref())?;
         self.train_memory(c)
