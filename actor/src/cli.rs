@@ -240,11 +240,6 @@ fn protection(
     Ok(None)
 }
 
-/// Runs what `cli` asks for with the built-in environments.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
-    run_with(cli, Registry::builtin())
-}
-
 /// Runs what `cli` asks for with the environments of `registry` (and gymnasium ids).
 pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
     if let Some(addr) = cli.connect.as_deref().and_then(tcp_address) {
