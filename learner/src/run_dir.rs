@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use common::checkpoint::write_atomic;
 use common::shm::unique_run_id;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -262,19 +263,6 @@ fn lock(dir: &Path) -> anyhow::Result<std::fs::File> {
     file.rewind()?;
     writeln!(file, "{}", std::process::id())?;
     Ok(file)
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file beside it, fsynced, renamed over
-/// `path`, the directory fsynced. A crash leaves the old file or the new one, never a torn or
-/// empty one. Errors name the path (also a full disk).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    common::checkpoint::write_atomic(path, bytes)
-}
-
-/// Writes the run's resolved config to `dir/config.toml`, atomically (`dir` must exist).
-pub fn write_config(dir: &Path, toml: &str) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_atomic(&dir.join("config.toml"), toml.as_bytes())
 }
 
 /// Writes a run's outcome to `dir/summary.json` (atomically).
