@@ -29,22 +29,17 @@ fn add(phase: &'static str, d: Duration) {
 
 /// The seconds per phase so far on this thread.
 pub fn snapshot() -> BTreeMap<String, f64> {
-    PHASES.with(|p| {
-        p.borrow()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.0.as_secs_f64()))
-            .collect()
-    })
+    per_phase(|(d, _)| d.as_secs_f64())
 }
 
 /// The calls per phase so far on this thread.
 pub fn calls() -> BTreeMap<String, u64> {
-    PHASES.with(|p| {
-        p.borrow()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.1))
-            .collect()
-    })
+    per_phase(|&(_, n)| n)
+}
+
+fn per_phase<T>(f: impl Fn(&(Duration, u64)) -> T) -> BTreeMap<String, T> {
+    let phases = PHASES.with(|p| p.borrow().clone());
+    phases.iter().map(|(k, v)| (k.to_string(), f(v))).collect()
 }
 
 /// Forgets this thread's phases (a new run in the same process).
