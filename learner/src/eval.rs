@@ -276,9 +276,7 @@ pub fn evaluate_checkpoint(
     seed: u64,
     overrides: &[Override],
 ) -> anyhow::Result<CheckpointEvaluation> {
-    if episodes == 0 {
-        anyhow::bail!("--episodes 0: at least one episode");
-    }
+    anyhow::ensure!(episodes > 0, "--episodes 0: at least one episode");
     let (policy, version) = common::checkpoint::load_checkpoint_policy(dir)?;
     let (env, registry) = match env {
         Some(e) if overrides.is_empty() => (e.to_string(), Registry::builtin()),

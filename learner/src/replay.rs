@@ -95,8 +95,7 @@ impl ReplayStorage {
 
     /// Storage positions in insertion order (oldest first).
     pub fn positions(&self) -> impl Iterator<Item = usize> + '_ {
-        let start = (self.cursor + self.capacity - self.len) % self.capacity;
-        (0..self.len).map(move |i| (start + i) % self.capacity)
+        (0..self.len).map(move |i| self.position(i))
     }
 
     /// Appends a chunk, env row by env row (overwriting the oldest steps when full).
