@@ -95,7 +95,7 @@ impl Run {
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        self.dir.names().path()
     }
 
     /// The run directory (the shared-memory transport names its segments after it).

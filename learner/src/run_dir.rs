@@ -110,11 +110,6 @@ impl RunDir {
         })
     }
 
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.names.path
-    }
-
     /// The names of the run's resources.
     pub fn names(&self) -> &RunNames {
         &self.names
