@@ -115,7 +115,7 @@ impl EvalWorker {
             .as_deref()
             .filter(|dir| dir.join(BEST).exists())
             .and_then(|_| best_row(&read_eval_rows(&plan.csv)).map(|r| r.eval_return_mean));
-        let mut writer = MetricsWriter::open(&plan.csv)?.with_tensorboard(plan.tensorboard.clone());
+        let mut writer = MetricsWriter::open(&plan.csv, plan.tensorboard.clone())?;
         let every = plan.every_frames;
         let handle = std::thread::Builder::new()
             .name("eval".into())

@@ -139,7 +139,7 @@ impl Run {
         let tb = tensorboard
             .then(|| TensorBoard::for_run(self.path(), frames, config_toml))
             .transpose()?;
-        self.metrics = Some(MetricsWriter::open(&path)?.with_tensorboard(tb));
+        self.metrics = Some(MetricsWriter::open(&path, tb)?);
         Ok(())
     }
 
