@@ -86,7 +86,7 @@ impl Actors {
                 .map_err(|e| anyhow::anyhow!("`run.listen`: {e}"))?;
             let (tls, fingerprint) = if use_tls {
                 let identity = names.tls_identity()?;
-                let fingerprint = identity.fingerprint();
+                let fingerprint = common::tls::Fingerprint::of(&identity.cert_der);
                 let tls = common::tls::server_config(identity.cert_der, identity.key_der)
                     .context("the run's TLS configuration")?;
                 (Some(tls), Some(fingerprint))

@@ -206,13 +206,6 @@ pub struct TlsIdentity {
     pub key_der: Vec<u8>,
 }
 
-impl TlsIdentity {
-    /// The certificate's fingerprint, as token files carry it.
-    pub fn fingerprint(&self) -> common::tls::Fingerprint {
-        common::tls::Fingerprint::of(&self.cert_der)
-    }
-}
-
 /// The content of `path` if it is a regular file (not a link) of this user with mode 0600.
 fn private_file(path: &Path) -> Option<Vec<u8>> {
     use std::os::unix::fs::MetadataExt;
