@@ -98,8 +98,8 @@ pub struct EvalPlan {
 /// loop, appends its row to `eval.csv` and, when the row is the best so far, keeps the weights
 /// in `best/` ([`EvalPlan::best`]). [`EvalWorker::finish`] waits for the queue.
 pub struct EvalWorker {
-    tx: Option<crossbeam_channel::Sender<(u64, f64, Vec<u8>)>>,
-    handle: Option<JoinHandle<anyhow::Result<Vec<EvalRow>>>>,
+    tx: crossbeam_channel::Sender<(u64, f64, Vec<u8>)>,
+    handle: JoinHandle<anyhow::Result<Vec<EvalRow>>>,
     every: u64,
     next: u64,
 }
@@ -155,8 +155,8 @@ impl EvalWorker {
                 Ok(rows)
             })?;
         Ok(EvalWorker {
-            tx: Some(tx),
-            handle: Some(handle),
+            tx,
+            handle,
             every,
             next: next_multiple(frames, every),
         })
@@ -170,10 +170,8 @@ impl EvalWorker {
     /// Queues an evaluation of `blob`, the weights after `frames` frames and `wall_s` seconds.
     pub fn submit(&mut self, frames: u64, wall_s: f64, blob: Vec<u8>) {
         self.next = next_multiple(frames, self.every);
-        if let Some(tx) = &self.tx {
-            // A send fails only when the thread ended on an error, which finish() reports.
-            let _ = tx.send((frames, wall_s, blob));
-        }
+        // A send fails only when the thread ended on an error, which finish() reports.
+        let _ = self.tx.send((frames, wall_s, blob));
     }
 
     /// Queues the final weights (unless that point was just evaluated), waits for every
@@ -182,9 +180,8 @@ impl EvalWorker {
         if let Some((frames, wall_s, blob)) = last {
             self.submit(frames, wall_s, blob);
         }
-        drop(self.tx.take());
-        let handle = self.handle.take().expect("finish runs once");
-        handle
+        drop(self.tx);
+        self.handle
             .join()
             .map_err(|_| anyhow::anyhow!("the evaluation thread panicked"))?
             .context("evaluation during training")
