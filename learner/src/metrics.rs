@@ -215,11 +215,7 @@ pub fn truncate_metrics(path: &Path, updates: u64) -> anyhow::Result<usize> {
         _ => 0,
     };
     let pad = ",NaN".repeat(missing);
-    let mut kept = vec![if missing > 0 {
-        current
-    } else {
-        header.to_string()
-    }];
+    let mut kept = vec![if missing > 0 { current } else { header.into() }];
     let mut dropped = 0;
     // `updates` is the third column (a contract of MetricsRow).
     for line in lines {
