@@ -86,7 +86,7 @@ impl Actors {
                 .map_err(|e| anyhow::anyhow!("`run.listen`: {e}"))?;
             let (tls, fingerprint) = if use_tls {
                 let identity = names.tls_identity()?;
-                let fingerprint = identity.fingerprint();
+                let fingerprint = common::tls::Fingerprint::of(&identity.cert_der);
                 let tls = common::tls::server_config(identity.cert_der, identity.key_der)
                     .context("the run's TLS configuration")?;
                 (Some(tls), Some(fingerprint))
@@ -130,10 +130,9 @@ impl Actors {
             summary.listen = Some(tcp.address());
             transports.push(Box::new(tcp));
         }
-        let socket = names.control_socket();
         let (supervisor, events) = Supervisor::start(SupervisorConfig {
             program: config.actor_program.clone(),
-            connect: socket,
+            connect: names.control_socket(),
             actor_args: config.actor_args.clone(),
             actors: config.actors,
             max_restarts: config.max_restarts,
@@ -290,20 +289,18 @@ impl Actors {
                         pid,
                         silent,
                     } = s;
-                    if self.supervisor.kill(a, i, pid) {
-                        self.summary.stalled += 1;
-                        tracing::warn!(
-                            "actor {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} s (bound \
-                             {bound:?}); killed (SIGKILL), it restarts as a new incarnation",
-                            silent.as_secs_f64()
-                        );
-                    } else {
-                        tracing::warn!(
-                            "attached actor {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} \
-                             s (bound {bound:?}); not the learner's child, left alone",
-                            silent.as_secs_f64()
-                        );
-                    }
+                    let killed = self.supervisor.kill(a, i, pid);
+                    self.summary.stalled += u64::from(killed);
+                    let who = if killed { "actor" } else { "attached actor" };
+                    let fate = match killed {
+                        true => "killed (SIGKILL), it restarts as a new incarnation",
+                        false => "not the learner's child, left alone",
+                    };
+                    tracing::warn!(
+                        "{who} {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} s (bound \
+                         {bound:?}); {fate}",
+                        silent.as_secs_f64()
+                    );
                 }
             }
         }

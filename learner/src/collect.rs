@@ -55,7 +55,8 @@ pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
     let policy_config = a.policy_config(policy_config_for(&a.env)?);
     let schema = chunk_schema(&policy_config, a.envs, a.steps);
     let policy = init_policy(&policy_config, a.seed)?;
-    let mut recording = Recording::create(config.save_replay.as_deref(), &a.env, &schema)?;
+    let save_replay = config.save_replay.as_deref();
+    let mut recording = Recording::create(save_replay, &a.env, &schema, &Default::default())?;
     let signals = crate::signals::install()?;
     let run_dir = RunDir::create(&t.run_dir, false)?;
     let mut transport = Actors::start(run_dir.names(), t, schema, &to_blob(&policy, 1))?;

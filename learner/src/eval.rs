@@ -98,8 +98,8 @@ pub struct EvalPlan {
 /// loop, appends its row to `eval.csv` and, when the row is the best so far, keeps the weights
 /// in `best/` ([`EvalPlan::best`]). [`EvalWorker::finish`] waits for the queue.
 pub struct EvalWorker {
-    tx: Option<crossbeam_channel::Sender<(u64, f64, Vec<u8>)>>,
-    handle: Option<JoinHandle<anyhow::Result<Vec<EvalRow>>>>,
+    tx: crossbeam_channel::Sender<(u64, f64, Vec<u8>)>,
+    handle: JoinHandle<anyhow::Result<Vec<EvalRow>>>,
     every: u64,
     next: u64,
 }
@@ -115,7 +115,7 @@ impl EvalWorker {
             .as_deref()
             .filter(|dir| dir.join(BEST).exists())
             .and_then(|_| best_row(&read_eval_rows(&plan.csv)).map(|r| r.eval_return_mean));
-        let mut writer = MetricsWriter::open(&plan.csv)?.with_tensorboard(plan.tensorboard.clone());
+        let mut writer = MetricsWriter::open(&plan.csv, plan.tensorboard.clone())?;
         let every = plan.every_frames;
         let handle = std::thread::Builder::new()
             .name("eval".into())
@@ -155,8 +155,8 @@ impl EvalWorker {
                 Ok(rows)
             })?;
         Ok(EvalWorker {
-            tx: Some(tx),
-            handle: Some(handle),
+            tx,
+            handle,
             every,
             next: next_multiple(frames, every),
         })
@@ -170,10 +170,8 @@ impl EvalWorker {
     /// Queues an evaluation of `blob`, the weights after `frames` frames and `wall_s` seconds.
     pub fn submit(&mut self, frames: u64, wall_s: f64, blob: Vec<u8>) {
         self.next = next_multiple(frames, self.every);
-        if let Some(tx) = &self.tx {
-            // A send fails only when the thread ended on an error, which finish() reports.
-            let _ = tx.send((frames, wall_s, blob));
-        }
+        // A send fails only when the thread ended on an error, which finish() reports.
+        let _ = self.tx.send((frames, wall_s, blob));
     }
 
     /// Queues the final weights (unless that point was just evaluated), waits for every
@@ -182,9 +180,8 @@ impl EvalWorker {
         if let Some((frames, wall_s, blob)) = last {
             self.submit(frames, wall_s, blob);
         }
-        drop(self.tx.take());
-        let handle = self.handle.take().expect("finish runs once");
-        handle
+        drop(self.tx);
+        self.handle
             .join()
             .map_err(|_| anyhow::anyhow!("the evaluation thread panicked"))?
             .context("evaluation during training")
@@ -276,9 +273,7 @@ pub fn evaluate_checkpoint(
     seed: u64,
     overrides: &[Override],
 ) -> anyhow::Result<CheckpointEvaluation> {
-    if episodes == 0 {
-        anyhow::bail!("--episodes 0: at least one episode");
-    }
+    anyhow::ensure!(episodes > 0, "--episodes 0: at least one episode");
     let (policy, version) = common::checkpoint::load_checkpoint_policy(dir)?;
     let (env, registry) = match env {
         Some(e) if overrides.is_empty() => (e.to_string(), Registry::builtin()),

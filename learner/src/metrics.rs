@@ -139,9 +139,9 @@ impl MetricsRow {
     }
 }
 
-/// Appends rows to `metrics.csv` or `eval.csv` (header written when the file is new), and with
-/// [`MetricsWriter::with_tensorboard`] to the run's TensorBoard event file, each row flushed
-/// before `write` returns. Errors name the file (a full disk too).
+/// Appends rows to `metrics.csv` or `eval.csv` (header written when the file is new), and to
+/// the run's TensorBoard event file when it has one (`None`: `run.tensorboard = false`), each
+/// row flushed before `write` returns. Errors name the file (a full disk too).
 pub struct MetricsWriter {
     csv: csv::Writer<std::fs::File>,
     path: std::path::PathBuf,
@@ -149,7 +149,7 @@ pub struct MetricsWriter {
 }
 
 impl MetricsWriter {
-    pub fn open(path: &Path) -> std::io::Result<Self> {
+    pub fn open(path: &Path, tensorboard: Option<TensorBoard>) -> std::io::Result<Self> {
         let new = !path.exists();
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -160,14 +160,8 @@ impl MetricsWriter {
         Ok(MetricsWriter {
             csv,
             path: path.to_path_buf(),
-            tensorboard: None,
+            tensorboard,
         })
-    }
-
-    /// Also writes every row to `tensorboard` (`None`: `run.tensorboard = false`).
-    pub fn with_tensorboard(mut self, tensorboard: Option<TensorBoard>) -> Self {
-        self.tensorboard = tensorboard;
-        self
     }
 
     /// The event file the rows also go to, for the other writers of the run (`eval.csv`'s).
@@ -221,11 +215,7 @@ pub fn truncate_metrics(path: &Path, updates: u64) -> anyhow::Result<usize> {
         _ => 0,
     };
     let pad = ",NaN".repeat(missing);
-    let mut kept = vec![if missing > 0 {
-        current
-    } else {
-        header.to_string()
-    }];
+    let mut kept = vec![if missing > 0 { current } else { header.into() }];
     let mut dropped = 0;
     // `updates` is the third column (a contract of MetricsRow).
     for line in lines {
@@ -358,7 +348,10 @@ mod tests {
             mean_return_100: 0.5,
             ..MetricsRow::default()
         };
-        MetricsWriter::open(&path).unwrap().write(&row).unwrap();
+        MetricsWriter::open(&path, None)
+            .unwrap()
+            .write(&row)
+            .unwrap();
         let rows: Vec<MetricsRow> = csv::Reader::from_path(&path)
             .unwrap()
             .deserialize()
@@ -391,12 +384,12 @@ mod tests {
             mean_return,
             ..MetricsRow::from(&stats)
         };
-        MetricsWriter::open(&path)
+        MetricsWriter::open(&path, None)
             .unwrap()
             .write(&row(10, f64::NAN))
             .unwrap();
         // Reopened (a resumed run): rows are appended under the one header.
-        MetricsWriter::open(&path)
+        MetricsWriter::open(&path, None)
             .unwrap()
             .write(&row(20, 1.5))
             .unwrap();
@@ -490,7 +483,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("metrics.csv");
         std::os::unix::fs::symlink("/dev/full", &path).unwrap();
-        let mut w = MetricsWriter::open(&path).unwrap();
+        let mut w = MetricsWriter::open(&path, None).unwrap();
         let err = w.write(&MetricsRow::default()).unwrap_err().to_string();
         assert!(
             err.contains("metrics.csv") && err.contains("No space left on device"),

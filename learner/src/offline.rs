@@ -83,17 +83,11 @@ fn replay_on<B: AutodiffBackend>(
         checkpoint_every: r.checkpoint_every,
     })?;
     let data = load_dataset(&opts.dataset)?;
-    let env = data.meta.env.clone();
     let registry = env_registry(&data.meta.env_imports, data.meta.env_kwargs.clone());
     let (mut learner, pc) = replay_learner::<B>(config, &data, &registry, device)?;
     run.write_config(&config.to_toml())?;
     run.start_metrics(None, r.tensorboard, &config.to_toml())?;
     let mut summary = ReplaySummary::new(opts, &data);
-    let evals = Evaluator {
-        registry: &registry,
-        env: &env,
-        config,
-    };
     let (mut train_s, mut next_chunk) = (0.0f64, 0usize);
     let (mut eval_return, mut eval_episodes) = (f64::NAN, 0u64);
     while summary.updates < r.updates && run.stop_reason().is_none() {
@@ -113,7 +107,7 @@ fn replay_on<B: AutodiffBackend>(
         let u = summary.updates;
         let eval_now = (r.eval_every > 0 && u.is_multiple_of(r.eval_every)) || u == r.updates;
         if eval_now {
-            let last = evals.run(&learner, u, &mut summary)?;
+            let last = greedy_eval(&learner, &registry, config, &mut summary)?;
             (eval_return, eval_episodes) = (last.mean_return, eval_episodes + last.episodes as u64);
             tracing::info!(
                 "update {u}: greedy return {:.1} (min {:.0}, max {:.0}) over {} episodes, loss {:.4}",
@@ -126,10 +120,8 @@ fn replay_on<B: AutodiffBackend>(
             wall_s: now,
             updates: u,
             mean_return: eval_return,
-            policy_lag: 0.0,
             episodes: eval_episodes,
             frames_per_s: summary.trained_frames as f64 / train_s.max(1e-9),
-            dropped_chunks: 0,
             mean_return_100: f64::NAN,
             ..MetricsRow::from(&stats)
         };
@@ -156,7 +148,7 @@ fn replay_on<B: AutodiffBackend>(
     // Finish: a last evaluation of the final weights, the checkpoint, curve and summary.
     run.end_progress();
     if summary.evaluations.last().map(|e| e.0) != Some(summary.updates) {
-        let last = evals.run(&learner, summary.updates, &mut summary)?;
+        let last = greedy_eval(&learner, &registry, config, &mut summary)?;
         tracing::info!(
             "final greedy return {:.1} over {} episodes",
             last.mean_return,
@@ -172,7 +164,8 @@ fn replay_on<B: AutodiffBackend>(
         summary.updates,
     )?;
     let title = format!(
-        "{env} replay ({} {}-{})",
+        "{} replay ({} {}-{})",
+        summary.env,
         r.algo.name().to_uppercase(),
         pc.cell.name(),
         pc.hidden_size
@@ -275,35 +268,22 @@ fn load_dataset(path: &Path) -> anyhow::Result<Dataset> {
     Ok(data)
 }
 
-/// The in-process greedy evaluations of a replay run.
-struct Evaluator<'a> {
-    registry: &'a Registry,
-    env: &'a str,
-    config: &'a ReplayConfig,
-}
-
-impl Evaluator<'_> {
-    /// Evaluates `learner`'s policy after update `updates`, noting it in `summary`.
-    fn run<B: AutodiffBackend>(
-        &self,
-        learner: &Learner<B>,
-        updates: u64,
-        summary: &mut ReplaySummary,
-    ) -> anyhow::Result<Evaluation> {
-        let r = &self.config.replay;
-        let policy = host_policy(&learner.model().valid())?;
-        let eval = evaluate(
-            policy,
-            self.registry,
-            self.env,
-            r.eval_episodes,
-            r.seed ^ 0xe7a1 ^ updates,
-        )?;
-        summary.evaluations.push((updates, eval.mean_return));
-        summary.final_eval_return = eval.mean_return;
-        if summary.best_eval_return.is_nan() || eval.mean_return > summary.best_eval_return {
-            summary.best_eval_return = eval.mean_return;
-        }
-        Ok(eval)
+/// A greedy evaluation of `learner`'s policy in-process after `summary.updates` updates, on
+/// the dataset's environment, noted in `summary`.
+fn greedy_eval<B: AutodiffBackend>(
+    learner: &Learner<B>,
+    registry: &Registry,
+    config: &ReplayConfig,
+    summary: &mut ReplaySummary,
+) -> anyhow::Result<Evaluation> {
+    let (r, updates) = (&config.replay, summary.updates);
+    let policy = host_policy(&learner.model().valid())?;
+    let seed = r.seed ^ 0xe7a1 ^ updates;
+    let eval = evaluate(policy, registry, &summary.env, r.eval_episodes, seed)?;
+    summary.evaluations.push((updates, eval.mean_return));
+    summary.final_eval_return = eval.mean_return;
+    if summary.best_eval_return.is_nan() || eval.mean_return > summary.best_eval_return {
+        summary.best_eval_return = eval.mean_return;
     }
+    Ok(eval)
 }

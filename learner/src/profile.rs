@@ -17,39 +17,19 @@ pub fn time<R>(phase: &'static str, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Adds `d` to `phase` (one more call of it).
-fn add(phase: &'static str, d: Duration) {
-    PHASES.with(|p| {
-        let mut p = p.borrow_mut();
-        let e = p.entry(phase).or_default();
-        e.0 += d;
-        e.1 += 1;
-    });
-}
-
 /// The seconds per phase so far on this thread.
 pub fn snapshot() -> BTreeMap<String, f64> {
-    PHASES.with(|p| {
-        p.borrow()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.0.as_secs_f64()))
-            .collect()
-    })
+    per_phase(|(d, _)| d.as_secs_f64())
 }
 
 /// The calls per phase so far on this thread.
 pub fn calls() -> BTreeMap<String, u64> {
-    PHASES.with(|p| {
-        p.borrow()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.1))
-            .collect()
-    })
+    per_phase(|&(_, n)| n)
 }
 
-/// Forgets this thread's phases (a new run in the same process).
-pub fn reset() {
-    PHASES.with(|p| p.borrow_mut().clear());
+fn per_phase<T>(f: impl Fn(&(Duration, u64)) -> T) -> BTreeMap<String, T> {
+    let phases = PHASES.with(|p| p.borrow().clone());
+    phases.iter().map(|(k, v)| (k.to_string(), f(v))).collect()
 }
 
 /// Times the scope it lives in as `phase` (until dropped).
@@ -68,7 +48,13 @@ impl Phase {
 }
 
 impl Drop for Phase {
+    /// Adds the elapsed time to the phase (one more call of it).
     fn drop(&mut self) {
-        add(self.name, self.t0.elapsed());
+        PHASES.with(|p| {
+            let mut p = p.borrow_mut();
+            let e = p.entry(self.name).or_default();
+            e.0 += self.t0.elapsed();
+            e.1 += 1;
+        });
     }
 }

@@ -11,23 +11,16 @@ pub struct Recording(Option<DatasetWriter>);
 
 impl Recording {
     /// Records into a new dataset at `dir` (which must not hold one), or nowhere when `dir`
-    /// is `None`.
-    pub fn create(dir: Option<&Path>, env: &str, schema: &ChunkSchema) -> anyhow::Result<Self> {
-        Self::create_with_source(dir, env, schema, &EnvSource::default())
-    }
-
-    /// [`create`](Self::create), recording the env's imports, kwargs and the actors' seed in
+    /// is `None`; `source` (the env's imports, kwargs and the actors' seed) goes into
     /// `dataset.json`.
-    pub fn create_with_source(
+    pub fn create(
         dir: Option<&Path>,
         env: &str,
         schema: &ChunkSchema,
         source: &EnvSource,
     ) -> anyhow::Result<Self> {
-        Ok(Recording(match dir {
-            Some(dir) => Some(DatasetWriter::create_with_source(dir, env, schema, source)?),
-            None => None,
-        }))
+        let writer = dir.map(|dir| DatasetWriter::create_with_source(dir, env, schema, source));
+        Ok(Recording(writer.transpose()?))
     }
 
     /// Appends `chunks` (each written whole, then indexed).

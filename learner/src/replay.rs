@@ -40,11 +40,7 @@ impl ReplayStorage {
     /// env rows of a chunk, `T` steps).
     pub fn new(schema: &ChunkSchema, capacity: usize) -> Self {
         let capacity = capacity.div_ceil(schema.steps).max(1) * schema.steps;
-        let (d, a, lh) = (
-            schema.obs_dim,
-            schema.action_dim(),
-            schema.num_layers * schema.hidden_size,
-        );
+        let (d, a, lh) = widths(schema);
         ReplayStorage {
             schema: schema.clone(),
             capacity,
@@ -95,20 +91,13 @@ impl ReplayStorage {
 
     /// Storage positions in insertion order (oldest first).
     pub fn positions(&self) -> impl Iterator<Item = usize> + '_ {
-        let start = (self.cursor + self.capacity - self.len) % self.capacity;
-        (0..self.len).map(move |i| (start + i) % self.capacity)
+        (0..self.len).map(move |i| self.position(i))
     }
 
     /// Appends a chunk, env row by env row (overwriting the oldest steps when full).
     pub fn extend(&mut self, chunk: &Chunk) {
-        let s = &self.schema;
-        let (t_len, d, a, lh) = (
-            s.steps,
-            s.obs_dim,
-            s.action_dim(),
-            s.num_layers * s.hidden_size,
-        );
-        for env in 0..s.envs {
+        let (t_len, (d, a, lh)) = (self.schema.steps, widths(&self.schema));
+        for env in 0..self.schema.envs {
             for t in 0..t_len {
                 let p = env * t_len + t;
                 let q = self.cursor;
@@ -167,4 +156,9 @@ impl ReplayStorage {
     pub fn position(&self, i: usize) -> usize {
         (self.cursor + self.capacity - self.len + i) % self.capacity
     }
+}
+
+/// Values per step of the observation, the action and the recurrent state.
+fn widths(s: &ChunkSchema) -> (usize, usize, usize) {
+    (s.obs_dim, s.action_dim(), s.num_layers * s.hidden_size)
 }

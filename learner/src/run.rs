@@ -15,7 +15,7 @@
 //! run.finish(&title, axes, target, &summary)?;       // curve + summary.json
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use burn::tensor::backend::Backend;
@@ -24,7 +24,7 @@ use indicatif::ProgressBar;
 use serde::Serialize;
 
 use crate::metrics::{truncate_metrics, Axes, MetricsRow, MetricsWriter};
-use crate::run_dir::{plot_curve, progress_bar, write_config, write_summary, RunDir};
+use crate::run_dir::{plot_curve, progress_bar, write_summary, RunDir};
 use crate::signals::StopFlag;
 use crate::tensorboard::TensorBoard;
 
@@ -95,7 +95,7 @@ impl Run {
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        self.dir.names().path()
     }
 
     /// The run directory (the shared-memory transport names its segments after it).
@@ -103,13 +103,9 @@ impl Run {
         &self.dir
     }
 
-    pub fn checkpoint_dir(&self) -> PathBuf {
-        self.path().join("checkpoint")
-    }
-
     /// Writes the resolved config to `config.toml` (atomically).
     pub fn write_config(&self, toml: &str) -> anyhow::Result<()> {
-        write_config(self.path(), toml)
+        common::checkpoint::write_atomic(&self.path().join("config.toml"), toml.as_bytes())
     }
 
     /// Opens `metrics.csv` at position (`updates`, `frames`, `wall_s`): `Some` continues a
@@ -140,8 +136,10 @@ impl Run {
                 let _ = std::fs::remove_file(&path);
             }
         }
-        let tb = TensorBoard::for_run_if(tensorboard, self.path(), frames, config_toml)?;
-        self.metrics = Some(MetricsWriter::open(&path)?.with_tensorboard(tb));
+        let tb = tensorboard
+            .then(|| TensorBoard::for_run(self.path(), frames, config_toml))
+            .transpose()?;
+        self.metrics = Some(MetricsWriter::open(&path, tb)?);
         Ok(())
     }
 
@@ -209,15 +207,8 @@ impl Run {
         resume: ResumeState,
         version: u64,
     ) -> anyhow::Result<()> {
-        save_checkpoint(
-            &self.checkpoint_dir(),
-            learner,
-            algo,
-            state,
-            resume,
-            version,
-        )?;
-        Ok(())
+        let dir = self.path().join("checkpoint");
+        save_checkpoint(&dir, learner, algo, state, resume, version)
     }
 
     /// Clears the progress bar (before the end-of-run work logs).

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use common::checkpoint::write_atomic;
 use common::shm::unique_run_id;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -109,11 +110,6 @@ impl RunDir {
         })
     }
 
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.names.path
-    }
-
     /// The names of the run's resources.
     pub fn names(&self) -> &RunNames {
         &self.names
@@ -210,13 +206,6 @@ pub struct TlsIdentity {
     pub key_der: Vec<u8>,
 }
 
-impl TlsIdentity {
-    /// The certificate's fingerprint, as token files carry it.
-    pub fn fingerprint(&self) -> common::tls::Fingerprint {
-        common::tls::Fingerprint::of(&self.cert_der)
-    }
-}
-
 /// The content of `path` if it is a regular file (not a link) of this user with mode 0600.
 fn private_file(path: &Path) -> Option<Vec<u8>> {
     use std::os::unix::fs::MetadataExt;
@@ -262,19 +251,6 @@ fn lock(dir: &Path) -> anyhow::Result<std::fs::File> {
     file.rewind()?;
     writeln!(file, "{}", std::process::id())?;
     Ok(file)
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file beside it, fsynced, renamed over
-/// `path`, the directory fsynced. A crash leaves the old file or the new one, never a torn or
-/// empty one. Errors name the path (also a full disk).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    common::checkpoint::write_atomic(path, bytes)
-}
-
-/// Writes the run's resolved config to `dir/config.toml`, atomically (`dir` must exist).
-pub fn write_config(dir: &Path, toml: &str) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_atomic(&dir.join("config.toml"), toml.as_bytes())
 }
 
 /// Writes a run's outcome to `dir/summary.json` (atomically).

@@ -252,8 +252,7 @@ impl Drop for Supervisor {
     /// No orphans: whatever ends the learner's run (return, error, panic), its actors go too.
     fn drop(&mut self) {
         self.stopping = true;
-        let mut events = Vec::new();
-        self.kill_all(&mut events);
+        self.kill_all(&mut Vec::new());
     }
 }
 

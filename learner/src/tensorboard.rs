@@ -261,20 +261,9 @@ impl EventFile {
             .map_err(|e| named(&self.path, e))
     }
 
-    /// A `SessionLog START` at `step`: TensorBoard drops the events of earlier files of the
-    /// directory at `step` and after.
-    pub fn start(&mut self, step: u64) -> std::io::Result<()> {
-        self.write(&session_start(now(), step))
-    }
-
     /// `values` as scalars at `step` (non-finite ones left out).
     pub fn scalars(&mut self, step: u64, values: &[(&str, f64)]) -> std::io::Result<()> {
         self.write(&scalars(now(), step, values))
-    }
-
-    /// A text summary (Markdown) at `step`.
-    pub fn text(&mut self, step: u64, tag: &str, markdown: &str) -> std::io::Result<()> {
-        self.write(&text(now(), step, tag, markdown))
     }
 }
 
@@ -296,23 +285,17 @@ impl TensorBoard {
     /// steps of earlier files), and writes the run's config (`config_toml`) as text at `after`.
     pub fn for_run(run_dir: &Path, after: u64, config_toml: &str) -> std::io::Result<Self> {
         let mut file = EventFile::create(&run_dir.join("tb"))?;
-        file.start(after.saturating_add(1))?;
-        file.text(after, CONFIG_TAG, &config_markdown(config_toml))?;
+        // A `SessionLog START`: TensorBoard drops the events of earlier files from that step on.
+        file.write(&session_start(now(), after.saturating_add(1)))?;
+        file.write(&text(
+            now(),
+            after,
+            CONFIG_TAG,
+            &config_markdown(config_toml),
+        ))?;
         Ok(TensorBoard {
             file: Arc::new(Mutex::new(file)),
         })
-    }
-
-    /// [`TensorBoard::for_run`] when `enabled` (`run.tensorboard`), otherwise none.
-    pub fn for_run_if(
-        enabled: bool,
-        run_dir: &Path,
-        after: u64,
-        config_toml: &str,
-    ) -> std::io::Result<Option<Self>> {
-        enabled
-            .then(|| Self::for_run(run_dir, after, config_toml))
-            .transpose()
     }
 
     /// `values` as scalars at `step`, written before this returns.

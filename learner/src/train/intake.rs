@@ -105,16 +105,10 @@ impl Intake {
     /// What `resume.bin` holds besides the algorithm's own state (sorted: the same run writes
     /// the same bytes).
     pub fn resume_state(&self) -> ResumeState {
-        let mut open_returns: Vec<(i64, f64)> =
-            self.returns.open.iter().map(|(&k, &v)| (k, v)).collect();
-        open_returns.sort_by_key(|&(k, _)| k);
+        let open: BTreeMap<i64, f64> = self.returns.open.iter().map(|(&k, &v)| (k, v)).collect();
         ResumeState {
-            actors: self
-                .actor_states
-                .iter()
-                .map(|(&a, s)| (a, s.clone()))
-                .collect(),
-            open_returns,
+            actors: self.actor_states.clone().into_iter().collect(),
+            open_returns: open.into_iter().collect(),
             ..Default::default()
         }
     }

@@ -402,13 +402,10 @@ impl<B: AutodiffBackend> Training<B> {
                         let blob = to_blob(self.learner.model(), self.version);
                         (state.frames, state.wall_s, blob)
                     });
-                match worker.finish(last) {
-                    Ok(rows) => rows,
-                    Err(e) => {
-                        failed.get_or_insert(WriteFailed::new(WriteFailed::EVAL)(e));
-                        Vec::new()
-                    }
-                }
+                worker.finish(last).unwrap_or_else(|e| {
+                    failed.get_or_insert(WriteFailed::new(WriteFailed::EVAL)(e));
+                    Vec::new()
+                })
             }
             None => Vec::new(),
         };

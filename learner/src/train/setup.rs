@@ -161,7 +161,7 @@ pub fn recording(
     state: &TrainState,
 ) -> anyhow::Result<Recording> {
     let run = &opts.config.run;
-    Recording::create_with_source(
+    Recording::create(
         opts.save_replay.as_deref(),
         &run.env,
         schema,
