@@ -289,18 +289,20 @@ impl Actors {
                         pid,
                         silent,
                     } = s;
-                    let killed = self.supervisor.kill(a, i, pid);
-                    self.summary.stalled += u64::from(killed);
-                    let who = if killed { "actor" } else { "attached actor" };
-                    let fate = match killed {
-                        true => "killed (SIGKILL), it restarts as a new incarnation",
-                        false => "not the learner's child, left alone",
-                    };
-                    tracing::warn!(
-                        "{who} {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} s (bound \
-                         {bound:?}); {fate}",
-                        silent.as_secs_f64()
-                    );
+                    if self.supervisor.kill(a, i, pid) {
+                        self.summary.stalled += 1;
+                        tracing::warn!(
+                            "actor {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} s (bound \
+                             {bound:?}); killed (SIGKILL), it restarts as a new incarnation",
+                            silent.as_secs_f64()
+                        );
+                    } else {
+                        tracing::warn!(
+                            "attached actor {a}/{i} (pid {pid}) stalled: no heartbeat for {:.1} \
+                             s (bound {bound:?}); not the learner's child, left alone",
+                            silent.as_secs_f64()
+                        );
+                    }
                 }
             }
         }
