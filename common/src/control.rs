@@ -175,8 +175,8 @@ pub fn call(stream: &mut (impl Read + Write), request: &Request) -> Result<Respo
 /// they are equal.
 pub fn schema_mismatch(expected: &ChunkSchema, got: &ChunkSchema) -> Option<String> {
     let mut diffs = Vec::new();
-    macro_rules! field {
-        ($f:ident) => {
+    macro_rules! fields {
+        ($($f:ident),*) => {$(
             if expected.$f != got.$f {
                 diffs.push(format!(
                     "{} = {:?} (the run has {:?})",
@@ -185,15 +185,9 @@ pub fn schema_mismatch(expected: &ChunkSchema, got: &ChunkSchema) -> Option<Stri
                     expected.$f
                 ));
             }
-        };
+        )*};
     }
-    field!(envs);
-    field!(steps);
-    field!(obs_dim);
-    field!(action);
-    field!(cell);
-    field!(num_layers);
-    field!(hidden_size);
+    fields!(envs, steps, obs_dim, action, cell, num_layers, hidden_size);
     (!diffs.is_empty()).then(|| format!("schema mismatch: {}", diffs.join(", ")))
 }
 
