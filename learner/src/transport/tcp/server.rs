@@ -448,8 +448,7 @@ async fn session(
     if let Err(e) = write_message_async(wr, &LearnerMsg::Registered { next_seq }).await {
         return End::Closed(format!("sending registered: {e}"));
     }
-    let received = watch::channel(next_seq.checked_sub(1));
-    let (received_tx, received_rx) = received;
+    let (received_tx, received_rx) = watch::channel(next_seq.checked_sub(1));
     let reader = read_chunks(rd, chunks_tx, received_tx, opts.chunk_bytes);
     let writer = write_updates(wr, received_rx, ctx.weights.clone(), &ctx.shared);
     let why = tokio::select! {
