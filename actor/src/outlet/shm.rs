@@ -53,30 +53,29 @@ impl ShmOutlet {
             schema: actor.schema().clone(),
             state_bytes: actor.save_state().map_or(0, |s| s.len() as u64),
         };
-        let (ring, weights, sync, restore) = match call(&mut stream, &register)? {
+        match call(&mut stream, &register)? {
             Response::Registered {
                 ring,
                 weights,
                 sync,
                 restore,
-            } => (ring, weights, sync, restore),
+            } => Ok(ShmOutlet {
+                stream,
+                ring: RingWriter::open(&ring)?,
+                weights: WeightSubscriber::open(&weights)?,
+                actor_id: config.actor_id,
+                incarnation: config.incarnation,
+                sync,
+                restore,
+                last_beat: Instant::now(),
+            }),
             Response::Refused { reason } => bail!(
                 "the learner refused actor {}/{}: {reason}",
                 config.actor_id,
                 config.incarnation
             ),
             other => bail!("unexpected answer to register: {other:?}"),
-        };
-        Ok(ShmOutlet {
-            stream,
-            ring: RingWriter::open(&ring)?,
-            weights: WeightSubscriber::open(&weights)?,
-            actor_id: config.actor_id,
-            incarnation: config.incarnation,
-            sync,
-            restore,
-            last_beat: Instant::now(),
-        })
+        }
     }
 
     fn heartbeat_request(&self, progress: Progress) -> Request {

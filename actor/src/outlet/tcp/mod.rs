@@ -193,10 +193,8 @@ impl Outlet for TcpOutlet {
     /// The connection thread sends the heartbeats (every [`HEARTBEAT`]); this hands it the
     /// numbers to report.
     fn beat(&mut self, progress: Progress) -> anyhow::Result<Option<End>> {
-        let shared = &self.shared;
-        shared
-            .policy_version
-            .store(progress.policy_version, Ordering::Relaxed);
+        let version = progress.policy_version;
+        self.shared.policy_version.store(version, Ordering::Relaxed);
         self.ended()
     }
 
@@ -264,13 +262,9 @@ enum Ended {
 
 impl Link {
     async fn run(&self, first: Stream) -> Result<End, String> {
-        let mut stream = Some(first);
-        let mut next_seq = 0;
+        let (mut stream, mut next_seq) = (first, 0);
         loop {
-            let Some(s) = stream.take() else {
-                unreachable!("a connection is open here")
-            };
-            match self.stream(s, next_seq).await {
+            match self.stream(stream, next_seq).await {
                 Ended::Shutdown | Ended::Local => return Ok(End::Shutdown),
                 Ended::Gone(why) => {
                     say(format!("{}: the learner is gone ({why})", self.who));
@@ -281,17 +275,14 @@ impl Link {
                         "{}: link to the learner lost ({why}); reconnecting",
                         self.who
                     ));
-                    match self.reconnect().await {
-                        Ok((s, next)) => {
-                            say(format!(
-                                "{}: reconnected; continuing at chunk {next}",
-                                self.who
-                            ));
-                            stream = Some(s);
-                            next_seq = next;
-                        }
+                    (stream, next_seq) = match self.reconnect().await {
+                        Ok(reconnected) => reconnected,
                         Err(stop) => return stop,
-                    }
+                    };
+                    say(format!(
+                        "{}: reconnected; continuing at chunk {next_seq}",
+                        self.who
+                    ));
                 }
             }
         }
