@@ -7,8 +7,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use common::actor_args::ActorArgs;
-use common::chunk::ChunkSchema;
-use common::envs::EnvSpec;
 use common::remote::{
     read_frame_async, write_message_async, ActorMsg, LearnerMsg, Limits, WireError, TOKEN_BYTES,
 };
@@ -224,27 +222,15 @@ pub(super) async fn hello(
     }
 }
 
-/// What the actor registers with (kept for reconnects).
-#[derive(Clone)]
-pub(super) struct Registration {
-    pub(super) env: String,
-    pub(super) spec: EnvSpec,
-    pub(super) schema: ChunkSchema,
-}
-
+/// Sends the actor's registration (an [`ActorMsg::Register`], kept for reconnects) and reads
+/// the sequence number to continue at.
 pub(super) async fn register(
     stream: &mut Stream,
-    reg: &Registration,
+    message: &ActorMsg,
 ) -> Result<u64, HandshakeError> {
-    let message = ActorMsg::Register {
-        env: reg.env.clone(),
-        observation_space: reg.spec.observation_space.clone(),
-        action_space: reg.spec.action_space.clone(),
-        schema: reg.schema.clone(),
-    };
     // The learner's main thread answers between two updates.
     let within = Duration::from_secs(60);
-    match ask(stream, &message, within, "answer to the registration").await? {
+    match ask(stream, message, within, "answer to the registration").await? {
         LearnerMsg::Registered { next_seq } => Ok(next_seq),
         LearnerMsg::Refused { reason } => Err(HandshakeError::Refused(reason)),
         other => Err(HandshakeError::Link(anyhow::anyhow!(

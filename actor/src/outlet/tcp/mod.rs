@@ -37,7 +37,7 @@ use super::{End, Outlet, Progress, HEARTBEAT};
 
 mod join;
 
-use join::{hello, register, HandshakeError, Registration, Stream};
+use join::{hello, register, HandshakeError, Stream};
 pub use join::{Learner, Session, Welcome};
 
 /// No frame from the learner for this long: the link is considered cut (the learner
@@ -51,6 +51,7 @@ pub fn tcp_address(connect: &str) -> Option<&str> {
 }
 
 /// State shared by the actor loop (main thread) and the connection (a tokio thread).
+#[derive(Default)]
 struct Shared {
     outbox: Mutex<Outbox>,
     /// Signalled when the outbox shrinks or the actor must stop.
@@ -64,6 +65,7 @@ struct Shared {
     policy_version: AtomicU64,
 }
 
+#[derive(Default)]
 struct Outbox {
     /// Chunks sent or to send, not yet acknowledged: (sequence number, encoded chunk).
     queue: VecDeque<(u64, Arc<Vec<u8>>)>,
@@ -109,9 +111,10 @@ impl TcpOutlet {
             welcome,
         } = session;
         let who = format!("actor {actor_id}/{}", welcome.incarnation);
-        let reg = Registration {
+        let reg = ActorMsg::Register {
             env: actor.config().env.clone(),
-            spec: spec.clone(),
+            observation_space: spec.observation_space.clone(),
+            action_space: spec.action_space.clone(),
             schema: actor.schema().clone(),
         };
         let next_seq = runtime.block_on(register(&mut stream, &reg))?;
@@ -130,16 +133,10 @@ impl TcpOutlet {
         ));
         let shared = Arc::new(Shared {
             outbox: Mutex::new(Outbox {
-                queue: VecDeque::new(),
                 window: welcome.window,
-                stop: None,
+                ..Default::default()
             }),
-            space: Condvar::new(),
-            wake: tokio::sync::Notify::new(),
-            weights: Mutex::new(None),
-            latest: AtomicU64::new(0),
-            chunks_sent: AtomicU64::new(0),
-            policy_version: AtomicU64::new(0),
+            ..Default::default()
         });
         let link = Link {
             learner,
@@ -243,7 +240,8 @@ struct Link {
     actor_id: u32,
     incarnation: u32,
     weight_bytes: usize,
-    reg: Registration,
+    /// The registration, sent again on every reconnect.
+    reg: ActorMsg,
     who: String,
     shared: Arc<Shared>,
 }
