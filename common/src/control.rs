@@ -134,17 +134,16 @@ pub fn frame_len(prefix: [u8; 4]) -> Result<usize, FrameError> {
 
 /// Decodes the bytes after a frame's length field (version and body).
 pub fn decode_frame<T: DeserializeOwned>(rest: &[u8]) -> Result<T, FrameError> {
-    let version = u32::from_le_bytes(rest[0..4].try_into().expect("length checked >= 4"));
-    if version != PROTOCOL_VERSION {
-        return Err(FrameError::Version { got: version });
+    let (version, body) = rest.split_first_chunk().expect("length checked >= 4");
+    let got = u32::from_le_bytes(*version);
+    if got != PROTOCOL_VERSION {
+        return Err(FrameError::Version { got });
     }
-    let (message, used) = bincode::serde::decode_from_slice(&rest[4..], config())
+    let (message, used) = bincode::serde::decode_from_slice(body, config())
         .map_err(|e| FrameError::Body(e.to_string()))?;
-    if used != rest.len() - 4 {
-        return Err(FrameError::Body(format!(
-            "{} trailing bytes",
-            rest.len() - 4 - used
-        )));
+    let trailing = body.len() - used;
+    if trailing > 0 {
+        return Err(FrameError::Body(format!("{trailing} trailing bytes")));
     }
     Ok(message)
 }

@@ -217,24 +217,21 @@ impl Frame {
                 expected: "a message",
             });
         }
-        let body = &self.body;
-        if body.len() < 4 {
-            return Err(WireError::Body(format!("{} bytes", body.len())));
-        }
-        let got = u32::from_le_bytes(body[..4].try_into().expect("4 bytes"));
+        let Some((version, body)) = self.body.split_first_chunk() else {
+            return Err(WireError::Body(format!("{} bytes", self.body.len())));
+        };
+        let got = u32::from_le_bytes(*version);
         if got != REMOTE_PROTOCOL_VERSION {
             return Err(WireError::Version { got });
         }
         // The limit of a message frame: a length inside the body that claims more is an error,
         // not an allocation (found by the `remote_frame` fuzz target).
         let config = bincode::config::standard().with_limit::<MESSAGE_MAX>();
-        let (message, used) = bincode::serde::decode_from_slice(&body[4..], config)
+        let (message, used) = bincode::serde::decode_from_slice(body, config)
             .map_err(|e| WireError::Body(e.to_string()))?;
-        if used != body.len() - 4 {
-            return Err(WireError::Body(format!(
-                "{} trailing bytes",
-                body.len() - 4 - used
-            )));
+        let trailing = body.len() - used;
+        if trailing > 0 {
+            return Err(WireError::Body(format!("{trailing} trailing bytes")));
         }
         Ok(message)
     }
