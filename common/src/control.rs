@@ -108,7 +108,6 @@ fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<MAX_FRAME>()
 }
 
-/// Encodes `message` as one frame.
 pub fn encode_frame<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
     let body = bincode::serde::encode_to_vec(message, config())
         .map_err(|e| FrameError::Body(e.to_string()))?;
@@ -148,14 +147,12 @@ pub fn decode_frame<T: DeserializeOwned>(rest: &[u8]) -> Result<T, FrameError> {
     Ok(message)
 }
 
-/// Writes one frame to a blocking stream.
 pub fn write_frame<T: Serialize>(w: &mut impl Write, message: &T) -> Result<(), FrameError> {
     w.write_all(&encode_frame(message)?)?;
     w.flush()?;
     Ok(())
 }
 
-/// Reads one frame from a blocking stream.
 pub fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> Result<T, FrameError> {
     let mut prefix = [0u8; 4];
     r.read_exact(&mut prefix)?;

@@ -121,7 +121,6 @@ pub enum WireError {
     Body(String),
 }
 
-/// Encodes a message frame.
 pub fn message_frame<T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
     let body = bincode::serde::encode_to_vec(message, bincode::config::standard())
         .map_err(|e| WireError::Body(e.to_string()))?;
@@ -247,7 +246,6 @@ pub fn read_frame(r: &mut impl Read, limits: &Limits) -> Result<Frame, WireError
     Ok(frame)
 }
 
-/// Writes one message frame to a blocking stream.
 pub fn write_message<T: Serialize>(w: &mut impl Write, message: &T) -> Result<(), WireError> {
     w.write_all(&message_frame(message)?)?;
     w.flush()?;
@@ -268,7 +266,6 @@ where
     Ok(frame)
 }
 
-/// Writes a message frame to an async stream.
 pub async fn write_message_async<W, T>(w: &mut W, message: &T) -> Result<(), WireError>
 where
     W: tokio::io::AsyncWrite + Unpin,

@@ -72,7 +72,6 @@ pub struct RemoteOptions {
 
 /// The read half of a connection (a bare socket's or a TLS session's).
 type Reader = Box<dyn AsyncRead + Send + Unpin>;
-/// The write half of a connection.
 type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// A remote actor's registration, waiting for the main thread's answer.
