@@ -42,14 +42,10 @@ impl Learner {
     /// not the pinned one is a final refusal; anything else a link failure (retried).
     pub(super) async fn connect(&self) -> Result<Stream, HandshakeError> {
         let link = |e: std::io::Error| HandshakeError::Link(e.into());
-        let addrs: Vec<_> = tokio::net::lookup_host(&self.addr)
-            .await
-            .map_err(link)?
-            .collect();
         let mut last =
             std::io::Error::new(ErrorKind::NotFound, format!("{}: no address", self.addr));
         let mut socket = None;
-        for a in addrs {
+        for a in tokio::net::lookup_host(&self.addr).await.map_err(link)? {
             match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(a)).await {
                 Ok(Ok(s)) => {
                     socket = Some(s);

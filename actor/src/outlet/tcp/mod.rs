@@ -429,14 +429,12 @@ impl Link {
             if self.shared.stopped().is_some() {
                 return Ended::Local;
             }
-            let pending: Vec<(u64, Arc<Vec<u8>>)> = {
-                let out = lock(&self.shared.outbox);
-                out.queue
-                    .iter()
-                    .filter(|(s, _)| *s >= next)
-                    .cloned()
-                    .collect()
-            };
+            let pending: Vec<_> = lock(&self.shared.outbox)
+                .queue
+                .iter()
+                .filter(|(s, _)| *s >= next)
+                .cloned()
+                .collect();
             for (seq, bytes) in pending {
                 if let Err(e) = write_data_async(wr, KIND_CHUNK, &bytes).await {
                     return Ended::Cut(format!("sending chunk {seq}: {e}"));
