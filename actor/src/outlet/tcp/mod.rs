@@ -162,11 +162,10 @@ impl TcpOutlet {
 
     /// Whether the connection thread ended the run (or failed).
     fn ended(&self) -> anyhow::Result<Option<End>> {
-        match self.shared.stopped() {
-            None => Ok(None),
-            Some(Ok(end)) => Ok(Some(end)),
-            Some(Err(e)) => Err(anyhow::Error::msg(e)),
-        }
+        self.shared
+            .stopped()
+            .transpose()
+            .map_err(anyhow::Error::msg)
     }
 }
 
