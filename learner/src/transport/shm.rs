@@ -227,8 +227,7 @@ impl Transport for ShmTransport {
     }
 
     fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()> {
-        self.weights.publish(version, blob)?;
-        Ok(())
+        Ok(self.weights.publish(version, blob)?)
     }
 
     fn actors_changed(&mut self, events: &[ActorEvent]) {
