@@ -108,7 +108,6 @@ fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<MAX_FRAME>()
 }
 
-/// Encodes `message` as one frame.
 pub fn encode_frame<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
     let body = bincode::serde::encode_to_vec(message, config())
         .map_err(|e| FrameError::Body(e.to_string()))?;
@@ -134,29 +133,26 @@ pub fn frame_len(prefix: [u8; 4]) -> Result<usize, FrameError> {
 
 /// Decodes the bytes after a frame's length field (version and body).
 pub fn decode_frame<T: DeserializeOwned>(rest: &[u8]) -> Result<T, FrameError> {
-    let version = u32::from_le_bytes(rest[0..4].try_into().expect("length checked >= 4"));
-    if version != PROTOCOL_VERSION {
-        return Err(FrameError::Version { got: version });
+    let (version, body) = rest.split_first_chunk().expect("length checked >= 4");
+    let got = u32::from_le_bytes(*version);
+    if got != PROTOCOL_VERSION {
+        return Err(FrameError::Version { got });
     }
-    let (message, used) = bincode::serde::decode_from_slice(&rest[4..], config())
+    let (message, used) = bincode::serde::decode_from_slice(body, config())
         .map_err(|e| FrameError::Body(e.to_string()))?;
-    if used != rest.len() - 4 {
-        return Err(FrameError::Body(format!(
-            "{} trailing bytes",
-            rest.len() - 4 - used
-        )));
+    let trailing = body.len() - used;
+    if trailing > 0 {
+        return Err(FrameError::Body(format!("{trailing} trailing bytes")));
     }
     Ok(message)
 }
 
-/// Writes one frame to a blocking stream.
 pub fn write_frame<T: Serialize>(w: &mut impl Write, message: &T) -> Result<(), FrameError> {
     w.write_all(&encode_frame(message)?)?;
     w.flush()?;
     Ok(())
 }
 
-/// Reads one frame from a blocking stream.
 pub fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> Result<T, FrameError> {
     let mut prefix = [0u8; 4];
     r.read_exact(&mut prefix)?;
@@ -175,8 +171,8 @@ pub fn call(stream: &mut (impl Read + Write), request: &Request) -> Result<Respo
 /// they are equal.
 pub fn schema_mismatch(expected: &ChunkSchema, got: &ChunkSchema) -> Option<String> {
     let mut diffs = Vec::new();
-    macro_rules! field {
-        ($f:ident) => {
+    macro_rules! fields {
+        ($($f:ident),*) => {$(
             if expected.$f != got.$f {
                 diffs.push(format!(
                     "{} = {:?} (the run has {:?})",
@@ -185,15 +181,9 @@ pub fn schema_mismatch(expected: &ChunkSchema, got: &ChunkSchema) -> Option<Stri
                     expected.$f
                 ));
             }
-        };
+        )*};
     }
-    field!(envs);
-    field!(steps);
-    field!(obs_dim);
-    field!(action);
-    field!(cell);
-    field!(num_layers);
-    field!(hidden_size);
+    fields!(envs, steps, obs_dim, action, cell, num_layers, hidden_size);
     (!diffs.is_empty()).then(|| format!("schema mismatch: {}", diffs.join(", ")))
 }
 

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::actor_args::ActorArgs;
 use crate::chunk::ChunkSchema;
 use crate::envs::Space;
-use crate::tls::Fingerprint;
+use crate::tls::{hex_bytes, Fingerprint};
 
 /// Bumped whenever a message changes shape (2: `Welcome` carries an [`ActorArgs`]).
 pub const REMOTE_PROTOCOL_VERSION: u32 = 2;
@@ -121,7 +121,6 @@ pub enum WireError {
     Body(String),
 }
 
-/// Encodes a message frame.
 pub fn message_frame<T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
     let body = bincode::serde::encode_to_vec(message, bincode::config::standard())
         .map_err(|e| WireError::Body(e.to_string()))?;
@@ -139,32 +138,6 @@ pub fn data_head(kind: u8, len: usize) -> [u8; 5] {
     head[..4].copy_from_slice(&((len + 1) as u32).to_le_bytes());
     head[4] = kind;
     head
-}
-
-/// Decodes the body of a message frame.
-pub fn decode_message<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
-    if body.len() < 4 {
-        return Err(WireError::Body(format!("{} bytes", body.len())));
-    }
-    let got = u32::from_le_bytes(body[..4].try_into().expect("4 bytes"));
-    if got != REMOTE_PROTOCOL_VERSION {
-        return Err(WireError::Version { got });
-    }
-    let (message, used) =
-        // The limit of a message frame: a length inside the body that claims more is an error,
-        // not an allocation (found by the `remote_frame` fuzz target).
-        bincode::serde::decode_from_slice(
-            &body[4..],
-            bincode::config::standard().with_limit::<MESSAGE_MAX>(),
-        )
-            .map_err(|e| WireError::Body(e.to_string()))?;
-    if used != body.len() - 4 {
-        return Err(WireError::Body(format!(
-            "{} trailing bytes",
-            body.len() - 4 - used
-        )));
-    }
-    Ok(message)
 }
 
 /// The limits a reader applies: the largest body it accepts per frame kind (0: not accepted).
@@ -193,7 +166,14 @@ impl Limits {
         }
     }
 
-    fn max(&self, kind: u8) -> Result<usize, WireError> {
+    /// Checks a frame's 5-byte head (length field, kind); returns the frame with a zeroed body
+    /// of the length the head announces, to be read into.
+    fn frame(&self, head: [u8; 5]) -> Result<Frame, WireError> {
+        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+        let kind = head[4];
+        if len == 0 {
+            return Err(WireError::Empty);
+        }
         let max = match kind {
             KIND_MESSAGE => self.message,
             KIND_CHUNK => self.chunk,
@@ -206,16 +186,6 @@ impl Limits {
                 expected: "a frame kind this side accepts",
             });
         }
-        Ok(max)
-    }
-
-    /// Checks a frame's length field and kind; returns the body length.
-    pub fn check(&self, len_field: [u8; 4], kind: u8) -> Result<usize, WireError> {
-        let len = u32::from_le_bytes(len_field) as usize;
-        if len == 0 {
-            return Err(WireError::Empty);
-        }
-        let max = self.max(kind)?;
         if len - 1 > max {
             return Err(WireError::TooLarge {
                 len: len - 1,
@@ -223,7 +193,10 @@ impl Limits {
                 kind,
             });
         }
-        Ok(len - 1)
+        Ok(Frame {
+            kind,
+            body: vec![0u8; len - 1],
+        })
     }
 }
 
@@ -243,7 +216,23 @@ impl Frame {
                 expected: "a message",
             });
         }
-        decode_message(&self.body)
+        let Some((version, body)) = self.body.split_first_chunk() else {
+            return Err(WireError::Body(format!("{} bytes", self.body.len())));
+        };
+        let got = u32::from_le_bytes(*version);
+        if got != REMOTE_PROTOCOL_VERSION {
+            return Err(WireError::Version { got });
+        }
+        // The limit of a message frame: a length inside the body that claims more is an error,
+        // not an allocation (found by the `remote_frame` fuzz target).
+        let config = bincode::config::standard().with_limit::<MESSAGE_MAX>();
+        let (message, used) = bincode::serde::decode_from_slice(body, config)
+            .map_err(|e| WireError::Body(e.to_string()))?;
+        let trailing = body.len() - used;
+        if trailing > 0 {
+            return Err(WireError::Body(format!("{trailing} trailing bytes")));
+        }
+        Ok(message)
     }
 }
 
@@ -252,16 +241,11 @@ impl Frame {
 pub fn read_frame(r: &mut impl Read, limits: &Limits) -> Result<Frame, WireError> {
     let mut head = [0u8; 5];
     r.read_exact(&mut head)?;
-    let len = limits.check(head[..4].try_into().expect("4 bytes"), head[4])?;
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
-    Ok(Frame {
-        kind: head[4],
-        body,
-    })
+    let mut frame = limits.frame(head)?;
+    r.read_exact(&mut frame.body)?;
+    Ok(frame)
 }
 
-/// Writes one message frame to a blocking stream.
 pub fn write_message<T: Serialize>(w: &mut impl Write, message: &T) -> Result<(), WireError> {
     w.write_all(&message_frame(message)?)?;
     w.flush()?;
@@ -277,16 +261,11 @@ where
     use tokio::io::AsyncReadExt;
     let mut head = [0u8; 5];
     r.read_exact(&mut head).await?;
-    let len = limits.check(head[..4].try_into().expect("4 bytes"), head[4])?;
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await?;
-    Ok(Frame {
-        kind: head[4],
-        body,
-    })
+    let mut frame = limits.frame(head)?;
+    r.read_exact(&mut frame.body).await?;
+    Ok(frame)
 }
 
-/// Writes a message frame to an async stream.
 pub async fn write_message_async<W, T>(w: &mut W, message: &T) -> Result<(), WireError>
 where
     W: tokio::io::AsyncWrite + Unpin,
@@ -328,18 +307,13 @@ pub fn token_hex(token: &[u8; TOKEN_BYTES]) -> String {
 /// A token file's content: 64 hex digits (surrounding whitespace ignored).
 pub fn parse_token(text: &str) -> Result<[u8; TOKEN_BYTES], String> {
     let t = text.trim();
-    if t.len() != 2 * TOKEN_BYTES || !t.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!(
+    hex_bytes(t).ok_or_else(|| {
+        format!(
             "expected {} hex digits, found {} characters",
             2 * TOKEN_BYTES,
             t.len()
-        ));
-    }
-    let mut token = [0u8; TOKEN_BYTES];
-    for (i, b) in token.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&t[2 * i..2 * i + 2], 16).expect("hex checked");
-    }
-    Ok(token)
+        )
+    })
 }
 
 /// What a token file holds: the run token and, when the learner serves TLS, the fingerprint
@@ -394,9 +368,10 @@ impl TokenFile {
 
 /// Reads a token file (as written by the learner into `RUN_DIR/token`); the error names it.
 pub fn read_token_file(path: &Path) -> anyhow::Result<TokenFile> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))?;
-    TokenFile::parse(&text).map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))
+    std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| TokenFile::parse(&text))
+        .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))
 }
 
 /// Whether `presented` equals `token`, in time independent of where they differ.

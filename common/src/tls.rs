@@ -29,7 +29,6 @@ use sha2::Digest;
 pub struct Fingerprint(pub [u8; 32]);
 
 impl Fingerprint {
-    /// The fingerprint of a DER-encoded certificate.
     pub fn of(der: &[u8]) -> Self {
         Fingerprint(sha2::Sha256::digest(der).into())
     }
@@ -37,18 +36,25 @@ impl Fingerprint {
     /// 64 hex digits (surrounding whitespace ignored).
     pub fn parse(text: &str) -> Result<Self, String> {
         let t = text.trim();
-        if t.len() != 64 || !t.bytes().all(|c| c.is_ascii_hexdigit()) {
-            return Err(format!(
+        hex_bytes(t).map(Fingerprint).ok_or_else(|| {
+            format!(
                 "expected 64 hex digits (SHA-256), found {:?}",
                 t.chars().take(80).collect::<String>()
-            ));
-        }
-        let mut out = [0u8; 32];
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&t[2 * i..2 * i + 2], 16).expect("hex checked");
-        }
-        Ok(Fingerprint(out))
+            )
+        })
     }
+}
+
+/// Exactly `2 * N` hex digits as `N` bytes; `None` for any other text.
+pub(crate) fn hex_bytes<const N: usize>(t: &str) -> Option<[u8; N]> {
+    if t.len() != 2 * N || !t.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&t[2 * i..2 * i + 2], 16).expect("hex checked");
+    }
+    Some(out)
 }
 
 impl fmt::Display for Fingerprint {

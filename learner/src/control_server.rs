@@ -3,6 +3,7 @@
 //! main loop (which owns the shared-memory segments) and answered with its reply; heartbeats,
 //! stats and shutdown requests are answered here (signals are [`crate::signals`]'s).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,7 +42,7 @@ pub struct Shared {
     pub stop_requested: AtomicBool,
     pub stats: Mutex<LearnerStats>,
     /// Last heartbeat per (actor, incarnation).
-    pub heartbeats: Mutex<Vec<(u32, u32, Instant)>>,
+    pub heartbeats: Mutex<HashMap<(u32, u32), Instant>>,
 }
 
 /// The running server; dropping it stops the runtime and removes the socket file.
@@ -145,7 +146,7 @@ async fn connection(
                 schema,
                 state_bytes,
             }) => {
-                let (reply, answer) = oneshot::channel();
+                let (reply, answered) = oneshot::channel();
                 let reg = Registration {
                     actor_id,
                     incarnation,
@@ -157,15 +158,13 @@ async fn connection(
                     state_bytes,
                     reply,
                 };
-                if registrations.send(reg).is_err() {
-                    Response::Refused {
-                        reason: "the learner is shutting down".into(),
-                    }
-                } else {
-                    answer.await.unwrap_or(Response::Refused {
-                        reason: "the learner is shutting down".into(),
-                    })
-                }
+                let answer = match registrations.send(reg) {
+                    Ok(()) => answered.await.ok(),
+                    Err(_) => None,
+                };
+                answer.unwrap_or(Response::Refused {
+                    reason: "the learner is shutting down".into(),
+                })
             }
             Ok(Request::Heartbeat {
                 actor_id,
@@ -173,13 +172,7 @@ async fn connection(
                 ..
             }) => {
                 let mut beats = shared.heartbeats.lock().unwrap_or_else(|e| e.into_inner());
-                match beats
-                    .iter_mut()
-                    .find(|b| b.0 == actor_id && b.1 == incarnation)
-                {
-                    Some(b) => b.2 = Instant::now(),
-                    None => beats.push((actor_id, incarnation, Instant::now())),
-                }
+                beats.insert((actor_id, incarnation), Instant::now());
                 Response::Ack {
                     shutdown: shared.shutdown.load(Ordering::SeqCst),
                 }

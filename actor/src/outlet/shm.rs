@@ -53,30 +53,29 @@ impl ShmOutlet {
             schema: actor.schema().clone(),
             state_bytes: actor.save_state().map_or(0, |s| s.len() as u64),
         };
-        let (ring, weights, sync, restore) = match call(&mut stream, &register)? {
+        match call(&mut stream, &register)? {
             Response::Registered {
                 ring,
                 weights,
                 sync,
                 restore,
-            } => (ring, weights, sync, restore),
+            } => Ok(ShmOutlet {
+                stream,
+                ring: RingWriter::open(&ring)?,
+                weights: WeightSubscriber::open(&weights)?,
+                actor_id: config.actor_id,
+                incarnation: config.incarnation,
+                sync,
+                restore,
+                last_beat: Instant::now(),
+            }),
             Response::Refused { reason } => bail!(
                 "the learner refused actor {}/{}: {reason}",
                 config.actor_id,
                 config.incarnation
             ),
             other => bail!("unexpected answer to register: {other:?}"),
-        };
-        Ok(ShmOutlet {
-            stream,
-            ring: RingWriter::open(&ring)?,
-            weights: WeightSubscriber::open(&weights)?,
-            actor_id: config.actor_id,
-            incarnation: config.incarnation,
-            sync,
-            restore,
-            last_beat: Instant::now(),
-        })
+        }
     }
 
     fn heartbeat_request(&self, progress: Progress) -> Request {
@@ -115,18 +114,10 @@ impl Outlet for ShmOutlet {
         Ok(self.weights.fetch_newer(have, blob)?)
     }
 
-    /// The learner must still own the weight segment and, once per [`HEARTBEAT`], answer a
-    /// heartbeat within [`HEARTBEAT_TIMEOUT`].
     fn beat(&mut self, progress: Progress) -> anyhow::Result<Option<End>> {
-        if !self.weights.owner_alive() {
-            return Ok(Some(End::LearnerGone));
-        }
-        if self.last_beat.elapsed() < HEARTBEAT {
-            return Ok(None);
-        }
-        self.last_beat = Instant::now();
         let beat = self.heartbeat_request(progress);
-        Ok(heartbeat(&mut self.stream, &beat))
+        let (stream, last_beat) = (&mut self.stream, &mut self.last_beat);
+        Ok(check_learner(stream, &self.weights, last_beat, &beat))
     }
 
     /// While the ring is full the push asks `alive` about every 100 ms: the learner must still
@@ -143,15 +134,7 @@ impl Outlet for ShmOutlet {
         } = self;
         let mut end = None;
         let mut alive = || {
-            if !weights.owner_alive() {
-                end = Some(End::LearnerGone);
-                return false;
-            }
-            if last_beat.elapsed() < HEARTBEAT {
-                return true;
-            }
-            *last_beat = Instant::now();
-            end = heartbeat(stream, &beat);
+            end = check_learner(stream, weights, last_beat, &beat);
             end.is_none()
         };
         match ring.push(&chunk, PUSH_TIMEOUT, &mut alive) {
@@ -162,9 +145,22 @@ impl Outlet for ShmOutlet {
     }
 }
 
-/// One control request: `None` to go on, else why the actor stops (the learner ended the run,
-/// or did not answer within the socket's timeout).
-fn heartbeat(stream: &mut UnixStream, request: &Request) -> Option<End> {
+/// Whether the run is over for this actor (`None`: go on): the learner must still own the
+/// weight segment and, once per [`HEARTBEAT`] (`last_beat`), answer the heartbeat `request`
+/// within [`HEARTBEAT_TIMEOUT`] and not say that the run ended.
+fn check_learner(
+    stream: &mut UnixStream,
+    weights: &WeightSubscriber,
+    last_beat: &mut Instant,
+    request: &Request,
+) -> Option<End> {
+    if !weights.owner_alive() {
+        return Some(End::LearnerGone);
+    }
+    if last_beat.elapsed() < HEARTBEAT {
+        return None;
+    }
+    *last_beat = Instant::now();
     match call(stream, request) {
         Ok(Response::Ack { shutdown: true }) => Some(End::Shutdown),
         Ok(_) => None,

@@ -17,10 +17,11 @@ pub enum Channel {
 }
 
 impl Channel {
-    fn actor(self) -> &'static str {
+    /// How log lines name the sender and the channel.
+    fn names(self) -> (&'static str, &'static str) {
         match self {
-            Channel::Ring => "actor",
-            Channel::Link => "remote actor",
+            Channel::Ring => ("actor", "ring"),
+            Channel::Link => ("remote actor", "link"),
         }
     }
 }
@@ -70,7 +71,7 @@ impl Ledger {
         incarnation: u32,
         bytes: &[u8],
     ) -> Option<Chunk> {
-        let who = channel.actor();
+        let (who, medium) = channel.names();
         let chunk = match Chunk::decode_verified(bytes, &self.schema) {
             Ok(chunk) => chunk,
             Err(e) => {
@@ -85,13 +86,8 @@ impl Ledger {
             inc.foreign += 1;
             self.rejected += 1;
             tracing::error!(
-                "the {} of {who} {actor_id}/{incarnation} delivered a chunk stamped {}/{}: \
+                "the {medium} of {who} {actor_id}/{incarnation} delivered a chunk stamped {}/{}: \
                  dropped",
-                if channel == Channel::Ring {
-                    "ring"
-                } else {
-                    "link"
-                },
                 chunk.meta.actor_id,
                 chunk.meta.incarnation
             );

@@ -101,27 +101,24 @@ impl ShmTransport {
                     .any(|r| (r.actor_id, r.incarnation) == (a, i))
                     .then(|| format!("actor {a} incarnation {i} is already registered"))
             });
-        let answer = match mismatch {
-            Some(reason) => Err(reason),
-            None => {
-                let name = self.names.ring_segment(a, i);
-                // Sync runs: room after each chunk for the actor's saved state (twice its
-                // size now, and 64 KiB, for states that grow).
-                let state_room = match self.sync && reg.state_bytes > 0 {
-                    true => STATE_TRAILER + 2 * reg.state_bytes as usize + (64 << 10),
-                    false => 0,
-                };
-                let config = RingConfig {
-                    slot_bytes: self.ring.slot_bytes + state_room,
-                    ..self.ring
-                };
-                RingReader::create(&name, config)
-                    .map(|reader| (name.clone(), reader))
-                    .map_err(|e| format!("cannot create ring {name}: {e}"))
-            }
+        let ring = self.names.ring_segment(a, i);
+        // Sync runs: room after each chunk for the actor's saved state (twice its size now, and
+        // 64 KiB, for states that grow).
+        let state_room = match self.sync && reg.state_bytes > 0 {
+            true => STATE_TRAILER + 2 * reg.state_bytes as usize + (64 << 10),
+            false => 0,
         };
-        let answer = match answer {
-            Ok((ring, reader)) => {
+        let config = RingConfig {
+            slot_bytes: self.ring.slot_bytes + state_room,
+            ..self.ring
+        };
+        let reader = match mismatch {
+            Some(reason) => Err(reason),
+            None => RingReader::create(&ring, config)
+                .map_err(|e| format!("cannot create ring {ring}: {e}")),
+        };
+        let answer = match reader {
+            Ok(reader) => {
                 tracing::info!("actor {a}/{i} (pid {}) registered; ring {ring}", reg.pid);
                 self.rings.push(RingSlot {
                     actor_id: a,
@@ -230,8 +227,7 @@ impl Transport for ShmTransport {
     }
 
     fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()> {
-        self.weights.publish(version, blob)?;
-        Ok(())
+        Ok(self.weights.publish(version, blob)?)
     }
 
     fn actors_changed(&mut self, events: &[ActorEvent]) {
@@ -257,24 +253,17 @@ impl Transport for ShmTransport {
     /// Heartbeats arrive on the control thread (each actor beats every 250 ms while it waits
     /// and after every chunk); chunks through the rings.
     fn stalled(&mut self, bound: Duration) -> Vec<Stalled> {
-        {
-            let beats = self
-                .server
-                .shared
-                .heartbeats
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            for ring in &mut self.rings {
-                if let Some(&(_, _, at)) = beats
-                    .iter()
-                    .find(|b| (b.0, b.1) == (ring.actor_id, ring.incarnation))
-                {
-                    ring.last_seen = ring.last_seen.max(at);
-                }
-            }
-        }
+        let beats = self
+            .server
+            .shared
+            .heartbeats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         for ring in &mut self.rings {
+            if let Some(&at) = beats.get(&(ring.actor_id, ring.incarnation)) {
+                ring.last_seen = ring.last_seen.max(at);
+            }
             let silent = ring.last_seen.elapsed();
             if !ring.dead && !ring.stalled && silent > bound {
                 ring.stalled = true;
@@ -351,10 +340,7 @@ impl Transport for ShmTransport {
     }
 
     fn close(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
-        self.drain(ledger, out);
-        for ring in &mut self.rings {
-            ring.dead = true;
-        }
+        self.abandon(ledger, out);
         self.drop_dead(ledger);
     }
 }

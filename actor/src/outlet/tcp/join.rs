@@ -7,8 +7,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use common::actor_args::ActorArgs;
-use common::chunk::ChunkSchema;
-use common::envs::EnvSpec;
 use common::remote::{
     read_frame_async, write_message_async, ActorMsg, LearnerMsg, Limits, WireError, TOKEN_BYTES,
 };
@@ -44,14 +42,10 @@ impl Learner {
     /// not the pinned one is a final refusal; anything else a link failure (retried).
     pub(super) async fn connect(&self) -> Result<Stream, HandshakeError> {
         let link = |e: std::io::Error| HandshakeError::Link(e.into());
-        let addrs: Vec<_> = tokio::net::lookup_host(&self.addr)
-            .await
-            .map_err(link)?
-            .collect();
         let mut last =
             std::io::Error::new(ErrorKind::NotFound, format!("{}: no address", self.addr));
         let mut socket = None;
-        for a in addrs {
+        for a in tokio::net::lookup_host(&self.addr).await.map_err(link)? {
             match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(a)).await {
                 Ok(Ok(s)) => {
                     socket = Some(s);
@@ -224,27 +218,15 @@ pub(super) async fn hello(
     }
 }
 
-/// What the actor registers with (kept for reconnects).
-#[derive(Clone)]
-pub(super) struct Registration {
-    pub(super) env: String,
-    pub(super) spec: EnvSpec,
-    pub(super) schema: ChunkSchema,
-}
-
+/// Sends the actor's registration (an [`ActorMsg::Register`], kept for reconnects) and reads
+/// the sequence number to continue at.
 pub(super) async fn register(
     stream: &mut Stream,
-    reg: &Registration,
+    message: &ActorMsg,
 ) -> Result<u64, HandshakeError> {
-    let message = ActorMsg::Register {
-        env: reg.env.clone(),
-        observation_space: reg.spec.observation_space.clone(),
-        action_space: reg.spec.action_space.clone(),
-        schema: reg.schema.clone(),
-    };
     // The learner's main thread answers between two updates.
     let within = Duration::from_secs(60);
-    match ask(stream, &message, within, "answer to the registration").await? {
+    match ask(stream, message, within, "answer to the registration").await? {
         LearnerMsg::Registered { next_seq } => Ok(next_seq),
         LearnerMsg::Refused { reason } => Err(HandshakeError::Refused(reason)),
         other => Err(HandshakeError::Link(anyhow::anyhow!(

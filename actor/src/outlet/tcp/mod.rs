@@ -37,7 +37,7 @@ use super::{End, Outlet, Progress, HEARTBEAT};
 
 mod join;
 
-use join::{hello, register, HandshakeError, Registration, Stream};
+use join::{hello, register, HandshakeError, Stream};
 pub use join::{Learner, Session, Welcome};
 
 /// No frame from the learner for this long: the link is considered cut (the learner
@@ -51,6 +51,7 @@ pub fn tcp_address(connect: &str) -> Option<&str> {
 }
 
 /// State shared by the actor loop (main thread) and the connection (a tokio thread).
+#[derive(Default)]
 struct Shared {
     outbox: Mutex<Outbox>,
     /// Signalled when the outbox shrinks or the actor must stop.
@@ -64,6 +65,7 @@ struct Shared {
     policy_version: AtomicU64,
 }
 
+#[derive(Default)]
 struct Outbox {
     /// Chunks sent or to send, not yet acknowledged: (sequence number, encoded chunk).
     queue: VecDeque<(u64, Arc<Vec<u8>>)>,
@@ -109,9 +111,10 @@ impl TcpOutlet {
             welcome,
         } = session;
         let who = format!("actor {actor_id}/{}", welcome.incarnation);
-        let reg = Registration {
+        let reg = ActorMsg::Register {
             env: actor.config().env.clone(),
-            spec: spec.clone(),
+            observation_space: spec.observation_space.clone(),
+            action_space: spec.action_space.clone(),
             schema: actor.schema().clone(),
         };
         let next_seq = runtime.block_on(register(&mut stream, &reg))?;
@@ -130,16 +133,10 @@ impl TcpOutlet {
         ));
         let shared = Arc::new(Shared {
             outbox: Mutex::new(Outbox {
-                queue: VecDeque::new(),
                 window: welcome.window,
-                stop: None,
+                ..Default::default()
             }),
-            space: Condvar::new(),
-            wake: tokio::sync::Notify::new(),
-            weights: Mutex::new(None),
-            latest: AtomicU64::new(0),
-            chunks_sent: AtomicU64::new(0),
-            policy_version: AtomicU64::new(0),
+            ..Default::default()
         });
         let link = Link {
             learner,
@@ -165,11 +162,10 @@ impl TcpOutlet {
 
     /// Whether the connection thread ended the run (or failed).
     fn ended(&self) -> anyhow::Result<Option<End>> {
-        match self.shared.stopped() {
-            None => Ok(None),
-            Some(Ok(end)) => Ok(Some(end)),
-            Some(Err(e)) => Err(anyhow::Error::msg(e)),
-        }
+        self.shared
+            .stopped()
+            .transpose()
+            .map_err(anyhow::Error::msg)
     }
 }
 
@@ -193,10 +189,8 @@ impl Outlet for TcpOutlet {
     /// The connection thread sends the heartbeats (every [`HEARTBEAT`]); this hands it the
     /// numbers to report.
     fn beat(&mut self, progress: Progress) -> anyhow::Result<Option<End>> {
-        let shared = &self.shared;
-        shared
-            .policy_version
-            .store(progress.policy_version, Ordering::Relaxed);
+        let version = progress.policy_version;
+        self.shared.policy_version.store(version, Ordering::Relaxed);
         self.ended()
     }
 
@@ -245,7 +239,8 @@ struct Link {
     actor_id: u32,
     incarnation: u32,
     weight_bytes: usize,
-    reg: Registration,
+    /// The registration, sent again on every reconnect.
+    reg: ActorMsg,
     who: String,
     shared: Arc<Shared>,
 }
@@ -264,13 +259,9 @@ enum Ended {
 
 impl Link {
     async fn run(&self, first: Stream) -> Result<End, String> {
-        let mut stream = Some(first);
-        let mut next_seq = 0;
+        let (mut stream, mut next_seq) = (first, 0);
         loop {
-            let Some(s) = stream.take() else {
-                unreachable!("a connection is open here")
-            };
-            match self.stream(s, next_seq).await {
+            match self.stream(stream, next_seq).await {
                 Ended::Shutdown | Ended::Local => return Ok(End::Shutdown),
                 Ended::Gone(why) => {
                     say(format!("{}: the learner is gone ({why})", self.who));
@@ -281,17 +272,14 @@ impl Link {
                         "{}: link to the learner lost ({why}); reconnecting",
                         self.who
                     ));
-                    match self.reconnect().await {
-                        Ok((s, next)) => {
-                            say(format!(
-                                "{}: reconnected; continuing at chunk {next}",
-                                self.who
-                            ));
-                            stream = Some(s);
-                            next_seq = next;
-                        }
+                    (stream, next_seq) = match self.reconnect().await {
+                        Ok(reconnected) => reconnected,
                         Err(stop) => return stop,
-                    }
+                    };
+                    say(format!(
+                        "{}: reconnected; continuing at chunk {next_seq}",
+                        self.who
+                    ));
                 }
             }
         }
@@ -440,14 +428,12 @@ impl Link {
             if self.shared.stopped().is_some() {
                 return Ended::Local;
             }
-            let pending: Vec<(u64, Arc<Vec<u8>>)> = {
-                let out = lock(&self.shared.outbox);
-                out.queue
-                    .iter()
-                    .filter(|(s, _)| *s >= next)
-                    .cloned()
-                    .collect()
-            };
+            let pending: Vec<_> = lock(&self.shared.outbox)
+                .queue
+                .iter()
+                .filter(|(s, _)| *s >= next)
+                .cloned()
+                .collect();
             for (seq, bytes) in pending {
                 if let Err(e) = write_data_async(wr, KIND_CHUNK, &bytes).await {
                     return Ended::Cut(format!("sending chunk {seq}: {e}"));

@@ -114,8 +114,7 @@ impl TcpTransport {
 
 impl Transport for TcpTransport {
     fn register(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
-        let registrations: Vec<RemoteRegistration> = self.server.registrations.try_iter().collect();
-        for reg in registrations {
+        for reg in self.server.registrations.try_iter().collect::<Vec<_>>() {
             self.answer(reg, ledger, out);
         }
     }

@@ -72,7 +72,6 @@ pub struct RemoteOptions {
 
 /// The read half of a connection (a bare socket's or a TLS session's).
 type Reader = Box<dyn AsyncRead + Send + Unpin>;
-/// The write half of a connection.
 type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// A remote actor's registration, waiting for the main thread's answer.
@@ -448,8 +447,7 @@ async fn session(
     if let Err(e) = write_message_async(wr, &LearnerMsg::Registered { next_seq }).await {
         return End::Closed(format!("sending registered: {e}"));
     }
-    let received = watch::channel(next_seq.checked_sub(1));
-    let (received_tx, received_rx) = received;
+    let (received_tx, received_rx) = watch::channel(next_seq.checked_sub(1));
     let reader = read_chunks(rd, chunks_tx, received_tx, opts.chunk_bytes);
     let writer = write_updates(wr, received_rx, ctx.weights.clone(), &ctx.shared);
     let why = tokio::select! {
