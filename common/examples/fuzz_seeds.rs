@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use common::chunk::ChunkSchema;
-use common::control::{encode_frame, LearnerStats, Request, Response};
+use common::control::{encode_frame, LearnerStats, Register, Request, Response};
 use common::envs::Registry;
 use common::policy::init_policy;
 use common::policy::{chunk_schema, policy_config_for};
@@ -71,7 +71,7 @@ fn main() -> anyhow::Result<()> {
             put("actor_state", env, &state)?;
         }
         if env == "MaskedCartPole-v1" {
-            let register = Request::Register {
+            let register = Request::Register(Register {
                 actor_id: 1,
                 incarnation: 2,
                 pid: 1234,
@@ -80,7 +80,7 @@ fn main() -> anyhow::Result<()> {
                 action_space: actor.action_space().clone(),
                 schema: schema.clone(),
                 state_bytes: 4096,
-            };
+            });
             let requests = [
                 register,
                 Request::Heartbeat {

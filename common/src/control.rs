@@ -25,20 +25,7 @@ pub const MAX_FRAME: usize = 1 << 20;
 pub enum Request {
     /// Join the run: the learner checks the schema and answers with the actor's ring and the
     /// weight segment, or refuses naming the mismatch.
-    Register {
-        actor_id: u32,
-        incarnation: u32,
-        pid: u32,
-        env: String,
-        /// The spaces of the actor's environment, as its registry builds it.
-        observation_space: Space,
-        action_space: Space,
-        schema: ChunkSchema,
-        /// The size of the actor's saved state now (`rollout::Actor::save_state`; 0: its
-        /// environments cannot save theirs): a sync run's ring slots leave room for it after
-        /// each chunk.
-        state_bytes: u64,
-    },
+    Register(Register),
     /// Sent about once a second; the answer says whether to shut down.
     Heartbeat {
         actor_id: u32,
@@ -51,6 +38,23 @@ pub enum Request {
     Stats,
     /// Ask the learner to end the run.
     Shutdown,
+}
+
+/// An actor's registration: who it is and what its chunks will hold.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Register {
+    pub actor_id: u32,
+    pub incarnation: u32,
+    pub pid: u32,
+    pub env: String,
+    /// The spaces of the actor's environment, as its registry builds it.
+    pub observation_space: Space,
+    pub action_space: Space,
+    pub schema: ChunkSchema,
+    /// The size of the actor's saved state now (`rollout::Actor::save_state`; 0: its
+    /// environments cannot save theirs): a sync run's ring slots leave room for it after
+    /// each chunk.
+    pub state_bytes: u64,
 }
 
 /// What the learner answers.
@@ -208,7 +212,7 @@ mod tests {
     #[test]
     fn frames_round_trip_over_a_stream() {
         let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let req = Request::Register {
+        let req = Request::Register(Register {
             actor_id: 3,
             incarnation: 1,
             pid: 42,
@@ -217,7 +221,7 @@ mod tests {
             action_space: Space::Discrete { n: 2 },
             schema: schema(),
             state_bytes: 0,
-        };
+        });
         write_frame(&mut a, &req).unwrap();
         assert_eq!(read_frame::<Request>(&mut b).unwrap(), req);
         write_frame(&mut b, &Response::Ack { shutdown: true }).unwrap();

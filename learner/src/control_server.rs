@@ -9,27 +9,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::chunk::ChunkSchema;
 use common::control::{
-    decode_frame, encode_frame, frame_len, FrameError, LearnerStats, Request, Response,
+    decode_frame, encode_frame, frame_len, FrameError, LearnerStats, Register, Request, Response,
 };
-use common::envs::Space;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 
 /// A registration waiting for the main loop's answer.
 pub struct Registration {
-    pub actor_id: u32,
-    pub incarnation: u32,
-    pub pid: u32,
-    pub env: String,
-    /// The spaces the actor's environment reports.
-    pub observation_space: Space,
-    pub action_space: Space,
-    pub schema: ChunkSchema,
-    /// The size of the actor's saved state (sync runs append it to each chunk).
-    pub state_bytes: u64,
+    pub request: Register,
     pub reply: oneshot::Sender<Response>,
 }
 
@@ -136,28 +125,9 @@ async fn connection(
             Err(e) => Response::Refused {
                 reason: e.to_string(),
             },
-            Ok(Request::Register {
-                actor_id,
-                incarnation,
-                pid,
-                env,
-                observation_space,
-                action_space,
-                schema,
-                state_bytes,
-            }) => {
+            Ok(Request::Register(request)) => {
                 let (reply, answered) = oneshot::channel();
-                let reg = Registration {
-                    actor_id,
-                    incarnation,
-                    pid,
-                    env,
-                    observation_space,
-                    action_space,
-                    schema,
-                    state_bytes,
-                    reply,
-                };
+                let reg = Registration { request, reply };
                 let answer = match registrations.send(reg) {
                     Ok(()) => answered.await.ok(),
                     Err(_) => None,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use common::chunk::STATE_TRAILER;
-use common::control::{call, Request, Response};
+use common::control::{call, Register, Request, Response};
 use common::envs::EnvSpec;
 use common::rollout::Actor;
 use common::shm::{RingError, RingWriter, WeightSubscriber};
@@ -43,7 +43,7 @@ impl ShmOutlet {
             .with_context(|| format!("connecting to the learner at {}", socket.display()))?;
         stream.set_read_timeout(Some(HEARTBEAT_TIMEOUT))?;
         stream.set_write_timeout(Some(HEARTBEAT_TIMEOUT))?;
-        let register = Request::Register {
+        let register = Request::Register(Register {
             actor_id: config.actor_id,
             incarnation: config.incarnation,
             pid: std::process::id(),
@@ -52,7 +52,7 @@ impl ShmOutlet {
             action_space: spec.action_space.clone(),
             schema: actor.schema().clone(),
             state_bytes: actor.save_state().map_or(0, |s| s.len() as u64),
-        };
+        });
         match call(&mut stream, &register)? {
             Response::Registered {
                 ring,

@@ -85,7 +85,13 @@ impl ShmTransport {
 
     /// Answers one registration: a ring for an actor of this run's env and schema (once per
     /// incarnation), a refusal naming the mismatch otherwise.
-    fn answer(&mut self, reg: Registration) {
+    fn answer(
+        &mut self,
+        Registration {
+            request: reg,
+            reply,
+        }: Registration,
+    ) {
         let (a, i) = (reg.actor_id, reg.incarnation);
         let mismatch = self
             .expected
@@ -146,7 +152,7 @@ impl ShmTransport {
                 Response::Refused { reason }
             }
         };
-        let _ = reg.reply.send(answer);
+        let _ = reply.send(answer);
     }
 
     /// Receives every published chunk of every ring into `out`.
