@@ -249,11 +249,6 @@ pub fn max_episode_steps(id: &str) -> Result<u64, EnvError> {
 /// # Errors
 /// [`EnvError::UnknownId`] naming `id` and the known ids.
 pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
-    make_builtin(id)
-}
-
-/// What [`Registry::builtin`] registers for `id`.
-fn make_builtin(id: &str) -> Result<Box<dyn Env>, EnvError> {
     if let Some(env) = popgym::make(id) {
         // popgym ends its episodes itself: no TimeLimit, as the package registers them.
         return Ok(env);

@@ -91,7 +91,7 @@ impl Registry {
             let limit = max_episode_steps(id).expect("a built-in id has a time limit");
             // The built-in constructors already wrap their TimeLimit.
             r.register_boxed(id, Some(limit), move || {
-                super::make_builtin(id).expect("a built-in id builds")
+                super::make(id).expect("a built-in id builds")
             })
             .expect("built-in ids are unique");
         }
@@ -110,11 +110,6 @@ impl Registry {
     pub fn with_gymnasium(mut self, options: GymnasiumOptions) -> Self {
         self.gymnasium = options;
         self
-    }
-
-    /// The options gymnasium ids are built with.
-    pub fn gymnasium(&self) -> &GymnasiumOptions {
-        &self.gymnasium
     }
 
     /// Registers `id`, built by `make` and wrapped in a [`TimeLimit`] of

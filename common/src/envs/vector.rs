@@ -231,12 +231,6 @@ impl VecEnv {
         &self.last.obs
     }
 
-    /// What the last [`VecEnv::step`] produced (after [`VecEnv::reset`]: the first
-    /// observations, `is_init` everywhere, no transition).
-    pub fn last_step(&self) -> &VecStep {
-        &self.last
-    }
-
     /// `[E * D]` the observations the policy sees now (after [`VecEnv::reset`] or the last
     /// step's [`VecStep::obs`]).
     pub fn obs(&self) -> &[f32] {
@@ -491,7 +485,7 @@ impl VectorEnv for VecEnv {
     }
     fn end_step(&mut self, group: usize) -> Result<&VecStep, EnvError> {
         assert_eq!(group, 0, "VecEnv({}) has one step group", self.id());
-        Ok(self.last_step())
+        Ok(&self.last)
     }
 }
 
