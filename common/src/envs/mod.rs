@@ -144,17 +144,15 @@ pub fn encode_state<T: serde::Serialize>(value: &T) -> Vec<u8> {
 /// What [`encode_state`] wrote, for environment `id`: the whole of `bytes`, or
 /// [`EnvError::State`].
 pub fn decode_state<T: serde::de::DeserializeOwned>(id: &str, bytes: &[u8]) -> Result<T, EnvError> {
-    match bincode::serde::decode_from_slice(bytes, bincode::config::standard()) {
-        Ok((value, used)) if used == bytes.len() => Ok(value),
-        Ok((_, used)) => Err(EnvError::State {
-            id: id.to_owned(),
-            reason: format!("{} bytes left over after the state", bytes.len() - used),
-        }),
-        Err(e) => Err(EnvError::State {
-            id: id.to_owned(),
-            reason: format!("not a saved state: {e}"),
-        }),
-    }
+    let reason = match bincode::serde::decode_from_slice(bytes, bincode::config::standard()) {
+        Ok((value, used)) if used == bytes.len() => return Ok(value),
+        Ok((_, used)) => format!("{} bytes left over after the state", bytes.len() - used),
+        Err(e) => format!("not a saved state: {e}"),
+    };
+    Err(EnvError::State {
+        id: id.to_owned(),
+        reason,
+    })
 }
 
 /// Errors of environment construction.
