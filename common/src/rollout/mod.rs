@@ -176,25 +176,23 @@ impl Actor {
         let observation_space = env.observation_space();
         let action_space = env.action_space();
         let pc = policy.config();
+        let mismatch = |what: String| ActorError::Mismatch {
+            env: config.env.clone(),
+            what,
+        };
         if pc.obs_dim != observation_space.dim() {
-            return Err(ActorError::Mismatch {
-                env: config.env.clone(),
-                what: format!(
-                    "policy obs_dim = {}, observation space has {}",
-                    pc.obs_dim,
-                    observation_space.dim()
-                ),
-            });
+            return Err(mismatch(format!(
+                "policy obs_dim = {}, observation space has {}",
+                pc.obs_dim,
+                observation_space.dim()
+            )));
         }
         let wanted = action_spec(&action_space);
         if pc.action != wanted {
-            return Err(ActorError::Mismatch {
-                env: config.env.clone(),
-                what: format!(
-                    "policy action = {:?}, action space is {:?}",
-                    pc.action, wanted
-                ),
-            });
+            return Err(mismatch(format!(
+                "policy action = {:?}, action space is {wanted:?}",
+                pc.action
+            )));
         }
         let schema = chunk_schema(pc, config.num_envs, config.steps);
         let obs = env.reset()?.to_vec();
@@ -564,11 +562,12 @@ impl Actor {
                 }
             }
             ActionSpec::MultiDiscrete { nvec } => {
-                let k = nvec.len();
+                let dim = nvec.len();
                 let choices: f32 = nvec.iter().map(|&n| n as f32).product();
                 for (i, env) in r.enumerate() {
-                    let head = &head[i * k_head(nvec)..(i + 1) * k_head(nvec)];
-                    let action = &mut self.discrete[env * k..(env + 1) * k];
+                    // `k` head outputs per environment: the sum of `nvec`.
+                    let head = &head[i * k..(i + 1) * k];
+                    let action = &mut self.discrete[env * dim..(env + 1) * dim];
                     let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
                     let mut policy_logp = 0.0f32;
                     let mut greedy_match = true;
@@ -639,11 +638,6 @@ struct ActorState {
     episode: Vec<u64>,
     traj_incarnation: Vec<u32>,
     rng: ([u8; 32], u64, u128),
-}
-
-/// Head outputs per environment of a multi-discrete policy: the sum of `nvec`.
-fn k_head(nvec: &[usize]) -> usize {
-    nvec.iter().sum()
 }
 
 /// The log-probability of `a` under the categorical distribution with `logits`.
