@@ -168,9 +168,6 @@ impl VecEnv {
     /// # Errors
     /// [`EnvError::NoEnvs`] when `num_envs == 0`; [`EnvError::UnknownId`] for an unknown id.
     pub fn new(id: &str, num_envs: usize, seed: u64) -> Result<Self, EnvError> {
-        if num_envs == 0 {
-            return Err(EnvError::NoEnvs { num_envs });
-        }
         let envs = (0..num_envs)
             .map(|_| make(id))
             .collect::<Result<Vec<_>, _>>()?;

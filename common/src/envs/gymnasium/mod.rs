@@ -192,22 +192,6 @@ impl GymVecEnv {
         &self.spec
     }
 
-    /// Reset: one command to every worker (they run in parallel), then every answer.
-    fn reset_all(&mut self) -> Result<(), EnvError> {
-        for worker in &mut self.workers {
-            assert!(
-                worker.outstanding.is_empty(),
-                "GymVecEnv({}): reset while a step is outstanding",
-                self.id
-            );
-            worker.send(&self.id, b"R", What::Reset)?;
-        }
-        for worker in &mut self.workers {
-            worker.answer(&self.id, What::Reset, self.timeout, Duration::ZERO)?;
-        }
-        Ok(())
-    }
-
     /// Writes the actions of envs `envs` (`actions` holds their rows only) and sends each
     /// worker holding some of them a step command for its share; returns at once.
     fn begin_range(
@@ -309,7 +293,18 @@ impl VectorEnv for GymVecEnv {
     }
 
     fn reset(&mut self) -> Result<&[f32], EnvError> {
-        self.reset_all()?;
+        // One command to every worker (they run in parallel), then every answer.
+        for worker in &mut self.workers {
+            assert!(
+                worker.outstanding.is_empty(),
+                "GymVecEnv({}): reset while a step is outstanding",
+                self.id
+            );
+            worker.send(&self.id, b"R", What::Reset)?;
+        }
+        for worker in &mut self.workers {
+            worker.answer(&self.id, What::Reset, self.timeout, Duration::ZERO)?;
+        }
         let last = &mut self.last;
         let d = self.spec.observation_space.dim();
         for worker in &self.workers {
