@@ -394,14 +394,12 @@ impl Actor {
                 }
                 self.policy_step(g)?;
                 self.record(g, t, chunk);
-                let r = self.groups[g].clone();
                 let k = self.schema.action_dim();
+                let rows = self.groups[g].start * k..self.groups[g].end * k;
                 let actions = match self.schema.action {
+                    ActionKind::Continuous { .. } => VecActions::Continuous(&self.continuous[rows]),
                     ActionKind::Discrete | ActionKind::MultiDiscrete { .. } => {
-                        VecActions::Discrete(&self.discrete[r.start * k..r.end * k])
-                    }
-                    ActionKind::Continuous { .. } => {
-                        VecActions::Continuous(&self.continuous[r.start * k..r.end * k])
+                        VecActions::Discrete(&self.discrete[rows])
                     }
                 };
                 self.env.begin_step(g, actions)?;
@@ -442,13 +440,10 @@ impl Actor {
                 env,
                 self.episode[env],
             );
+            let (to, from) = (p * k..(p + 1) * k, env * k..(env + 1) * k);
             match &mut chunk.action {
-                ActionColumn::Discrete(a) => {
-                    a[p * k..(p + 1) * k].copy_from_slice(&self.discrete[env * k..(env + 1) * k])
-                }
-                ActionColumn::Continuous(a) => {
-                    a[p * k..(p + 1) * k].copy_from_slice(&self.continuous[env * k..(env + 1) * k])
-                }
+                ActionColumn::Discrete(a) => a[to].copy_from_slice(&self.discrete[from]),
+                ActionColumn::Continuous(a) => a[to].copy_from_slice(&self.continuous[from]),
             }
         }
     }
