@@ -559,14 +559,12 @@ fn load_one<B: Backend, S: DeserializeOwned>(
     } else {
         ResumeState::default()
     };
-    let weights_path = dir.join(CHECKPOINT_WEIGHTS);
-    check_finite(&weights).map_err(|e| damaged(&weights_path, e.to_string()))?;
-    let shapes = layout(learner.model());
-    if manifest.layout_hash != layout_hash(&shapes) {
+    check_finite(&weights).map_err(|e| damaged(&dir.join(CHECKPOINT_WEIGHTS), e.to_string()))?;
+    let expected = layout_hash(&layout(learner.model()));
+    if manifest.layout_hash != expected {
         return Err(mismatch(format!(
-            "weight layout {:#018x}, the configured policy has {:#018x}",
-            manifest.layout_hash,
-            layout_hash(&shapes)
+            "weight layout {:#018x}, the configured policy has {expected:#018x}",
+            manifest.layout_hash
         )));
     }
     // burn's recorder panics on some malformed records: a panic here is a damaged file too.

@@ -202,16 +202,10 @@ pub enum EnvError {
     State { id: String, reason: String },
     /// [`VecEnv::new`] was asked for no environments.
     #[error("num_envs must be at least 1, got {num_envs}")]
-    NoEnvs {
-        /// The value given.
-        num_envs: usize,
-    },
+    NoEnvs { num_envs: usize },
     /// [`TimeLimit::new`] was given a limit of zero steps.
     #[error("max_episode_steps must be at least 1, got {max_episode_steps}")]
-    ZeroTimeLimit {
-        /// The value given.
-        max_episode_steps: u64,
-    },
+    ZeroTimeLimit { max_episode_steps: u64 },
 }
 
 impl EnvError {
