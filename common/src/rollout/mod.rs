@@ -415,12 +415,8 @@ impl Actor {
     /// Records what the policy saw and did at step `t` for group `g`'s environments.
     fn record(&self, g: usize, t: usize, chunk: &mut Chunk) {
         let s = &self.schema;
-        let (t_len, d, lh, k) = (
-            s.steps,
-            s.obs_dim,
-            s.num_layers * s.hidden_size,
-            s.action_dim(),
-        );
+        let (t_len, d, k) = (s.steps, s.obs_dim, s.action_dim());
+        let lh = s.num_layers * s.hidden_size;
         let r = self.groups[g].clone();
         let out = &self.outs[g];
         for env in r.clone() {
@@ -512,10 +508,8 @@ impl Actor {
     /// (random draws in environment order).
     fn policy_step(&mut self, g: usize) -> Result<(), ActorError> {
         let r = self.groups[g].clone();
-        let (d, lh) = (
-            self.schema.obs_dim,
-            self.schema.num_layers * self.schema.hidden_size,
-        );
+        let s = &self.schema;
+        let (d, lh) = (s.obs_dim, s.num_layers * s.hidden_size);
         self.fast.step(
             &self.obs[r.start * d..r.end * d],
             &self.is_init[r.clone()],
