@@ -109,13 +109,6 @@ pub struct FieldSpec {
     pub per_step: Vec<usize>,
 }
 
-impl FieldSpec {
-    /// Elements per step.
-    pub fn step_len(&self) -> usize {
-        self.per_step.iter().product()
-    }
-}
-
 impl ChunkSchema {
     pub fn action_dim(&self) -> usize {
         match self.action {
@@ -153,7 +146,7 @@ impl ChunkSchema {
     pub fn payload_len(&self) -> usize {
         self.fields()
             .iter()
-            .map(|f| f.step_len() * f.dtype.size() * self.frames())
+            .map(|f| f.per_step.iter().product::<usize>() * f.dtype.size() * self.frames())
             .sum()
     }
 
