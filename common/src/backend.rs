@@ -126,14 +126,10 @@ pub enum DeviceError {
 }
 
 impl TrainDevice {
-    pub fn is_cuda(self) -> bool {
-        matches!(self, TrainDevice::Cuda(_))
-    }
-
     /// Whether this build can train on the device (CUDA needs the `cuda` feature); says
     /// nothing about the machine (see `cuda_device` in a `cuda` build).
     pub fn check_built(self) -> Result<(), DeviceError> {
-        if self.is_cuda() && !CUDA_BUILT {
+        if matches!(self, TrainDevice::Cuda(_)) && !CUDA_BUILT {
             return Err(DeviceError::NotBuilt { device: self });
         }
         Ok(())

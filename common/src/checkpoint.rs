@@ -175,13 +175,12 @@ fn fault_point(save: u64, step: u32) {
         return;
     }
     use nix::sys::signal::{raise, Signal};
-    if parts.next() == Some("term") {
-        eprintln!("RECUR_FAULT_CHECKPOINT: SIGTERM after step {step} of checkpoint write {save}");
-        let _ = raise(Signal::SIGTERM);
-    } else {
-        eprintln!("RECUR_FAULT_CHECKPOINT: SIGKILL after step {step} of checkpoint write {save}");
-        let _ = raise(Signal::SIGKILL);
-    }
+    let signal = match parts.next() {
+        Some("term") => Signal::SIGTERM,
+        _ => Signal::SIGKILL,
+    };
+    eprintln!("RECUR_FAULT_CHECKPOINT: {signal} after step {step} of checkpoint write {save}");
+    let _ = raise(signal);
 }
 
 /// Writes `bytes` to a new file `path` (mode 0600 whatever the umask) and fsyncs it; errors
@@ -253,10 +252,7 @@ pub fn save_checkpoint<B: Backend, S: Serialize>(
         (OPTIM, optim),
         weights,
         policy,
-        (
-            STATE,
-            (serde_json::to_string_pretty(state)? + "\n").into_bytes(),
-        ),
+        (STATE, pretty_json(state)?),
         (RESUME, resume),
     ];
     let save = SAVES.fetch_add(1, Ordering::SeqCst) + 1;
@@ -275,8 +271,13 @@ fn policy_files<B: Backend>(
     let weights = to_blob(policy, version);
     check_finite(&weights)
         .with_context(|| format!("not writing {}: the weights are not finite", dir.display()))?;
-    let config = (serde_json::to_string_pretty(policy.config())? + "\n").into_bytes();
+    let config = pretty_json(policy.config())?;
     Ok([(CHECKPOINT_WEIGHTS, weights), (CHECKPOINT_POLICY, config)])
+}
+
+/// `value` as pretty-printed JSON and a newline.
+fn pretty_json(value: &impl Serialize) -> serde_json::Result<Vec<u8>> {
+    Ok((serde_json::to_string_pretty(value)? + "\n").into_bytes())
 }
 
 /// Keeps the weights of `policy` (policy version `version`) in directory `dir`, with
@@ -344,10 +345,7 @@ fn replace_dir<B: Backend>(
             layout_hash: layout_hash(&layout(policy)),
             files: entries,
         };
-        write_synced(
-            &tmp.join(CHECKPOINT_MANIFEST),
-            (serde_json::to_string_pretty(&manifest)? + "\n").as_bytes(),
-        )?;
+        write_synced(&tmp.join(CHECKPOINT_MANIFEST), &pretty_json(&manifest)?)?;
         done(1, true);
         sync_dir(&tmp)?;
         done(1, true);
@@ -561,14 +559,12 @@ fn load_one<B: Backend, S: DeserializeOwned>(
     } else {
         ResumeState::default()
     };
-    let weights_path = dir.join(CHECKPOINT_WEIGHTS);
-    check_finite(&weights).map_err(|e| damaged(&weights_path, e.to_string()))?;
-    let shapes = layout(learner.model());
-    if manifest.layout_hash != layout_hash(&shapes) {
+    check_finite(&weights).map_err(|e| damaged(&dir.join(CHECKPOINT_WEIGHTS), e.to_string()))?;
+    let expected = layout_hash(&layout(learner.model()));
+    if manifest.layout_hash != expected {
         return Err(mismatch(format!(
-            "weight layout {:#018x}, the configured policy has {:#018x}",
-            manifest.layout_hash,
-            layout_hash(&shapes)
+            "weight layout {:#018x}, the configured policy has {expected:#018x}",
+            manifest.layout_hash
         )));
     }
     // burn's recorder panics on some malformed records: a panic here is a damaged file too.
@@ -629,15 +625,11 @@ pub fn load_checkpoint_policy(dir: &Path) -> anyhow::Result<(Policy<Cpu>, u64)> 
             }),
         }
     };
-    let config_path = dir.join(CHECKPOINT_POLICY);
     let config: PolicyConfig = serde_json::from_slice(&read(CHECKPOINT_POLICY)?)
-        .with_context(|| format!("parsing {}", config_path.display()))?;
-    let policy = init_policy(&config, 0)?;
-    let weights_path = dir.join(CHECKPOINT_WEIGHTS);
+        .with_context(|| format!("parsing {}", dir.join(CHECKPOINT_POLICY).display()))?;
     let blob = read(CHECKPOINT_WEIGHTS)?;
-    let (policy, version) =
-        from_blob(policy, &blob).with_context(|| format!("loading {}", weights_path.display()))?;
-    Ok((policy, version))
+    from_blob(init_policy(&config, 0)?, &blob)
+        .with_context(|| format!("loading {}", dir.join(CHECKPOINT_WEIGHTS).display()))
 }
 
 #[cfg(test)]

@@ -146,6 +146,13 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DatasetError + '_ {
     }
 }
 
+fn format_error(path: &Path, problem: impl Into<String>) -> DatasetError {
+    DatasetError::Format {
+        path: path.to_path_buf(),
+        problem: problem.into(),
+    }
+}
+
 /// Appends chunks to a dataset directory.
 pub struct DatasetWriter {
     dir: PathBuf,
@@ -167,8 +174,8 @@ fn file_header(magic: [u8; 8]) -> Vec<u8> {
     header
 }
 
-/// Creates `path` (which must not exist) holding just `header`.
-fn create_with_header(path: &Path, header: &[u8]) -> Result<BufWriter<File>, DatasetError> {
+/// Creates `path` (which must not exist) holding just `bytes` (a file header, `dataset.json`).
+fn create_with(path: &Path, bytes: &[u8]) -> Result<BufWriter<File>, DatasetError> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = OpenOptions::new()
         .create_new(true)
@@ -177,7 +184,7 @@ fn create_with_header(path: &Path, header: &[u8]) -> Result<BufWriter<File>, Dat
         .open(path)
         .map_err(io(path))?;
     let mut file = BufWriter::new(file);
-    file.write_all(header).map_err(io(path))?;
+    file.write_all(bytes).map_err(io(path))?;
     file.flush().map_err(io(path))?;
     Ok(file)
 }
@@ -231,10 +238,10 @@ impl DatasetWriter {
         }
         let meta_path = dir.join(META_FILE);
         if meta_path.exists() {
-            return Err(DatasetError::Format {
-                path: meta_path,
-                problem: "already exists; record into a new directory".into(),
-            });
+            return Err(format_error(
+                &meta_path,
+                "already exists; record into a new directory",
+            ));
         }
         let meta = DatasetMeta {
             format: "recur-dataset".into(),
@@ -247,19 +254,10 @@ impl DatasetWriter {
             env_kwargs: source.kwargs.clone(),
             seed: source.seed,
         };
-        let index = create_with_header(&dir.join(INDEX_FILE), &file_header(INDEX_MAGIC))?;
-        let file = create_with_header(&dir.join(chunk_file_name(0)), &file_header(FILE_MAGIC))?;
+        let index = create_with(&dir.join(INDEX_FILE), &file_header(INDEX_MAGIC))?;
+        let file = create_with(&dir.join(chunk_file_name(0)), &file_header(FILE_MAGIC))?;
         let text = serde_json::to_string_pretty(&meta).expect("metadata serialises");
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            OpenOptions::new()
-                .create_new(true)
-                .write(true)
-                .mode(0o600)
-                .open(&meta_path)
-                .and_then(|mut f| f.write_all((text + "\n").as_bytes()))
-                .map_err(io(&meta_path))?;
-        }
+        create_with(&meta_path, (text + "\n").as_bytes())?;
         Ok(Self {
             dir: dir.to_path_buf(),
             schema: schema.clone(),
@@ -275,7 +273,7 @@ impl DatasetWriter {
 
     /// Appends one chunk (whole, then flushed), then its index record.
     pub fn append(&mut self, chunk: &Chunk) -> Result<(), DatasetError> {
-        let path = self.dir.join(chunk_file_name(self.file_index));
+        let mut path = self.dir.join(chunk_file_name(self.file_index));
         let bytes = chunk
             .encode(&self.schema)
             .map_err(|source| DatasetError::Chunk {
@@ -284,13 +282,12 @@ impl DatasetWriter {
                 offset: self.file_bytes as usize,
                 source,
             })?;
-        let mut path = path;
         if self.file_bytes > FILE_HEADER as u64
             && self.file_bytes + bytes.len() as u64 > self.max_file_bytes
         {
             self.file_index += 1;
             path = self.dir.join(chunk_file_name(self.file_index));
-            self.file = create_with_header(&path, &file_header(FILE_MAGIC))?;
+            self.file = create_with(&path, &file_header(FILE_MAGIC))?;
             self.file_bytes = FILE_HEADER as u64;
             self.bytes += FILE_HEADER as u64;
         }
@@ -349,18 +346,16 @@ pub struct Dataset {
 pub fn read_meta(dir: &Path) -> Result<DatasetMeta, DatasetError> {
     let meta_path = dir.join(META_FILE);
     let text = std::fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
-    let meta: DatasetMeta = serde_json::from_str(&text).map_err(|e| DatasetError::Format {
-        path: meta_path.clone(),
-        problem: e.to_string(),
-    })?;
+    let meta: DatasetMeta =
+        serde_json::from_str(&text).map_err(|e| format_error(&meta_path, e.to_string()))?;
     if meta.format != "recur-dataset" || !(1..=FORMAT_VERSION).contains(&meta.version) {
-        return Err(DatasetError::Format {
-            path: meta_path,
-            problem: format!(
+        return Err(format_error(
+            &meta_path,
+            format!(
                 "format {:?} version {}, this build reads \"recur-dataset\" versions 1 to {FORMAT_VERSION}",
                 meta.format, meta.version
             ),
-        });
+        ));
     }
     check_meta(&meta_path, &meta)?;
     Ok(meta)
@@ -370,10 +365,7 @@ pub fn read_meta(dir: &Path) -> Result<DatasetMeta, DatasetError> {
 /// schema, the schema's observation width and action kind with the environment's (built as
 /// recorded: a gymnasium id with the dataset's `env_imports` and `env_kwargs`).
 fn check_meta(path: &Path, meta: &DatasetMeta) -> Result<(), DatasetError> {
-    let refuse = |problem: String| DatasetError::Format {
-        path: path.to_path_buf(),
-        problem,
-    };
+    let refuse = |problem: String| format_error(path, problem);
     if meta.schema_hash != meta.schema.hash() {
         return Err(refuse(format!(
             "schema_hash {:#018x} does not match its schema (which hashes to {:#018x})",
@@ -408,20 +400,12 @@ fn check_meta(path: &Path, meta: &DatasetMeta) -> Result<(), DatasetError> {
 /// The complete records of `index.bin` (a record cut short by a crash is left out).
 pub fn read_index(dir: &Path) -> Result<Vec<IndexEntry>, DatasetError> {
     let path = dir.join(INDEX_FILE);
-    let bytes = read_file(&path)?;
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
     check_file_header(&path, &bytes, INDEX_MAGIC, FORMAT_VERSION)?;
     Ok(bytes[FILE_HEADER..]
         .chunks_exact(INDEX_RECORD)
         .map(IndexEntry::decode)
         .collect())
-}
-
-fn read_file(path: &Path) -> Result<Vec<u8>, DatasetError> {
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(io(path))?;
-    Ok(bytes)
 }
 
 fn check_file_header(
@@ -431,20 +415,20 @@ fn check_file_header(
     version: u32,
 ) -> Result<(), DatasetError> {
     if bytes.len() < FILE_HEADER || bytes[0..8] != magic {
-        return Err(DatasetError::Format {
-            path: path.to_path_buf(),
-            problem: format!(
+        return Err(format_error(
+            path,
+            format!(
                 "does not start with the {} file header",
                 String::from_utf8_lossy(&magic)
             ),
-        });
+        ));
     }
     let got = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if got != version {
-        return Err(DatasetError::Format {
-            path: path.to_path_buf(),
-            problem: format!("file version {got}, dataset.json says {version}"),
-        });
+        return Err(format_error(
+            path,
+            format!("file version {got}, dataset.json says {version}"),
+        ));
     }
     Ok(())
 }
@@ -464,16 +448,16 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
             .collect()
     };
     if files.is_empty() {
-        return Err(DatasetError::Format {
-            path: dir.join(chunk_file_name(0)),
-            problem: "missing: the dataset has no chunk file".into(),
-        });
+        return Err(format_error(
+            &dir.join(chunk_file_name(0)),
+            "missing: the dataset has no chunk file",
+        ));
     }
     let mut chunks = Vec::new();
     let mut locations = Vec::new();
     let mut ignored_tail_bytes = 0;
     for (k, (file, path)) in files.iter().enumerate() {
-        let bytes = read_file(path)?;
+        let bytes = std::fs::read(path).map_err(io(path))?;
         check_file_header(path, &bytes, FILE_MAGIC, meta.version)?;
         let mut offset = FILE_HEADER;
         while offset < bytes.len() {
@@ -481,9 +465,17 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
             // A write cut short leaves less than one chunk; more bytes than that which do not
             // frame a chunk are corruption.
             let could_be_tail = rest.len() < PREFIX_LEN + MAX_HEADER + meta.schema.payload_len();
-            let corrupt = |problem: String| DatasetError::Format {
+            let corrupt = |problem: String| {
+                format_error(
+                    path,
+                    format!("chunk {} at byte {offset}: {problem}", chunks.len()),
+                )
+            };
+            let chunk_error = |source| DatasetError::Chunk {
                 path: path.clone(),
-                problem: format!("chunk {} at byte {offset}: {problem}", chunks.len()),
+                index: chunks.len(),
+                offset,
+                source,
             };
             let len = match Chunk::peek_meta(rest) {
                 Ok((m, _)) if m.payload_len != meta.schema.payload_len() as u64 => {
@@ -503,23 +495,9 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
                         rest.len()
                     )))
                 }
-                Err(source) => {
-                    return Err(DatasetError::Chunk {
-                        path: path.clone(),
-                        index: chunks.len(),
-                        offset,
-                        source,
-                    })
-                }
+                Err(source) => return Err(chunk_error(source)),
             };
-            let chunk = Chunk::decode(&rest[..len], &meta.schema).map_err(|source| {
-                DatasetError::Chunk {
-                    path: path.clone(),
-                    index: chunks.len(),
-                    offset,
-                    source,
-                }
-            })?;
+            let chunk = Chunk::decode(&rest[..len], &meta.schema).map_err(chunk_error)?;
             locations.push(IndexEntry {
                 file: *file,
                 actor_id: chunk.meta.actor_id,
@@ -531,13 +509,13 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
             offset += len;
         }
         if offset < bytes.len() && k + 1 < files.len() {
-            return Err(DatasetError::Format {
-                path: path.clone(),
-                problem: format!(
+            return Err(format_error(
+                path,
+                format!(
                     "{} bytes of a partial chunk at byte {offset}, but later files follow",
                     bytes.len() - offset
                 ),
-            });
+            ));
         }
         ignored_tail_bytes = bytes.len() - offset;
     }
@@ -552,15 +530,15 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
             .iter()
             .find(|e| (e.file, e.offset) < end)
         {
-            return Err(DatasetError::Format {
-                path: dir.join(INDEX_FILE),
-                problem: format!(
+            return Err(format_error(
+                &dir.join(INDEX_FILE),
+                format!(
                     "lists {} chunks, the chunk files hold {} complete ones, and record {bad:?} \
                      points inside the data",
                     index.len(),
                     locations.len()
                 ),
-            });
+            ));
         }
         index_records_past_data = index.len().saturating_sub(locations.len());
         if let Some((i, (want, got))) = index
@@ -569,10 +547,10 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
             .enumerate()
             .find(|(_, (a, b))| a != b)
         {
-            return Err(DatasetError::Format {
-                path: dir.join(INDEX_FILE),
-                problem: format!("record {i} says {want:?}, the files hold {got:?}"),
-            });
+            return Err(format_error(
+                &dir.join(INDEX_FILE),
+                format!("record {i} says {want:?}, the files hold {got:?}"),
+            ));
         }
         unindexed_chunks = locations.len().saturating_sub(index.len());
     }
@@ -597,9 +575,11 @@ pub fn read_chunk(
     use std::io::{Seek, SeekFrom};
     file.seek(SeekFrom::Start(entry.offset))
         .map_err(io(&path))?;
-    let length = usize::try_from(entry.length).map_err(|_| DatasetError::Format {
-        path: path.clone(),
-        problem: format!("index length {} does not fit in memory", entry.length),
+    let length = usize::try_from(entry.length).map_err(|_| {
+        format_error(
+            &path,
+            format!("index length {} does not fit in memory", entry.length),
+        )
     })?;
     let mut bytes = vec![0u8; length];
     file.read_exact(&mut bytes).map_err(io(&path))?;

@@ -126,15 +126,17 @@ fn header(blob: &[u8]) -> Result<Header, WeightError> {
 /// saved); the error names the parameter value's index.
 pub fn check_finite(blob: &[u8]) -> Result<(), WeightError> {
     header(blob)?;
-    match blob[HEADER..]
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-        .enumerate()
-        .find(|(_, x)| !x.is_finite())
-    {
+    match values(blob).enumerate().find(|(_, x)| !x.is_finite()) {
         Some((index, value)) => Err(WeightError::NonFinite { index, value }),
         None => Ok(()),
     }
+}
+
+/// The values of a blob whose header was checked.
+fn values(blob: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    blob[HEADER..]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
 }
 
 /// Loads a blob into `module` (same architecture); returns the module and the blob's version.
@@ -157,13 +159,7 @@ pub fn from_blob<B: Backend, M: Module<B>>(
             shapes,
         });
     }
-    let values: Vec<f32> = blob[HEADER..]
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-        .collect();
-    if let Some((index, &value)) = values.iter().enumerate().find(|(_, x)| !x.is_finite()) {
-        return Err(WeightError::NonFinite { index, value });
-    }
+    check_finite(blob)?;
     struct Load {
         values: Vec<f32>,
         at: usize,
@@ -185,7 +181,10 @@ pub fn from_blob<B: Backend, M: Module<B>>(
             Param::from_mapped_value(id, loaded, mapper)
         }
     }
-    let mut load = Load { values, at: 0 };
+    let mut load = Load {
+        values: values(blob).collect(),
+        at: 0,
+    };
     let module = module.map(&mut load);
     Ok((module, h.version))
 }

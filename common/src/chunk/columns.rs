@@ -137,12 +137,8 @@ impl Column<'_> {
 
     pub(super) fn write_le(&self, out: &mut Vec<u8>) {
         match self {
-            Column::F32(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            Column::I64(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            Column::F32(v) => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
+            Column::I64(v) => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
             Column::U8(v) => out.extend_from_slice(v),
         }
     }

@@ -109,13 +109,6 @@ pub struct FieldSpec {
     pub per_step: Vec<usize>,
 }
 
-impl FieldSpec {
-    /// Elements per step.
-    pub fn step_len(&self) -> usize {
-        self.per_step.iter().product()
-    }
-}
-
 impl ChunkSchema {
     pub fn action_dim(&self) -> usize {
         match self.action {
@@ -153,7 +146,7 @@ impl ChunkSchema {
     pub fn payload_len(&self) -> usize {
         self.fields()
             .iter()
-            .map(|f| f.step_len() * f.dtype.size() * self.frames())
+            .map(|f| f.per_step.iter().product::<usize>() * f.dtype.size() * self.frames())
             .sum()
     }
 
@@ -360,7 +353,7 @@ impl Chunk {
     /// The total encoded length of the chunk that starts `bytes`, from its prefix and header
     /// alone (without checking the payload).
     pub fn encoded_len(bytes: &[u8]) -> Result<usize, ChunkError> {
-        let (meta, header_end) = decode_meta(bytes)?;
+        let (meta, header_end) = Self::peek_meta(bytes)?;
         // A header's payload_len is untrusted: past usize it is a bounds error, not an
         // overflow (found by the `chunk` fuzz target).
         usize::try_from(meta.payload_len)
@@ -392,9 +385,8 @@ impl Chunk {
         if rest.is_empty() {
             return Ok((chunk, None));
         }
-        let bad = |what: String| ChunkError::Trailer(what);
         if rest.len() < STATE_TRAILER {
-            return Err(bad(format!(
+            return Err(ChunkError::Trailer(format!(
                 "{} bytes after the chunk, fewer than its header",
                 rest.len()
             )));
@@ -403,11 +395,14 @@ impl Chunk {
         let (len, crc) = (word(0) as usize, word(4));
         let state = &rest[STATE_TRAILER..];
         if state.len() != len {
-            return Err(bad(format!("length {len}, {} bytes follow", state.len())));
+            return Err(ChunkError::Trailer(format!(
+                "length {len}, {} bytes follow",
+                state.len()
+            )));
         }
         let got = crc32fast::hash(state);
         if got != crc {
-            return Err(bad(format!(
+            return Err(ChunkError::Trailer(format!(
                 "CRC-32 {got:#010x} differs from its header's {crc:#010x}"
             )));
         }
@@ -417,12 +412,31 @@ impl Chunk {
     /// The header of the chunk that starts `bytes` and the offset of its payload, after
     /// checking the magic, the version and the header's bounds (not the payload).
     pub fn peek_meta(bytes: &[u8]) -> Result<(ChunkMeta, usize), ChunkError> {
-        decode_meta(bytes)
+        let prefix = take(bytes, 0, PREFIX_LEN, "prefix")?;
+        let magic: [u8; 8] = prefix[0..8].try_into().expect("8 bytes");
+        if magic != CHUNK_MAGIC {
+            return Err(ChunkError::Magic(magic));
+        }
+        let version = u32::from_le_bytes(prefix[8..12].try_into().expect("4 bytes"));
+        if version != LAYOUT_VERSION {
+            return Err(ChunkError::Version { got: version });
+        }
+        let header_len = u32::from_le_bytes(prefix[12..16].try_into().expect("4 bytes")) as usize;
+        let header = take(bytes, PREFIX_LEN, header_len, "header")?;
+        let (meta, used): (ChunkMeta, usize) =
+            bincode::serde::decode_from_slice(header, header_config())
+                .map_err(|e| ChunkError::Header(e.to_string()))?;
+        if used != header_len {
+            return Err(ChunkError::Header(format!(
+                "header length {header_len} but {used} bytes decode"
+            )));
+        }
+        Ok((meta, PREFIX_LEN + header_len))
     }
 
     /// Checks the payload checksum of the encoded chunk `bytes` (framing and bounds too).
     pub fn verify_checksum(bytes: &[u8]) -> Result<ChunkMeta, ChunkError> {
-        let (meta, header_end) = decode_meta(bytes)?;
+        let (meta, header_end) = Self::peek_meta(bytes)?;
         let payload = take(bytes, header_end, meta.payload_len as usize, "payload")?;
         payload_crc(payload, meta.payload_crc32)?;
         Ok(meta)
@@ -445,7 +459,7 @@ impl Chunk {
         schema: &ChunkSchema,
         check_crc: bool,
     ) -> Result<Chunk, ChunkError> {
-        let (meta, header_end) = decode_meta(bytes)?;
+        let (meta, header_end) = Self::peek_meta(bytes)?;
         if meta.schema_hash != schema.hash() {
             return Err(ChunkError::Schema {
                 got: meta.schema_hash,
@@ -518,29 +532,6 @@ fn take<'a>(
             need,
             len: bytes.len(),
         })
-}
-
-fn decode_meta(bytes: &[u8]) -> Result<(ChunkMeta, usize), ChunkError> {
-    let prefix = take(bytes, 0, PREFIX_LEN, "prefix")?;
-    let magic: [u8; 8] = prefix[0..8].try_into().expect("8 bytes");
-    if magic != CHUNK_MAGIC {
-        return Err(ChunkError::Magic(magic));
-    }
-    let version = u32::from_le_bytes(prefix[8..12].try_into().expect("4 bytes"));
-    if version != LAYOUT_VERSION {
-        return Err(ChunkError::Version { got: version });
-    }
-    let header_len = u32::from_le_bytes(prefix[12..16].try_into().expect("4 bytes")) as usize;
-    let header = take(bytes, PREFIX_LEN, header_len, "header")?;
-    let (meta, used): (ChunkMeta, usize) =
-        bincode::serde::decode_from_slice(header, header_config())
-            .map_err(|e| ChunkError::Header(e.to_string()))?;
-    if used != header_len {
-        return Err(ChunkError::Header(format!(
-            "header length {header_len} but {used} bytes decode"
-        )));
-    }
-    Ok((meta, PREFIX_LEN + header_len))
 }
 
 /// A run-unique trajectory id: actor id (bits 62..52, < 2048), incarnation (51..44, mod 256),

@@ -144,17 +144,15 @@ pub fn encode_state<T: serde::Serialize>(value: &T) -> Vec<u8> {
 /// What [`encode_state`] wrote, for environment `id`: the whole of `bytes`, or
 /// [`EnvError::State`].
 pub fn decode_state<T: serde::de::DeserializeOwned>(id: &str, bytes: &[u8]) -> Result<T, EnvError> {
-    match bincode::serde::decode_from_slice(bytes, bincode::config::standard()) {
-        Ok((value, used)) if used == bytes.len() => Ok(value),
-        Ok((_, used)) => Err(EnvError::State {
-            id: id.to_owned(),
-            reason: format!("{} bytes left over after the state", bytes.len() - used),
-        }),
-        Err(e) => Err(EnvError::State {
-            id: id.to_owned(),
-            reason: format!("not a saved state: {e}"),
-        }),
-    }
+    let reason = match bincode::serde::decode_from_slice(bytes, bincode::config::standard()) {
+        Ok((value, used)) if used == bytes.len() => return Ok(value),
+        Ok((_, used)) => format!("{} bytes left over after the state", bytes.len() - used),
+        Err(e) => format!("not a saved state: {e}"),
+    };
+    Err(EnvError::State {
+        id: id.to_owned(),
+        reason,
+    })
 }
 
 /// Errors of environment construction.
@@ -204,16 +202,10 @@ pub enum EnvError {
     State { id: String, reason: String },
     /// [`VecEnv::new`] was asked for no environments.
     #[error("num_envs must be at least 1, got {num_envs}")]
-    NoEnvs {
-        /// The value given.
-        num_envs: usize,
-    },
+    NoEnvs { num_envs: usize },
     /// [`TimeLimit::new`] was given a limit of zero steps.
     #[error("max_episode_steps must be at least 1, got {max_episode_steps}")]
-    ZeroTimeLimit {
-        /// The value given.
-        max_episode_steps: u64,
-    },
+    ZeroTimeLimit { max_episode_steps: u64 },
 }
 
 impl EnvError {
@@ -249,11 +241,6 @@ pub fn max_episode_steps(id: &str) -> Result<u64, EnvError> {
 /// # Errors
 /// [`EnvError::UnknownId`] naming `id` and the known ids.
 pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
-    make_builtin(id)
-}
-
-/// What [`Registry::builtin`] registers for `id`.
-fn make_builtin(id: &str) -> Result<Box<dyn Env>, EnvError> {
     if let Some(env) = popgym::make(id) {
         // popgym ends its episodes itself: no TimeLimit, as the package registers them.
         return Ok(env);

@@ -36,16 +36,10 @@ pub fn appended_space(id: &str, observation: &Space, action: &Space) -> Result<S
         });
     };
     let (mut low, mut high) = (low.clone(), high.clone());
-    match action {
-        Space::Discrete { n } => {
-            low.extend(std::iter::repeat_n(0.0, *n));
-            high.extend(std::iter::repeat_n(1.0, *n));
-        }
-        Space::MultiDiscrete { nvec } => {
-            let n: usize = nvec.iter().sum();
-            low.extend(std::iter::repeat_n(0.0, n));
-            high.extend(std::iter::repeat_n(1.0, n));
-        }
+    // One-hot values: one per index (of every component of a multi-discrete action).
+    let one_hot = match action {
+        Space::Discrete { n } => *n,
+        Space::MultiDiscrete { nvec } => nvec.iter().sum(),
         Space::Box {
             low: a_low,
             high: a_high,
@@ -53,8 +47,11 @@ pub fn appended_space(id: &str, observation: &Space, action: &Space) -> Result<S
             // Zeros after a reset: within the bounds too.
             low.extend(a_low.iter().map(|l| l.min(0.0)));
             high.extend(a_high.iter().map(|h| h.max(0.0)));
+            0
         }
-    }
+    };
+    low.extend(std::iter::repeat_n(0.0, one_hot));
+    high.extend(std::iter::repeat_n(1.0, one_hot));
     Ok(Space::Box { low, high })
 }
 

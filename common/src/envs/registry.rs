@@ -87,19 +87,12 @@ impl Registry {
     /// [`Registry::register_boxed`].
     pub fn builtin() -> Self {
         let mut r = Self::empty();
-        for &id in ENV_IDS {
-            let limit = max_episode_steps(id).expect("a built-in id has a time limit");
-            // The built-in constructors already wrap their TimeLimit.
-            r.register_boxed(id, Some(limit), move || {
-                super::make_builtin(id).expect("a built-in id builds")
-            })
-            .expect("built-in ids are unique");
-        }
-        // The native POPGym ports: no time limit (popgym ends its episodes itself, and
-        // registers its ids without one).
-        for &id in super::POPGYM_IDS {
-            r.register_boxed(id, None, move || {
-                super::popgym::make(id).expect("a popgym id builds")
+        // `make` wraps the ENV_IDS in their TimeLimit; the native POPGym ports have none
+        // (popgym ends its episodes itself, and registers its ids without one).
+        for &id in ENV_IDS.iter().chain(super::POPGYM_IDS) {
+            let limit = max_episode_steps(id).ok();
+            r.register_boxed(id, limit, move || {
+                super::make(id).expect("a built-in id builds")
             })
             .expect("built-in ids are unique");
         }
@@ -110,11 +103,6 @@ impl Registry {
     pub fn with_gymnasium(mut self, options: GymnasiumOptions) -> Self {
         self.gymnasium = options;
         self
-    }
-
-    /// The options gymnasium ids are built with.
-    pub fn gymnasium(&self) -> &GymnasiumOptions {
-        &self.gymnasium
     }
 
     /// Registers `id`, built by `make` and wrapped in a [`TimeLimit`] of

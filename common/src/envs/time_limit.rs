@@ -34,16 +34,6 @@ impl<E: Env> TimeLimit<E> {
         &self.env
     }
 
-    /// Unwraps the environment.
-    pub fn into_inner(self) -> E {
-        self.env
-    }
-
-    /// The limit: the step that reaches it is truncated.
-    pub fn max_episode_steps(&self) -> u64 {
-        self.max_episode_steps
-    }
-
     /// Steps taken since the last reset (or construction).
     pub fn elapsed_steps(&self) -> u64 {
         self.elapsed_steps

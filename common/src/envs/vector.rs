@@ -97,6 +97,32 @@ impl VecStep {
         self.episode_return.fill(None);
         self.episode_length.fill(None);
     }
+
+    /// Records environment `j`'s transition and adds it to its running episode `(return,
+    /// length)`; where the episode ends (`terminated || truncated`, the returned `done`), the
+    /// totals go into the record and restart from 0.
+    pub(crate) fn record(
+        &mut self,
+        j: usize,
+        reward: f64,
+        (terminated, truncated): (bool, bool),
+        (ret, length): (&mut f64, &mut u64),
+    ) -> bool {
+        let done = terminated || truncated;
+        *ret += reward;
+        *length += 1;
+        self.reward[j] = reward as f32;
+        self.terminated[j] = terminated;
+        self.truncated[j] = truncated;
+        self.done[j] = done;
+        self.is_init[j] = done;
+        self.episode_return[j] = done.then_some(*ret);
+        self.episode_length[j] = done.then_some(*length);
+        if done {
+            (*ret, *length) = (0.0, 0);
+        }
+        done
+    }
 }
 
 /// `E` copies of one environment ([`make`]`(id)`, time limit included), stepped in lockstep;
@@ -142,9 +168,6 @@ impl VecEnv {
     /// # Errors
     /// [`EnvError::NoEnvs`] when `num_envs == 0`; [`EnvError::UnknownId`] for an unknown id.
     pub fn new(id: &str, num_envs: usize, seed: u64) -> Result<Self, EnvError> {
-        if num_envs == 0 {
-            return Err(EnvError::NoEnvs { num_envs });
-        }
         let envs = (0..num_envs)
             .map(|_| make(id))
             .collect::<Result<Vec<_>, _>>()?;
@@ -231,12 +254,6 @@ impl VecEnv {
         &self.last.obs
     }
 
-    /// What the last [`VecEnv::step`] produced (after [`VecEnv::reset`]: the first
-    /// observations, `is_init` everywhere, no transition).
-    pub fn last_step(&self) -> &VecStep {
-        &self.last
-    }
-
     /// `[E * D]` the observations the policy sees now (after [`VecEnv::reset`] or the last
     /// step's [`VecStep::obs`]).
     pub fn obs(&self) -> &[f32] {
@@ -273,17 +290,12 @@ impl VecEnv {
                 a.len()
             ),
             (VecActions::Continuous(_), Space::Box { .. })
-            | (VecActions::Discrete(_), Space::MultiDiscrete { .. })
-                if actions.len() != e * ad =>
-            {
-                panic!(
-                    "VecEnv({}): {} action values, expected {e} environments x {ad}",
-                    self.id,
-                    actions.len()
-                )
-            }
-            (VecActions::Continuous(_), Space::Box { .. })
-            | (VecActions::Discrete(_), Space::MultiDiscrete { .. }) => {}
+            | (VecActions::Discrete(_), Space::MultiDiscrete { .. }) => assert!(
+                actions.len() == e * ad,
+                "VecEnv({}): {} action values, expected {e} environments x {ad}",
+                self.id,
+                actions.len()
+            ),
             (actions, space) => panic!(
                 "VecEnv({}): actions {actions:?} do not match the action space {}",
                 self.id,
@@ -302,27 +314,14 @@ impl VecEnv {
             };
             let obs_range = j * d..(j + 1) * d;
             let r = env.step(action, &mut last.next_obs[obs_range.clone()]);
-            let done = r.terminated || r.truncated;
-            self.running_return[j] += r.reward;
-            self.running_length[j] += 1;
-            last.reward[j] = r.reward as f32;
-            last.terminated[j] = r.terminated;
-            last.truncated[j] = r.truncated;
-            last.done[j] = done;
-            last.is_init[j] = done;
-            if done {
-                last.episode_return[j] = Some(self.running_return[j]);
-                last.episode_length[j] = Some(self.running_length[j]);
-                self.running_return[j] = 0.0;
-                self.running_length[j] = 0;
+            let running = (&mut self.running_return[j], &mut self.running_length[j]);
+            if last.record(j, r.reward, (r.terminated, r.truncated), running) {
                 env.reset(
                     episode_seed(self.seed, j as u64, self.episodes[j]),
                     &mut last.obs[obs_range],
                 );
                 self.episodes[j] += 1;
             } else {
-                last.episode_return[j] = None;
-                last.episode_length[j] = None;
                 let (next, obs) = (&last.next_obs[obs_range.clone()], &mut last.obs[obs_range]);
                 obs.copy_from_slice(next);
             }
@@ -491,7 +490,7 @@ impl VectorEnv for VecEnv {
     }
     fn end_step(&mut self, group: usize) -> Result<&VecStep, EnvError> {
         assert_eq!(group, 0, "VecEnv({}) has one step group", self.id());
-        Ok(self.last_step())
+        Ok(&self.last)
     }
 }
 

@@ -176,25 +176,23 @@ impl Actor {
         let observation_space = env.observation_space();
         let action_space = env.action_space();
         let pc = policy.config();
+        let mismatch = |what: String| ActorError::Mismatch {
+            env: config.env.clone(),
+            what,
+        };
         if pc.obs_dim != observation_space.dim() {
-            return Err(ActorError::Mismatch {
-                env: config.env.clone(),
-                what: format!(
-                    "policy obs_dim = {}, observation space has {}",
-                    pc.obs_dim,
-                    observation_space.dim()
-                ),
-            });
+            return Err(mismatch(format!(
+                "policy obs_dim = {}, observation space has {}",
+                pc.obs_dim,
+                observation_space.dim()
+            )));
         }
         let wanted = action_spec(&action_space);
         if pc.action != wanted {
-            return Err(ActorError::Mismatch {
-                env: config.env.clone(),
-                what: format!(
-                    "policy action = {:?}, action space is {:?}",
-                    pc.action, wanted
-                ),
-            });
+            return Err(mismatch(format!(
+                "policy action = {:?}, action space is {wanted:?}",
+                pc.action
+            )));
         }
         let schema = chunk_schema(pc, config.num_envs, config.steps);
         let obs = env.reset()?.to_vec();
@@ -396,14 +394,12 @@ impl Actor {
                 }
                 self.policy_step(g)?;
                 self.record(g, t, chunk);
-                let r = self.groups[g].clone();
                 let k = self.schema.action_dim();
+                let rows = self.groups[g].start * k..self.groups[g].end * k;
                 let actions = match self.schema.action {
+                    ActionKind::Continuous { .. } => VecActions::Continuous(&self.continuous[rows]),
                     ActionKind::Discrete | ActionKind::MultiDiscrete { .. } => {
-                        VecActions::Discrete(&self.discrete[r.start * k..r.end * k])
-                    }
-                    ActionKind::Continuous { .. } => {
-                        VecActions::Continuous(&self.continuous[r.start * k..r.end * k])
+                        VecActions::Discrete(&self.discrete[rows])
                     }
                 };
                 self.env.begin_step(g, actions)?;
@@ -419,12 +415,8 @@ impl Actor {
     /// Records what the policy saw and did at step `t` for group `g`'s environments.
     fn record(&self, g: usize, t: usize, chunk: &mut Chunk) {
         let s = &self.schema;
-        let (t_len, d, lh, k) = (
-            s.steps,
-            s.obs_dim,
-            s.num_layers * s.hidden_size,
-            s.action_dim(),
-        );
+        let (t_len, d, k) = (s.steps, s.obs_dim, s.action_dim());
+        let lh = s.num_layers * s.hidden_size;
         let r = self.groups[g].clone();
         let out = &self.outs[g];
         for env in r.clone() {
@@ -444,13 +436,10 @@ impl Actor {
                 env,
                 self.episode[env],
             );
+            let (to, from) = (p * k..(p + 1) * k, env * k..(env + 1) * k);
             match &mut chunk.action {
-                ActionColumn::Discrete(a) => {
-                    a[p * k..(p + 1) * k].copy_from_slice(&self.discrete[env * k..(env + 1) * k])
-                }
-                ActionColumn::Continuous(a) => {
-                    a[p * k..(p + 1) * k].copy_from_slice(&self.continuous[env * k..(env + 1) * k])
-                }
+                ActionColumn::Discrete(a) => a[to].copy_from_slice(&self.discrete[from]),
+                ActionColumn::Continuous(a) => a[to].copy_from_slice(&self.continuous[from]),
             }
         }
     }
@@ -519,10 +508,8 @@ impl Actor {
     /// (random draws in environment order).
     fn policy_step(&mut self, g: usize) -> Result<(), ActorError> {
         let r = self.groups[g].clone();
-        let (d, lh) = (
-            self.schema.obs_dim,
-            self.schema.num_layers * self.schema.hidden_size,
-        );
+        let s = &self.schema;
+        let (d, lh) = (s.obs_dim, s.num_layers * s.hidden_size);
         self.fast.step(
             &self.obs[r.start * d..r.end * d],
             &self.is_init[r.clone()],
@@ -564,11 +551,12 @@ impl Actor {
                 }
             }
             ActionSpec::MultiDiscrete { nvec } => {
-                let k = nvec.len();
+                let dim = nvec.len();
                 let choices: f32 = nvec.iter().map(|&n| n as f32).product();
                 for (i, env) in r.enumerate() {
-                    let head = &head[i * k_head(nvec)..(i + 1) * k_head(nvec)];
-                    let action = &mut self.discrete[env * k..(env + 1) * k];
+                    // `k` head outputs per environment: the sum of `nvec`.
+                    let head = &head[i * k..(i + 1) * k];
+                    let action = &mut self.discrete[env * dim..(env + 1) * dim];
                     let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
                     let mut policy_logp = 0.0f32;
                     let mut greedy_match = true;
@@ -639,11 +627,6 @@ struct ActorState {
     episode: Vec<u64>,
     traj_incarnation: Vec<u32>,
     rng: ([u8; 32], u64, u128),
-}
-
-/// Head outputs per environment of a multi-discrete policy: the sum of `nvec`.
-fn k_head(nvec: &[usize]) -> usize {
-    nvec.iter().sum()
 }
 
 /// The log-probability of `a` under the categorical distribution with `logits`.

@@ -59,8 +59,6 @@ pub struct GymVecEnv {
     workers: Vec<Worker>,
     timeout: Duration,
     spin: Duration,
-    action_dim: usize,
-    discrete: bool,
     started: bool,
     /// The pipeline's groups ([`VectorEnv::step_groups`]).
     groups: Vec<Range<usize>>,
@@ -130,17 +128,12 @@ impl GymVecEnv {
         let (Some(obs), Some(action)) = (hello.observation_space, hello.action_space) else {
             return Err(err("the worker did not report its spaces".into()));
         };
-        let (action_space, action_dim, discrete) = match action {
-            ActionDesc::Discrete { n } => (Space::Discrete { n }, 1, true),
-            ActionDesc::Box { low, high } => {
-                let k = low.len();
-                (Space::Box { low, high }, k, false)
-            }
-            ActionDesc::Multidiscrete { nvec } => {
-                let k = nvec.len();
-                (Space::MultiDiscrete { nvec }, k, true)
-            }
+        let action_space = match action {
+            ActionDesc::Discrete { n } => Space::Discrete { n },
+            ActionDesc::Box { low, high } => Space::Box { low, high },
+            ActionDesc::Multidiscrete { nvec } => Space::MultiDiscrete { nvec },
         };
+        let action_dim = action_space.dim();
         let spec = EnvSpec {
             id: id.to_string(),
             observation_space: Space::Box {
@@ -168,9 +161,7 @@ impl GymVecEnv {
             handshake["path"] = serde_json::json!(arrays.path());
             handshake["seeds"] = serde_json::json!(seeds);
             worker.arrays = Some(arrays);
-            let mut line = handshake.to_string().into_bytes();
-            line.push(b'\n');
-            worker.send(id, &line, What::Handshake)?;
+            worker.send(id, format!("{handshake}\n").as_bytes(), What::Handshake)?;
         }
         let groups = if !options.pipeline || num_envs < 2 {
             std::iter::once(0..num_envs).collect()
@@ -185,8 +176,6 @@ impl GymVecEnv {
             workers,
             timeout: options.timeout,
             spin: options.spin,
-            action_dim,
-            discrete,
             started: false,
             group_steps: vec![0; groups.len()],
             groups,
@@ -203,22 +192,6 @@ impl GymVecEnv {
         &self.spec
     }
 
-    /// Reset: one command to every worker (they run in parallel), then every answer.
-    fn reset_all(&mut self) -> Result<(), EnvError> {
-        for worker in &mut self.workers {
-            assert!(
-                worker.outstanding.is_empty(),
-                "GymVecEnv({}): reset while a step is outstanding",
-                self.id
-            );
-            worker.send(&self.id, b"R", What::Reset)?;
-        }
-        for worker in &mut self.workers {
-            worker.answer(&self.id, What::Reset, self.timeout, Duration::ZERO)?;
-        }
-        Ok(())
-    }
-
     /// Writes the actions of envs `envs` (`actions` holds their rows only) and sends each
     /// worker holding some of them a step command for its share; returns at once.
     fn begin_range(
@@ -228,7 +201,7 @@ impl GymVecEnv {
         what: What,
     ) -> Result<(), EnvError> {
         assert!(self.started, "GymVecEnv({}): step before reset", self.id);
-        let k = self.action_dim;
+        let k = self.spec.action_space.dim();
         assert_eq!(
             actions.len(),
             envs.len() * k,
@@ -243,11 +216,11 @@ impl GymVecEnv {
             }
             let (lo, hi) = (r.start - worker.envs.start, r.end - worker.envs.start);
             let rows = (r.start - envs.start) * k..(r.end - envs.start) * k;
-            match (actions, self.discrete) {
-                (VecActions::Discrete(a), true) => {
+            match (actions, &self.spec.action_space) {
+                (VecActions::Discrete(a), Space::Discrete { .. } | Space::MultiDiscrete { .. }) => {
                     worker.arrays_mut().write_actions_i64(lo * k, &a[rows]);
                 }
-                (VecActions::Continuous(a), false) => {
+                (VecActions::Continuous(a), Space::Box { .. }) => {
                     worker.arrays_mut().write_actions_f32(lo * k, &a[rows]);
                 }
                 (a, _) => panic!(
@@ -295,24 +268,8 @@ impl GymVecEnv {
             );
         }
         for j in envs {
-            let (t, u) = (term[j] != 0, trunc[j] != 0);
-            let done = t || u;
-            last.reward[j] = self.reward64[j] as f32;
-            last.terminated[j] = t;
-            last.truncated[j] = u;
-            last.done[j] = done;
-            last.is_init[j] = done;
-            self.running_return[j] += self.reward64[j];
-            self.running_length[j] += 1;
-            if done {
-                last.episode_return[j] = Some(self.running_return[j]);
-                last.episode_length[j] = Some(self.running_length[j]);
-                self.running_return[j] = 0.0;
-                self.running_length[j] = 0;
-            } else {
-                last.episode_return[j] = None;
-                last.episode_length[j] = None;
-            }
+            let running = (&mut self.running_return[j], &mut self.running_length[j]);
+            last.record(j, self.reward64[j], (term[j] != 0, trunc[j] != 0), running);
         }
         Ok(())
     }
@@ -336,7 +293,18 @@ impl VectorEnv for GymVecEnv {
     }
 
     fn reset(&mut self) -> Result<&[f32], EnvError> {
-        self.reset_all()?;
+        // One command to every worker (they run in parallel), then every answer.
+        for worker in &mut self.workers {
+            assert!(
+                worker.outstanding.is_empty(),
+                "GymVecEnv({}): reset while a step is outstanding",
+                self.id
+            );
+            worker.send(&self.id, b"R", What::Reset)?;
+        }
+        for worker in &mut self.workers {
+            worker.answer(&self.id, What::Reset, self.timeout, Duration::ZERO)?;
+        }
         let last = &mut self.last;
         let d = self.spec.observation_space.dim();
         for worker in &self.workers {

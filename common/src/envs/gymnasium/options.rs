@@ -33,6 +33,16 @@ pub fn default_workers() -> usize {
 /// The least time a worker is given to start, in seconds (`RECUR_GYM_START_TIMEOUT_S`).
 pub const DEFAULT_START_TIMEOUT_S: f64 = 120.0;
 
+/// Microseconds from the environment variable `name`, else `default`.
+fn micros_var(name: &str, default: u64) -> Duration {
+    Duration::from_micros(
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(default),
+    )
+}
+
 /// A positive, finite number of seconds from the environment variable `name`.
 fn seconds_var(name: &str) -> Option<f64> {
     std::env::var(name)
@@ -92,18 +102,8 @@ impl Default for GymnasiumOptions {
                 .filter(|&w| w >= 1)
                 .unwrap_or_else(default_workers),
             pipeline: std::env::var("RECUR_GYM_PIPELINE").map_or(true, |v| v.trim() != "0"),
-            spin: Duration::from_micros(
-                std::env::var("RECUR_GYM_SPIN_US")
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .unwrap_or(DEFAULT_SPIN_US),
-            ),
-            worker_spin: Duration::from_micros(
-                std::env::var("RECUR_GYM_WORKER_SPIN_US")
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .unwrap_or(DEFAULT_WORKER_SPIN_US),
-            ),
+            spin: micros_var("RECUR_GYM_SPIN_US", DEFAULT_SPIN_US),
+            worker_spin: micros_var("RECUR_GYM_WORKER_SPIN_US", DEFAULT_WORKER_SPIN_US),
         }
     }
 }

@@ -110,15 +110,10 @@ impl Worker {
     }
 
     pub(super) fn send(&mut self, id: &str, bytes: &[u8], what: What) -> Result<(), EnvError> {
-        if self
-            .stdin
+        self.stdin
             .write_all(bytes)
             .and_then(|_| self.stdin.flush())
-            .is_err()
-        {
-            return Err(self.dead(id, what));
-        }
-        Ok(())
+            .map_err(|_| self.dead(id, what))
     }
 
     /// Waits for the answer to the command sent last.
