@@ -125,22 +125,9 @@ fn accept(server: &RemoteServer, n: usize) -> anyhow::Result<Vec<RemoteLink>> {
 }
 
 /// The loopback-TCP bandwidth row of `shm`'s chunk size from as many producer processes, each
-/// sending `window_chunks / producers * (iters + 1)` chunks.
-pub fn tcp_bandwidth(shm: &ShmBaseline, iters: usize) -> anyhow::Result<TcpBandwidthRow> {
-    bandwidth(shm, iters, None)
-}
-
-/// [`tcp_bandwidth`] through TLS 1.3, beside the plaintext row `tcp` of the same size.
-pub fn tls_bandwidth(
-    shm: &ShmBaseline,
-    iters: usize,
-    tcp: &TcpBandwidthRow,
-) -> anyhow::Result<TcpBandwidthRow> {
-    bandwidth(shm, iters, Some(tcp))
-}
-
-/// The bandwidth row, through TLS when `tcp` (the plaintext row to compare with) is given.
-fn bandwidth(
+/// sending `window_chunks / producers * (iters + 1)` chunks; through TLS 1.3 (the
+/// `tls_bandwidth` row) when `tcp`, the plaintext row of the same size to compare with, is given.
+pub fn tcp_bandwidth(
     shm: &ShmBaseline,
     iters: usize,
     tcp: Option<&TcpBandwidthRow>,

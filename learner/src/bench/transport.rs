@@ -35,7 +35,7 @@ use serde::Serialize;
 
 use super::chunks::{bench_chunk, set_seq};
 use super::latency::{Subscriber, WeightsRow};
-use super::tcp::{tcp_bandwidth, tcp_weight_latency, tls_bandwidth, ShmBaseline};
+use super::tcp::{tcp_bandwidth, tcp_weight_latency, ShmBaseline};
 use super::{each_at_least_one, emit, summarize, Producers, ROW_DEADLINE};
 
 /// The grid and the measurement settings (the `recur-bench transport` flags).
@@ -131,9 +131,9 @@ impl TransportBench {
                         queue: row.slots,
                         gb_per_s: row.gb_per_s,
                     };
-                    let tcp = tcp_bandwidth(&shm, self.iters)?;
+                    let tcp = tcp_bandwidth(&shm, self.iters, None)?;
                     emit(out, &tcp)?;
-                    let tls = tls_bandwidth(&shm, self.iters, &tcp)?;
+                    let tls = tcp_bandwidth(&shm, self.iters, Some(&tcp))?;
                     emit(out, &tls)?;
                 }
             }
