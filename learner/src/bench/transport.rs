@@ -36,7 +36,7 @@ use serde::Serialize;
 use super::chunks::{bench_chunk, set_seq};
 use super::latency::{Subscriber, WeightsRow};
 use super::tcp::{tcp_bandwidth, tcp_weight_latency, ShmBaseline};
-use super::{each_at_least_one, emit, summarize, Producers, ROW_DEADLINE};
+use super::{at_least_one, each_at_least_one, emit, summarize, Producers, ROW_DEADLINE};
 
 /// The grid and the measurement settings (the `recur-bench transport` flags).
 #[derive(Clone, Debug, clap::Args)]
@@ -114,11 +114,7 @@ impl TransportBench {
         for name in reclaim_stale() {
             eprintln!("recur-bench: removed stale shared-memory segment {name}");
         }
-        ensure!(
-            self.iters >= 1,
-            "--iters must be at least 1, got {}",
-            self.iters
-        );
+        at_least_one("--iters", self.iters)?;
         for &chunk_bytes in &self.chunk_sizes {
             for &producers in &self.producers {
                 let row = self.bandwidth(chunk_bytes, producers)?;
@@ -152,10 +148,6 @@ impl TransportBench {
     }
 
     fn bandwidth(&self, chunk_bytes: usize, producers: usize) -> anyhow::Result<BandwidthRow> {
-        ensure!(
-            producers >= 1,
-            "--producers: every count must be at least 1"
-        );
         let encoded = bench_chunk(chunk_bytes)?;
         let len = encoded.len();
         let per_producer = (self.window_bytes / len / producers).max(8);
