@@ -179,7 +179,7 @@ pub struct RnnRow {
     pub layers: usize,
     /// `none` or `full`.
     pub recompute: Recompute,
-    /// GEMM floating-point operations of one call / 1e9 (see [`gemm_gflop`]).
+    /// GEMM floating-point operations of one call / 1e9 (see [`RnnBench::gemm_gflop`]).
     pub gflop: f64,
     pub gflop_per_s: f64,
     /// The square GEMM of [`GemmRow`], measured right before and right after this row (mean);
@@ -214,43 +214,6 @@ pub struct GemmRow {
 
 /// Side of the square GEMM measured for the peak.
 pub const PEAK_GEMM_N: usize = 1024;
-
-/// FLOPs (/1e9) of the GEMMs of one call: forward `2 B T (in G H + H G H)` per layer (`G` = 4
-/// for an LSTM, 3 for a GRU; layers after the first read `H` inputs); the backward's GEMMs
-/// (`dG W_hh` per step, `dW_hh`, `dW_ih`, `dX`) are twice the forward, and `recompute = "full"`
-/// adds the forward's once more.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_gflop(
-    cell: CellKind,
-    batch: usize,
-    steps: usize,
-    input: usize,
-    hidden: usize,
-    layers: usize,
-    pass: Pass,
-    recompute: Recompute,
-) -> f64 {
-    let g = cell.gates() as f64;
-    let h = hidden as f64;
-    let forward: f64 = (0..layers)
-        .map(|l| {
-            let inputs = if l == 0 { input } else { hidden } as f64;
-            // minGRU has no h W_hh^T: its one GEMM is the input projection.
-            let recurrent = if cell.has_hidden_weights() {
-                h * g * h
-            } else {
-                0.0
-            };
-            2.0 * (batch * steps) as f64 * (inputs * g * h + recurrent)
-        })
-        .sum();
-    let factor = match (pass, recompute) {
-        (Pass::Fwd, _) => 1.0,
-        (Pass::FwdBwd, Recompute::None) => 3.0,
-        (Pass::FwdBwd, Recompute::Full) => 4.0,
-    };
-    forward * factor / 1e9
-}
 
 /// One workload's data: inputs `[B, T, in]`, `is_init` `[B, T]` (column 0 true, later steps
 /// Bernoulli(p)), zero stored states (every segment starts from a fresh reset).
@@ -325,26 +288,23 @@ impl RnnBench {
         backend: RecurrentBackend,
         recompute: Recompute,
     ) -> anyhow::Result<Vec<RnnRow>> {
+        let config = RecurrentConfig::new(self.input, self.hidden)
+            .with_num_layers(self.layers)
+            .with_backend(backend)
+            .with_recompute(recompute)
+            .with_matmul_precision(self.matmul_precision);
         match self.device {
-            BenchDevice::Cpu => {
-                self.run_module::<CpuAutodiff>(out, cell, backend, recompute, &cpu_device())
-            }
+            BenchDevice::Cpu => self.run_module::<CpuAutodiff>(out, cell, &config, &cpu_device()),
             #[cfg(feature = "cuda")]
-            BenchDevice::Cuda(n) => self.run_module::<common::backend::CudaAutodiff>(
-                out,
-                cell,
-                backend,
-                recompute,
-                &burn::backend::cuda::CudaDevice::new(n),
-            ),
+            BenchDevice::Cuda(n) => {
+                let device = burn::backend::cuda::CudaDevice::new(n);
+                self.run_module::<common::backend::CudaAutodiff>(out, cell, &config, &device)
+            }
             #[cfg(feature = "wgpu")]
-            BenchDevice::Wgpu => self.run_module::<common::backend::WgpuAutodiff>(
-                out,
-                cell,
-                backend,
-                recompute,
-                &Default::default(),
-            ),
+            BenchDevice::Wgpu => {
+                let device = Default::default();
+                self.run_module::<common::backend::WgpuAutodiff>(out, cell, &config, &device)
+            }
             #[allow(unreachable_patterns)]
             other => anyhow::bail!(
                 "--device {other}: this recur-bench was built without that backend (build \
@@ -358,22 +318,17 @@ impl RnnBench {
         &self,
         out: &mut impl Write,
         cell: CellKind,
-        backend: RecurrentBackend,
-        recompute: Recompute,
+        config: &RecurrentConfig,
         device: &B::Device,
     ) -> anyhow::Result<Vec<RnnRow>>
     where
         B: AutodiffBackend + MaybeBackward,
         B::InnerBackend: MaybeBackward,
     {
+        let (backend, recompute) = (config.backend, config.recompute);
         let on_cpu = self.device == BenchDevice::Cpu;
         let mut rows = Vec::new();
-        let config = RecurrentConfig::new(self.input, self.hidden)
-            .with_num_layers(self.layers)
-            .with_backend(backend)
-            .with_recompute(recompute)
-            .with_matmul_precision(self.matmul_precision);
-        let module = RecurrentCore::<B>::new(&config, cell, device)?;
+        let module = RecurrentCore::<B>::new(config, cell, device)?;
         let inference = module.valid();
         for &steps in &self.steps {
             for &p in &self.reset_probs {
@@ -395,16 +350,7 @@ impl RnnBench {
                     };
                     let peak = before.map(|before| (before + self.peak()) / 2.0);
                     let (median_ms, min_ms, max_ms) = summarize(&samples);
-                    let gflop = gemm_gflop(
-                        cell,
-                        self.batch,
-                        steps,
-                        self.input,
-                        self.hidden,
-                        self.layers,
-                        pass,
-                        recompute,
-                    );
+                    let gflop = self.gemm_gflop(cell, steps, pass, recompute);
                     let gflop_per_s = gflop / (median_ms / 1e3);
                     let resolved = module.backend();
                     let row = RnnRow {
@@ -463,6 +409,39 @@ impl RnnBench {
                 .map(|i| i % steps == 0 || rng.random_bool(p))
                 .collect(),
         }
+    }
+
+    /// FLOPs (/1e9) of the GEMMs of one call: forward `2 B T (in G H + H G H)` per layer (`G` = 4
+    /// for an LSTM, 3 for a GRU; layers after the first read `H` inputs); the backward's GEMMs
+    /// (`dG W_hh` per step, `dW_hh`, `dW_ih`, `dX`) are twice the forward, and `recompute = "full"`
+    /// adds the forward's once more.
+    pub fn gemm_gflop(
+        &self,
+        cell: CellKind,
+        steps: usize,
+        pass: Pass,
+        recompute: Recompute,
+    ) -> f64 {
+        let g = cell.gates() as f64;
+        let h = self.hidden as f64;
+        let forward: f64 = (0..self.layers)
+            .map(|l| {
+                let inputs = if l == 0 { self.input } else { self.hidden } as f64;
+                // minGRU has no h W_hh^T: its one GEMM is the input projection.
+                let recurrent = if cell.has_hidden_weights() {
+                    h * g * h
+                } else {
+                    0.0
+                };
+                2.0 * (self.batch * steps) as f64 * (inputs * g * h + recurrent)
+            })
+            .sum();
+        let factor = match (pass, recompute) {
+            (Pass::Fwd, _) => 1.0,
+            (Pass::FwdBwd, Recompute::None) => 3.0,
+            (Pass::FwdBwd, Recompute::Full) => 4.0,
+        };
+        forward * factor / 1e9
     }
 
     /// The square-GEMM figure now (median of 3 after a warm-up).
@@ -560,12 +539,6 @@ pub trait MaybeBackward: Backend {
     fn finish(loss: Tensor<Self, 1>, backward: bool, device: &Self::Device);
 }
 
-impl MaybeBackward for common::backend::Cpu {
-    fn finish(loss: Tensor<Self, 1>, _backward: bool, _: &Self::Device) {
-        std::hint::black_box(loss.into_data());
-    }
-}
-
 /// The autodiff backends: the backward pass when asked, then the loss read back (which waits
 /// for the forward) and the device synced (which waits for the backward).
 macro_rules! autodiff_finish {
@@ -583,8 +556,7 @@ macro_rules! autodiff_finish {
     )*};
 }
 
-/// The plain GPU backends: the loss read back waits for the whole forward.
-#[cfg(any(feature = "cuda", feature = "wgpu"))]
+/// The plain backends: the loss read back waits for the whole forward.
 macro_rules! plain_finish {
     ($($backend:ty),*) => {$(
         impl MaybeBackward for $backend {
@@ -596,6 +568,7 @@ macro_rules! plain_finish {
 }
 
 autodiff_finish!(CpuAutodiff);
+plain_finish!(common::backend::Cpu);
 #[cfg(feature = "cuda")]
 autodiff_finish!(common::backend::CudaAutodiff);
 #[cfg(feature = "cuda")]
