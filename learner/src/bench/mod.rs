@@ -80,13 +80,11 @@ pub fn set_threads(threads: usize) {
     std::env::set_var("MATMUL_NUM_THREADS", threads.to_string());
 }
 
-/// Errs with "`flag` must be at least 1, got `value`" unless it is.
 fn at_least_one(flag: &str, value: usize) -> anyhow::Result<()> {
     anyhow::ensure!(value >= 1, "{flag} must be at least 1, got {value}");
     Ok(())
 }
 
-/// Errs with "`flag`: every `what` must be at least 1, got `values`" unless every one is.
 fn each_at_least_one(flag: &str, what: &str, values: &[usize]) -> anyhow::Result<()> {
     anyhow::ensure!(
         values.iter().all(|&v| v >= 1),
