@@ -17,8 +17,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::envs::{is_gymnasium, GymnasiumOptions, Registry, Space, VecActions, VectorEnv};
-use common::policy::init_policy;
-use common::policy::policy_config_for_spec;
+use common::policy::{init_policy, policy_config_for_spec};
 use common::recurrent::{CellKind, RecurrentError};
 use common::rollout::{Actor, ActorConfig};
 use rand::rngs::StdRng;
@@ -171,7 +170,7 @@ impl ActorBench {
         let config = serde_json::json!({
             "id": env.strip_prefix(common::envs::GYMNASIUM_PREFIX).unwrap_or(env),
             "imports": self.env_imports,
-            "kwargs": serde_json::json!({}),
+            "kwargs": {},
             "envs": e,
             "seed": self.seed,
             "iters": self.iters.max(1),

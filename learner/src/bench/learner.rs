@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::backend::{cpu_device, CpuAutodiff};
 use common::chunk::Chunk;
-use common::policy::chunk_schema;
-use common::policy::init_policy;
+use common::policy::{chunk_schema, init_policy};
 use common::recurrent::{CellKind, RecurrentBackend};
 use common::rollout::{Actor, ActorConfig};
 use serde::Serialize;
@@ -164,8 +163,7 @@ impl LearnerBench {
                             .flat_map(|&p| updates.iter().map(move |&u| (p, u)))
                         {
                             let shape = (slice_len, batch, pack);
-                            let row = self.row(algo, backend, update, shape, &data)?;
-                            if let Some(row) = row {
+                            if let Some(row) = self.row(algo, backend, update, shape, &data)? {
                                 emit(out, &row)?;
                                 rows.push(row);
                             }
