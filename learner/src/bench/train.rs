@@ -170,12 +170,8 @@ impl TrainBench {
             .arg("train")
             .arg("--config")
             .arg(config)
-            .args([
-                "--seed",
-                &seed.to_string(),
-                "--frames",
-                &self.frames.to_string(),
-            ])
+            .args(["--seed", &seed.to_string()])
+            .args(["--frames", &self.frames.to_string()])
             .arg("--run-dir")
             .arg(&run)
             .args(["--quiet", "--set"])
@@ -195,10 +191,8 @@ impl TrainBench {
         let summary: serde_json::Value =
             serde_json::from_slice(&std::fs::read(run.join("summary.json"))?)?;
         let num = |k: &str| summary[k].as_f64();
-        let (frames, seconds) = (
-            num("frames").unwrap_or(0.0) as u64,
-            num("seconds").unwrap_or(f64::NAN),
-        );
+        let frames = num("frames").unwrap_or(0.0) as u64;
+        let seconds = num("seconds").unwrap_or(f64::NAN);
         // Greedy episodes of checkpoint `dir` on environments seeded from `seed`.
         let greedy = |dir: &Path, seed: u64| -> anyhow::Result<Option<f64>> {
             if self.eval_episodes == 0 || !dir.exists() {
