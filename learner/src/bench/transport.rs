@@ -154,18 +154,15 @@ impl TransportBench {
         let window = per_producer * producers;
         let windows = self.iters + 1;
         let slots = (self.ring_bytes / len).clamp(2, 64);
+        let config = RingConfig {
+            slots,
+            slot_bytes: len,
+        };
         let run_id = unique_run_id();
         let mut rings = (0..producers)
             .map(|k| {
                 let name = format!("{SEGMENT_PREFIX}bench-{run_id}-ring-{k}");
-                RingReader::create(
-                    &name,
-                    RingConfig {
-                        slots,
-                        slot_bytes: len,
-                    },
-                )
-                .with_context(|| format!("creating ring {name}"))
+                RingReader::create(&name, config).with_context(|| format!("creating ring {name}"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         // memcpy reference: half of its rounds before the transfer, half after, so that both
