@@ -219,51 +219,30 @@ pub fn tcp_bandwidth(
 
 /// A benchmark actor's connection: a bare socket, or a TLS session that pins the learner's
 /// certificate (as `recur-actor` does).
-enum Conn {
-    Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
-}
-
-impl Conn {
-    fn socket(&self) -> &TcpStream {
-        match self {
-            Conn::Plain(s) => s,
-            Conn::Tls(s) => s.get_ref(),
-        }
-    }
+trait Conn: Read + Write {
+    fn socket(&self) -> &TcpStream;
 
     /// Ends the sending direction (after a TLS `close_notify`); reading goes on.
     fn close_write(&mut self) -> std::io::Result<()> {
-        if let Conn::Tls(s) = self {
-            s.conn.send_close_notify();
-            s.flush()?;
-        }
         self.socket().shutdown(std::net::Shutdown::Write)
     }
 }
 
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.read(buf),
-            Conn::Tls(s) => s.read(buf),
-        }
+impl Conn for TcpStream {
+    fn socket(&self) -> &TcpStream {
+        self
     }
 }
 
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.write(buf),
-            Conn::Tls(s) => s.write(buf),
-        }
+impl Conn for rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    fn socket(&self) -> &TcpStream {
+        self.get_ref()
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.flush(),
-            Conn::Tls(s) => s.flush(),
-        }
+    fn close_write(&mut self) -> std::io::Result<()> {
+        self.conn.send_close_notify();
+        self.flush()?;
+        self.sock.shutdown(std::net::Shutdown::Write)
     }
 }
 
@@ -275,17 +254,17 @@ fn join(
     fingerprint: Option<Fingerprint>,
     actor_id: u32,
     chunk_bytes: usize,
-) -> anyhow::Result<(Conn, usize)> {
+) -> anyhow::Result<(Box<dyn Conn>, usize)> {
     let socket = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     socket.set_nodelay(true)?;
-    let mut stream = match fingerprint {
-        None => Conn::Plain(socket),
+    let mut stream: Box<dyn Conn> = match fingerprint {
+        None => Box::new(socket),
         Some(f) => {
             let conn = rustls::ClientConnection::new(
                 common::tls::client_config(f),
                 common::tls::server_name(),
             )?;
-            Conn::Tls(Box::new(rustls::StreamOwned::new(conn, socket)))
+            Box::new(rustls::StreamOwned::new(conn, socket))
         }
     };
     write_message(
