@@ -134,21 +134,19 @@ pub fn tcp_bandwidth(
 ) -> anyhow::Result<TcpBandwidthRow> {
     let tls = tcp.is_some();
     let (chunk_bytes, producers) = (shm.chunk_bytes, shm.producers);
-    let encoded = bench_chunk(chunk_bytes)?;
-    let len = encoded.len();
+    let len = bench_chunk(chunk_bytes)?.len();
     let windows = iters + 1;
     let per_producer = shm.window_chunks / producers;
-    let queue = shm.queue;
-    let (server, token, fingerprint) = server(len, 64, queue, tls)?;
+    let (server, token, fingerprint) = server(len, 64, shm.queue, tls)?;
     let exe = std::env::current_exe().context("locating recur-bench to spawn producers")?;
-    let mut children = Vec::new();
+    let mut children = Producers(Vec::new());
     for k in 0..producers {
         let mut cmd = Command::new(&exe);
         cmd.arg("transport-producer");
         if let Some(f) = fingerprint {
             cmd.args(["--tls-fingerprint", &f.to_string()]);
         }
-        children.push(
+        children.0.push(
             cmd.args(["--tcp", &server.local_addr().to_string()])
                 .args(["--token", token_hex(&token).trim()])
                 .args(["--actor-id", &k.to_string()])
@@ -160,7 +158,6 @@ pub fn tcp_bandwidth(
                 .with_context(|| format!("spawning {} transport-producer --tcp", exe.display()))?,
         );
     }
-    let children = Producers(children);
     let mut links = accept(&server, producers)?;
     let total = per_producer * producers * windows;
     let window = per_producer * producers;
@@ -210,7 +207,7 @@ pub fn tcp_bandwidth(
         chunks: window,
         median_ms,
         encoded_bytes: len,
-        window: queue,
+        window: shm.queue,
         iters,
         tcp_gb_per_s: tcp.map(|t| t.gb_per_s),
         ratio_to_tcp: tcp.map(|t| gb_per_s / t.gb_per_s),
