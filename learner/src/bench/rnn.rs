@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use burn::module::AutodiffModule;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Tensor, TensorData};
-use common::backend::{cpu_device, CpuAutodiff};
+use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
 use common::recurrent::{
     fused, set_recurrent_mode, CellKind, MatmulPrecision, Recompute, RecurrentBackend,
     RecurrentConfig, RecurrentCore, RecurrentMode, RecurrentState,
@@ -131,13 +131,11 @@ pub enum BenchDevice {
 impl FromStr for BenchDevice {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        if s == "wgpu" {
-            return Ok(BenchDevice::Wgpu);
-        }
-        match s.parse::<common::backend::TrainDevice>() {
-            Ok(common::backend::TrainDevice::Cpu) => Ok(BenchDevice::Cpu),
-            Ok(common::backend::TrainDevice::Cuda(n)) => Ok(BenchDevice::Cuda(n)),
-            Err(_) => Err(format!(
+        match (s, s.parse()) {
+            ("wgpu", _) => Ok(BenchDevice::Wgpu),
+            (_, Ok(TrainDevice::Cpu)) => Ok(BenchDevice::Cpu),
+            (_, Ok(TrainDevice::Cuda(n))) => Ok(BenchDevice::Cuda(n)),
+            _ => Err(format!(
                 "device {s:?}: expected \"cpu\", \"cuda\", \"cuda:N\" or \"wgpu\""
             )),
         }
