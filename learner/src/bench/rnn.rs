@@ -213,13 +213,6 @@ pub struct GemmRow {
 /// Side of the square GEMM measured for the peak.
 pub const PEAK_GEMM_N: usize = 1024;
 
-/// One workload's data: inputs `[B, T, in]`, `is_init` `[B, T]` (column 0 true, later steps
-/// Bernoulli(p)), zero stored states (every segment starts from a fresh reset).
-struct Workload {
-    x: Vec<f32>,
-    is_init: Vec<bool>,
-}
-
 impl RnnBench {
     /// Checks the flags (an error names the flag), then applies `--quick` (still a row for
     /// every cell x backend x pass).
@@ -330,7 +323,6 @@ impl RnnBench {
         let inference = module.valid();
         for &steps in &self.steps {
             for &p in &self.reset_probs {
-                let work = self.workload(steps, p);
                 for &pass in &self.passes {
                     if pass == Pass::Fwd && recompute == Recompute::Full {
                         continue;
@@ -338,11 +330,11 @@ impl RnnBench {
                     let before = on_cpu.then(|| self.peak());
                     let (first_call, samples) = match pass {
                         Pass::Fwd => {
-                            let inputs = Inputs::new(&work, self, cell, steps, device);
+                            let inputs = Inputs::new(self, cell, steps, p, device);
                             self.time(|| forward(&inference, &inputs, false, device))
                         }
                         Pass::FwdBwd => {
-                            let inputs = Inputs::new(&work, self, cell, steps, device);
+                            let inputs = Inputs::new(self, cell, steps, p, device);
                             self.time(|| forward(&module, &inputs, true, device))
                         }
                     };
@@ -394,19 +386,6 @@ impl RnnBench {
             }
         }
         Ok(rows)
-    }
-
-    fn workload(&self, steps: usize, p: f64) -> Workload {
-        let mut rng = StdRng::seed_from_u64(self.seed ^ steps as u64 ^ p.to_bits());
-        let n = self.batch * steps;
-        Workload {
-            x: (0..n * self.input)
-                .map(|_| rng.random_range(-1.0f32..1.0))
-                .collect(),
-            is_init: (0..n)
-                .map(|i| i % steps == 0 || rng.random_bool(p))
-                .collect(),
-        }
     }
 
     /// FLOPs (/1e9) of the GEMMs of one call: forward `2 B T (in G H + H G H)` per layer (`G` = 4
@@ -467,9 +446,10 @@ impl RnnBench {
     }
 }
 
-/// One row's call inputs on the device: `x` `[B, T, in]`, `is_init` `[B, T]` and zero stored
-/// states `[B, T, L, H]`, built once before the row's calls (each call takes clones, which
-/// share the data). The TorchRL bench builds its inputs and zero states once per row too, so
+/// One row's call inputs on the device: `x` `[B, T, in]`, `is_init` `[B, T]` (column 0 true,
+/// later steps Bernoulli(p); drawn from the seed, `T` and `p`, so every pass of a row's `T` and
+/// `p` gets the same) and zero stored states `[B, T, L, H]` (every segment starts from a fresh
+/// reset), built once before the row's calls (each call takes clones, which share the data). The TorchRL bench builds its inputs and zero states once per row too, so
 /// both sides time the module call alone.
 struct Inputs<B: Backend> {
     x: Tensor<B, 3>,
@@ -478,22 +458,17 @@ struct Inputs<B: Backend> {
 }
 
 impl<B: Backend> Inputs<B> {
-    fn new(
-        work: &Workload,
-        bench: &RnnBench,
-        cell: CellKind,
-        steps: usize,
-        device: &B::Device,
-    ) -> Self {
+    fn new(bench: &RnnBench, cell: CellKind, steps: usize, p: f64, device: &B::Device) -> Self {
         let (b, l, h) = (bench.batch, bench.layers, bench.hidden);
-        let x = Tensor::<B, 3>::from_data(
-            TensorData::new(work.x.clone(), [b, steps, bench.input]),
-            device,
-        );
-        let is_init = Tensor::<B, 2, Bool>::from_data(
-            TensorData::new(work.is_init.clone(), [b, steps]),
-            device,
-        );
+        let mut rng = StdRng::seed_from_u64(bench.seed ^ steps as u64 ^ p.to_bits());
+        let x: Vec<f32> = (0..b * steps * bench.input)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let is_init: Vec<bool> = (0..b * steps)
+            .map(|i| i % steps == 0 || rng.random_bool(p))
+            .collect();
+        let x = Tensor::<B, 3>::from_data(TensorData::new(x, [b, steps, bench.input]), device);
+        let is_init = Tensor::<B, 2, Bool>::from_data(TensorData::new(is_init, [b, steps]), device);
         // Zero states from a zeroed buffer: burn's `Tensor::zeros` fills its data one element
         // at a time.
         let zeros = || {
