@@ -1,26 +1,6 @@
 //! `recur-bench rnn`: recurrent-mode throughput of the LSTM/GRU backends on TorchRL's anchor
-//! workload (input 64, hidden 256, 1 layer, batch 128, `T` in {64, 128}, `is_init[:, 0]` true
-//! and later steps Bernoulli(p), p in {0, 0.03, 0.1}).
-//!
-//! Every row is one JSON object:
-//! `{"bench":"rnn","cell":..,"backend":..,"pass":"fwd"|"fwdbwd","batch":..,"steps":..,
-//!   "reset_prob":..,"median_ms":..,"frames_per_s":..}` plus `min_ms`, `max_ms`, `iters`,
-//! `threads`, `input`, `hidden`, `layers`, `recompute`, `gflop`, `gflop_per_s`,
-//! `peak_gflop_per_s`, `peak_fraction`, `saved_bytes`, `first_call_ms` (the row's first call,
-//! before the warm-up: on a GPU the first row of a shape also compiles its kernels, the cost a
-//! user feels once; recur has no autotune). `fwd` runs without autodiff; `fwdbwd`
-//! runs forward and backward of `loss = sum(features)`. frames/s = `batch * steps / median`.
-//!
-//! `--device cuda[:N]` (a `--features cuda` build) or `--device wgpu` (`--features wgpu`) runs
-//! the modules on burn's CUDA or wgpu backend (`fused` there is the CubeCL kernel); each timed
-//! call then ends with a device sync, and the rows carry `"device"` and the
-//! `"matmul_precision"` of the fused kernel. The CPU peak fields are `null` on those devices.
-//!
-//! Before the rows, one `{"bench":"gemm",..}` row: a square f32 GEMM through the same
-//! GEMM kernels and threads as the fused kernels (the practical peak), with `simd`, the
-//! instruction set they run with. Each row's `peak_*` fields
-//! use that GEMM measured again right before and right after the row: the shared host's
-//! speed drifts within a run (the start-of-run figure was off by up to 2x for late rows).
+//! workload, after one practical-peak `gemm` row; the rows, their fields and the options are
+//! documented in docs/recur-bench.md.
 
 use std::io::Write;
 use std::str::FromStr;

@@ -1,25 +1,8 @@
 //! The loopback-TCP rows of `recur-bench transport`: the remote-actor path
-//! ([`crate::transport::tcp`]) measured beside the shared-memory rings in the same run.
-//!
-//! - `{"bench":"transport","kind":"tcp_bandwidth","chunk_bytes":..,"producers":..,
-//!   "gb_per_s":..,"shm_gb_per_s":..,"ratio_to_shm":..,"chunks":..,"median_ms":..}` plus
-//!   `encoded_bytes`, `window`, `iters`. `producers` processes (`transport-producer --tcp`)
-//!   each join a [`RemoteServer`] on 127.0.0.1 with the run token and stream encoded chunks
-//!   as chunk frames; this process drains the per-connection queues round-robin and verifies
-//!   each chunk's checksum (the learner's receive path without the schema decode, as the ring
-//!   rows). `shm_gb_per_s` is the ring row of the same size and producers measured just before;
-//!   `ratio_to_shm = gb_per_s / shm_gb_per_s`.
-//! - `{"bench":"transport","kind":"tcp_weights","weight_bytes":..,"median_us":..,"p90_us":..,
-//!   "max_us":..,"samples":..}`: `RemoteServer::publish` of a blob -> a remote actor's
-//!   connection (a thread here, over loopback) holds the whole weights frame.
-//! - `tls_bandwidth` and `tls_weights`: the same two measured right after, through TLS 1.3
-//!   (the learner's `--tls`: rustls, ring, the producers pinning a fresh self-signed
-//!   certificate); `tls_bandwidth` adds `tcp_gb_per_s` (the plaintext row just before) and
-//!   `ratio_to_tcp = gb_per_s / tcp_gb_per_s`: the cost of the encryption.
-//!
-//! The producers are the same program for both: the handshake, then every chunk written from
-//! one thread, then a half-close and a read to the end (the learner sends only small
-//! acknowledgements meanwhile).
+//! ([`crate::transport::tcp`]) measured beside the shared-memory rings in the same run,
+//! plaintext (`tcp_bandwidth`, `tcp_weights`: documented in docs/recur-bench.md), then through
+//! TLS 1.3 (`tls_bandwidth`, `tls_weights`: the learner's `--tls`, rustls with ring, the
+//! producers pinning a fresh self-signed certificate; the cost of the encryption).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -169,6 +152,7 @@ pub fn tcp_bandwidth(
         for link in links.iter_mut() {
             while let Ok(bytes) = link.chunks.try_recv() {
                 ensure!(bytes.len() == len, "a chunk of {} bytes", bytes.len());
+                // The learner's receive path without the schema decode, as the ring rows.
                 Chunk::verify_checksum(&bytes)?;
                 if received == 0 {
                     boundaries.push(Instant::now());

@@ -1,18 +1,6 @@
-//! `recur-bench train`: the whole training loop end to end, as a user runs it. Each run is a
-//! `recur-learner train` process (next to this binary) with its actor processes, on a config
-//! and a seed, with PPO's update path set (`ppo.update`); frames/s is the run's frames over
-//! its wall seconds (`summary.json`: actors' start-up included). After each config's runs, one
-//! summary row per update path gives the median over seeds and its ratio to burn's path.
-//!
-//! Per run: `{"bench":"train","config":..,"env":..,"update":..,"seed":..,"frames":..,
-//! "seconds":..,"frames_per_s":..,"final_eval_return":..,"greedy_return":..,
-//! "best_greedy_return":..,"profile":{..}}` (`greedy_return`: `recur-learner eval` of the
-//! final checkpoint, `--eval-episodes` episodes; `best_greedy_return`: the same of the run's
-//! `best/` weights, on seeds from [`BEST_SEED`], apart from the evaluations during training
-//! that picked them; `profile`: the learner's seconds per phase). Each run's log is
-//! `OUT/<config>-<update>-<seed>.log`. Per config and path:
-//! `{"bench":"train","summary":true,"config":..,"update":..,"runs":..,
-//! "median_frames_per_s":..,"vs_burn":..}`.
+//! `recur-bench train`: the whole training loop end to end, as a user runs it (a `recur-learner
+//! train` process per config, seed and PPO update path); the rows, their fields and the options
+//! are documented in docs/recur-bench.md.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,25 +1,8 @@
-//! `recur-bench transport`: the shared-memory transport's bandwidth (actor processes pushing
+//! `recur-bench transport`: the shared-memory transport's bandwidth (producer processes pushing
 //! encoded chunks through their rings, this process receiving and verifying them) against a
 //! plain memcpy measured in the same run, and the latency of a weight update (publish start ->
-//! a subscriber holds the full copy).
-//!
-//! Rows, one JSON object each (and, unless `--no-tcp`, the loopback-TCP rows of
-//! [`super::tcp`] after each of them, plaintext then TLS):
-//!
-//! - `{"bench":"transport","kind":"bandwidth","chunk_bytes":..,"producers":..,"gb_per_s":..,
-//!   "memcpy_gb_per_s":..,"ratio":..,"chunks":..,"median_ms":..}` plus `encoded_bytes`,
-//!   `slots`, `iters`. `producers` separate processes (this binary's hidden
-//!   `transport-producer` subcommand) each push real encoded chunks (valid checksums, about
-//!   `chunk_bytes` each: `encoded_bytes` is the exact size) into their own ring; this process
-//!   is the learner side, round-robin `try_recv` over the rings (copy + checksum). A timed
-//!   window receives `chunks` chunks; `median_ms` is the median window, `gb_per_s` its
-//!   bandwidth (1e9 bytes/s), `memcpy_gb_per_s` a single-threaded copy of the same bytes
-//!   between two buffers of `encoded_bytes` (median of rounds timed before and after the
-//!   transfer), `ratio = gb_per_s / memcpy_gb_per_s`.
-//! - `{"bench":"transport","kind":"weights","weight_bytes":..,"median_us":..,"p90_us":..,
-//!   "samples":..}` plus `max_us`: a publisher publishes a blob of `weight_bytes`; a subscriber
-//!   thread with its own mapping of the segment polls `latest_version` and copies the new
-//!   version out; the latency is publish start -> copy complete.
+//! a subscriber holds the full copy); after each, unless `--no-tcp`, the loopback-TCP rows of
+//! [`super::tcp`]. The rows, their fields and the options are documented in docs/recur-bench.md.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
