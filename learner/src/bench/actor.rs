@@ -194,11 +194,7 @@ impl ActorBench {
                 .rfind(|l| !l.is_empty())
                 .unwrap_or_default(),
         )?;
-        let bridge: Vec<ActorRow> = rows
-            .iter()
-            .filter(|r| r.env == env && r.envs == e)
-            .cloned()
-            .collect();
+        let mut baselines = Vec::new();
         for (key, cell) in [("sync", "gymnasium_sync"), ("async", "gymnasium_async")] {
             if !self.gym_baselines.iter().any(|b| b == key) {
                 continue;
@@ -217,7 +213,7 @@ impl ActorBench {
                 threads: self.threads,
             };
             writeln!(out, "{}", serde_json::to_string(&row)?)?;
-            for b in &bridge {
+            for b in rows.iter().filter(|r| r.env == env && r.envs == e) {
                 let ratio = b.steps_per_s / steps_per_s;
                 eprintln!(
                     "{env} E={e}: bridge ({}) {:.0} steps/s = {ratio:.2}x gymnasium {cell} {steps_per_s:.0}",
@@ -230,8 +226,9 @@ impl ActorBench {
                 writeln!(out, "{line}")?;
             }
             out.flush()?;
-            rows.push(row);
+            baselines.push(row);
         }
+        rows.extend(baselines);
         Ok(())
     }
 }
