@@ -24,6 +24,24 @@ fn emit(out: &mut impl Write, row: &impl Serialize) -> anyhow::Result<()> {
     Ok(out.flush()?)
 }
 
+/// A shared-memory bandwidth result line of `recur-bench transport` (the loopback-TCP rows of
+/// [`tcp`] are measured beside it).
+#[derive(Clone, Debug, Serialize)]
+pub struct BandwidthRow {
+    pub bench: &'static str,
+    pub kind: &'static str,
+    pub chunk_bytes: usize,
+    pub producers: usize,
+    pub gb_per_s: f64,
+    pub memcpy_gb_per_s: f64,
+    pub ratio: f64,
+    pub chunks: usize,
+    pub median_ms: f64,
+    pub encoded_bytes: usize,
+    pub slots: usize,
+    pub iters: usize,
+}
+
 /// Producer processes, killed if the benchmark stops early.
 struct Producers(Vec<std::process::Child>);
 

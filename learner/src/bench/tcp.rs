@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::chunks::{bench_chunk, bench_schema, set_seq};
 use super::latency::{Subscriber, WeightsRow};
-use super::{summarize, Producers, ROW_DEADLINE};
+use super::{summarize, BandwidthRow, Producers, ROW_DEADLINE};
 use crate::transport::tcp::{RemoteLink, RemoteOptions, RemoteServer};
 
 /// A loopback-TCP bandwidth line.
@@ -45,20 +45,6 @@ pub struct TcpBandwidthRow {
     /// `tls_bandwidth` only: `gb_per_s / tcp_gb_per_s`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_tcp: Option<f64>,
-}
-
-/// The shared-memory row a loopback-TCP bandwidth row is measured beside.
-#[derive(Clone, Copy, Debug)]
-pub struct ShmBaseline {
-    /// Nominal chunk size and producer processes, as the ring row's.
-    pub chunk_bytes: usize,
-    pub producers: usize,
-    /// Chunks per timed window.
-    pub window_chunks: usize,
-    /// Chunks queued per connection (the ring row's slots).
-    pub queue: usize,
-    /// The ring row's bandwidth.
-    pub gb_per_s: f64,
 }
 
 /// A listener on 127.0.0.1 with a fresh token, and with `tls` a fresh self-signed certificate
@@ -107,11 +93,12 @@ fn accept(server: &RemoteServer, n: usize) -> anyhow::Result<Vec<RemoteLink>> {
     Ok(links)
 }
 
-/// The loopback-TCP bandwidth row of `shm`'s chunk size from as many producer processes, each
-/// sending `window_chunks / producers * (iters + 1)` chunks; through TLS 1.3 (the
-/// `tls_bandwidth` row) when `tcp`, the plaintext row of the same size to compare with, is given.
+/// The loopback-TCP bandwidth row beside the ring row `shm`: its chunk size, producers, window
+/// and slots (the chunks queued per connection), each producer sending `chunks / producers *
+/// (iters + 1)` chunks; through TLS 1.3 (the `tls_bandwidth` row) when `tcp`, the plaintext
+/// row of the same size to compare with, is given.
 pub fn tcp_bandwidth(
-    shm: &ShmBaseline,
+    shm: &BandwidthRow,
     iters: usize,
     tcp: Option<&TcpBandwidthRow>,
 ) -> anyhow::Result<TcpBandwidthRow> {
@@ -119,8 +106,8 @@ pub fn tcp_bandwidth(
     let (chunk_bytes, producers) = (shm.chunk_bytes, shm.producers);
     let len = bench_chunk(chunk_bytes)?.len();
     let windows = iters + 1;
-    let per_producer = shm.window_chunks / producers;
-    let (server, token, fingerprint) = server(len, 64, shm.queue, tls)?;
+    let per_producer = shm.chunks / producers;
+    let (server, token, fingerprint) = server(len, 64, shm.slots, tls)?;
     let exe = std::env::current_exe().context("locating recur-bench to spawn producers")?;
     let mut children = Producers(Vec::new());
     for k in 0..producers {
@@ -191,7 +178,7 @@ pub fn tcp_bandwidth(
         chunks: window,
         median_ms,
         encoded_bytes: len,
-        window: shm.queue,
+        window: shm.slots,
         iters,
         tcp_gb_per_s: tcp.map(|t| t.gb_per_s),
         ratio_to_tcp: tcp.map(|t| gb_per_s / t.gb_per_s),

@@ -14,12 +14,13 @@ use common::shm::{
     reclaim_stale, unique_run_id, RingConfig, RingReader, RingWriter, WeightPublisher,
     WeightSubscriber, SEGMENT_PREFIX,
 };
-use serde::Serialize;
 
 use super::chunks::{bench_chunk, set_seq};
 use super::latency::{Subscriber, WeightsRow};
-use super::tcp::{tcp_bandwidth, tcp_weight_latency, ShmBaseline};
-use super::{at_least_one, each_at_least_one, emit, summarize, Producers, ROW_DEADLINE};
+use super::tcp::{tcp_bandwidth, tcp_weight_latency};
+use super::{
+    at_least_one, each_at_least_one, emit, summarize, BandwidthRow, Producers, ROW_DEADLINE,
+};
 
 /// The grid and the measurement settings (the `recur-bench transport` flags).
 #[derive(Clone, Debug, clap::Args)]
@@ -54,23 +55,6 @@ pub struct TransportBench {
     pub no_tcp: bool,
 }
 
-/// A bandwidth result line.
-#[derive(Clone, Debug, Serialize)]
-pub struct BandwidthRow {
-    pub bench: &'static str,
-    pub kind: &'static str,
-    pub chunk_bytes: usize,
-    pub producers: usize,
-    pub gb_per_s: f64,
-    pub memcpy_gb_per_s: f64,
-    pub ratio: f64,
-    pub chunks: usize,
-    pub median_ms: f64,
-    pub encoded_bytes: usize,
-    pub slots: usize,
-    pub iters: usize,
-}
-
 /// How long a producer waits on a full ring before giving up.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -103,16 +87,9 @@ impl TransportBench {
                 let row = self.bandwidth(chunk_bytes, producers)?;
                 emit(out, &row)?;
                 if !self.no_tcp {
-                    let shm = ShmBaseline {
-                        chunk_bytes,
-                        producers,
-                        window_chunks: row.chunks,
-                        queue: row.slots,
-                        gb_per_s: row.gb_per_s,
-                    };
-                    let tcp = tcp_bandwidth(&shm, self.iters, None)?;
+                    let tcp = tcp_bandwidth(&row, self.iters, None)?;
                     emit(out, &tcp)?;
-                    let tls = tcp_bandwidth(&shm, self.iters, Some(&tcp))?;
+                    let tls = tcp_bandwidth(&row, self.iters, Some(&tcp))?;
                     emit(out, &tls)?;
                 }
             }
