@@ -4,7 +4,7 @@
 //! TLS 1.3 (`tls_bandwidth`, `tls_weights`: the learner's `--tls`, rustls with ring, the
 //! producers pinning a fresh self-signed certificate; the cost of the encryption).
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use common::chunk::Chunk;
 use common::envs::Space;
 use common::remote::{
     data_head, new_token, parse_token, read_frame, token_hex, write_message, ActorMsg, LearnerMsg,
-    Limits, KIND_CHUNK, KIND_WEIGHTS, TOKEN_BYTES,
+    Limits, WireError, KIND_CHUNK, KIND_WEIGHTS, TOKEN_BYTES,
 };
 use common::tls::Fingerprint;
 use serde::Serialize;
@@ -313,11 +313,8 @@ pub fn tcp_weight_latency(bytes: usize, samples: usize, tls: bool) -> anyhow::Re
         while seen.running() {
             let frame = match read_frame(&mut stream, &limits) {
                 Ok(f) => f,
-                Err(common::remote::WireError::Io(e))
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
+                Err(WireError::Io(e))
+                    if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
                 {
                     continue
                 }
