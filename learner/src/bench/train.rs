@@ -155,8 +155,7 @@ impl TrainBench {
         }
         let log = run.with_extension("log");
         let status = Command::new(learner)
-            .arg("train")
-            .arg("--config")
+            .args(["train", "--config"])
             .arg(config)
             .args(["--seed", &seed.to_string()])
             .args(["--frames", &self.frames.to_string()])
