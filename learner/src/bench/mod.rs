@@ -24,8 +24,7 @@ fn emit(out: &mut impl Write, row: &impl Serialize) -> anyhow::Result<()> {
     Ok(out.flush()?)
 }
 
-/// A shared-memory bandwidth result line of `recur-bench transport` (the loopback-TCP rows of
-/// [`tcp`] are measured beside it).
+/// A shared-memory bandwidth line of `recur-bench transport` (the [`tcp`] rows' baseline).
 #[derive(Clone, Debug, Serialize)]
 pub struct BandwidthRow {
     pub bench: &'static str,
