@@ -166,7 +166,6 @@ impl ActorBench {
         rows: &mut Vec<ActorRow>,
         out: &mut impl Write,
     ) -> anyhow::Result<()> {
-        let options = GymnasiumOptions::default();
         let config = serde_json::json!({
             "id": env.strip_prefix(common::envs::GYMNASIUM_PREFIX).unwrap_or(env),
             "imports": self.env_imports,
@@ -177,7 +176,7 @@ impl ActorBench {
             "min_seconds": self.min_seconds,
             "baselines": self.gym_baselines,
         });
-        let output = std::process::Command::new(&options.python)
+        let output = std::process::Command::new(GymnasiumOptions::default().python)
             .arg("-c")
             .arg(include_str!("gym_vector_bench.py"))
             .arg(config.to_string())
