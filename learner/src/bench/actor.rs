@@ -17,8 +17,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::envs::{is_gymnasium, GymnasiumOptions, Registry, Space, VecActions, VectorEnv};
-use common::policy::init_policy;
-use common::policy::policy_config_for_spec;
+use common::policy::{init_policy, policy_config_for_spec};
 use common::recurrent::{CellKind, RecurrentError};
 use common::rollout::{Actor, ActorConfig};
 use rand::rngs::StdRng;
@@ -167,18 +166,17 @@ impl ActorBench {
         rows: &mut Vec<ActorRow>,
         out: &mut impl Write,
     ) -> anyhow::Result<()> {
-        let options = GymnasiumOptions::default();
         let config = serde_json::json!({
             "id": env.strip_prefix(common::envs::GYMNASIUM_PREFIX).unwrap_or(env),
             "imports": self.env_imports,
-            "kwargs": serde_json::json!({}),
+            "kwargs": {},
             "envs": e,
             "seed": self.seed,
             "iters": self.iters.max(1),
             "min_seconds": self.min_seconds,
             "baselines": self.gym_baselines,
         });
-        let output = std::process::Command::new(&options.python)
+        let output = std::process::Command::new(GymnasiumOptions::default().python)
             .arg("-c")
             .arg(include_str!("gym_vector_bench.py"))
             .arg(config.to_string())
@@ -195,11 +193,7 @@ impl ActorBench {
                 .rfind(|l| !l.is_empty())
                 .unwrap_or_default(),
         )?;
-        let bridge: Vec<ActorRow> = rows
-            .iter()
-            .filter(|r| r.env == env && r.envs == e)
-            .cloned()
-            .collect();
+        let mut baselines = Vec::new();
         for (key, cell) in [("sync", "gymnasium_sync"), ("async", "gymnasium_async")] {
             if !self.gym_baselines.iter().any(|b| b == key) {
                 continue;
@@ -218,7 +212,7 @@ impl ActorBench {
                 threads: self.threads,
             };
             writeln!(out, "{}", serde_json::to_string(&row)?)?;
-            for b in &bridge {
+            for b in rows.iter().filter(|r| r.env == env && r.envs == e) {
                 let ratio = b.steps_per_s / steps_per_s;
                 eprintln!(
                     "{env} E={e}: bridge ({}) {:.0} steps/s = {ratio:.2}x gymnasium {cell} {steps_per_s:.0}",
@@ -231,8 +225,9 @@ impl ActorBench {
                 writeln!(out, "{line}")?;
             }
             out.flush()?;
-            rows.push(row);
+            baselines.push(row);
         }
+        rows.extend(baselines);
         Ok(())
     }
 }

@@ -100,28 +100,26 @@ impl Subscriber {
         let total = self.samples + WARMUP;
         let mut blob: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
         let mut started = Vec::with_capacity(total);
-        let mut result = Ok(());
-        'versions: for v in 1..=total as u64 {
-            blob[..8].copy_from_slice(&v.to_le_bytes());
-            let t0 = Instant::now();
-            if let Err(e) = publish(v, &blob) {
-                result = Err(e);
-                break;
-            }
-            started.push(t0);
-            while self.acked.load(Ordering::Acquire) < v {
-                if t0.elapsed() > ARRIVAL_TIMEOUT || self.thread.is_finished() {
-                    result = Err(anyhow::anyhow!(
+        let mut publish_all = || {
+            for v in 1..=total as u64 {
+                blob[..8].copy_from_slice(&v.to_le_bytes());
+                let t0 = Instant::now();
+                publish(v, &blob)?;
+                started.push(t0);
+                while self.acked.load(Ordering::Acquire) < v {
+                    ensure!(
+                        t0.elapsed() <= ARRIVAL_TIMEOUT && !self.thread.is_finished(),
                         "weights version {v} never reached the {}",
                         self.who
-                    ));
-                    break 'versions;
+                    );
+                    std::thread::yield_now();
                 }
-                std::thread::yield_now();
+                // Let the subscriber go back to waiting, as between real updates.
+                std::thread::sleep(Duration::from_micros(200));
             }
-            // Let the subscriber go back to waiting, as between real updates.
-            std::thread::sleep(Duration::from_micros(200));
-        }
+            Ok(())
+        };
+        let result = publish_all();
         self.stop.store(true, Ordering::Relaxed);
         let seen = match self.thread.join() {
             Ok(seen) => seen?,

@@ -1,23 +1,12 @@
-//! `recur-bench learner`: learner-only training throughput, the replay loop without actors.
-//! Data comes from an in-process actor (random initial policy) on `env`; every timed
-//! iteration is one gradient step on `batch` slices of `slice_len` steps (PPO: one update of
-//! `frames_per_update = batch * slice_len` frames and one epoch, i.e. the critic's advantage
-//! pass over the new chunk plus the epoch's minibatch steps: one with `pack_slices`; without
-//! it, slices end at every episode end and are padded, so short episodes give several).
-//!
-//! Every row is one JSON object:
-//! `{"bench":"learner","algo":..,"backend":..,"update":..,"env":..,"cell":..,"hidden":..,"slice_len":..,
-//!   "batch":..,"burn_in":..,"steps_per_s":..,"updates_per_s":..,"median_ms":..,"min_ms":..,"max_ms":..,
-//!   "iters":..,"threads":..,"pack_slices":..}`; `steps_per_s` = trained steps (`batch * slice_len`) per second;
-//! `backend` is the recurrent-mode backend the policy trains with (`auto` resolved).
+//! `recur-bench learner`: learner-only training throughput, the replay loop without actors;
+//! the rows, their fields and the options are documented in docs/recur-bench.md.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::backend::{cpu_device, CpuAutodiff};
 use common::chunk::Chunk;
-use common::policy::chunk_schema;
-use common::policy::init_policy;
+use common::policy::{chunk_schema, init_policy};
 use common::recurrent::{CellKind, RecurrentBackend};
 use common::rollout::{Actor, ActorConfig};
 use serde::Serialize;
@@ -164,8 +153,7 @@ impl LearnerBench {
                             .flat_map(|&p| updates.iter().map(move |&u| (p, u)))
                         {
                             let shape = (slice_len, batch, pack);
-                            let row = self.row(algo, backend, update, shape, &data)?;
-                            if let Some(row) = row {
+                            if let Some(row) = self.row(algo, backend, update, shape, &data)? {
                                 emit(out, &row)?;
                                 rows.push(row);
                             }

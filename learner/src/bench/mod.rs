@@ -24,6 +24,23 @@ fn emit(out: &mut impl Write, row: &impl Serialize) -> anyhow::Result<()> {
     Ok(out.flush()?)
 }
 
+/// A shared-memory bandwidth line of `recur-bench transport` (the [`tcp`] rows' baseline).
+#[derive(Clone, Debug, Serialize)]
+pub struct BandwidthRow {
+    pub bench: &'static str,
+    pub kind: &'static str,
+    pub chunk_bytes: usize,
+    pub producers: usize,
+    pub gb_per_s: f64,
+    pub memcpy_gb_per_s: f64,
+    pub ratio: f64,
+    pub chunks: usize,
+    pub median_ms: f64,
+    pub encoded_bytes: usize,
+    pub slots: usize,
+    pub iters: usize,
+}
+
 /// Producer processes, killed if the benchmark stops early.
 struct Producers(Vec<std::process::Child>);
 
@@ -80,13 +97,11 @@ pub fn set_threads(threads: usize) {
     std::env::set_var("MATMUL_NUM_THREADS", threads.to_string());
 }
 
-/// Errs with "`flag` must be at least 1, got `value`" unless it is.
 fn at_least_one(flag: &str, value: usize) -> anyhow::Result<()> {
     anyhow::ensure!(value >= 1, "{flag} must be at least 1, got {value}");
     Ok(())
 }
 
-/// Errs with "`flag`: every `what` must be at least 1, got `values`" unless every one is.
 fn each_at_least_one(flag: &str, what: &str, values: &[usize]) -> anyhow::Result<()> {
     anyhow::ensure!(
         values.iter().all(|&v| v >= 1),

@@ -1,26 +1,6 @@
 //! `recur-bench rnn`: recurrent-mode throughput of the LSTM/GRU backends on TorchRL's anchor
-//! workload (input 64, hidden 256, 1 layer, batch 128, `T` in {64, 128}, `is_init[:, 0]` true
-//! and later steps Bernoulli(p), p in {0, 0.03, 0.1}).
-//!
-//! Every row is one JSON object:
-//! `{"bench":"rnn","cell":..,"backend":..,"pass":"fwd"|"fwdbwd","batch":..,"steps":..,
-//!   "reset_prob":..,"median_ms":..,"frames_per_s":..}` plus `min_ms`, `max_ms`, `iters`,
-//! `threads`, `input`, `hidden`, `layers`, `recompute`, `gflop`, `gflop_per_s`,
-//! `peak_gflop_per_s`, `peak_fraction`, `saved_bytes`, `first_call_ms` (the row's first call,
-//! before the warm-up: on a GPU the first row of a shape also compiles its kernels, the cost a
-//! user feels once; recur has no autotune). `fwd` runs without autodiff; `fwdbwd`
-//! runs forward and backward of `loss = sum(features)`. frames/s = `batch * steps / median`.
-//!
-//! `--device cuda[:N]` (a `--features cuda` build) or `--device wgpu` (`--features wgpu`) runs
-//! the modules on burn's CUDA or wgpu backend (`fused` there is the CubeCL kernel); each timed
-//! call then ends with a device sync, and the rows carry `"device"` and the
-//! `"matmul_precision"` of the fused kernel. The CPU peak fields are `null` on those devices.
-//!
-//! Before the rows, one `{"bench":"gemm",..}` row: a square f32 GEMM through the same
-//! GEMM kernels and threads as the fused kernels (the practical peak), with `simd`, the
-//! instruction set they run with. Each row's `peak_*` fields
-//! use that GEMM measured again right before and right after the row: the shared host's
-//! speed drifts within a run (the start-of-run figure was off by up to 2x for late rows).
+//! workload, after one practical-peak `gemm` row; the rows, their fields and the options are
+//! documented in docs/recur-bench.md.
 
 use std::io::Write;
 use std::str::FromStr;
@@ -29,7 +9,7 @@ use std::time::{Duration, Instant};
 use burn::module::AutodiffModule;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Tensor, TensorData};
-use common::backend::{cpu_device, CpuAutodiff};
+use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
 use common::recurrent::{
     fused, set_recurrent_mode, CellKind, MatmulPrecision, Recompute, RecurrentBackend,
     RecurrentConfig, RecurrentCore, RecurrentMode, RecurrentState,
@@ -131,13 +111,11 @@ pub enum BenchDevice {
 impl FromStr for BenchDevice {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        if s == "wgpu" {
-            return Ok(BenchDevice::Wgpu);
-        }
-        match s.parse::<common::backend::TrainDevice>() {
-            Ok(common::backend::TrainDevice::Cpu) => Ok(BenchDevice::Cpu),
-            Ok(common::backend::TrainDevice::Cuda(n)) => Ok(BenchDevice::Cuda(n)),
-            Err(_) => Err(format!(
+        match (s, s.parse()) {
+            ("wgpu", _) => Ok(BenchDevice::Wgpu),
+            (_, Ok(TrainDevice::Cpu)) => Ok(BenchDevice::Cpu),
+            (_, Ok(TrainDevice::Cuda(n))) => Ok(BenchDevice::Cuda(n)),
+            _ => Err(format!(
                 "device {s:?}: expected \"cpu\", \"cuda\", \"cuda:N\" or \"wgpu\""
             )),
         }
@@ -179,7 +157,7 @@ pub struct RnnRow {
     pub layers: usize,
     /// `none` or `full`.
     pub recompute: Recompute,
-    /// GEMM floating-point operations of one call / 1e9 (see [`gemm_gflop`]).
+    /// GEMM floating-point operations of one call / 1e9 (see [`RnnBench::gemm_gflop`]).
     pub gflop: f64,
     pub gflop_per_s: f64,
     /// The square GEMM of [`GemmRow`], measured right before and right after this row (mean);
@@ -214,50 +192,6 @@ pub struct GemmRow {
 
 /// Side of the square GEMM measured for the peak.
 pub const PEAK_GEMM_N: usize = 1024;
-
-/// FLOPs (/1e9) of the GEMMs of one call: forward `2 B T (in G H + H G H)` per layer (`G` = 4
-/// for an LSTM, 3 for a GRU; layers after the first read `H` inputs); the backward's GEMMs
-/// (`dG W_hh` per step, `dW_hh`, `dW_ih`, `dX`) are twice the forward, and `recompute = "full"`
-/// adds the forward's once more.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_gflop(
-    cell: CellKind,
-    batch: usize,
-    steps: usize,
-    input: usize,
-    hidden: usize,
-    layers: usize,
-    pass: Pass,
-    recompute: Recompute,
-) -> f64 {
-    let g = cell.gates() as f64;
-    let h = hidden as f64;
-    let forward: f64 = (0..layers)
-        .map(|l| {
-            let inputs = if l == 0 { input } else { hidden } as f64;
-            // minGRU has no h W_hh^T: its one GEMM is the input projection.
-            let recurrent = if cell.has_hidden_weights() {
-                h * g * h
-            } else {
-                0.0
-            };
-            2.0 * (batch * steps) as f64 * (inputs * g * h + recurrent)
-        })
-        .sum();
-    let factor = match (pass, recompute) {
-        (Pass::Fwd, _) => 1.0,
-        (Pass::FwdBwd, Recompute::None) => 3.0,
-        (Pass::FwdBwd, Recompute::Full) => 4.0,
-    };
-    forward * factor / 1e9
-}
-
-/// One workload's data: inputs `[B, T, in]`, `is_init` `[B, T]` (column 0 true, later steps
-/// Bernoulli(p)), zero stored states (every segment starts from a fresh reset).
-struct Workload {
-    x: Vec<f32>,
-    is_init: Vec<bool>,
-}
 
 impl RnnBench {
     /// Checks the flags (an error names the flag), then applies `--quick` (still a row for
@@ -325,26 +259,23 @@ impl RnnBench {
         backend: RecurrentBackend,
         recompute: Recompute,
     ) -> anyhow::Result<Vec<RnnRow>> {
+        let config = RecurrentConfig::new(self.input, self.hidden)
+            .with_num_layers(self.layers)
+            .with_backend(backend)
+            .with_recompute(recompute)
+            .with_matmul_precision(self.matmul_precision);
         match self.device {
-            BenchDevice::Cpu => {
-                self.run_module::<CpuAutodiff>(out, cell, backend, recompute, &cpu_device())
-            }
+            BenchDevice::Cpu => self.run_module::<CpuAutodiff>(out, cell, &config, &cpu_device()),
             #[cfg(feature = "cuda")]
-            BenchDevice::Cuda(n) => self.run_module::<common::backend::CudaAutodiff>(
-                out,
-                cell,
-                backend,
-                recompute,
-                &burn::backend::cuda::CudaDevice::new(n),
-            ),
+            BenchDevice::Cuda(n) => {
+                let device = burn::backend::cuda::CudaDevice::new(n);
+                self.run_module::<common::backend::CudaAutodiff>(out, cell, &config, &device)
+            }
             #[cfg(feature = "wgpu")]
-            BenchDevice::Wgpu => self.run_module::<common::backend::WgpuAutodiff>(
-                out,
-                cell,
-                backend,
-                recompute,
-                &Default::default(),
-            ),
+            BenchDevice::Wgpu => {
+                let device = Default::default();
+                self.run_module::<common::backend::WgpuAutodiff>(out, cell, &config, &device)
+            }
             #[allow(unreachable_patterns)]
             other => anyhow::bail!(
                 "--device {other}: this recur-bench was built without that backend (build \
@@ -358,26 +289,20 @@ impl RnnBench {
         &self,
         out: &mut impl Write,
         cell: CellKind,
-        backend: RecurrentBackend,
-        recompute: Recompute,
+        config: &RecurrentConfig,
         device: &B::Device,
     ) -> anyhow::Result<Vec<RnnRow>>
     where
         B: AutodiffBackend + MaybeBackward,
         B::InnerBackend: MaybeBackward,
     {
+        let (backend, recompute) = (config.backend, config.recompute);
         let on_cpu = self.device == BenchDevice::Cpu;
         let mut rows = Vec::new();
-        let config = RecurrentConfig::new(self.input, self.hidden)
-            .with_num_layers(self.layers)
-            .with_backend(backend)
-            .with_recompute(recompute)
-            .with_matmul_precision(self.matmul_precision);
-        let module = RecurrentCore::<B>::new(&config, cell, device)?;
+        let module = RecurrentCore::<B>::new(config, cell, device)?;
         let inference = module.valid();
         for &steps in &self.steps {
             for &p in &self.reset_probs {
-                let work = self.workload(steps, p);
                 for &pass in &self.passes {
                     if pass == Pass::Fwd && recompute == Recompute::Full {
                         continue;
@@ -385,26 +310,17 @@ impl RnnBench {
                     let before = on_cpu.then(|| self.peak());
                     let (first_call, samples) = match pass {
                         Pass::Fwd => {
-                            let inputs = Inputs::new(&work, self, cell, steps, device);
+                            let inputs = Inputs::new(self, cell, steps, p, device);
                             self.time(|| forward(&inference, &inputs, false, device))
                         }
                         Pass::FwdBwd => {
-                            let inputs = Inputs::new(&work, self, cell, steps, device);
+                            let inputs = Inputs::new(self, cell, steps, p, device);
                             self.time(|| forward(&module, &inputs, true, device))
                         }
                     };
                     let peak = before.map(|before| (before + self.peak()) / 2.0);
                     let (median_ms, min_ms, max_ms) = summarize(&samples);
-                    let gflop = gemm_gflop(
-                        cell,
-                        self.batch,
-                        steps,
-                        self.input,
-                        self.hidden,
-                        self.layers,
-                        pass,
-                        recompute,
-                    );
+                    let gflop = self.gemm_gflop(cell, steps, pass, recompute);
                     let gflop_per_s = gflop / (median_ms / 1e3);
                     let resolved = module.backend();
                     let row = RnnRow {
@@ -452,17 +368,37 @@ impl RnnBench {
         Ok(rows)
     }
 
-    fn workload(&self, steps: usize, p: f64) -> Workload {
-        let mut rng = StdRng::seed_from_u64(self.seed ^ steps as u64 ^ p.to_bits());
-        let n = self.batch * steps;
-        Workload {
-            x: (0..n * self.input)
-                .map(|_| rng.random_range(-1.0f32..1.0))
-                .collect(),
-            is_init: (0..n)
-                .map(|i| i % steps == 0 || rng.random_bool(p))
-                .collect(),
-        }
+    /// FLOPs (/1e9) of the GEMMs of one call: forward `2 B T (in G H + H G H)` per layer (`G` = 4
+    /// for an LSTM, 3 for a GRU; layers after the first read `H` inputs); the backward's GEMMs
+    /// (`dG W_hh` per step, `dW_hh`, `dW_ih`, `dX`) are twice the forward, and `recompute = "full"`
+    /// adds the forward's once more.
+    pub fn gemm_gflop(
+        &self,
+        cell: CellKind,
+        steps: usize,
+        pass: Pass,
+        recompute: Recompute,
+    ) -> f64 {
+        let g = cell.gates() as f64;
+        let h = self.hidden as f64;
+        let forward: f64 = (0..self.layers)
+            .map(|l| {
+                let inputs = if l == 0 { self.input } else { self.hidden } as f64;
+                // minGRU has no h W_hh^T: its one GEMM is the input projection.
+                let recurrent = if cell.has_hidden_weights() {
+                    h * g * h
+                } else {
+                    0.0
+                };
+                2.0 * (self.batch * steps) as f64 * (inputs * g * h + recurrent)
+            })
+            .sum();
+        let factor = match (pass, recompute) {
+            (Pass::Fwd, _) => 1.0,
+            (Pass::FwdBwd, Recompute::None) => 3.0,
+            (Pass::FwdBwd, Recompute::Full) => 4.0,
+        };
+        forward * factor / 1e9
     }
 
     /// The square-GEMM figure now (median of 3 after a warm-up).
@@ -490,9 +426,10 @@ impl RnnBench {
     }
 }
 
-/// One row's call inputs on the device: `x` `[B, T, in]`, `is_init` `[B, T]` and zero stored
-/// states `[B, T, L, H]`, built once before the row's calls (each call takes clones, which
-/// share the data). The TorchRL bench builds its inputs and zero states once per row too, so
+/// One row's call inputs on the device: `x` `[B, T, in]`, `is_init` `[B, T]` (column 0 true,
+/// later steps Bernoulli(p); drawn from the seed, `T` and `p`, so every pass of a row's `T` and
+/// `p` gets the same) and zero stored states `[B, T, L, H]` (every segment starts from a fresh
+/// reset), built once before the row's calls (each call takes clones, which share the data). The TorchRL bench builds its inputs and zero states once per row too, so
 /// both sides time the module call alone.
 struct Inputs<B: Backend> {
     x: Tensor<B, 3>,
@@ -501,22 +438,17 @@ struct Inputs<B: Backend> {
 }
 
 impl<B: Backend> Inputs<B> {
-    fn new(
-        work: &Workload,
-        bench: &RnnBench,
-        cell: CellKind,
-        steps: usize,
-        device: &B::Device,
-    ) -> Self {
+    fn new(bench: &RnnBench, cell: CellKind, steps: usize, p: f64, device: &B::Device) -> Self {
         let (b, l, h) = (bench.batch, bench.layers, bench.hidden);
-        let x = Tensor::<B, 3>::from_data(
-            TensorData::new(work.x.clone(), [b, steps, bench.input]),
-            device,
-        );
-        let is_init = Tensor::<B, 2, Bool>::from_data(
-            TensorData::new(work.is_init.clone(), [b, steps]),
-            device,
-        );
+        let mut rng = StdRng::seed_from_u64(bench.seed ^ steps as u64 ^ p.to_bits());
+        let x: Vec<f32> = (0..b * steps * bench.input)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let is_init: Vec<bool> = (0..b * steps)
+            .map(|i| i % steps == 0 || rng.random_bool(p))
+            .collect();
+        let x = Tensor::<B, 3>::from_data(TensorData::new(x, [b, steps, bench.input]), device);
+        let is_init = Tensor::<B, 2, Bool>::from_data(TensorData::new(is_init, [b, steps]), device);
         // Zero states from a zeroed buffer: burn's `Tensor::zeros` fills its data one element
         // at a time.
         let zeros = || {
@@ -560,12 +492,6 @@ pub trait MaybeBackward: Backend {
     fn finish(loss: Tensor<Self, 1>, backward: bool, device: &Self::Device);
 }
 
-impl MaybeBackward for common::backend::Cpu {
-    fn finish(loss: Tensor<Self, 1>, _backward: bool, _: &Self::Device) {
-        std::hint::black_box(loss.into_data());
-    }
-}
-
 /// The autodiff backends: the backward pass when asked, then the loss read back (which waits
 /// for the forward) and the device synced (which waits for the backward).
 macro_rules! autodiff_finish {
@@ -583,8 +509,7 @@ macro_rules! autodiff_finish {
     )*};
 }
 
-/// The plain GPU backends: the loss read back waits for the whole forward.
-#[cfg(any(feature = "cuda", feature = "wgpu"))]
+/// The plain backends: the loss read back waits for the whole forward.
 macro_rules! plain_finish {
     ($($backend:ty),*) => {$(
         impl MaybeBackward for $backend {
@@ -596,6 +521,7 @@ macro_rules! plain_finish {
 }
 
 autodiff_finish!(CpuAutodiff);
+plain_finish!(common::backend::Cpu);
 #[cfg(feature = "cuda")]
 autodiff_finish!(common::backend::CudaAutodiff);
 #[cfg(feature = "cuda")]

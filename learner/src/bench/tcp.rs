@@ -1,27 +1,10 @@
 //! The loopback-TCP rows of `recur-bench transport`: the remote-actor path
-//! ([`crate::transport::tcp`]) measured beside the shared-memory rings in the same run.
-//!
-//! - `{"bench":"transport","kind":"tcp_bandwidth","chunk_bytes":..,"producers":..,
-//!   "gb_per_s":..,"shm_gb_per_s":..,"ratio_to_shm":..,"chunks":..,"median_ms":..}` plus
-//!   `encoded_bytes`, `window`, `iters`. `producers` processes (`transport-producer --tcp`)
-//!   each join a [`RemoteServer`] on 127.0.0.1 with the run token and stream encoded chunks
-//!   as chunk frames; this process drains the per-connection queues round-robin and verifies
-//!   each chunk's checksum (the learner's receive path without the schema decode, as the ring
-//!   rows). `shm_gb_per_s` is the ring row of the same size and producers measured just before;
-//!   `ratio_to_shm = gb_per_s / shm_gb_per_s`.
-//! - `{"bench":"transport","kind":"tcp_weights","weight_bytes":..,"median_us":..,"p90_us":..,
-//!   "max_us":..,"samples":..}`: `RemoteServer::publish` of a blob -> a remote actor's
-//!   connection (a thread here, over loopback) holds the whole weights frame.
-//! - `tls_bandwidth` and `tls_weights`: the same two measured right after, through TLS 1.3
-//!   (the learner's `--tls`: rustls, ring, the producers pinning a fresh self-signed
-//!   certificate); `tls_bandwidth` adds `tcp_gb_per_s` (the plaintext row just before) and
-//!   `ratio_to_tcp = gb_per_s / tcp_gb_per_s`: the cost of the encryption.
-//!
-//! The producers are the same program for both: the handshake, then every chunk written from
-//! one thread, then a half-close and a read to the end (the learner sends only small
-//! acknowledgements meanwhile).
+//! ([`crate::transport::tcp`]) measured beside the shared-memory rings in the same run,
+//! plaintext (`tcp_bandwidth`, `tcp_weights`: documented in docs/recur-bench.md), then through
+//! TLS 1.3 (`tls_bandwidth`, `tls_weights`: the learner's `--tls`, rustls with ring, the
+//! producers pinning a fresh self-signed certificate; the cost of the encryption).
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,14 +14,14 @@ use common::chunk::Chunk;
 use common::envs::Space;
 use common::remote::{
     data_head, new_token, parse_token, read_frame, token_hex, write_message, ActorMsg, LearnerMsg,
-    Limits, KIND_CHUNK, KIND_WEIGHTS, TOKEN_BYTES,
+    Limits, WireError, KIND_CHUNK, KIND_WEIGHTS, TOKEN_BYTES,
 };
 use common::tls::Fingerprint;
 use serde::Serialize;
 
 use super::chunks::{bench_chunk, bench_schema, set_seq};
 use super::latency::{Subscriber, WeightsRow};
-use super::{summarize, Producers, ROW_DEADLINE};
+use super::{summarize, BandwidthRow, Producers, ROW_DEADLINE};
 use crate::transport::tcp::{RemoteLink, RemoteOptions, RemoteServer};
 
 /// A loopback-TCP bandwidth line.
@@ -62,20 +45,6 @@ pub struct TcpBandwidthRow {
     /// `tls_bandwidth` only: `gb_per_s / tcp_gb_per_s`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_tcp: Option<f64>,
-}
-
-/// The shared-memory row a loopback-TCP bandwidth row is measured beside.
-#[derive(Clone, Copy, Debug)]
-pub struct ShmBaseline {
-    /// Nominal chunk size and producer processes, as the ring row's.
-    pub chunk_bytes: usize,
-    pub producers: usize,
-    /// Chunks per timed window.
-    pub window_chunks: usize,
-    /// Chunks queued per connection (the ring row's slots).
-    pub queue: usize,
-    /// The ring row's bandwidth.
-    pub gb_per_s: f64,
 }
 
 /// A listener on 127.0.0.1 with a fresh token, and with `tls` a fresh self-signed certificate
@@ -124,44 +93,30 @@ fn accept(server: &RemoteServer, n: usize) -> anyhow::Result<Vec<RemoteLink>> {
     Ok(links)
 }
 
-/// The loopback-TCP bandwidth row of `shm`'s chunk size from as many producer processes, each
-/// sending `window_chunks / producers * (iters + 1)` chunks.
-pub fn tcp_bandwidth(shm: &ShmBaseline, iters: usize) -> anyhow::Result<TcpBandwidthRow> {
-    bandwidth(shm, iters, None)
-}
-
-/// [`tcp_bandwidth`] through TLS 1.3, beside the plaintext row `tcp` of the same size.
-pub fn tls_bandwidth(
-    shm: &ShmBaseline,
-    iters: usize,
-    tcp: &TcpBandwidthRow,
-) -> anyhow::Result<TcpBandwidthRow> {
-    bandwidth(shm, iters, Some(tcp))
-}
-
-/// The bandwidth row, through TLS when `tcp` (the plaintext row to compare with) is given.
-fn bandwidth(
-    shm: &ShmBaseline,
+/// The loopback-TCP bandwidth row beside the ring row `shm`: its chunk size, producers, window
+/// and slots (the chunks queued per connection), each producer sending `chunks / producers *
+/// (iters + 1)` chunks; through TLS 1.3 (the `tls_bandwidth` row) when `tcp`, the plaintext
+/// row of the same size to compare with, is given.
+pub fn tcp_bandwidth(
+    shm: &BandwidthRow,
     iters: usize,
     tcp: Option<&TcpBandwidthRow>,
 ) -> anyhow::Result<TcpBandwidthRow> {
     let tls = tcp.is_some();
     let (chunk_bytes, producers) = (shm.chunk_bytes, shm.producers);
-    let encoded = bench_chunk(chunk_bytes)?;
-    let len = encoded.len();
+    let len = bench_chunk(chunk_bytes)?.len();
     let windows = iters + 1;
-    let per_producer = shm.window_chunks / producers;
-    let queue = shm.queue;
-    let (server, token, fingerprint) = server(len, 64, queue, tls)?;
+    let per_producer = shm.chunks / producers;
+    let (server, token, fingerprint) = server(len, 64, shm.slots, tls)?;
     let exe = std::env::current_exe().context("locating recur-bench to spawn producers")?;
-    let mut children = Vec::new();
+    let mut children = Producers(Vec::new());
     for k in 0..producers {
         let mut cmd = Command::new(&exe);
         cmd.arg("transport-producer");
         if let Some(f) = fingerprint {
             cmd.args(["--tls-fingerprint", &f.to_string()]);
         }
-        children.push(
+        children.0.push(
             cmd.args(["--tcp", &server.local_addr().to_string()])
                 .args(["--token", token_hex(&token).trim()])
                 .args(["--actor-id", &k.to_string()])
@@ -173,7 +128,6 @@ fn bandwidth(
                 .with_context(|| format!("spawning {} transport-producer --tcp", exe.display()))?,
         );
     }
-    let children = Producers(children);
     let mut links = accept(&server, producers)?;
     let total = per_producer * producers * windows;
     let window = per_producer * producers;
@@ -185,6 +139,7 @@ fn bandwidth(
         for link in links.iter_mut() {
             while let Ok(bytes) = link.chunks.try_recv() {
                 ensure!(bytes.len() == len, "a chunk of {} bytes", bytes.len());
+                // The learner's receive path without the schema decode, as the ring rows.
                 Chunk::verify_checksum(&bytes)?;
                 if received == 0 {
                     boundaries.push(Instant::now());
@@ -223,7 +178,7 @@ fn bandwidth(
         chunks: window,
         median_ms,
         encoded_bytes: len,
-        window: queue,
+        window: shm.slots,
         iters,
         tcp_gb_per_s: tcp.map(|t| t.gb_per_s),
         ratio_to_tcp: tcp.map(|t| gb_per_s / t.gb_per_s),
@@ -232,51 +187,30 @@ fn bandwidth(
 
 /// A benchmark actor's connection: a bare socket, or a TLS session that pins the learner's
 /// certificate (as `recur-actor` does).
-enum Conn {
-    Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
-}
-
-impl Conn {
-    fn socket(&self) -> &TcpStream {
-        match self {
-            Conn::Plain(s) => s,
-            Conn::Tls(s) => s.get_ref(),
-        }
-    }
+trait Conn: Read + Write {
+    fn socket(&self) -> &TcpStream;
 
     /// Ends the sending direction (after a TLS `close_notify`); reading goes on.
     fn close_write(&mut self) -> std::io::Result<()> {
-        if let Conn::Tls(s) = self {
-            s.conn.send_close_notify();
-            s.flush()?;
-        }
         self.socket().shutdown(std::net::Shutdown::Write)
     }
 }
 
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.read(buf),
-            Conn::Tls(s) => s.read(buf),
-        }
+impl Conn for TcpStream {
+    fn socket(&self) -> &TcpStream {
+        self
     }
 }
 
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.write(buf),
-            Conn::Tls(s) => s.write(buf),
-        }
+impl Conn for rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    fn socket(&self) -> &TcpStream {
+        self.get_ref()
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.flush(),
-            Conn::Tls(s) => s.flush(),
-        }
+    fn close_write(&mut self) -> std::io::Result<()> {
+        self.conn.send_close_notify();
+        self.flush()?;
+        self.sock.shutdown(std::net::Shutdown::Write)
     }
 }
 
@@ -288,17 +222,17 @@ fn join(
     fingerprint: Option<Fingerprint>,
     actor_id: u32,
     chunk_bytes: usize,
-) -> anyhow::Result<(Conn, usize)> {
+) -> anyhow::Result<(Box<dyn Conn>, usize)> {
     let socket = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     socket.set_nodelay(true)?;
-    let mut stream = match fingerprint {
-        None => Conn::Plain(socket),
+    let mut stream: Box<dyn Conn> = match fingerprint {
+        None => Box::new(socket),
         Some(f) => {
             let conn = rustls::ClientConnection::new(
                 common::tls::client_config(f),
                 common::tls::server_name(),
             )?;
-            Conn::Tls(Box::new(rustls::StreamOwned::new(conn, socket)))
+            Box::new(rustls::StreamOwned::new(conn, socket))
         }
     };
     write_message(
@@ -379,11 +313,8 @@ pub fn tcp_weight_latency(bytes: usize, samples: usize, tls: bool) -> anyhow::Re
         while seen.running() {
             let frame = match read_frame(&mut stream, &limits) {
                 Ok(f) => f,
-                Err(common::remote::WireError::Io(e))
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
+                Err(WireError::Io(e))
+                    if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
                 {
                     continue
                 }

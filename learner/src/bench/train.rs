@@ -1,18 +1,6 @@
-//! `recur-bench train`: the whole training loop end to end, as a user runs it. Each run is a
-//! `recur-learner train` process (next to this binary) with its actor processes, on a config
-//! and a seed, with PPO's update path set (`ppo.update`); frames/s is the run's frames over
-//! its wall seconds (`summary.json`: actors' start-up included). After each config's runs, one
-//! summary row per update path gives the median over seeds and its ratio to burn's path.
-//!
-//! Per run: `{"bench":"train","config":..,"env":..,"update":..,"seed":..,"frames":..,
-//! "seconds":..,"frames_per_s":..,"final_eval_return":..,"greedy_return":..,
-//! "best_greedy_return":..,"profile":{..}}` (`greedy_return`: `recur-learner eval` of the
-//! final checkpoint, `--eval-episodes` episodes; `best_greedy_return`: the same of the run's
-//! `best/` weights, on seeds from [`BEST_SEED`], apart from the evaluations during training
-//! that picked them; `profile`: the learner's seconds per phase). Each run's log is
-//! `OUT/<config>-<update>-<seed>.log`. Per config and path:
-//! `{"bench":"train","summary":true,"config":..,"update":..,"runs":..,
-//! "median_frames_per_s":..,"vs_burn":..}`.
+//! `recur-bench train`: the whole training loop end to end, as a user runs it (a `recur-learner
+//! train` process per config, seed and PPO update path); the rows, their fields and the options
+//! are documented in docs/recur-bench.md.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -167,15 +155,10 @@ impl TrainBench {
         }
         let log = run.with_extension("log");
         let status = Command::new(learner)
-            .arg("train")
-            .arg("--config")
+            .args(["train", "--config"])
             .arg(config)
-            .args([
-                "--seed",
-                &seed.to_string(),
-                "--frames",
-                &self.frames.to_string(),
-            ])
+            .args(["--seed", &seed.to_string()])
+            .args(["--frames", &self.frames.to_string()])
             .arg("--run-dir")
             .arg(&run)
             .args(["--quiet", "--set"])
@@ -195,10 +178,8 @@ impl TrainBench {
         let summary: serde_json::Value =
             serde_json::from_slice(&std::fs::read(run.join("summary.json"))?)?;
         let num = |k: &str| summary[k].as_f64();
-        let (frames, seconds) = (
-            num("frames").unwrap_or(0.0) as u64,
-            num("seconds").unwrap_or(f64::NAN),
-        );
+        let frames = num("frames").unwrap_or(0.0) as u64;
+        let seconds = num("seconds").unwrap_or(f64::NAN);
         // Greedy episodes of checkpoint `dir` on environments seeded from `seed`.
         let greedy = |dir: &Path, seed: u64| -> anyhow::Result<Option<f64>> {
             if self.eval_episodes == 0 || !dir.exists() {

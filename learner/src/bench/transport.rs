@@ -1,25 +1,8 @@
-//! `recur-bench transport`: the shared-memory transport's bandwidth (actor processes pushing
+//! `recur-bench transport`: the shared-memory transport's bandwidth (producer processes pushing
 //! encoded chunks through their rings, this process receiving and verifying them) against a
 //! plain memcpy measured in the same run, and the latency of a weight update (publish start ->
-//! a subscriber holds the full copy).
-//!
-//! Rows, one JSON object each (and, unless `--no-tcp`, the loopback-TCP rows of
-//! [`super::tcp`] after each of them, plaintext then TLS):
-//!
-//! - `{"bench":"transport","kind":"bandwidth","chunk_bytes":..,"producers":..,"gb_per_s":..,
-//!   "memcpy_gb_per_s":..,"ratio":..,"chunks":..,"median_ms":..}` plus `encoded_bytes`,
-//!   `slots`, `iters`. `producers` separate processes (this binary's hidden
-//!   `transport-producer` subcommand) each push real encoded chunks (valid checksums, about
-//!   `chunk_bytes` each: `encoded_bytes` is the exact size) into their own ring; this process
-//!   is the learner side, round-robin `try_recv` over the rings (copy + checksum). A timed
-//!   window receives `chunks` chunks; `median_ms` is the median window, `gb_per_s` its
-//!   bandwidth (1e9 bytes/s), `memcpy_gb_per_s` a single-threaded copy of the same bytes
-//!   between two buffers of `encoded_bytes` (median of rounds timed before and after the
-//!   transfer), `ratio = gb_per_s / memcpy_gb_per_s`.
-//! - `{"bench":"transport","kind":"weights","weight_bytes":..,"median_us":..,"p90_us":..,
-//!   "samples":..}` plus `max_us`: a publisher publishes a blob of `weight_bytes`; a subscriber
-//!   thread with its own mapping of the segment polls `latest_version` and copies the new
-//!   version out; the latency is publish start -> copy complete.
+//! a subscriber holds the full copy); after each, unless `--no-tcp`, the loopback-TCP rows of
+//! [`super::tcp`]. The rows, their fields and the options are documented in docs/recur-bench.md.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -31,12 +14,13 @@ use common::shm::{
     reclaim_stale, unique_run_id, RingConfig, RingReader, RingWriter, WeightPublisher,
     WeightSubscriber, SEGMENT_PREFIX,
 };
-use serde::Serialize;
 
 use super::chunks::{bench_chunk, set_seq};
 use super::latency::{Subscriber, WeightsRow};
-use super::tcp::{tcp_bandwidth, tcp_weight_latency, tls_bandwidth, ShmBaseline};
-use super::{each_at_least_one, emit, summarize, Producers, ROW_DEADLINE};
+use super::tcp::{tcp_bandwidth, tcp_weight_latency};
+use super::{
+    at_least_one, each_at_least_one, emit, summarize, BandwidthRow, Producers, ROW_DEADLINE,
+};
 
 /// The grid and the measurement settings (the `recur-bench transport` flags).
 #[derive(Clone, Debug, clap::Args)]
@@ -71,23 +55,6 @@ pub struct TransportBench {
     pub no_tcp: bool,
 }
 
-/// A bandwidth result line.
-#[derive(Clone, Debug, Serialize)]
-pub struct BandwidthRow {
-    pub bench: &'static str,
-    pub kind: &'static str,
-    pub chunk_bytes: usize,
-    pub producers: usize,
-    pub gb_per_s: f64,
-    pub memcpy_gb_per_s: f64,
-    pub ratio: f64,
-    pub chunks: usize,
-    pub median_ms: f64,
-    pub encoded_bytes: usize,
-    pub slots: usize,
-    pub iters: usize,
-}
-
 /// How long a producer waits on a full ring before giving up.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -114,26 +81,15 @@ impl TransportBench {
         for name in reclaim_stale() {
             eprintln!("recur-bench: removed stale shared-memory segment {name}");
         }
-        ensure!(
-            self.iters >= 1,
-            "--iters must be at least 1, got {}",
-            self.iters
-        );
+        at_least_one("--iters", self.iters)?;
         for &chunk_bytes in &self.chunk_sizes {
             for &producers in &self.producers {
                 let row = self.bandwidth(chunk_bytes, producers)?;
                 emit(out, &row)?;
                 if !self.no_tcp {
-                    let shm = ShmBaseline {
-                        chunk_bytes,
-                        producers,
-                        window_chunks: row.chunks,
-                        queue: row.slots,
-                        gb_per_s: row.gb_per_s,
-                    };
-                    let tcp = tcp_bandwidth(&shm, self.iters)?;
+                    let tcp = tcp_bandwidth(&row, self.iters, None)?;
                     emit(out, &tcp)?;
-                    let tls = tls_bandwidth(&shm, self.iters, &tcp)?;
+                    let tls = tcp_bandwidth(&row, self.iters, Some(&tcp))?;
                     emit(out, &tls)?;
                 }
             }
@@ -152,28 +108,21 @@ impl TransportBench {
     }
 
     fn bandwidth(&self, chunk_bytes: usize, producers: usize) -> anyhow::Result<BandwidthRow> {
-        ensure!(
-            producers >= 1,
-            "--producers: every count must be at least 1"
-        );
         let encoded = bench_chunk(chunk_bytes)?;
         let len = encoded.len();
         let per_producer = (self.window_bytes / len / producers).max(8);
         let window = per_producer * producers;
         let windows = self.iters + 1;
         let slots = (self.ring_bytes / len).clamp(2, 64);
+        let config = RingConfig {
+            slots,
+            slot_bytes: len,
+        };
         let run_id = unique_run_id();
         let mut rings = (0..producers)
             .map(|k| {
                 let name = format!("{SEGMENT_PREFIX}bench-{run_id}-ring-{k}");
-                RingReader::create(
-                    &name,
-                    RingConfig {
-                        slots,
-                        slot_bytes: len,
-                    },
-                )
-                .with_context(|| format!("creating ring {name}"))
+                RingReader::create(&name, config).with_context(|| format!("creating ring {name}"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         // memcpy reference: half of its rounds before the transfer, half after, so that both

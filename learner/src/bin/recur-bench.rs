@@ -73,6 +73,14 @@ struct ProducerArgs {
 
 fn main() -> anyhow::Result<()> {
     let out = &mut std::io::stdout().lock();
+    // The benchmarks of burn's CPU backend: checked, then the threads capped, then run.
+    macro_rules! threaded {
+        ($bench:expr) => {{
+            let b = $bench.checked()?;
+            set_threads(b.threads);
+            b.run(out)?;
+        }};
+    }
     match Cli::parse().command {
         Command::Transport(b) => b.checked()?.run(out)?,
         Command::TransportProducer(a) => match (&a.tcp, &a.token, &a.ring) {
@@ -87,24 +95,10 @@ fn main() -> anyhow::Result<()> {
             (_, _, Some(ring)) => run_producer(ring, a.chunk_bytes, a.count)?,
             _ => anyhow::bail!("transport-producer needs --ring, or --tcp with --token"),
         },
-        Command::Learner(b) => {
-            let b = b.checked()?;
-            set_threads(b.threads);
-            b.run(out)?;
-        }
-        Command::Actor(b) => {
-            let b = b.checked()?;
-            set_threads(b.threads);
-            b.run(out)?;
-        }
-        Command::Train(b) => {
-            b.checked()?.run(out)?;
-        }
-        Command::Rnn(b) => {
-            let b = b.checked()?;
-            set_threads(b.threads);
-            b.run(out)?;
-        }
+        Command::Train(b) => drop(b.checked()?.run(out)?),
+        Command::Learner(b) => threaded!(b),
+        Command::Actor(b) => threaded!(b),
+        Command::Rnn(b) => threaded!(b),
     }
     Ok(())
 }
