@@ -48,15 +48,7 @@ pub fn check_env_specs(
     chunks: usize,
     seed: u64,
 ) -> anyhow::Result<SpecReport> {
-    let config = ActorConfig {
-        env: env.to_string(),
-        num_envs: envs,
-        steps,
-        seed,
-        actor_id: 0,
-        incarnation: 0,
-        exploration: Default::default(),
-    };
+    let config = ActorConfig::new(env, envs, steps, seed);
     let envs_built = registry.make_vec(env, envs, seed)?;
     let mut actor = Actor::with_envs(config, policy, envs_built)?;
     let mut checker = Checker::new(&actor);

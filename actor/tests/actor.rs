@@ -21,13 +21,9 @@ fn actor(env: &str, cell: CellKind, envs: usize, steps: usize, seed: u64) -> Act
         .with_hidden_size(16);
     let policy = init_policy(&config, seed).unwrap();
     let config = ActorConfig {
-        env: env.into(),
-        num_envs: envs,
-        steps,
-        seed,
         actor_id: 3,
         incarnation: 1,
-        exploration: Default::default(),
+        ..ActorConfig::new(env, envs, steps, seed)
     };
     Actor::new(config, policy).unwrap()
 }
@@ -262,21 +258,10 @@ fn collection_is_deterministic_for_a_seed() {
 fn a_policy_that_does_not_fit_the_env_is_refused() {
     let config = policy_config_for("CartPole-v1").unwrap();
     let policy = init_policy(&config, 0).unwrap();
-    let err = Actor::new(
-        ActorConfig {
-            env: "Pendulum-v1".into(),
-            num_envs: 2,
-            steps: 4,
-            seed: 0,
-            actor_id: 0,
-            incarnation: 0,
-            exploration: Default::default(),
-        },
-        policy,
-    )
-    .err()
-    .unwrap()
-    .to_string();
+    let err = Actor::new(ActorConfig::new("Pendulum-v1", 2, 4, 0), policy)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(
         err.contains("Pendulum-v1") && err.contains("obs_dim = 4"),
         "{err}"

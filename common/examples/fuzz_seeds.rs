@@ -18,7 +18,7 @@ use common::policy::init_policy;
 use common::policy::{chunk_schema, policy_config_for};
 use common::recurrent::CellKind;
 use common::remote::{data_head, message_frame, ActorMsg, LearnerMsg, KIND_CHUNK, KIND_WEIGHTS};
-use common::rollout::{Actor, ActorConfig, EpsilonSchedule, Exploration};
+use common::rollout::{Actor, ActorConfig};
 use common::weights::to_blob;
 
 fn main() -> anyhow::Result<()> {
@@ -45,15 +45,7 @@ fn main() -> anyhow::Result<()> {
             .with_encoder(vec![8]);
         let schema: ChunkSchema = chunk_schema(&pc, 2, 4);
         let policy = init_policy(&pc, 0)?;
-        let config = ActorConfig {
-            env: env.into(),
-            num_envs: 2,
-            steps: 4,
-            seed: 7,
-            actor_id: 0,
-            incarnation: 0,
-            exploration: Exploration::Sample(EpsilonSchedule::constant(0.0)),
-        };
+        let config = ActorConfig::new(env, 2, 4, 7);
         let envs = Registry::builtin().make_vec(env, 2, 7)?;
         let mut actor = Actor::with_envs(config, policy.clone(), envs)?;
         let chunk = actor.collect()?;

@@ -405,15 +405,7 @@ mod tests {
             .with_encoder(vec![8]);
         let schema = chunk_schema(&pc, 4, 16);
         let mut actor = Actor::new(
-            ActorConfig {
-                env: "RepeatPrevious-v0".into(),
-                num_envs: 4,
-                steps: 16,
-                seed: 3,
-                actor_id: 0,
-                incarnation: 0,
-                exploration: Default::default(),
-            },
+            ActorConfig::new("RepeatPrevious-v0", 4, 16, 3),
             init_policy(&pc, 3).unwrap(),
         )
         .unwrap();

@@ -362,13 +362,8 @@ pub fn evaluate(
     let envs = registry.make_vec(env, episodes, seed)?;
     let mut actor = Actor::with_envs(
         ActorConfig {
-            env: env.to_string(),
-            num_envs: episodes,
-            steps: STEPS,
-            seed,
-            actor_id: 0,
-            incarnation: 0,
             exploration: Exploration::Greedy(EpsilonSchedule::constant(0.0)),
+            ..ActorConfig::new(env, episodes, STEPS, seed)
         },
         policy,
         envs,

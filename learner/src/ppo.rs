@@ -647,15 +647,7 @@ mod tests {
         };
         let mut ppo = Ppo::<CpuAutodiff>::new(&pc, &config, &schema, 1, &cpu_device()).unwrap();
         assert_eq!(ppo.fused(), update == UpdatePath::Fused);
-        let actor_config = ActorConfig {
-            env: "MatchTwo-v0".into(),
-            num_envs: envs,
-            steps,
-            seed: 5,
-            actor_id: 0,
-            incarnation: 0,
-            exploration: Default::default(),
-        };
+        let actor_config = ActorConfig::new("MatchTwo-v0", envs, steps, 5);
         let venv = registry.make_vec("MatchTwo-v0", envs, 5).unwrap();
         let mut actor = Actor::with_envs(actor_config, init_policy(&pc, 1).unwrap(), venv).unwrap();
         let mut returns = Vec::new();

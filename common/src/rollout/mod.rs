@@ -51,6 +51,21 @@ pub struct ActorConfig {
     pub exploration: Exploration,
 }
 
+impl ActorConfig {
+    /// Actor 0, incarnation 0, sampling actions: a standalone actor's config.
+    pub fn new(env: impl Into<String>, num_envs: usize, steps: usize, seed: u64) -> Self {
+        Self {
+            env: env.into(),
+            num_envs,
+            steps,
+            seed,
+            actor_id: 0,
+            incarnation: 0,
+            exploration: Exploration::default(),
+        }
+    }
+}
+
 /// Why an actor cannot start or step.
 #[derive(Debug, thiserror::Error)]
 pub enum ActorError {

@@ -272,15 +272,7 @@ impl Runner {
                     .with_cell(cell)
                     .with_hidden_size(bench.hidden);
                 let policy = init_policy(&config, bench.seed)?;
-                let config = ActorConfig {
-                    env: env.into(),
-                    num_envs: e,
-                    steps: bench.steps,
-                    seed: bench.seed,
-                    actor_id: 0,
-                    incarnation: 0,
-                    exploration: Default::default(),
-                };
+                let config = ActorConfig::new(env, e, bench.steps, bench.seed);
                 Runner::Actor(Box::new(Actor::with_envs(config, policy, venv)?))
             }
             None => {

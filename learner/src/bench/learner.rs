@@ -183,15 +183,7 @@ impl LearnerBench {
     fn data(&self, slice_len: usize, batch: usize) -> anyhow::Result<Vec<Chunk>> {
         let pc = fit_policy(&self.env, &self.policy(RecurrentBackend::Auto))?;
         let mut actor = Actor::new(
-            ActorConfig {
-                env: self.env.clone(),
-                num_envs: batch,
-                steps: slice_len,
-                seed: self.seed,
-                actor_id: 0,
-                incarnation: 0,
-                exploration: Default::default(),
-            },
+            ActorConfig::new(&self.env, batch, slice_len, self.seed),
             init_policy(&pc, self.seed)?,
         )?;
         (0..(self.warmup + self.iters).max(8))

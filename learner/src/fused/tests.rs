@@ -33,15 +33,7 @@ fn ppo_config(update: UpdatePath) -> PpoSection {
 
 /// Chunks of an actor running `pc`'s initial policy (seed 3) on `env`.
 fn chunks(env: &str, pc: &PolicyConfig, n: usize) -> Vec<Chunk> {
-    let config = ActorConfig {
-        env: env.into(),
-        num_envs: ENVS,
-        steps: STEPS,
-        seed: 11,
-        actor_id: 0,
-        incarnation: 0,
-        exploration: Default::default(),
-    };
+    let config = ActorConfig::new(env, ENVS, STEPS, 11);
     let mut actor = Actor::new(config, init_policy(pc, 3).unwrap()).unwrap();
     (0..n).map(|_| actor.collect().unwrap()).collect()
 }
