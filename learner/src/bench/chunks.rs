@@ -30,18 +30,7 @@ pub fn bench_schema(chunk_bytes: usize) -> anyhow::Result<ChunkSchema> {
 /// One encoded chunk of about `chunk_bytes` (valid checksum), with non-trivial values.
 pub fn bench_chunk(chunk_bytes: usize) -> anyhow::Result<Vec<u8>> {
     let schema = bench_schema(chunk_bytes)?;
-    let meta = ChunkMeta {
-        actor_id: 0,
-        incarnation: 0,
-        seq: 0,
-        policy_version: 1,
-        schema_hash: 0,
-        envs: 0,
-        steps: 0,
-        payload_len: 0,
-        payload_crc32: 0,
-    };
-    let mut chunk = Chunk::zeros(&schema, meta);
+    let mut chunk = Chunk::zeros(&schema, ChunkMeta::new(0, 0, 0, 1));
     for (i, x) in chunk.observation.iter_mut().enumerate() {
         *x = (i % 97) as f32 * 0.25;
     }
