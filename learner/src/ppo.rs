@@ -22,10 +22,7 @@ use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
-use common::policy::dist::{
-    categorical_entropy, categorical_log_prob, gaussian_entropy, multi_categorical_entropy,
-    multi_categorical_log_prob, squashed_gaussian_log_prob_tensor,
-};
+use common::policy::dist::{categorical_entropy, gaussian_entropy, multi_categorical_entropy};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use std::collections::HashMap;
 
@@ -452,37 +449,22 @@ impl<B: AutodiffBackend> Ppo<B> {
     pub(crate) fn burn_loss(&self, b: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
         let s = &self.schema;
         let (sb, mask, count, adv) = self.prepare(b);
-        let (rows, len, a) = (sb.rows, sb.len, s.action_dim());
         let device = self.trainee.device();
-        let t3 = |v: Vec<f32>, w: usize| tensor3(v, rows, len, w, &device);
-        let old_logp = t3(sb.gather(&self.storage.sample_log_prob, 1), 1);
-        let target = t3(sb.gather(&self.value_target, 1), 1);
-        let adv_t = t3(adv, 1);
-        let mask_t = t3(mask, 1);
+        let t3 = |v: Vec<f32>| tensor3(v, sb.rows, sb.len, 1, &device);
+        let old_logp = t3(sb.gather(&self.storage.sample_log_prob, 1));
+        let target = t3(sb.gather(&self.value_target, 1));
+        let adv_t = t3(adv);
+        let mask_t = t3(mask);
 
         let has_cell = s.cell.has_cell_state();
         let inputs = sb.inputs(InitialState::Stored, s.num_layers, s.hidden_size, has_cell);
         let out = inputs.forward(&self.trainee.model, 0, None);
-        let (logp, entropy) = match self.trainee.model.action() {
-            ActionSpec::Discrete { .. } => (
-                categorical_log_prob(out.head.clone(), sb.action_index(0, &device)),
-                categorical_entropy(out.head),
-            ),
-            ActionSpec::MultiDiscrete { nvec } => (
-                multi_categorical_log_prob(
-                    out.head.clone(),
-                    sb.action_indices(0, nvec.len(), &device),
-                    nvec,
-                ),
-                multi_categorical_entropy(out.head, nvec),
-            ),
-            ActionSpec::Continuous { low, high } => {
-                let acts = t3(sb.gather(&self.storage.action, a), a);
-                (
-                    squashed_gaussian_log_prob_tensor(out.head.clone(), acts, low, high),
-                    gaussian_entropy(out.head, a),
-                )
-            }
+        let action = self.trainee.model.action();
+        let logp = sb.log_prob(action, out.head.clone(), 0, &device);
+        let entropy = match action {
+            ActionSpec::Discrete { .. } => categorical_entropy(out.head),
+            ActionSpec::MultiDiscrete { nvec } => multi_categorical_entropy(out.head, nvec),
+            ActionSpec::Continuous { .. } => gaussian_entropy(out.head, s.action_dim()),
         };
         let masked_mean = |x: Tensor<B, 3>| (x * mask_t.clone()).sum() / count;
         let log_ratio = logp - old_logp;
