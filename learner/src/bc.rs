@@ -84,7 +84,7 @@ impl<B: AutodiffBackend> Checkpointed<B> for Bc<B> {
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        self.trainer.trainee.save_state()
+        self.trainer.trainee.save_state(None)
     }
 
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {

@@ -279,7 +279,7 @@ impl<B: AutodiffBackend> Checkpointed<B> for Dqn<B> {
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        self.trainer.trainee.save_state()
+        self.trainer.trainee.save_state(None)
     }
 
     /// Restores the online network and optimizer; the target network restarts as a copy.

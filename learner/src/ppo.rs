@@ -257,10 +257,8 @@ impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        match &self.fused {
-            Some(f) => self.trainee.save_state_fused(f.layout(), &f.adam),
-            None => self.trainee.save_state(),
-        }
+        let fused = self.fused.as_ref().map(|f| (f.layout(), &f.adam));
+        self.trainee.save_state(fused)
     }
 
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
