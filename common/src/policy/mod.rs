@@ -499,16 +499,11 @@ impl<B: Backend> Policy<B> {
             return (state, None);
         }
         let l = self.config.num_layers;
-        let part = |t: &Tensor<B, D>, from: usize| t.clone().narrow(D - 2, from, l);
-        let actor = RecurrentState {
-            rs_h: part(&state.rs_h, 0),
-            rs_c: state.rs_c.as_ref().map(|c| part(c, 0)),
+        let part = |from: usize| RecurrentState {
+            rs_h: state.rs_h.clone().narrow(D - 2, from, l),
+            rs_c: state.rs_c.clone().map(|c| c.narrow(D - 2, from, l)),
         };
-        let critic = RecurrentState {
-            rs_h: part(&state.rs_h, l),
-            rs_c: state.rs_c.as_ref().map(|c| part(c, l)),
-        };
-        (actor, Some(critic))
+        (part(0), Some(part(l)))
     }
 }
 
