@@ -173,20 +173,13 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
         let _gae = Phase::start("gae");
         let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
         let done: Vec<bool> = chunk.next_done.iter().map(|&x| x == 1).collect();
-        let reward: Vec<f32> = if self.config.reward_norm {
-            let scale = self.returns.update(chunk, self.config.gamma as f64);
-            chunk
-                .next_reward
-                .iter()
-                .map(|r| (r * scale).clamp(-10.0, 10.0) * self.config.reward_scale)
-                .collect()
-        } else {
-            chunk
-                .next_reward
-                .iter()
-                .map(|r| r * self.config.reward_scale)
-                .collect()
-        };
+        let c = &self.config;
+        let scale = c
+            .reward_norm
+            .then(|| self.returns.update(chunk, c.gamma as f64));
+        let reward: Vec<f32> = (chunk.next_reward.iter())
+            .map(|&r| scale.map_or(r, |s| (r * s).clamp(-10.0, 10.0)) * c.reward_scale)
+            .collect();
         let adv = gae(&GaeInput {
             steps: t,
             reward: &reward,
