@@ -41,13 +41,7 @@ pub fn sample_categorical(logits: &[f32], u: f32) -> (usize, f32) {
 
 /// The index of the largest logit (greedy action).
 pub fn argmax(logits: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best
+    (0..logits.len()).fold(0, |best, i| if logits[i] > logits[best] { i } else { best })
 }
 
 /// Samples a squashed-Gaussian action from `head` = `[mean (A), log_std (A)]` with standard
