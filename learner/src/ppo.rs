@@ -296,8 +296,8 @@ impl<B: AutodiffBackend> Ppo<B> {
                     && chunk.next_terminated[p] == 0
             })
             .collect();
-        let mut next_value = vec![0.0f32; s.envs * t];
-        if let Some(fused) = &self.fused {
+        // The bootstrap values at `rows` (none to compute without rows).
+        let (value, boot) = if let Some(fused) = &self.fused {
             // Every row starts from its stored state (recurrent mode's segment starts).
             let start: Vec<bool> = (chunk.is_init.iter().enumerate())
                 .map(|(p, &x)| x == 1 || p % t == 0)
@@ -310,38 +310,35 @@ impl<B: AutodiffBackend> Ppo<B> {
                 chunk.rs_c.as_deref(),
                 None,
             );
-            if !rows.is_empty() {
-                let m = rows.len();
-                let (boot, _, _) = fused.values(
-                    1,
-                    &gather(&chunk.next_observation, &rows, d),
-                    &vec![true; m],
-                    &gather(&next_h, &rows, lh),
-                    next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
-                    None,
+            let boot = (!rows.is_empty()).then(|| {
+                fused
+                    .values(
+                        1,
+                        &gather(&chunk.next_observation, &rows, d),
+                        &vec![true; rows.len()],
+                        &gather(&next_h, &rows, lh),
+                        next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
+                        None,
+                    )
+                    .0
+            });
+            (value, boot)
+        } else {
+            let out = (self.critic.forward_chunk(chunk, s)).expect("chunks match the policy");
+            let boot = (!rows.is_empty()).then(|| {
+                let boot = step_at_cut(
+                    &self.critic,
+                    gather(&chunk.next_observation, &rows, d),
+                    gather(&host(out.next.rs_h), &rows, lh),
+                    out.next.rs_c.map(|c| gather(&host(c), &rows, lh)),
                 );
-                for (&p, v) in rows.iter().zip(boot) {
-                    next_value[p] = v;
-                }
-            }
-            return (value, next_value);
-        }
-        let out = self
-            .critic
-            .forward_chunk(chunk, s)
-            .expect("chunks match the policy");
-        let value = host(out.value);
-        if !rows.is_empty() {
-            let boot = step_at_cut(
-                &self.critic,
-                gather(&chunk.next_observation, &rows, d),
-                gather(&host(out.next.rs_h), &rows, lh),
-                out.next.rs_c.map(|c| gather(&host(c), &rows, lh)),
-            )
-            .expect("chunks match the policy");
-            for (&p, v) in rows.iter().zip(host(boot.value)) {
-                next_value[p] = v;
-            }
+                host(boot.expect("chunks match the policy").value)
+            });
+            (host(out.value), boot)
+        };
+        let mut next_value = vec![0.0f32; s.envs * t];
+        for (&p, v) in rows.iter().zip(boot.unwrap_or_default()) {
+            next_value[p] = v;
         }
         (value, next_value)
     }
@@ -350,11 +347,7 @@ impl<B: AutodiffBackend> Ppo<B> {
     /// steps (both update paths start here).
     fn prepare<'a>(&'a self, b: &'a SampledBatch) -> (SliceBatch<'a>, Vec<f32>, f32, Vec<f32>) {
         let sb = SliceBatch::new(&self.storage, b, self.config.slice_len);
-        let mask: Vec<f32> = sb
-            .mask()
-            .iter()
-            .map(|&m| if m { 1.0 } else { 0.0 })
-            .collect();
+        let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
         let count: f32 = mask.iter().sum();
         let adv_raw = sb.gather(&self.advantage, 1);
         let mean = adv_raw.iter().zip(&mask).map(|(x, m)| x * m).sum::<f32>() / count;
