@@ -407,15 +407,9 @@ impl<B: Backend> Policy<B> {
         values.extend(std::iter::repeat_n(stats.count as f32, d));
         values.extend(std::iter::repeat_n(clip, d));
         let (id, tensor, mapper) = self.obs_norm.consume();
-        let new = Tensor::from_data(
-            TensorData::new(values, [OBS_NORM_ROWS, d]),
-            &tensor.device(),
-        );
-        let new = if tensor.is_require_grad() {
-            new.require_grad()
-        } else {
-            new
-        };
+        let data = TensorData::new(values, [OBS_NORM_ROWS, d]);
+        let new =
+            Tensor::from_data(data, &tensor.device()).set_require_grad(tensor.is_require_grad());
         self.obs_norm = Param::from_mapped_value(id, new, mapper);
         self
     }
