@@ -174,12 +174,7 @@ impl<'a> SliceBatch<'a> {
         self.batch.mask.as_deref().expect("a padded batch")
     }
 
-    /// The discrete actions of columns `from..len`, `[rows, len - from, 1]`, on `device`.
-    pub fn action_index<B: Backend>(&self, from: usize, device: &B::Device) -> Tensor<B, 3, Int> {
-        self.action_indices(from, 1, device)
-    }
-
-    /// The `k` discrete indices per step of columns `from..len` (multi-discrete actions),
+    /// The `k` discrete indices per step of columns `from..len` (`k` = 1: a discrete action),
     /// `[rows, len - from, k]`, on `device`.
     pub fn action_indices<B: Backend>(
         &self,
@@ -210,7 +205,7 @@ impl<'a> SliceBatch<'a> {
     ) -> Tensor<B, 3> {
         match action {
             ActionSpec::Discrete { .. } => {
-                categorical_log_prob(head, self.action_index(from, device))
+                categorical_log_prob(head, self.action_indices(from, 1, device))
             }
             ActionSpec::MultiDiscrete { nvec } => multi_categorical_log_prob(
                 head,
