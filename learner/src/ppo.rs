@@ -145,143 +145,7 @@ impl<B: AutodiffBackend> Ppo<B> {
     pub fn fused(&self) -> bool {
         self.fused.is_some()
     }
-}
 
-/// The fused update of `model` where `path` and the model allow it; an error names the
-/// setting that keeps `path = "fused"` from running.
-fn fused_update<B: AutodiffBackend>(
-    model: &Policy<B>,
-    path: UpdatePath,
-) -> anyhow::Result<Option<FusedUpdate>> {
-    if path == UpdatePath::Burn {
-        return Ok(None);
-    }
-    match (unsupported(model), path) {
-        (None, _) => Ok(Some(FusedUpdate::new(model))),
-        (Some(why), UpdatePath::Fused) => {
-            anyhow::bail!("ppo.update = \"fused\" cannot run this policy: {why}")
-        }
-        (Some(_), _) => Ok(None),
-    }
-}
-
-impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
-    /// Computes the chunk's advantages with the current critic and stores both.
-    fn add_chunk(&mut self, chunk: &Chunk) {
-        let t = self.schema.steps;
-        let (value, next_value) = profile::time("critic", || self.critic_pass(chunk));
-        let _gae = Phase::start("gae");
-        let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
-        let done: Vec<bool> = chunk.next_done.iter().map(|&x| x == 1).collect();
-        let c = &self.config;
-        let scale = c
-            .reward_norm
-            .then(|| self.returns.update(chunk, c.gamma as f64));
-        let reward: Vec<f32> = (chunk.next_reward.iter())
-            .map(|&r| scale.map_or(r, |s| (r * s).clamp(-10.0, 10.0)) * c.reward_scale)
-            .collect();
-        let adv = gae(&GaeInput {
-            steps: t,
-            reward: &reward,
-            value: &value,
-            next_value: &next_value,
-            terminated: &terminated,
-            done: &done,
-            traj_ids: &chunk.traj_ids,
-            gamma: self.config.gamma,
-            lambda: self.config.gae_lambda,
-        });
-        // Storage positions follow insertion order (the storage is emptied after each update).
-        debug_assert_eq!(self.storage.len(), self.advantage.len());
-        self.storage.extend(chunk);
-        self.advantage.extend(adv.advantage);
-        self.value_target.extend(adv.value_target);
-    }
-
-    /// Once `frames_per_update` frames are stored.
-    fn ready(&self) -> bool {
-        self.storage.len() >= self.config.frames_per_update
-    }
-
-    /// Trains on everything stored, then empties the storage.
-    fn update(&mut self) -> anyhow::Result<UpdateStats> {
-        let mut minibatches = Vec::new();
-        for _ in 0..self.config.epochs {
-            for batch in self.sampler.epoch(&self.storage)? {
-                let _minibatch = Phase::start("minibatch");
-                minibatches.push(match self.fused {
-                    Some(_) => self.fused_minibatch_step(&batch),
-                    None => self.minibatch_step(&batch)?,
-                });
-            }
-        }
-        if let Some(fused) = &self.fused {
-            let _sync = Phase::start("sync");
-            self.trainee.model = fused.finish(self.trainee.model.clone());
-        }
-        let stats = UpdateStats::mean(&minibatches);
-        if let Some(clip) = self.obs_norm {
-            let mut obs = self.trainee.model.obs_stats();
-            obs.merge(&self.storage.observation[..self.storage.len() * self.schema.obs_dim]);
-            self.trainee.model = self.trainee.model.clone().with_obs_stats(&obs, clip);
-            if let Some(fused) = &mut self.fused {
-                fused.set_obs_norm(&self.trainee.model);
-            }
-        }
-        self.storage.clear();
-        self.advantage.clear();
-        self.value_target.clear();
-        self.critic = self.trainee.inference();
-        Ok(stats)
-    }
-
-    fn off_policy(&self) -> bool {
-        false
-    }
-
-    fn set_progress(&mut self, progress: f64) {
-        self.progress = progress;
-    }
-}
-
-impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
-    fn model(&self) -> &Model<B> {
-        &self.trainee.model
-    }
-
-    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        let fused = self.fused.as_ref().map(|f| (f.layout(), &f.adam));
-        self.trainee.save_state(fused)
-    }
-
-    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
-        self.trainee.load_state(model, optim)?;
-        if self.fused.is_some() {
-            // The loaded record brings its own parameter ids: lay the parameters out anew.
-            let mut fused = FusedUpdate::new(&self.trainee.model);
-            fused.adam = self.trainee.fused_adam(fused.layout());
-            self.fused = Some(fused);
-        }
-        self.critic = self.trainee.inference();
-        Ok(())
-    }
-
-    /// The sampler's position and the reward normalizer's statistics.
-    fn host_state(&self) -> Vec<u8> {
-        encode(&(self.sampler.state(), &self.returns))
-    }
-
-    fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
-        if !state.is_empty() {
-            let (sampler, returns) = decode(state)?;
-            self.sampler.set_state(sampler);
-            self.returns = returns;
-        }
-        Ok(())
-    }
-}
-
-impl<B: AutodiffBackend> Ppo<B> {
     /// The critic's value of every position of `chunk` (recurrent mode over `[E, T]` from its
     /// stored states) and, where a trajectory is cut but did not terminate, the value of the
     /// next observation (one sequential step from the post-step state; 0 elsewhere).
@@ -481,10 +345,143 @@ impl<B: AutodiffBackend> Ppo<B> {
             entropy: scalar(entropy_mean),
             approx_kl: kl / count,
             clip_frac: clipped / count,
-            grad_norm: 0.0,
             ..UpdateStats::default()
         };
         (loss, stats)
+    }
+}
+
+/// The fused update of `model` where `path` and the model allow it; an error names the
+/// setting that keeps `path = "fused"` from running.
+fn fused_update<B: AutodiffBackend>(
+    model: &Policy<B>,
+    path: UpdatePath,
+) -> anyhow::Result<Option<FusedUpdate>> {
+    if path == UpdatePath::Burn {
+        return Ok(None);
+    }
+    match (unsupported(model), path) {
+        (None, _) => Ok(Some(FusedUpdate::new(model))),
+        (Some(why), UpdatePath::Fused) => {
+            anyhow::bail!("ppo.update = \"fused\" cannot run this policy: {why}")
+        }
+        (Some(_), _) => Ok(None),
+    }
+}
+
+impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
+    /// Computes the chunk's advantages with the current critic and stores both.
+    fn add_chunk(&mut self, chunk: &Chunk) {
+        let t = self.schema.steps;
+        let (value, next_value) = profile::time("critic", || self.critic_pass(chunk));
+        let _gae = Phase::start("gae");
+        let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
+        let done: Vec<bool> = chunk.next_done.iter().map(|&x| x == 1).collect();
+        let c = &self.config;
+        let scale = c
+            .reward_norm
+            .then(|| self.returns.update(chunk, c.gamma as f64));
+        let reward: Vec<f32> = (chunk.next_reward.iter())
+            .map(|&r| scale.map_or(r, |s| (r * s).clamp(-10.0, 10.0)) * c.reward_scale)
+            .collect();
+        let adv = gae(&GaeInput {
+            steps: t,
+            reward: &reward,
+            value: &value,
+            next_value: &next_value,
+            terminated: &terminated,
+            done: &done,
+            traj_ids: &chunk.traj_ids,
+            gamma: self.config.gamma,
+            lambda: self.config.gae_lambda,
+        });
+        // Storage positions follow insertion order (the storage is emptied after each update).
+        debug_assert_eq!(self.storage.len(), self.advantage.len());
+        self.storage.extend(chunk);
+        self.advantage.extend(adv.advantage);
+        self.value_target.extend(adv.value_target);
+    }
+
+    /// Once `frames_per_update` frames are stored.
+    fn ready(&self) -> bool {
+        self.storage.len() >= self.config.frames_per_update
+    }
+
+    /// Trains on everything stored, then empties the storage.
+    fn update(&mut self) -> anyhow::Result<UpdateStats> {
+        let mut minibatches = Vec::new();
+        for _ in 0..self.config.epochs {
+            for batch in self.sampler.epoch(&self.storage)? {
+                let _minibatch = Phase::start("minibatch");
+                minibatches.push(match self.fused {
+                    Some(_) => self.fused_minibatch_step(&batch),
+                    None => self.minibatch_step(&batch)?,
+                });
+            }
+        }
+        if let Some(fused) = &self.fused {
+            let _sync = Phase::start("sync");
+            self.trainee.model = fused.finish(self.trainee.model.clone());
+        }
+        let stats = UpdateStats::mean(&minibatches);
+        if let Some(clip) = self.obs_norm {
+            let mut obs = self.trainee.model.obs_stats();
+            obs.merge(&self.storage.observation[..self.storage.len() * self.schema.obs_dim]);
+            self.trainee.model = self.trainee.model.clone().with_obs_stats(&obs, clip);
+            if let Some(fused) = &mut self.fused {
+                fused.set_obs_norm(&self.trainee.model);
+            }
+        }
+        self.storage.clear();
+        self.advantage.clear();
+        self.value_target.clear();
+        self.critic = self.trainee.inference();
+        Ok(stats)
+    }
+
+    fn off_policy(&self) -> bool {
+        false
+    }
+
+    fn set_progress(&mut self, progress: f64) {
+        self.progress = progress;
+    }
+}
+
+impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
+    fn model(&self) -> &Model<B> {
+        &self.trainee.model
+    }
+
+    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        let fused = self.fused.as_ref().map(|f| (f.layout(), &f.adam));
+        self.trainee.save_state(fused)
+    }
+
+    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
+        self.trainee.load_state(model, optim)?;
+        if self.fused.is_some() {
+            // The loaded record brings its own parameter ids: lay the parameters out anew.
+            let mut fused = FusedUpdate::new(&self.trainee.model);
+            fused.adam = self.trainee.fused_adam(fused.layout());
+            self.fused = Some(fused);
+        }
+        self.critic = self.trainee.inference();
+        Ok(())
+    }
+
+    /// The sampler's position and the reward normalizer's statistics.
+    fn host_state(&self) -> Vec<u8> {
+        encode(&(self.sampler.state(), &self.returns))
+    }
+
+    fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
+        if !state.is_empty() {
+            let (sampler, returns) = decode(state)?;
+            self.sampler.set_state(sampler);
+            self.returns = returns;
+        }
+        Ok(())
     }
 }
 
