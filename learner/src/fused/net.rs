@@ -138,11 +138,8 @@ impl Net<'_> {
     /// `clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)` per feature.
     fn normalize(&self, obs: &[f32]) -> Vec<f32> {
         let d = self.obs_norm.len() / 4;
-        let (mean, var, clip) = (
-            &self.obs_norm[..d],
-            &self.obs_norm[d..2 * d],
-            &self.obs_norm[3 * d..],
-        );
+        let row = |r: usize| &self.obs_norm[r * d..(r + 1) * d];
+        let (mean, var, clip) = (row(0), row(1), row(3));
         let mut x = obs.to_vec();
         for row in x.chunks_exact_mut(d) {
             for j in 0..d {
