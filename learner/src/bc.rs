@@ -44,14 +44,12 @@ impl<B: AutodiffBackend> Bc<B> {
         let (mask, count) = t.learn_mask(&sb);
         let loss = (logp * mask).sum().neg() / count;
         let value = host(loss.clone().inner())[0];
-        (
-            loss,
-            UpdateStats {
-                loss: value,
-                policy_loss: value,
-                ..UpdateStats::default()
-            },
-        )
+        let stats = UpdateStats {
+            loss: value,
+            policy_loss: value,
+            ..UpdateStats::default()
+        };
+        (loss, stats)
     }
 }
 
