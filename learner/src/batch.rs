@@ -6,7 +6,10 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::backend::to_vec as host;
 use common::chunk::ChunkSchema;
-use common::policy::{Policy, PolicyConfig, PolicyOutput};
+use common::policy::dist::{
+    categorical_log_prob, multi_categorical_log_prob, squashed_gaussian_log_prob_tensor,
+};
+use common::policy::{ActionSpec, Policy, PolicyConfig, PolicyOutput};
 use common::recurrent::{set_recurrent_mode, RecurrentError, RecurrentMode, RecurrentState};
 
 use crate::config::{InitialState, SliceTraining};
@@ -171,12 +174,7 @@ impl<'a> SliceBatch<'a> {
         self.batch.mask.as_deref().expect("a padded batch")
     }
 
-    /// The discrete actions of columns `from..len`, `[rows, len - from, 1]`, on `device`.
-    pub fn action_index<B: Backend>(&self, from: usize, device: &B::Device) -> Tensor<B, 3, Int> {
-        self.action_indices(from, 1, device)
-    }
-
-    /// The `k` discrete indices per step of columns `from..len` (multi-discrete actions),
+    /// The `k` discrete indices per step of columns `from..len` (`k` = 1: a discrete action),
     /// `[rows, len - from, k]`, on `device`.
     pub fn action_indices<B: Backend>(
         &self,
@@ -194,6 +192,40 @@ impl<'a> SliceBatch<'a> {
             TensorData::new(idx, [self.rows, self.len - from, k]),
             device,
         )
+    }
+
+    /// The log-probability `[rows, len - from, 1]` of the stored actions of columns
+    /// `from..len` under `head` (`action`'s distribution parameters over those columns).
+    pub fn log_prob<B: Backend>(
+        &self,
+        action: &ActionSpec,
+        head: Tensor<B, 3>,
+        from: usize,
+        device: &B::Device,
+    ) -> Tensor<B, 3> {
+        match action {
+            ActionSpec::Discrete { .. } => {
+                categorical_log_prob(head, self.action_indices(from, 1, device))
+            }
+            ActionSpec::MultiDiscrete { nvec } => multi_categorical_log_prob(
+                head,
+                self.action_indices(from, nvec.len(), device),
+                nvec,
+            ),
+            ActionSpec::Continuous { low, high } => {
+                let (rows, len, a) = (self.rows, self.len, low.len());
+                let acts = columns(
+                    &self.gather(&self.storage.action, a),
+                    rows,
+                    len,
+                    a,
+                    from,
+                    len,
+                );
+                let acts = tensor3(acts, rows, len - from, a, device);
+                squashed_gaussian_log_prob_tensor(head, acts, low, high)
+            }
+        }
     }
 
     /// Observations, `is_init` and the slice-start states (stored or zeros) of the columns
@@ -284,12 +316,9 @@ pub struct SliceInputs {
 }
 
 impl SliceInputs {
-    fn columns(&self, v: &[f32], w: usize, from: usize) -> Vec<f32> {
-        columns(v, self.rows, self.len, w, from, self.len)
-    }
-
-    fn columns_prefix(&self, v: &[f32], w: usize, k: usize) -> Vec<f32> {
-        columns(v, self.rows, self.len, w, 0, k)
+    /// Columns `from..to` of every row of `v` (`w` values per step).
+    fn columns<T: Copy>(&self, v: &[T], w: usize, from: usize, to: usize) -> Vec<T> {
+        columns(v, self.rows, self.len, w, from, to)
     }
 
     /// Recurrent mode over columns `from..len` of `net`, each row starting at column `from`
@@ -302,12 +331,12 @@ impl SliceInputs {
     ) -> PolicyOutput<M, 3, 4> {
         let (rows, t, lh) = (self.rows, self.len - from, self.l * self.h);
         let device = net.policy_head.weight.val().device();
-        let mut is_init: Vec<bool> = (0..rows)
-            .flat_map(|r| self.is_init[r * self.len + from..(r + 1) * self.len].to_vec())
-            .collect();
-        debug_assert_eq!(is_init.len(), rows * t);
-        let mut rs_h = self.columns(&self.rs_h, lh, from);
-        let mut rs_c = self.rs_c.as_ref().map(|c| self.columns(c, lh, from));
+        let mut is_init = self.columns(&self.is_init, 1, from, self.len);
+        let mut rs_h = self.columns(&self.rs_h, lh, from, self.len);
+        let mut rs_c = self
+            .rs_c
+            .as_ref()
+            .map(|c| self.columns(c, lh, from, self.len));
         if let Some((h0, c0)) = start {
             for r in 0..rows {
                 // A trajectory that starts exactly here keeps its stored state.
@@ -327,7 +356,10 @@ impl SliceInputs {
         let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
         net.forward_batch(
             Tensor::from_data(
-                TensorData::new(self.columns(&self.obs, self.d, from), [rows, t, self.d]),
+                TensorData::new(
+                    self.columns(&self.obs, self.d, from, self.len),
+                    [rows, t, self.d],
+                ),
                 &device,
             ),
             Tensor::<M, 2, Bool>::from_data(TensorData::new(is_init, [rows, t]), &device),
@@ -351,27 +383,21 @@ impl SliceInputs {
         if burn_in == 0 {
             return self.forward(model, 0, None);
         }
+        let lh = self.l * self.h;
         let prefix = SliceInputs {
             rows: self.rows,
             len: burn_in,
             d: self.d,
             l: self.l,
             h: self.h,
-            obs: self.columns_prefix(&self.obs, self.d, burn_in),
-            is_init: columns(&self.is_init, self.rows, self.len, 1, 0, burn_in),
-            rs_h: self.columns_prefix(&self.rs_h, self.l * self.h, burn_in),
-            rs_c: self
-                .rs_c
-                .as_ref()
-                .map(|c| self.columns_prefix(c, self.l * self.h, burn_in)),
+            obs: self.columns(&self.obs, self.d, 0, burn_in),
+            is_init: self.columns(&self.is_init, 1, 0, burn_in),
+            rs_h: self.columns(&self.rs_h, lh, 0, burn_in),
+            rs_c: self.rs_c.as_ref().map(|c| self.columns(c, lh, 0, burn_in)),
         };
         let out = prefix.forward(inference, 0, None);
-        let last = |v: Vec<f32>| -> Vec<f32> {
-            let lh = self.l * self.h;
-            (0..self.rows)
-                .flat_map(|r| v[((r + 1) * burn_in - 1) * lh..(r + 1) * burn_in * lh].to_vec())
-                .collect()
-        };
+        // The post-step state of each row's last burn-in column.
+        let last = |v: Vec<f32>| columns(&v, self.rows, burn_in, lh, burn_in - 1, burn_in);
         let h0 = last(host(out.next.rs_h));
         let c0 = out.next.rs_c.map(|c| last(host(c)));
         self.forward(model, burn_in, Some((&h0, c0.as_deref())))

@@ -8,12 +8,9 @@ use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
-use common::policy::dist::{
-    categorical_log_prob, multi_categorical_log_prob, squashed_gaussian_log_prob_tensor,
-};
-use common::policy::{ActionSpec, PolicyConfig};
+use common::policy::PolicyConfig;
 
-use crate::batch::{columns, tensor3, SliceTrainer};
+use crate::batch::SliceTrainer;
 use crate::config::BcSection;
 use crate::metrics::UpdateStats;
 use crate::optim::{Algorithm, Model};
@@ -39,41 +36,20 @@ impl<B: AutodiffBackend> Bc<B> {
     /// Mean negative log-likelihood of the recorded actions on the real steps after burn-in.
     pub fn loss(&self, batch: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
         let t = &self.trainer;
-        let (len, burn) = (t.slices.slice_len, t.slices.burn_in);
+        let burn = t.slices.burn_in;
         let (sb, inputs) = t.inputs(batch);
         let device = t.trainee.device();
         let out = inputs.forward_learn(&t.trainee.model, &t.inference, burn);
-        let logp = match &t.trainee.model.action() {
-            ActionSpec::Discrete { .. } => {
-                categorical_log_prob(out.head, sb.action_index(burn, &device))
-            }
-            ActionSpec::MultiDiscrete { nvec } => multi_categorical_log_prob(
-                out.head,
-                sb.action_indices(burn, nvec.len(), &device),
-                nvec,
-            ),
-            ActionSpec::Continuous { low, high } => {
-                let (rows, a) = (sb.rows, low.len());
-                let acts = columns(&sb.gather(&t.storage.action, a), rows, len, a, burn, len);
-                squashed_gaussian_log_prob_tensor(
-                    out.head,
-                    tensor3(acts, rows, len - burn, a, &device),
-                    low,
-                    high,
-                )
-            }
-        };
+        let logp = sb.log_prob(t.trainee.model.action(), out.head, burn, &device);
         let (mask, count) = t.learn_mask(&sb);
         let loss = (logp * mask).sum().neg() / count;
         let value = host(loss.clone().inner())[0];
-        (
-            loss,
-            UpdateStats {
-                loss: value,
-                policy_loss: value,
-                ..UpdateStats::default()
-            },
-        )
+        let stats = UpdateStats {
+            loss: value,
+            policy_loss: value,
+            ..UpdateStats::default()
+        };
+        (loss, stats)
     }
 }
 
@@ -106,7 +82,7 @@ impl<B: AutodiffBackend> Checkpointed<B> for Bc<B> {
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        self.trainer.trainee.save_state()
+        self.trainer.trainee.save_state(None)
     }
 
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {

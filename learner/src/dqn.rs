@@ -182,7 +182,8 @@ impl<B: AutodiffBackend> Dqn<B> {
         // The online network with autodiff after the burn-in.
         let device = t.trainee.device();
         let out = inputs.forward_learn(&t.trainee.model, &t.inference, burn);
-        let q_taken = out.head.clone().gather(2, sb.action_index(burn, &device));
+        let actions = sb.action_indices(burn, 1, &device);
+        let q_taken = out.head.clone().gather(2, actions);
         let (mask, count) = t.learn_mask(&sb);
         let target = tensor3(
             columns(&targets, rows, len, 1, burn, len),
@@ -213,9 +214,8 @@ impl<B: AutodiffBackend> Dqn<B> {
             cql_value = host(gap.clone().inner())[0];
             loss = loss + gap * c.cql_alpha;
         }
-        let loss_value = host(loss.clone().inner())[0];
         let stats = UpdateStats {
-            loss: loss_value,
+            loss: host(loss.clone().inner())[0],
             value_loss: td_value,
             policy_loss: cql_value,
             q_mean,
@@ -279,7 +279,7 @@ impl<B: AutodiffBackend> Checkpointed<B> for Dqn<B> {
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        self.trainer.trainee.save_state()
+        self.trainer.trainee.save_state(None)
     }
 
     /// Restores the online network and optimizer; the target network restarts as a copy.

@@ -78,24 +78,21 @@ impl<B: AutodiffBackend> Trainee<B> {
     }
 
     /// The model record and the optimizer state, as bytes (checkpoints): host data, the same
-    /// whichever device trained them.
-    pub fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-        let model = Recorder::<B>::record(&recorder, self.model.clone().into_record(), ())?;
-        let optim = Recorder::<B>::record(&recorder, self.optim.to_record(), ())?;
-        Ok((model, optim))
-    }
-
-    /// [`save_state`](Self::save_state) with Adam's state taken from the fused update's
-    /// `adam` instead of burn's optimizer (the checkpoint format is the same).
-    pub fn save_state_fused(
+    /// whichever device trained them. With `fused`, Adam's state is taken from the fused
+    /// update's layout and moments instead of burn's optimizer (the checkpoint format is the
+    /// same).
+    pub fn save_state(
         &self,
-        layout: &Layout,
-        adam: &FlatAdam,
+        fused: Option<(&Layout, &FlatAdam)>,
     ) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
         let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
         let model = Recorder::<B>::record(&recorder, self.model.clone().into_record(), ())?;
-        let optim = fused::adam::into_burn(layout, adam, self.optim.clone(), &self.device());
+        let optim = match fused {
+            Some((layout, adam)) => {
+                fused::adam::into_burn(layout, adam, self.optim.clone(), &self.device())
+            }
+            None => self.optim.clone(),
+        };
         let optim = Recorder::<B>::record(&recorder, optim.to_record(), ())?;
         Ok((model, optim))
     }

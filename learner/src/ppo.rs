@@ -22,10 +22,7 @@ use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
-use common::policy::dist::{
-    categorical_entropy, categorical_log_prob, gaussian_entropy, multi_categorical_entropy,
-    multi_categorical_log_prob, squashed_gaussian_log_prob_tensor,
-};
+use common::policy::dist::{categorical_entropy, gaussian_entropy, multi_categorical_entropy};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use std::collections::HashMap;
 
@@ -148,152 +145,7 @@ impl<B: AutodiffBackend> Ppo<B> {
     pub fn fused(&self) -> bool {
         self.fused.is_some()
     }
-}
 
-/// The fused update of `model` where `path` and the model allow it; an error names the
-/// setting that keeps `path = "fused"` from running.
-fn fused_update<B: AutodiffBackend>(
-    model: &Policy<B>,
-    path: UpdatePath,
-) -> anyhow::Result<Option<FusedUpdate>> {
-    if path == UpdatePath::Burn {
-        return Ok(None);
-    }
-    match (unsupported(model), path) {
-        (None, _) => Ok(Some(FusedUpdate::new(model))),
-        (Some(why), UpdatePath::Fused) => {
-            anyhow::bail!("ppo.update = \"fused\" cannot run this policy: {why}")
-        }
-        (Some(_), _) => Ok(None),
-    }
-}
-
-impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
-    /// Computes the chunk's advantages with the current critic and stores both.
-    fn add_chunk(&mut self, chunk: &Chunk) {
-        let t = self.schema.steps;
-        let (value, next_value) = profile::time("critic", || self.critic_pass(chunk));
-        let _gae = Phase::start("gae");
-        let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
-        let done: Vec<bool> = chunk.next_done.iter().map(|&x| x == 1).collect();
-        let reward: Vec<f32> = if self.config.reward_norm {
-            let scale = self.returns.update(chunk, self.config.gamma as f64);
-            chunk
-                .next_reward
-                .iter()
-                .map(|r| (r * scale).clamp(-10.0, 10.0) * self.config.reward_scale)
-                .collect()
-        } else {
-            chunk
-                .next_reward
-                .iter()
-                .map(|r| r * self.config.reward_scale)
-                .collect()
-        };
-        let adv = gae(&GaeInput {
-            steps: t,
-            reward: &reward,
-            value: &value,
-            next_value: &next_value,
-            terminated: &terminated,
-            done: &done,
-            traj_ids: &chunk.traj_ids,
-            gamma: self.config.gamma,
-            lambda: self.config.gae_lambda,
-        });
-        // Storage positions follow insertion order (the storage is emptied after each update).
-        debug_assert_eq!(self.storage.len(), self.advantage.len());
-        self.storage.extend(chunk);
-        self.advantage.extend(adv.advantage);
-        self.value_target.extend(adv.value_target);
-    }
-
-    /// Once `frames_per_update` frames are stored.
-    fn ready(&self) -> bool {
-        self.storage.len() >= self.config.frames_per_update
-    }
-
-    /// Trains on everything stored, then empties the storage.
-    fn update(&mut self) -> anyhow::Result<UpdateStats> {
-        let mut minibatches = Vec::new();
-        for _ in 0..self.config.epochs {
-            for batch in self.sampler.epoch(&self.storage)? {
-                let _minibatch = Phase::start("minibatch");
-                minibatches.push(match self.fused {
-                    Some(_) => self.fused_minibatch_step(&batch),
-                    None => self.minibatch_step(&batch)?,
-                });
-            }
-        }
-        if let Some(fused) = &self.fused {
-            let _sync = Phase::start("sync");
-            self.trainee.model = fused.finish(self.trainee.model.clone());
-        }
-        let stats = UpdateStats::mean(&minibatches);
-        if let Some(clip) = self.obs_norm {
-            let mut obs = self.trainee.model.obs_stats();
-            obs.merge(&self.storage.observation[..self.storage.len() * self.schema.obs_dim]);
-            self.trainee.model = self.trainee.model.clone().with_obs_stats(&obs, clip);
-            if let Some(fused) = &mut self.fused {
-                fused.set_obs_norm(&self.trainee.model);
-            }
-        }
-        self.storage.clear();
-        self.advantage.clear();
-        self.value_target.clear();
-        self.critic = self.trainee.inference();
-        Ok(stats)
-    }
-
-    fn off_policy(&self) -> bool {
-        false
-    }
-
-    fn set_progress(&mut self, progress: f64) {
-        self.progress = progress;
-    }
-}
-
-impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
-    fn model(&self) -> &Model<B> {
-        &self.trainee.model
-    }
-
-    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        match &self.fused {
-            Some(f) => self.trainee.save_state_fused(f.layout(), &f.adam),
-            None => self.trainee.save_state(),
-        }
-    }
-
-    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
-        self.trainee.load_state(model, optim)?;
-        if self.fused.is_some() {
-            // The loaded record brings its own parameter ids: lay the parameters out anew.
-            let mut fused = FusedUpdate::new(&self.trainee.model);
-            fused.adam = self.trainee.fused_adam(fused.layout());
-            self.fused = Some(fused);
-        }
-        self.critic = self.trainee.inference();
-        Ok(())
-    }
-
-    /// The sampler's position and the reward normalizer's statistics.
-    fn host_state(&self) -> Vec<u8> {
-        encode(&(self.sampler.state(), &self.returns))
-    }
-
-    fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
-        if !state.is_empty() {
-            let (sampler, returns) = decode(state)?;
-            self.sampler.set_state(sampler);
-            self.returns = returns;
-        }
-        Ok(())
-    }
-}
-
-impl<B: AutodiffBackend> Ppo<B> {
     /// The critic's value of every position of `chunk` (recurrent mode over `[E, T]` from its
     /// stored states) and, where a trajectory is cut but did not terminate, the value of the
     /// next observation (one sequential step from the post-step state; 0 elsewhere).
@@ -308,8 +160,8 @@ impl<B: AutodiffBackend> Ppo<B> {
                     && chunk.next_terminated[p] == 0
             })
             .collect();
-        let mut next_value = vec![0.0f32; s.envs * t];
-        if let Some(fused) = &self.fused {
+        // The bootstrap values at `rows` (none to compute without rows).
+        let (value, boot) = if let Some(fused) = &self.fused {
             // Every row starts from its stored state (recurrent mode's segment starts).
             let start: Vec<bool> = (chunk.is_init.iter().enumerate())
                 .map(|(p, &x)| x == 1 || p % t == 0)
@@ -322,38 +174,35 @@ impl<B: AutodiffBackend> Ppo<B> {
                 chunk.rs_c.as_deref(),
                 None,
             );
-            if !rows.is_empty() {
-                let m = rows.len();
-                let (boot, _, _) = fused.values(
-                    1,
-                    &gather(&chunk.next_observation, &rows, d),
-                    &vec![true; m],
-                    &gather(&next_h, &rows, lh),
-                    next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
-                    None,
+            let boot = (!rows.is_empty()).then(|| {
+                fused
+                    .values(
+                        1,
+                        &gather(&chunk.next_observation, &rows, d),
+                        &vec![true; rows.len()],
+                        &gather(&next_h, &rows, lh),
+                        next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
+                        None,
+                    )
+                    .0
+            });
+            (value, boot)
+        } else {
+            let out = (self.critic.forward_chunk(chunk, s)).expect("chunks match the policy");
+            let boot = (!rows.is_empty()).then(|| {
+                let boot = step_at_cut(
+                    &self.critic,
+                    gather(&chunk.next_observation, &rows, d),
+                    gather(&host(out.next.rs_h), &rows, lh),
+                    out.next.rs_c.map(|c| gather(&host(c), &rows, lh)),
                 );
-                for (&p, v) in rows.iter().zip(boot) {
-                    next_value[p] = v;
-                }
-            }
-            return (value, next_value);
-        }
-        let out = self
-            .critic
-            .forward_chunk(chunk, s)
-            .expect("chunks match the policy");
-        let value = host(out.value);
-        if !rows.is_empty() {
-            let boot = step_at_cut(
-                &self.critic,
-                gather(&chunk.next_observation, &rows, d),
-                gather(&host(out.next.rs_h), &rows, lh),
-                out.next.rs_c.map(|c| gather(&host(c), &rows, lh)),
-            )
-            .expect("chunks match the policy");
-            for (&p, v) in rows.iter().zip(host(boot.value)) {
-                next_value[p] = v;
-            }
+                host(boot.expect("chunks match the policy").value)
+            });
+            (host(out.value), boot)
+        };
+        let mut next_value = vec![0.0f32; s.envs * t];
+        for (&p, v) in rows.iter().zip(boot.unwrap_or_default()) {
+            next_value[p] = v;
         }
         (value, next_value)
     }
@@ -362,11 +211,7 @@ impl<B: AutodiffBackend> Ppo<B> {
     /// steps (both update paths start here).
     fn prepare<'a>(&'a self, b: &'a SampledBatch) -> (SliceBatch<'a>, Vec<f32>, f32, Vec<f32>) {
         let sb = SliceBatch::new(&self.storage, b, self.config.slice_len);
-        let mask: Vec<f32> = sb
-            .mask()
-            .iter()
-            .map(|&m| if m { 1.0 } else { 0.0 })
-            .collect();
+        let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
         let count: f32 = mask.iter().sum();
         let adv_raw = sb.gather(&self.advantage, 1);
         let mean = adv_raw.iter().zip(&mask).map(|(x, m)| x * m).sum::<f32>() / count;
@@ -452,37 +297,22 @@ impl<B: AutodiffBackend> Ppo<B> {
     pub(crate) fn burn_loss(&self, b: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
         let s = &self.schema;
         let (sb, mask, count, adv) = self.prepare(b);
-        let (rows, len, a) = (sb.rows, sb.len, s.action_dim());
         let device = self.trainee.device();
-        let t3 = |v: Vec<f32>, w: usize| tensor3(v, rows, len, w, &device);
-        let old_logp = t3(sb.gather(&self.storage.sample_log_prob, 1), 1);
-        let target = t3(sb.gather(&self.value_target, 1), 1);
-        let adv_t = t3(adv, 1);
-        let mask_t = t3(mask, 1);
+        let t3 = |v: Vec<f32>| tensor3(v, sb.rows, sb.len, 1, &device);
+        let old_logp = t3(sb.gather(&self.storage.sample_log_prob, 1));
+        let target = t3(sb.gather(&self.value_target, 1));
+        let adv_t = t3(adv);
+        let mask_t = t3(mask);
 
         let has_cell = s.cell.has_cell_state();
         let inputs = sb.inputs(InitialState::Stored, s.num_layers, s.hidden_size, has_cell);
         let out = inputs.forward(&self.trainee.model, 0, None);
-        let (logp, entropy) = match self.trainee.model.action() {
-            ActionSpec::Discrete { .. } => (
-                categorical_log_prob(out.head.clone(), sb.action_index(0, &device)),
-                categorical_entropy(out.head),
-            ),
-            ActionSpec::MultiDiscrete { nvec } => (
-                multi_categorical_log_prob(
-                    out.head.clone(),
-                    sb.action_indices(0, nvec.len(), &device),
-                    nvec,
-                ),
-                multi_categorical_entropy(out.head, nvec),
-            ),
-            ActionSpec::Continuous { low, high } => {
-                let acts = t3(sb.gather(&self.storage.action, a), a);
-                (
-                    squashed_gaussian_log_prob_tensor(out.head.clone(), acts, low, high),
-                    gaussian_entropy(out.head, a),
-                )
-            }
+        let action = self.trainee.model.action();
+        let logp = sb.log_prob(action, out.head.clone(), 0, &device);
+        let entropy = match action {
+            ActionSpec::Discrete { .. } => categorical_entropy(out.head),
+            ActionSpec::MultiDiscrete { nvec } => multi_categorical_entropy(out.head, nvec),
+            ActionSpec::Continuous { .. } => gaussian_entropy(out.head, s.action_dim()),
         };
         let masked_mean = |x: Tensor<B, 3>| (x * mask_t.clone()).sum() / count;
         let log_ratio = logp - old_logp;
@@ -515,10 +345,143 @@ impl<B: AutodiffBackend> Ppo<B> {
             entropy: scalar(entropy_mean),
             approx_kl: kl / count,
             clip_frac: clipped / count,
-            grad_norm: 0.0,
             ..UpdateStats::default()
         };
         (loss, stats)
+    }
+}
+
+/// The fused update of `model` where `path` and the model allow it; an error names the
+/// setting that keeps `path = "fused"` from running.
+fn fused_update<B: AutodiffBackend>(
+    model: &Policy<B>,
+    path: UpdatePath,
+) -> anyhow::Result<Option<FusedUpdate>> {
+    if path == UpdatePath::Burn {
+        return Ok(None);
+    }
+    match (unsupported(model), path) {
+        (None, _) => Ok(Some(FusedUpdate::new(model))),
+        (Some(why), UpdatePath::Fused) => {
+            anyhow::bail!("ppo.update = \"fused\" cannot run this policy: {why}")
+        }
+        (Some(_), _) => Ok(None),
+    }
+}
+
+impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
+    /// Computes the chunk's advantages with the current critic and stores both.
+    fn add_chunk(&mut self, chunk: &Chunk) {
+        let t = self.schema.steps;
+        let (value, next_value) = profile::time("critic", || self.critic_pass(chunk));
+        let _gae = Phase::start("gae");
+        let terminated: Vec<bool> = chunk.next_terminated.iter().map(|&x| x == 1).collect();
+        let done: Vec<bool> = chunk.next_done.iter().map(|&x| x == 1).collect();
+        let c = &self.config;
+        let scale = c
+            .reward_norm
+            .then(|| self.returns.update(chunk, c.gamma as f64));
+        let reward: Vec<f32> = (chunk.next_reward.iter())
+            .map(|&r| scale.map_or(r, |s| (r * s).clamp(-10.0, 10.0)) * c.reward_scale)
+            .collect();
+        let adv = gae(&GaeInput {
+            steps: t,
+            reward: &reward,
+            value: &value,
+            next_value: &next_value,
+            terminated: &terminated,
+            done: &done,
+            traj_ids: &chunk.traj_ids,
+            gamma: self.config.gamma,
+            lambda: self.config.gae_lambda,
+        });
+        // Storage positions follow insertion order (the storage is emptied after each update).
+        debug_assert_eq!(self.storage.len(), self.advantage.len());
+        self.storage.extend(chunk);
+        self.advantage.extend(adv.advantage);
+        self.value_target.extend(adv.value_target);
+    }
+
+    /// Once `frames_per_update` frames are stored.
+    fn ready(&self) -> bool {
+        self.storage.len() >= self.config.frames_per_update
+    }
+
+    /// Trains on everything stored, then empties the storage.
+    fn update(&mut self) -> anyhow::Result<UpdateStats> {
+        let mut minibatches = Vec::new();
+        for _ in 0..self.config.epochs {
+            for batch in self.sampler.epoch(&self.storage)? {
+                let _minibatch = Phase::start("minibatch");
+                minibatches.push(match self.fused {
+                    Some(_) => self.fused_minibatch_step(&batch),
+                    None => self.minibatch_step(&batch)?,
+                });
+            }
+        }
+        if let Some(fused) = &self.fused {
+            let _sync = Phase::start("sync");
+            self.trainee.model = fused.finish(self.trainee.model.clone());
+        }
+        let stats = UpdateStats::mean(&minibatches);
+        if let Some(clip) = self.obs_norm {
+            let mut obs = self.trainee.model.obs_stats();
+            obs.merge(&self.storage.observation[..self.storage.len() * self.schema.obs_dim]);
+            self.trainee.model = self.trainee.model.clone().with_obs_stats(&obs, clip);
+            if let Some(fused) = &mut self.fused {
+                fused.set_obs_norm(&self.trainee.model);
+            }
+        }
+        self.storage.clear();
+        self.advantage.clear();
+        self.value_target.clear();
+        self.critic = self.trainee.inference();
+        Ok(stats)
+    }
+
+    fn off_policy(&self) -> bool {
+        false
+    }
+
+    fn set_progress(&mut self, progress: f64) {
+        self.progress = progress;
+    }
+}
+
+impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
+    fn model(&self) -> &Model<B> {
+        &self.trainee.model
+    }
+
+    fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        let fused = self.fused.as_ref().map(|f| (f.layout(), &f.adam));
+        self.trainee.save_state(fused)
+    }
+
+    fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
+        self.trainee.load_state(model, optim)?;
+        if self.fused.is_some() {
+            // The loaded record brings its own parameter ids: lay the parameters out anew.
+            let mut fused = FusedUpdate::new(&self.trainee.model);
+            fused.adam = self.trainee.fused_adam(fused.layout());
+            self.fused = Some(fused);
+        }
+        self.critic = self.trainee.inference();
+        Ok(())
+    }
+
+    /// The sampler's position and the reward normalizer's statistics.
+    fn host_state(&self) -> Vec<u8> {
+        encode(&(self.sampler.state(), &self.returns))
+    }
+
+    fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
+        if !state.is_empty() {
+            let (sampler, returns) = decode(state)?;
+            self.sampler.set_state(sampler);
+            self.returns = returns;
+        }
+        Ok(())
     }
 }
 

@@ -41,13 +41,7 @@ pub fn sample_categorical(logits: &[f32], u: f32) -> (usize, f32) {
 
 /// The index of the largest logit (greedy action).
 pub fn argmax(logits: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best
+    (0..logits.len()).fold(0, |best, i| if logits[i] > logits[best] { i } else { best })
 }
 
 /// Samples a squashed-Gaussian action from `head` = `[mean (A), log_std (A)]` with standard
@@ -118,19 +112,16 @@ pub fn multi_categorical_log_prob<B: Backend, const D: usize>(
     nvec: &[usize],
 ) -> Tensor<B, D> {
     let mut at = 0;
-    let mut total: Option<Tensor<B, D>> = None;
-    for (j, &n) in nvec.iter().enumerate() {
-        let part = categorical_log_prob(
-            logits.clone().narrow(D - 1, at, n),
-            actions.clone().narrow(D - 1, j, 1),
-        );
-        at += n;
-        total = Some(match total {
-            Some(t) => t + part,
-            None => part,
-        });
-    }
-    total.expect("at least one component")
+    (nvec.iter().enumerate())
+        .map(|(j, &n)| {
+            at += n;
+            categorical_log_prob(
+                logits.clone().narrow(D - 1, at - n, n),
+                actions.clone().narrow(D - 1, j, 1),
+            )
+        })
+        .reduce(|total, part| total + part)
+        .expect("at least one component")
 }
 
 /// Entropy of the factorized categorical `logits` `[.., sum(nvec)]`: the sum of the
@@ -140,16 +131,13 @@ pub fn multi_categorical_entropy<B: Backend, const D: usize>(
     nvec: &[usize],
 ) -> Tensor<B, D> {
     let mut at = 0;
-    let mut total: Option<Tensor<B, D>> = None;
-    for &n in nvec {
-        let part = categorical_entropy(logits.clone().narrow(D - 1, at, n));
-        at += n;
-        total = Some(match total {
-            Some(t) => t + part,
-            None => part,
-        });
-    }
-    total.expect("at least one component")
+    (nvec.iter())
+        .map(|&n| {
+            at += n;
+            categorical_entropy(logits.clone().narrow(D - 1, at - n, n))
+        })
+        .reduce(|total, part| total + part)
+        .expect("at least one component")
 }
 
 /// Log-probability of box `actions` `[.., A]` under `head` `[.., 2A]`: `[.., 1]`; the same

@@ -283,39 +283,33 @@ impl InferencePolicy {
                 CellKind::Lstm => {
                     // One gate buffer: x W_ih^T + h W_hh^T, then the biases in the fused pass.
                     matmul(&self.h, n, hidden_weights(w), &mut self.gx, 1.0);
-                    for row in 0..n {
-                        let gates = &self.gx[row * g..(row + 1) * g];
-                        let h = &mut self.h[row * hdim..(row + 1) * hdim];
-                        let c = &mut self.c[row * hdim..(row + 1) * hdim];
+                    let rows = self.gx.chunks_exact(g).zip(self.h.chunks_exact_mut(hdim));
+                    for ((gates, h), c) in rows.zip(self.c.chunks_exact_mut(hdim)) {
                         lstm_cell(gates, &w.b_ih, &w.b_hh, h, c);
-                        out.next_h[row * lh + l * hdim..row * lh + (l + 1) * hdim]
-                            .copy_from_slice(h);
-                        out.next_c[row * lh + l * hdim..row * lh + (l + 1) * hdim]
-                            .copy_from_slice(c);
                     }
                 }
                 CellKind::Gru => {
                     // The n gate needs h W_hn^T + b_hn on its own.
                     self.gh.resize(n * g, 0.0);
                     matmul(&self.h, n, hidden_weights(w), &mut self.gh, 0.0);
-                    for row in 0..n {
-                        let gx = &self.gx[row * g..(row + 1) * g];
-                        let gh = &self.gh[row * g..(row + 1) * g];
-                        let h = &mut self.h[row * hdim..(row + 1) * hdim];
+                    let rows = self.gx.chunks_exact(g).zip(self.gh.chunks_exact(g));
+                    for ((gx, gh), h) in rows.zip(self.h.chunks_exact_mut(hdim)) {
                         gru_cell(gx, gh, &w.b_ih, &w.b_hh, h);
-                        out.next_h[row * lh + l * hdim..row * lh + (l + 1) * hdim]
-                            .copy_from_slice(h);
                     }
                 }
                 CellKind::MinGru => {
                     // Both gates from the input alone: h' = h + z (g(v) - h).
-                    for row in 0..n {
-                        let gx = &self.gx[row * g..(row + 1) * g];
-                        let h = &mut self.h[row * hdim..(row + 1) * hdim];
+                    for (gx, h) in self.gx.chunks_exact(g).zip(self.h.chunks_exact_mut(hdim)) {
                         mingru_cell(gx, &w.b_ih, h);
-                        out.next_h[row * lh + l * hdim..row * lh + (l + 1) * hdim]
-                            .copy_from_slice(h);
                     }
+                }
+            }
+            // The layer's next state, at layer l of the `[N, S, H]` buffers.
+            for row in 0..n {
+                let (at, next) = (row * hdim, row * lh + l * hdim);
+                out.next_h[next..next + hdim].copy_from_slice(&self.h[at..at + hdim]);
+                if lstm {
+                    out.next_c[next..next + hdim].copy_from_slice(&self.c[at..at + hdim]);
                 }
             }
             // The layer's output is the next layer's input (no dropout at inference).

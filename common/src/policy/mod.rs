@@ -148,17 +148,6 @@ pub enum CriticCore {
     Separate,
 }
 
-impl PolicyConfig {
-    /// Layers of the recurrent state an actor carries and a chunk stores: `num_layers`, twice
-    /// that with a separate critic core.
-    pub fn state_layers(&self) -> usize {
-        match self.critic_core {
-            CriticCore::Shared => self.num_layers,
-            CriticCore::Separate => 2 * self.num_layers,
-        }
-    }
-}
-
 /// Rows of [`Policy::obs_norm`]: running mean, running variance, sample count (every column
 /// the same) and clip bound of each observation feature.
 pub const OBS_NORM_ROWS: usize = 4;
@@ -242,6 +231,15 @@ pub fn init_policy(config: &PolicyConfig, seed: u64) -> Result<Policy<Cpu>, Recu
 }
 
 impl PolicyConfig {
+    /// Layers of the recurrent state an actor carries and a chunk stores: `num_layers`, twice
+    /// that with a separate critic core.
+    pub fn state_layers(&self) -> usize {
+        match self.critic_core {
+            CriticCore::Shared => self.num_layers,
+            CriticCore::Separate => 2 * self.num_layers,
+        }
+    }
+
     /// Builds the policy with weights that depend on `seed` alone: seeds burn's RNG and
     /// draws every parameter while holding a process-wide lock, so concurrent builders on
     /// other threads cannot interleave their draws.
@@ -407,15 +405,9 @@ impl<B: Backend> Policy<B> {
         values.extend(std::iter::repeat_n(stats.count as f32, d));
         values.extend(std::iter::repeat_n(clip, d));
         let (id, tensor, mapper) = self.obs_norm.consume();
-        let new = Tensor::from_data(
-            TensorData::new(values, [OBS_NORM_ROWS, d]),
-            &tensor.device(),
-        );
-        let new = if tensor.is_require_grad() {
-            new.require_grad()
-        } else {
-            new
-        };
+        let data = TensorData::new(values, [OBS_NORM_ROWS, d]);
+        let new =
+            Tensor::from_data(data, &tensor.device()).set_require_grad(tensor.is_require_grad());
         self.obs_norm = Param::from_mapped_value(id, new, mapper);
         self
     }
@@ -499,37 +491,13 @@ impl<B: Backend> Policy<B> {
             return (state, None);
         }
         let l = self.config.num_layers;
-        let part = |t: &Tensor<B, D>, from: usize| t.clone().narrow(D - 2, from, l);
-        let actor = RecurrentState {
-            rs_h: part(&state.rs_h, 0),
-            rs_c: state.rs_c.as_ref().map(|c| part(c, 0)),
+        let part = |from: usize| RecurrentState {
+            rs_h: state.rs_h.clone().narrow(D - 2, from, l),
+            rs_c: state.rs_c.clone().map(|c| c.narrow(D - 2, from, l)),
         };
-        let critic = RecurrentState {
-            rs_h: part(&state.rs_h, l),
-            rs_c: state.rs_c.as_ref().map(|c| part(c, l)),
-        };
-        (actor, Some(critic))
+        (part(0), Some(part(l)))
     }
-}
 
-/// The actor core's next state followed by the critic core's (if any) on the layer axis.
-fn join_state<B: Backend, const D: usize>(
-    actor: RecurrentState<B, D>,
-    critic: Option<RecurrentState<B, D>>,
-) -> RecurrentState<B, D> {
-    match critic {
-        None => actor,
-        Some(critic) => RecurrentState {
-            rs_h: Tensor::cat(vec![actor.rs_h, critic.rs_h], D - 2),
-            rs_c: actor
-                .rs_c
-                .zip(critic.rs_c)
-                .map(|(a, c)| Tensor::cat(vec![a, c], D - 2)),
-        },
-    }
-}
-
-impl<B: Backend> Policy<B> {
     /// Recurrent mode over a whole chunk `[E, T]` of `schema`, each env row starting from
     /// its stored state (`rs_h`, `rs_c`) and resetting at `is_init`: what the learner's
     /// critic runs, and what reproduces the actor's step-by-step outputs.
@@ -557,6 +525,23 @@ impl<B: Backend> Policy<B> {
                 rs_c: chunk.rs_c.as_ref().map(state),
             },
         )
+    }
+}
+
+/// The actor core's next state followed by the critic core's (if any) on the layer axis.
+fn join_state<B: Backend, const D: usize>(
+    actor: RecurrentState<B, D>,
+    critic: Option<RecurrentState<B, D>>,
+) -> RecurrentState<B, D> {
+    match critic {
+        None => actor,
+        Some(critic) => RecurrentState {
+            rs_h: Tensor::cat(vec![actor.rs_h, critic.rs_h], D - 2),
+            rs_c: actor
+                .rs_c
+                .zip(critic.rs_c)
+                .map(|(a, c)| Tensor::cat(vec![a, c], D - 2)),
+        },
     }
 }
 

@@ -136,14 +136,14 @@ fn load(dir: &Path) -> anyhow::Result<Loaded> {
     let weights_path = ckpt.join(CHECKPOINT_WEIGHTS);
     let blob = verified(CHECKPOINT_WEIGHTS)?;
     check_finite(&blob).map_err(|e| path_error(&weights_path, e))?;
-    if manifest.layout_hash != layout_hash(&layout(&policy)) {
+    let hash = layout_hash(&layout(&policy));
+    if manifest.layout_hash != hash {
         return Err(path_error(
             &weights_path,
             format!(
                 "weight layout {:#018x} (manifest.json) does not match the architecture of \
-                 policy.json ({:#018x})",
-                manifest.layout_hash,
-                layout_hash(&layout(&policy))
+                 policy.json ({hash:#018x})",
+                manifest.layout_hash
             ),
         ));
     }
@@ -188,10 +188,7 @@ fn render(loaded: &Loaded) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
         .map_err(|e| path_error(Path::new(SAFETENSORS_FILE), e))?;
     let metadata = HashMap::from([
         ("format".to_string(), "pt".to_string()),
-        (
-            "recur_version".to_string(),
-            env!("CARGO_PKG_VERSION").into(),
-        ),
+        ("recur_version".into(), env!("CARGO_PKG_VERSION").into()),
     ]);
     let safetensors = safetensors::tensor::serialize(views, Some(metadata))
         .map_err(|e| path_error(Path::new(SAFETENSORS_FILE), e))?;

@@ -78,7 +78,6 @@ fn int_attr(name: &str, value: i64) -> AttributeProto {
         name: name.into(),
         i: Some(value),
         r#type: AttributeType::Int as i32,
-        ..Default::default()
     }
 }
 
@@ -210,6 +209,7 @@ fn split(g: &mut Graph, x: &str, sizes: &[usize], name: &str) -> Vec<String> {
     )
 }
 
+#[derive(Default)]
 struct CoreOut {
     features: String,
     next_h: Vec<String>,
@@ -228,11 +228,7 @@ fn core(
 ) -> CoreOut {
     let h_dim = m.hidden;
     let mut x = x.to_string();
-    let mut out = CoreOut {
-        features: String::new(),
-        next_h: Vec::new(),
-        next_c: Vec::new(),
-    };
+    let mut out = CoreOut::default();
     for k in 0..m.num_layers {
         let h = layer_state(g, "rs_h", offset + k, reset, zero);
         let p = |n: &str| format!("{prefix}.{n}_l{k}");
@@ -339,17 +335,8 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
 
     // Cores.
     let actor = core(&mut g, m, ("core", 0), &x, &reset, &zero);
-    let critic = match m.critic_core {
-        CriticCore::Shared => None,
-        CriticCore::Separate => Some(core(
-            &mut g,
-            m,
-            ("critic_core", m.num_layers),
-            &x,
-            &reset,
-            &zero,
-        )),
-    };
+    let critic = (m.critic_core == CriticCore::Separate)
+        .then(|| core(&mut g, m, ("critic_core", m.num_layers), &x, &reset, &zero));
 
     // Heads.
     let w = init(&mut g, t, "policy_head.weight");

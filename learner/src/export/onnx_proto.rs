@@ -2,8 +2,8 @@
 //! policy step needs, declared with prost's derive: a model, its graph, nodes, attributes,
 //! tensors (initializers), value infos with tensor types and shapes, opset ids and metadata.
 //!
-//! Field numbers and types are onnx.proto's. Scalar fields that onnx.proto (proto2) lets a
-//! reader test for presence (`AttributeProto.i`, `.f`) are `optional`, so that a zero is still
+//! Field numbers and types are onnx.proto's. A scalar field that onnx.proto (proto2) lets a
+//! reader test for presence (`AttributeProto.i`) is `optional`, so that a zero is still
 //! written; repeated scalars are written unpacked, as proto2 does by default (readers accept
 //! both encodings).
 
@@ -20,9 +20,7 @@ pub enum DataType {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
 pub enum AttributeType {
-    Float = 1,
     Int = 2,
-    Ints = 7,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -94,12 +92,8 @@ pub struct NodeProto {
 pub struct AttributeProto {
     #[prost(string, tag = "1")]
     pub name: String,
-    #[prost(float, optional, tag = "2")]
-    pub f: Option<f32>,
     #[prost(int64, optional, tag = "3")]
     pub i: Option<i64>,
-    #[prost(int64, repeated, packed = "false", tag = "8")]
-    pub ints: Vec<i64>,
     /// An `AttributeType`.
     #[prost(int32, tag = "20")]
     pub r#type: i32,

@@ -65,19 +65,11 @@ pub fn named_tensors(policy: &Policy<Cpu>) -> Vec<Named> {
 /// An `nn.Linear`'s `weight` `[out, in]` (burn stores `[in, out]`) and `bias`.
 fn linear(prefix: &str, layer: &burn::nn::Linear<Cpu>) -> Vec<Named> {
     let [inputs, outputs] = layer.weight.val().dims();
-    let mut out = vec![Named::new(
-        format!("{prefix}.weight"),
-        vec![outputs, inputs],
-        to_vec(layer.weight.val().transpose()),
-    )];
-    if let Some(b) = &layer.bias {
-        out.push(Named::new(
-            format!("{prefix}.bias"),
-            vec![outputs],
-            to_vec(b.val()),
-        ));
-    }
-    out
+    let weight = to_vec(layer.weight.val().transpose());
+    let weight = Named::new(format!("{prefix}.weight"), vec![outputs, inputs], weight);
+    let bias = (layer.bias.as_ref())
+        .map(|b| Named::new(format!("{prefix}.bias"), vec![outputs], to_vec(b.val())));
+    std::iter::once(weight).chain(bias).collect()
 }
 
 /// A recurrent core's parameters by their PyTorch names, under `prefix`.

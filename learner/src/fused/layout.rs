@@ -173,12 +173,8 @@ impl Layout {
                 };
                 let (id, tensor, mapper) = param.consume();
                 let data = TensorData::new(self.values[range].to_vec(), tensor.dims());
-                let new = Tensor::from_data(data, &tensor.device());
-                let new = if tensor.is_require_grad() {
-                    new.require_grad()
-                } else {
-                    new
-                };
+                let new = Tensor::from_data(data, &tensor.device())
+                    .set_require_grad(tensor.is_require_grad());
                 Param::from_mapped_value(id, new, mapper)
             }
         }

@@ -126,19 +126,9 @@ impl Net<'_> {
 
     /// `x W + b` for a burn `Linear` (`W` `[in, out]`) over `n` rows.
     fn dense(&self, l: &DenseSlots, x: &[f32], n: usize) -> Vec<f32> {
+        let (w, bias) = (self.p(&l.weight), self.p(&l.bias));
         let mut y = vec![0.0f32; n * l.output];
-        sgemm(
-            n,
-            l.output,
-            l.input,
-            x,
-            false,
-            self.p(&l.weight),
-            false,
-            0.0,
-            &mut y,
-        );
-        let bias = self.p(&l.bias);
+        sgemm(n, l.output, l.input, x, false, w, false, 0.0, &mut y);
         for row in y.chunks_exact_mut(l.output) {
             row.iter_mut().zip(bias).for_each(|(y, b)| *y += b);
         }
@@ -148,11 +138,8 @@ impl Net<'_> {
     /// `clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)` per feature.
     fn normalize(&self, obs: &[f32]) -> Vec<f32> {
         let d = self.obs_norm.len() / 4;
-        let (mean, var, clip) = (
-            &self.obs_norm[..d],
-            &self.obs_norm[d..2 * d],
-            &self.obs_norm[3 * d..],
-        );
+        let row = |r: usize| &self.obs_norm[r * d..(r + 1) * d];
+        let (mean, var, clip) = (row(0), row(1), row(3));
         let mut x = obs.to_vec();
         for row in x.chunks_exact_mut(d) {
             for j in 0..d {
@@ -310,18 +297,7 @@ impl Net<'_> {
         self.dense_weight_grads(ph, features, &d_logits, n, &mut grads);
         self.dense_weight_grads(vh, features, &d_value, n, &mut grads);
         // d features = dlogits Wp^T + dvalue Wv^T.
-        let mut dh = vec![0.0f32; n * h];
-        sgemm(
-            n,
-            h,
-            width,
-            &d_logits,
-            false,
-            self.p(&ph.weight),
-            true,
-            0.0,
-            &mut dh,
-        );
+        let mut dh = self.dense_input_grad(ph, &d_logits, n);
         let wv = self.p(&vh.weight);
         for (row, &dv) in dh.chunks_exact_mut(h).zip(&d_value) {
             row.iter_mut().zip(wv).for_each(|(d, &w)| *d += dv * w);
@@ -354,19 +330,7 @@ impl Net<'_> {
             }
             self.dense_weight_grads(l, &acts[k], &dh, n, &mut grads);
             if k > 0 {
-                let mut dx = vec![0.0f32; n * l.input];
-                sgemm(
-                    n,
-                    l.input,
-                    l.output,
-                    &dh,
-                    false,
-                    self.p(&l.weight),
-                    true,
-                    0.0,
-                    &mut dx,
-                );
-                dh = dx;
+                dh = self.dense_input_grad(l, &dh, n);
             }
         }
         Outcome {
@@ -432,6 +396,14 @@ impl Net<'_> {
         (value, next_h, next_c)
     }
 
+    /// `dx = dy W^T` (`[n, in]`) of a dense layer.
+    fn dense_input_grad(&self, l: &DenseSlots, dy: &[f32], n: usize) -> Vec<f32> {
+        let mut dx = vec![0.0f32; n * l.input];
+        let w = self.p(&l.weight);
+        sgemm(n, l.input, l.output, dy, false, w, true, 0.0, &mut dx);
+        dx
+    }
+
     /// `dW = x^T dy` (`[in, out]`) and `db = sum over rows of dy`, into `grads`.
     fn dense_weight_grads(
         &self,
@@ -441,17 +413,8 @@ impl Net<'_> {
         n: usize,
         grads: &mut [f32],
     ) {
-        sgemm(
-            l.input,
-            l.output,
-            n,
-            x,
-            true,
-            dy,
-            false,
-            0.0,
-            &mut grads[l.weight.range()],
-        );
+        let dw = &mut grads[l.weight.range()];
+        sgemm(l.input, l.output, n, x, true, dy, false, 0.0, dw);
         let db = &mut grads[l.bias.range()];
         db.fill(0.0);
         for row in dy.chunks_exact(l.output) {
