@@ -171,13 +171,9 @@ pub fn from_blob<B: Backend, M: Module<B>>(
             let n: usize = shape.iter().product();
             let data = TensorData::new(self.values[self.at..self.at + n].to_vec(), shape);
             self.at += n;
-            let loaded = Tensor::from_data(data, &tensor.device());
             // Keep the parameter's autodiff tracking as it was.
-            let loaded = if tensor.is_require_grad() {
-                loaded.require_grad()
-            } else {
-                loaded
-            };
+            let loaded = Tensor::from_data(data, &tensor.device())
+                .set_require_grad(tensor.is_require_grad());
             Param::from_mapped_value(id, loaded, mapper)
         }
     }
