@@ -162,19 +162,11 @@ pub(crate) fn inference<B: Backend>(
             layer: l,
         };
         if cell == CellKind::MinGru {
-            let md = mingru::Dims {
-                rows,
-                steps,
-                input: d.input,
-                hidden,
-            };
-            let b_ih = b_ih.as_ref().map(host);
-            let (w, x) = (host(&w_ih), &input);
             mingru::forward(
-                &md,
-                &w,
-                b_ih.as_deref(),
-                x,
+                &d,
+                &host(&w_ih),
+                b_ih.as_ref().map(host).as_deref(),
+                &input,
                 &segments.start,
                 states,
                 host::threads_for(rows, steps),
@@ -401,6 +393,16 @@ fn register_grad(
     }
 }
 
+/// The primitive and graph node of an autodiff tensor.
+fn ad<const D: usize>(t: Tensor<CpuAutodiff, D>) -> AdTensor {
+    t.into_primitive().tensor()
+}
+
+/// The untracked parent that stands in for an absent parameter.
+fn placeholder() -> AdTensor {
+    AdTensor::new(primitive(vec![0.0], &[1]))
+}
+
 fn primitive(values: Vec<f32>, shape: &[usize]) -> NdArrayTensor {
     NdArrayTensor::from(
         ArcArray::from_shape_vec(IxDyn(shape), values).expect("values match the shape"),
@@ -484,16 +486,13 @@ impl Backward<Cpu, 7> for FusedLayerBackward {
             wanted,
         );
         let (b, t, h, i, w) = (d.rows, d.steps, d.hidden, d.input, d.width());
-        let mut give = |node: Option<NodeId>, values, shape: &[usize]| {
-            register_grad(grads, node, values, shape)
-        };
-        give(nx.map(|n| n.id), g.x, &[b, t, i]);
-        give(nh.map(|n| n.id), g.h0, &[b, t, h]);
-        give(nc.map(|n| n.id), g.c0, &[b, t, h]);
-        give(nwi.map(|n| n.id), g.w_ih, &[w, i]);
-        give(nwh.map(|n| n.id), g.w_hh, &[w, h]);
-        give(nbi.map(|n| n.id), g.b_ih, &[w]);
-        give(nbh.map(|n| n.id), g.b_hh, &[w]);
+        register_grad(grads, nx.map(|n| n.id), g.x, &[b, t, i]);
+        register_grad(grads, nh.map(|n| n.id), g.h0, &[b, t, h]);
+        register_grad(grads, nc.map(|n| n.id), g.c0, &[b, t, h]);
+        register_grad(grads, nwi.map(|n| n.id), g.w_ih, &[w, i]);
+        register_grad(grads, nwh.map(|n| n.id), g.w_hh, &[w, h]);
+        register_grad(grads, nbi.map(|n| n.id), g.b_ih, &[w]);
+        register_grad(grads, nbh.map(|n| n.id), g.b_hh, &[w]);
     }
 }
 
@@ -504,10 +503,6 @@ fn autodiff_layer(
     start: Arc<[bool]>,
     call: Call<CpuAutodiff>,
 ) -> Tensor<CpuAutodiff, 4> {
-    fn ad<const D: usize>(t: Tensor<CpuAutodiff, D>) -> AdTensor {
-        t.into_primitive().tensor()
-    }
-    let placeholder = || AdTensor::new(primitive(vec![0.0], &[1]));
     let x = ad(call.x);
     let h0 = ad(call.h0);
     let c0 = call.c0.map(ad);
