@@ -204,17 +204,9 @@ pub(crate) fn inference<B: Backend>(
             pool::give(previous);
         }
     }
-    let tensor = |values: Vec<f32>, shape: &[usize]| {
-        Tensor::<Cpu, 3>::from_primitive(TensorPrimitive::Float(primitive(values, shape)))
-    };
-    let state = |values: Vec<f32>| {
-        Tensor::<Cpu, 4>::from_primitive(TensorPrimitive::Float(primitive(
-            values,
-            &[rows, steps, layers, hidden],
-        )))
-    };
+    let state = |values| cpu_tensor(primitive(values, &[rows, steps, layers, hidden]));
     let output = RecurrentOutput::<Cpu, 3, 4> {
-        features: tensor(input.into_owned(), &[rows, steps, hidden]),
+        features: cpu_tensor(primitive(input.into_owned(), &[rows, steps, hidden])),
         next: RecurrentState {
             rs_h: state(next_h),
             rs_c: next_c.map(state),
@@ -391,6 +383,10 @@ fn register_grad(
     if let (Some(node), Some(values)) = (node, values) {
         grads.register::<Cpu>(node, primitive(values, shape));
     }
+}
+
+fn cpu_tensor<const D: usize>(t: NdArrayTensor) -> Tensor<Cpu, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
 /// The primitive and graph node of an autodiff tensor.
