@@ -35,7 +35,7 @@ use super::gemm::{blocks, parallel, split_mut};
 use super::kernel::{Dims, Stored};
 use super::mat::Mat;
 use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
-use super::{ad, host, placeholder, pool, primitive, register_grad, Call};
+use super::{ad, dims_of, host, placeholder, pool, primitive, register_grad, Call};
 use crate::backend::{Cpu, CpuAutodiff};
 use crate::recurrent::math::{mingru_g_with, mingru_hidden, sigmoid_in_place, OneRounding};
 use crate::recurrent::{CellKind, Recompute};
@@ -435,14 +435,7 @@ pub(crate) fn autodiff_layer(
         w.node.clone(),
         b.clone().unwrap_or_else(placeholder).node,
     ];
-    let xs = x.primitive.shape();
-    let d = Dims {
-        cell: CellKind::MinGru,
-        rows: xs[0],
-        steps: xs[1],
-        input: xs[2],
-        hidden: w.primitive.shape()[0] / 2,
-    };
+    let d = dims_of(CellKind::MinGru, &x.primitive, w.primitive.shape()[0] / 2);
     let run = |keep: bool| {
         let mut out = vec![0.0f32; d.rows * d.steps * d.hidden];
         let p = forward(

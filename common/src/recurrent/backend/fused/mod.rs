@@ -39,7 +39,7 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::ndarray::NdArrayTensor;
 use burn::nn::DropoutConfig;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
 use ndarray::{ArcArray, IxDyn};
 
 pub use gemm::{blocks, parallel, single_threaded, square_gemm_peak, step_gemm_rate, threads};
@@ -405,15 +405,15 @@ fn primitive(values: Vec<f32>, shape: &[usize]) -> NdArrayTensor {
     )
 }
 
-fn dims_of(cell: CellKind, x: &NdArrayTensor, w_hh: &NdArrayTensor) -> Dims {
-    use burn::tensor::TensorMetadata;
+/// The sizes of a layer call on `x` `[B, T, in]` with `hidden` units.
+fn dims_of(cell: CellKind, x: &NdArrayTensor, hidden: usize) -> Dims {
     let xs = x.shape();
     Dims {
         cell,
         rows: xs[0],
         steps: xs[1],
         input: xs[2],
-        hidden: w_hh.shape()[1],
+        hidden,
     }
 }
 
@@ -516,7 +516,7 @@ fn autodiff_layer(
         node(&b_ih),
         node(&b_hh),
     ];
-    let d = dims_of(cell, &x.primitive, &w_hh.primitive);
+    let d = dims_of(cell, &x.primitive, w_hh.primitive.shape()[1]);
     let run = |keep: Keep| {
         let host_params = HostParams::new(
             &w_ih.primitive,
