@@ -335,17 +335,23 @@ fn forward<R: CubeRuntime, BT: BoolElement>(
     }
     let xp = prim(xp.reshape([rows, steps, gh]));
     let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
-    let Some(w_hh) = &inputs.w_hh else {
-        // minGRU: the scan over xp's [z | h~] pre-activations, no recurrent product.
+    // The output `[K, B, T, H]` and, when `keep`, the saved gates `[B, T, width]`.
+    let buffers = |k: usize, width: usize| {
         let out = prim(Tensor::<Cube<R, BT>, 4>::empty(
-            [1, rows, steps, hidden],
+            [k, rows, steps, hidden],
             device,
         ));
-        let saved = if keep {
-            prim(Tensor::<Cube<R, BT>, 3>::empty([rows, steps, gh], device))
-        } else {
-            dummy()
-        };
+        let saved = keep.then(|| {
+            prim(Tensor::<Cube<R, BT>, 3>::empty(
+                [rows, steps, width],
+                device,
+            ))
+        });
+        (out, saved.unwrap_or_else(dummy))
+    };
+    let Some(w_hh) = &inputs.w_hh else {
+        // minGRU: the scan over xp's [z | h~] pre-activations, no recurrent product.
+        let (out, saved) = buffers(1, gh);
         let launch = launch_of(how, &out, rows, hidden);
         kernel::mingru_forward(launch, &xp, &inputs.h0, &inputs.start, &out, &saved, keep);
         return (out, keep.then_some(saved));
@@ -359,18 +365,7 @@ fn forward<R: CubeRuntime, BT: BoolElement>(
         None => prim(Tensor::<Cube<R, BT>, 1>::zeros([gh], device)),
     };
     let c0 = inputs.c0.clone().unwrap_or_else(dummy);
-    let out = prim(Tensor::<Cube<R, BT>, 4>::empty(
-        [k, rows, steps, hidden],
-        device,
-    ));
-    let saved = if keep {
-        prim(Tensor::<Cube<R, BT>, 3>::empty(
-            [rows, steps, 4 * hidden],
-            device,
-        ))
-    } else {
-        dummy()
-    };
+    let (out, saved) = buffers(k, 4 * hidden);
     let launch = launch_of(how, &out, rows, hidden);
     kernel::forward(
         launch,
