@@ -500,17 +500,12 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
             kernel::mingru_backward(launch, h0, start, &out, &saved, &dout, &dg_ih, &dh0);
         } else {
             let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
-            let dg_hh = if lstm {
-                dummy()
+            let (dg_hh, dc0) = if lstm {
+                (dummy(), empty([rows, steps, hidden]))
             } else {
-                empty([rows, steps, gh])
+                (empty([rows, steps, gh]), dummy())
             };
             let h_in = empty([rows, steps, hidden]);
-            let dc0 = if lstm {
-                empty([rows, steps, hidden])
-            } else {
-                dummy()
-            };
             let c0 = inputs.c0.clone().unwrap_or_else(dummy);
             let w_hh = inputs.w_hh.clone().expect("LSTM and GRU layers have W_hh");
             let w = rounded::<R, BT>(w_hh, how.precision);
