@@ -240,7 +240,7 @@ pub(crate) fn run_layers<B: Backend>(
     mut layer_call: impl FnMut(Call<B>) -> Tensor<B, 4>,
 ) -> Vec<CellState3<B>> {
     let [rows, steps, _] = x.dims();
-    let hidden = core.hidden_size();
+    let shape = [rows, steps, core.hidden_size()];
     let cell = core.cell();
     let dropout = DropoutConfig::new(core.config().dropout).init();
     let layers = core.layers.len();
@@ -254,7 +254,7 @@ pub(crate) fn run_layers<B: Backend>(
             } else {
                 e.clone().slice_dim(2, l..l + 1)
             };
-            reshape(own, [rows, steps, hidden])
+            reshape(own, shape)
         };
         let call = Call {
             x: input,
@@ -266,7 +266,6 @@ pub(crate) fn run_layers<B: Backend>(
             b_hh: layer.bias_hh.as_ref().map(|b| b.val()),
         };
         let both = layer_call(call);
-        let shape = [rows, steps, hidden];
         let h = slab(&both, 0, shape);
         let c = cell.has_cell_state().then(|| slab(&both, 1, shape));
         input = if l + 1 < layers {
