@@ -32,16 +32,12 @@ impl<B: Backend> RecurrentLayer<B> {
         bias: bool,
         device: &B::Device,
     ) -> Self {
-        let fan_in = if cell.has_hidden_weights() {
-            hidden_size
-        } else {
-            input_size
-        };
+        let hidden = cell.has_hidden_weights();
+        let fan_in = if hidden { hidden_size } else { input_size };
         let k = 1.0 / (fan_in as f64).sqrt();
         let init = Initializer::Uniform { min: -k, max: k };
         let rows = cell.gates() * hidden_size;
         let vector = || bias.then(|| init.init([rows], device));
-        let hidden = cell.has_hidden_weights();
         Self {
             weight_ih: init.init([rows, input_size], device),
             weight_hh: hidden.then(|| init.init([rows, hidden_size], device)),

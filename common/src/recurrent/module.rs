@@ -207,26 +207,14 @@ impl<B: Backend> RecurrentCore<B> {
                 .clone()
                 .reshape([n, 1, 1])
                 .expand([n, layers, hidden]);
-            let zeroed = |e: &Tensor<B, 3>| {
-                e.clone()
-                    .mask_fill(reset.clone(), 0.0)
-                    .unsqueeze_dim::<4>(1)
-            };
             let out = self.run_recurrent(
                 input.unsqueeze_dim(1),
                 is_init.unsqueeze_dim(1),
-                RecurrentState {
-                    rs_h: zeroed(&state.rs_h),
-                    rs_c: state.rs_c.as_ref().map(zeroed),
-                },
+                state.map(|e| e.mask_fill(reset.clone(), 0.0).unsqueeze_dim(1)),
             );
-            let flat = |e: Tensor<B, 4>| e.reshape([n, layers, hidden]);
             return RecurrentOutput {
                 features: out.features.reshape([n, hidden]),
-                next: RecurrentState {
-                    rs_h: flat(out.next.rs_h),
-                    rs_c: out.next.rs_c.map(flat),
-                },
+                next: out.next.map(|e| e.reshape([n, layers, hidden])),
             };
         }
         let reset = is_init.unsqueeze_dim::<2>(1).expand([n, hidden]);
@@ -423,33 +411,20 @@ impl<B: Backend> RecurrentCore<B> {
             values.entry((n.layer, n.slot)).or_default().extend(data);
         }
         for (k, layer) in self.layers.iter_mut().enumerate() {
-            let device = layer.weight_ih.val().device();
-            let mut take = |slot: Slot, dims: Vec<usize>| {
-                let v = values.remove(&(k, slot)).expect("every slot is named");
-                TensorData::new(v, dims)
-            };
-            let matrix = |p: &Param<Tensor<B, 2>>, data| {
-                Param::from_tensor(Tensor::from_data(data, &device))
-                    .set_require_grad(p.is_require_grad())
-            };
-            let vector = |p: &Param<Tensor<B, 1>>, data| {
-                Param::from_tensor(Tensor::from_data(data, &device))
-                    .set_require_grad(p.is_require_grad())
-            };
-            let data = take(Slot::WeightIh, layer.weight_ih.val().dims().to_vec());
-            layer.weight_ih = matrix(&layer.weight_ih, data);
-            if let Some(p) = &layer.weight_hh {
-                let data = take(Slot::WeightHh, p.val().dims().to_vec());
-                layer.weight_hh = Some(matrix(p, data));
-            }
-            if let Some(p) = &layer.bias_ih {
-                let data = take(Slot::BiasIh, p.val().dims().to_vec());
-                layer.bias_ih = Some(vector(p, data));
-            }
-            if let Some(p) = &layer.bias_hh {
-                let data = take(Slot::BiasHh, p.val().dims().to_vec());
-                layer.bias_hh = Some(vector(p, data));
-            }
+            let mut take = |slot: Slot| values.remove(&(k, slot)).expect("every slot is named");
+            layer.weight_ih = reload(&layer.weight_ih, take(Slot::WeightIh));
+            layer.weight_hh = layer
+                .weight_hh
+                .as_ref()
+                .map(|p| reload(p, take(Slot::WeightHh)));
+            layer.bias_ih = layer
+                .bias_ih
+                .as_ref()
+                .map(|p| reload(p, take(Slot::BiasIh)));
+            layer.bias_hh = layer
+                .bias_hh
+                .as_ref()
+                .map(|p| reload(p, take(Slot::BiasHh)));
         }
         Ok(self)
     }
@@ -525,15 +500,10 @@ impl Slot {
     }
 
     fn kind(self) -> &'static str {
-        if self.is_bias() {
-            "bias"
-        } else {
-            "weight"
+        match self {
+            Slot::WeightIh | Slot::WeightHh => "weight",
+            Slot::BiasIh | Slot::BiasHh => "bias",
         }
-    }
-
-    fn is_bias(self) -> bool {
-        matches!(self, Slot::BiasIh | Slot::BiasHh)
     }
 }
 
@@ -598,6 +568,16 @@ impl<B: AutodiffBackend> NamedTensor<B> {
                 .into_data(),
         }
     }
+}
+
+/// `p` with its values replaced by `values` (same shape, device and `require_grad`).
+fn reload<B: Backend, const D: usize>(
+    p: &Param<Tensor<B, D>>,
+    values: Vec<f32>,
+) -> Param<Tensor<B, D>> {
+    let old = p.val();
+    let data = TensorData::new(values, old.dims());
+    Param::from_tensor(Tensor::from_data(data, &old.device())).set_require_grad(p.is_require_grad())
 }
 
 fn param_error(name: &str, problem: &str) -> RecurrentError {

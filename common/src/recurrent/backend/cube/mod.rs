@@ -335,17 +335,23 @@ fn forward<R: CubeRuntime, BT: BoolElement>(
     }
     let xp = prim(xp.reshape([rows, steps, gh]));
     let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
-    let Some(w_hh) = &inputs.w_hh else {
-        // minGRU: the scan over xp's [z | h~] pre-activations, no recurrent product.
+    // The output `[K, B, T, H]` and, when `keep`, the saved gates `[B, T, width]`.
+    let buffers = |k: usize, width: usize| {
         let out = prim(Tensor::<Cube<R, BT>, 4>::empty(
-            [1, rows, steps, hidden],
+            [k, rows, steps, hidden],
             device,
         ));
-        let saved = if keep {
-            prim(Tensor::<Cube<R, BT>, 3>::empty([rows, steps, gh], device))
-        } else {
-            dummy()
-        };
+        let saved = keep.then(|| {
+            prim(Tensor::<Cube<R, BT>, 3>::empty(
+                [rows, steps, width],
+                device,
+            ))
+        });
+        (out, saved.unwrap_or_else(dummy))
+    };
+    let Some(w_hh) = &inputs.w_hh else {
+        // minGRU: the scan over xp's [z | h~] pre-activations, no recurrent product.
+        let (out, saved) = buffers(1, gh);
         let launch = launch_of(how, &out, rows, hidden);
         kernel::mingru_forward(launch, &xp, &inputs.h0, &inputs.start, &out, &saved, keep);
         return (out, keep.then_some(saved));
@@ -359,18 +365,7 @@ fn forward<R: CubeRuntime, BT: BoolElement>(
         None => prim(Tensor::<Cube<R, BT>, 1>::zeros([gh], device)),
     };
     let c0 = inputs.c0.clone().unwrap_or_else(dummy);
-    let out = prim(Tensor::<Cube<R, BT>, 4>::empty(
-        [k, rows, steps, hidden],
-        device,
-    ));
-    let saved = if keep {
-        prim(Tensor::<Cube<R, BT>, 3>::empty(
-            [rows, steps, 4 * hidden],
-            device,
-        ))
-    } else {
-        dummy()
-    };
+    let (out, saved) = buffers(k, 4 * hidden);
     let launch = launch_of(how, &out, rows, hidden);
     kernel::forward(
         launch,
@@ -505,17 +500,12 @@ impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBack
             kernel::mingru_backward(launch, h0, start, &out, &saved, &dout, &dg_ih, &dh0);
         } else {
             let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
-            let dg_hh = if lstm {
-                dummy()
+            let (dg_hh, dc0) = if lstm {
+                (dummy(), empty([rows, steps, hidden]))
             } else {
-                empty([rows, steps, gh])
+                (empty([rows, steps, gh]), dummy())
             };
             let h_in = empty([rows, steps, hidden]);
-            let dc0 = if lstm {
-                empty([rows, steps, hidden])
-            } else {
-                dummy()
-            };
             let c0 = inputs.c0.clone().unwrap_or_else(dummy);
             let w_hh = inputs.w_hh.clone().expect("LSTM and GRU layers have W_hh");
             let w = rounded::<R, BT>(w_hh, how.precision);

@@ -261,7 +261,6 @@ pub struct LayerGrads {
 
 /// The backward of [`layer_forward`] (same `p`, `x`, `start`): `dh` `[B, T, H]` is
 /// the gradient of the outputs. The stored states get no gradient (they are data).
-#[allow(clippy::too_many_arguments)]
 pub fn layer_backward(
     tape: Tape,
     p: &LayerParams<'_>,
@@ -271,8 +270,6 @@ pub fn layer_backward(
     want_x: bool,
 ) -> LayerGrads {
     let d = tape.dims;
-    let saved = tape.saved;
-    let kd = kernel_dims(&d);
     let slab = d.rows * d.steps * d.hidden;
     // The `c` outputs (LSTM) carry no gradient.
     let dout: std::borrow::Cow<'_, [f32]> = if d.cell.has_cell_state() {
@@ -283,11 +280,11 @@ pub fn layer_backward(
         dh.into()
     };
     let g = kernel::backward(
-        &kd,
+        &kernel_dims(&d),
         kernel_params(p),
         x,
         start,
-        saved,
+        tape.saved,
         &dout,
         Wanted {
             x: want_x,

@@ -14,13 +14,7 @@ pub(crate) struct Mat<'a> {
 impl<'a> Mat<'a> {
     /// Row-major `[rows, cols]` starting at `data[0]`.
     pub fn rows(data: &'a [f32], rows: usize, cols: usize) -> Self {
-        Self {
-            data,
-            rows,
-            cols,
-            rs: cols,
-            cs: 1,
-        }
+        Self::strided(data, rows, cols, cols)
     }
 
     /// Row-major with a row stride (a column block of a wider matrix).

@@ -28,37 +28,20 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::autodiff::NodeId;
 use burn::backend::ndarray::NdArrayTensor;
 use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
 
 use super::gemm::{blocks, parallel, split_mut};
-use super::kernel::Stored;
+use super::kernel::{Dims, Stored};
 use super::mat::Mat;
 use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
-use super::{host, pool, primitive, register_grad, AdTensor, Call};
+use super::{ad, dims_of, host, placeholder, pool, primitive, register_grad, Call};
 use crate::backend::{Cpu, CpuAutodiff};
 use crate::recurrent::math::{mingru_g_with, mingru_hidden, sigmoid_in_place, OneRounding};
-use crate::recurrent::Recompute;
+use crate::recurrent::{CellKind, Recompute};
 
 /// Fused multiply-adds in the activations, as in the LSTM/GRU kernels.
 type Fma = OneRounding;
-
-/// Sizes of one minGRU layer call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Dims {
-    pub rows: usize,
-    pub steps: usize,
-    pub input: usize,
-    pub hidden: usize,
-}
-
-impl Dims {
-    /// `B * T`.
-    fn positions(&self) -> usize {
-        self.rows * self.steps
-    }
-}
 
 /// `g'` from `h~ = g(v)`: 1 where `h~ >= 0.5` (that is, `v >= 0`), else `h~ (1 - h~)`
 /// (`h~ = sigmoid(v)` there).
@@ -156,7 +139,7 @@ pub(crate) fn forward(
     let (t_len, h, i) = (d.steps, d.hidden, d.input);
     let level = Level::current();
     let w_t = Packed::new(Mat::rows(w, 2 * h, i).t(), level);
-    let mut p = pool::take(d.positions() * 2 * h);
+    let mut p = pool::take(d.rows * t_len * 2 * h);
     let parts = blocks(d.rows, threads);
     let p_parts = split_mut(&mut p, parts.iter().map(|&(_, n)| n), t_len * 2 * h);
     let out_parts = split_mut(out, parts.iter().map(|&(_, n)| n), t_len * h);
@@ -217,6 +200,7 @@ pub(crate) fn backward(
     wanted_w: bool,
 ) -> Grads {
     let (t_len, h, i) = (d.steps, d.hidden, d.input);
+    let positions = d.rows * t_len;
     let level = Level::current();
     let mut dp = match a {
         Some(a) => a,
@@ -224,8 +208,8 @@ pub(crate) fn backward(
             // recompute = "full": A again, one GEMM and the activations (the scan's outputs
             // are `out` already).
             let w_t = Packed::new(Mat::rows(w, 2 * h, i).t(), level);
-            let mut p = pool::take(d.positions() * 2 * h);
-            let parts = blocks(d.positions(), threads);
+            let mut p = pool::take(positions * 2 * h);
+            let parts = blocks(positions, threads);
             let jobs: Vec<_> = parts
                 .iter()
                 .zip(split_mut(&mut p, parts.iter().map(|&(_, n)| n), 2 * h))
@@ -241,8 +225,8 @@ pub(crate) fn backward(
             p
         }
     };
-    let mut dh0 = wanted_h0.then(|| vec![0.0f32; d.positions() * h]);
-    let mut dx = wanted_x.then(|| vec![0.0f32; d.positions() * i]);
+    let mut dh0 = wanted_h0.then(|| vec![0.0f32; positions * h]);
+    let mut dx = wanted_x.then(|| vec![0.0f32; positions * i]);
     // Phase 1, per block of batch rows: the reverse scan turns A into dP in place, then
     // dX = dP W for those rows.
     {
@@ -292,8 +276,8 @@ pub(crate) fn backward(
             .zip(db_parts)
             .map(|((&(j0, n), dw), db)| {
                 move || {
-                    let cols = Mat::strided(&dp[j0..], d.positions(), n, width);
-                    gemm(level, cols.t(), Mat::rows(x, d.positions(), i), 0.0, dw, i);
+                    let cols = Mat::strided(&dp[j0..], positions, n, width);
+                    gemm(level, cols.t(), Mat::rows(x, positions, i), 0.0, dw, i);
                     for row in dp.chunks_exact(width) {
                         for (s, &v) in db.iter_mut().zip(&row[j0..j0 + n]) {
                             *s += v;
@@ -428,13 +412,10 @@ impl Backward<Cpu, 4> for MinGruBackward {
             nw.is_some() || nb.is_some(),
         );
         let (rows, t, h, i) = (d.rows, d.steps, d.hidden, d.input);
-        let mut give = |node: Option<NodeId>, values, shape: &[usize]| {
-            register_grad(grads, node, values, shape)
-        };
-        give(nx.map(|n| n.id), g.x, &[rows, t, i]);
-        give(nh.map(|n| n.id), g.h0, &[rows, t, h]);
-        give(nw.map(|n| n.id), g.w, &[2 * h, i]);
-        give(nb.map(|n| n.id), g.b, &[2 * h]);
+        register_grad(grads, nx.map(|n| n.id), g.x, &[rows, t, i]);
+        register_grad(grads, nh.map(|n| n.id), g.h0, &[rows, t, h]);
+        register_grad(grads, nw.map(|n| n.id), g.w, &[2 * h, i]);
+        register_grad(grads, nb.map(|n| n.id), g.b, &[2 * h]);
     }
 }
 
@@ -444,29 +425,19 @@ pub(crate) fn autodiff_layer(
     start: Arc<[bool]>,
     call: Call<CpuAutodiff>,
 ) -> Tensor<CpuAutodiff, 4> {
-    fn ad<const D: usize>(t: Tensor<CpuAutodiff, D>) -> AdTensor {
-        t.into_primitive().tensor()
-    }
     let x = ad(call.x);
     let h0 = ad(call.h0);
     let w = ad(call.w_ih);
     let b = call.b_ih.map(ad);
-    let placeholder = || AdTensor::new(primitive(vec![0.0], &[1]));
     let nodes = [
         x.node.clone(),
         h0.node.clone(),
         w.node.clone(),
         b.clone().unwrap_or_else(placeholder).node,
     ];
-    let xs = x.primitive.shape();
-    let d = Dims {
-        rows: xs[0],
-        steps: xs[1],
-        input: xs[2],
-        hidden: w.primitive.shape()[0] / 2,
-    };
+    let d = dims_of(CellKind::MinGru, &x.primitive, w.primitive.shape()[0] / 2);
     let run = |keep: bool| {
-        let mut out = vec![0.0f32; d.positions() * d.hidden];
+        let mut out = vec![0.0f32; d.rows * d.steps * d.hidden];
         let p = forward(
             &d,
             &host(&w.primitive),

@@ -39,7 +39,7 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::ndarray::NdArrayTensor;
 use burn::nn::DropoutConfig;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
 use ndarray::{ArcArray, IxDyn};
 
 pub use gemm::{blocks, parallel, single_threaded, square_gemm_peak, step_gemm_rate, threads};
@@ -162,19 +162,11 @@ pub(crate) fn inference<B: Backend>(
             layer: l,
         };
         if cell == CellKind::MinGru {
-            let md = mingru::Dims {
-                rows,
-                steps,
-                input: d.input,
-                hidden,
-            };
-            let b_ih = b_ih.as_ref().map(host);
-            let (w, x) = (host(&w_ih), &input);
             mingru::forward(
-                &md,
-                &w,
-                b_ih.as_deref(),
-                x,
+                &d,
+                &host(&w_ih),
+                b_ih.as_ref().map(host).as_deref(),
+                &input,
                 &segments.start,
                 states,
                 host::threads_for(rows, steps),
@@ -212,17 +204,9 @@ pub(crate) fn inference<B: Backend>(
             pool::give(previous);
         }
     }
-    let tensor = |values: Vec<f32>, shape: &[usize]| {
-        Tensor::<Cpu, 3>::from_primitive(TensorPrimitive::Float(primitive(values, shape)))
-    };
-    let state = |values: Vec<f32>| {
-        Tensor::<Cpu, 4>::from_primitive(TensorPrimitive::Float(primitive(
-            values,
-            &[rows, steps, layers, hidden],
-        )))
-    };
+    let state = |values| cpu_tensor(primitive(values, &[rows, steps, layers, hidden]));
     let output = RecurrentOutput::<Cpu, 3, 4> {
-        features: tensor(input.into_owned(), &[rows, steps, hidden]),
+        features: cpu_tensor(primitive(input.into_owned(), &[rows, steps, hidden])),
         next: RecurrentState {
             rs_h: state(next_h),
             rs_c: next_c.map(state),
@@ -256,7 +240,7 @@ pub(crate) fn run_layers<B: Backend>(
     mut layer_call: impl FnMut(Call<B>) -> Tensor<B, 4>,
 ) -> Vec<CellState3<B>> {
     let [rows, steps, _] = x.dims();
-    let hidden = core.hidden_size();
+    let shape = [rows, steps, core.hidden_size()];
     let cell = core.cell();
     let dropout = DropoutConfig::new(core.config().dropout).init();
     let layers = core.layers.len();
@@ -270,7 +254,7 @@ pub(crate) fn run_layers<B: Backend>(
             } else {
                 e.clone().slice_dim(2, l..l + 1)
             };
-            reshape(own, [rows, steps, hidden])
+            reshape(own, shape)
         };
         let call = Call {
             x: input,
@@ -282,7 +266,6 @@ pub(crate) fn run_layers<B: Backend>(
             b_hh: layer.bias_hh.as_ref().map(|b| b.val()),
         };
         let both = layer_call(call);
-        let shape = [rows, steps, hidden];
         let h = slab(&both, 0, shape);
         let c = cell.has_cell_state().then(|| slab(&both, 1, shape));
         input = if l + 1 < layers {
@@ -401,21 +384,35 @@ fn register_grad(
     }
 }
 
+fn cpu_tensor<const D: usize>(t: NdArrayTensor) -> Tensor<Cpu, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// The primitive and graph node of an autodiff tensor.
+fn ad<const D: usize>(t: Tensor<CpuAutodiff, D>) -> AdTensor {
+    t.into_primitive().tensor()
+}
+
+/// The untracked parent that stands in for an absent parameter.
+fn placeholder() -> AdTensor {
+    AdTensor::new(primitive(vec![0.0], &[1]))
+}
+
 fn primitive(values: Vec<f32>, shape: &[usize]) -> NdArrayTensor {
     NdArrayTensor::from(
         ArcArray::from_shape_vec(IxDyn(shape), values).expect("values match the shape"),
     )
 }
 
-fn dims_of(cell: CellKind, x: &NdArrayTensor, w_hh: &NdArrayTensor) -> Dims {
-    use burn::tensor::TensorMetadata;
+/// The sizes of a layer call on `x` `[B, T, in]` with `hidden` units.
+fn dims_of(cell: CellKind, x: &NdArrayTensor, hidden: usize) -> Dims {
     let xs = x.shape();
     Dims {
         cell,
         rows: xs[0],
         steps: xs[1],
         input: xs[2],
-        hidden: w_hh.shape()[1],
+        hidden,
     }
 }
 
@@ -484,16 +481,13 @@ impl Backward<Cpu, 7> for FusedLayerBackward {
             wanted,
         );
         let (b, t, h, i, w) = (d.rows, d.steps, d.hidden, d.input, d.width());
-        let mut give = |node: Option<NodeId>, values, shape: &[usize]| {
-            register_grad(grads, node, values, shape)
-        };
-        give(nx.map(|n| n.id), g.x, &[b, t, i]);
-        give(nh.map(|n| n.id), g.h0, &[b, t, h]);
-        give(nc.map(|n| n.id), g.c0, &[b, t, h]);
-        give(nwi.map(|n| n.id), g.w_ih, &[w, i]);
-        give(nwh.map(|n| n.id), g.w_hh, &[w, h]);
-        give(nbi.map(|n| n.id), g.b_ih, &[w]);
-        give(nbh.map(|n| n.id), g.b_hh, &[w]);
+        register_grad(grads, nx.map(|n| n.id), g.x, &[b, t, i]);
+        register_grad(grads, nh.map(|n| n.id), g.h0, &[b, t, h]);
+        register_grad(grads, nc.map(|n| n.id), g.c0, &[b, t, h]);
+        register_grad(grads, nwi.map(|n| n.id), g.w_ih, &[w, i]);
+        register_grad(grads, nwh.map(|n| n.id), g.w_hh, &[w, h]);
+        register_grad(grads, nbi.map(|n| n.id), g.b_ih, &[w]);
+        register_grad(grads, nbh.map(|n| n.id), g.b_hh, &[w]);
     }
 }
 
@@ -504,10 +498,6 @@ fn autodiff_layer(
     start: Arc<[bool]>,
     call: Call<CpuAutodiff>,
 ) -> Tensor<CpuAutodiff, 4> {
-    fn ad<const D: usize>(t: Tensor<CpuAutodiff, D>) -> AdTensor {
-        t.into_primitive().tensor()
-    }
-    let placeholder = || AdTensor::new(primitive(vec![0.0], &[1]));
     let x = ad(call.x);
     let h0 = ad(call.h0);
     let c0 = call.c0.map(ad);
@@ -525,7 +515,7 @@ fn autodiff_layer(
         node(&b_ih),
         node(&b_hh),
     ];
-    let d = dims_of(cell, &x.primitive, &w_hh.primitive);
+    let d = dims_of(cell, &x.primitive, w_hh.primitive.shape()[1]);
     let run = |keep: Keep| {
         let host_params = HostParams::new(
             &w_ih.primitive,

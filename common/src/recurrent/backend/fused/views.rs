@@ -18,7 +18,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 use ndarray::{ArcArray, IxDyn};
 
-use super::{host, primitive, same_type, AdTensor};
+use super::{cpu_tensor, host, primitive, same_type, AdTensor};
 use crate::backend::{Cpu, CpuAutodiff};
 
 /// `t` as `shape` (same element count), sharing `t`'s storage where it is contiguous on the CPU
@@ -31,9 +31,7 @@ pub(crate) fn reshape<B: Backend, const D1: usize, const D2: usize>(
     if id == TypeId::of::<Cpu>() {
         let t: Tensor<Cpu, D1> = same_type(t);
         let out = reshaped(t.into_primitive().tensor(), &shape);
-        return same_type(Tensor::<Cpu, D2>::from_primitive(TensorPrimitive::Float(
-            out,
-        )));
+        return same_type(cpu_tensor::<D2>(out));
     }
     if id == TypeId::of::<CpuAutodiff>() {
         let t: Tensor<CpuAutodiff, D1> = same_type(t);
@@ -187,9 +185,7 @@ pub(crate) fn keep_rows<B: Backend>(t: Tensor<B, 3>, keep: &Arc<[bool]>) -> Tens
     if id == TypeId::of::<Cpu>() {
         let t: Tensor<Cpu, 3> = same_type(t);
         let out = kept(&t.into_primitive().tensor(), keep, h);
-        return same_type(Tensor::<Cpu, 3>::from_primitive(TensorPrimitive::Float(
-            out,
-        )));
+        return same_type(cpu_tensor::<3>(out));
     }
     if id == TypeId::of::<CpuAutodiff>() {
         let t: Tensor<CpuAutodiff, 3> = same_type(t);
