@@ -221,12 +221,16 @@ fn validate_name(name: &str, creating: bool) -> Result<(), ShmError> {
     Ok(())
 }
 
-fn os_error(name: &str, op: &'static str, errno: u32) -> ShmError {
+fn os_error(name: &str, op: &'static str, detail: impl std::fmt::Display) -> ShmError {
     ShmError::Os {
         name: name.to_string(),
         op,
-        detail: std::io::Error::from_raw_os_error(errno as i32).to_string(),
+        detail: detail.to_string(),
     }
+}
+
+fn errno_error(name: &str, op: &'static str, errno: u32) -> ShmError {
+    os_error(name, op, std::io::Error::from_raw_os_error(errno as i32))
 }
 
 /// A mapped segment. Send (the mapping is process-wide), not Sync: the ring and weight types
@@ -283,14 +287,10 @@ impl Segment {
                             name: name.to_string(),
                             bytes: total,
                         },
-                        _ => os_error(name, "shm_open/ftruncate/mmap", errno),
+                        _ => errno_error(name, "shm_open/ftruncate/mmap", errno),
                     }
                 }
-                other => ShmError::Os {
-                    name: name.to_string(),
-                    op: "create",
-                    detail: other.to_string(),
-                },
+                other => os_error(name, "create", other),
             })?;
         // From here on, dropping `shmem` unlinks the name again (it is the owner).
         reserve_pages(name, total)?;
@@ -302,29 +302,25 @@ impl Segment {
         let me = ProcessId::current();
         // Relaxed: none of these is visible to an opener before the Release store of the magic
         // below, which orders them (and everything `init` wrote) before it.
-        segment
-            .header_u32(VERSION_OFFSET)
-            .store(SEGMENT_VERSION, Ordering::Relaxed);
-        segment
-            .header_u32(KIND_OFFSET)
-            .store(kind.code(), Ordering::Relaxed);
-        segment
-            .header_u32(OWNER_PID_OFFSET)
-            .store(me.pid, Ordering::Relaxed);
-        segment
-            .header_u64(OWNER_START_OFFSET)
-            .store(me.start, Ordering::Relaxed);
-        segment
-            .header_u64(TOTAL_SIZE_OFFSET)
-            .store(total as u64, Ordering::Relaxed);
-        segment
-            .header_u64(BODY_OFFSET_OFFSET)
-            .store(HEADER_LEN as u64, Ordering::Relaxed);
+        for (offset, value) in [
+            (VERSION_OFFSET, SEGMENT_VERSION),
+            (KIND_OFFSET, kind.code()),
+            (OWNER_PID_OFFSET, me.pid),
+        ] {
+            segment.atomic_u32(offset).store(value, Ordering::Relaxed);
+        }
+        for (offset, value) in [
+            (OWNER_START_OFFSET, me.start),
+            (TOTAL_SIZE_OFFSET, total as u64),
+            (BODY_OFFSET_OFFSET, HEADER_LEN as u64),
+        ] {
+            segment.atomic_u64(offset).store(value, Ordering::Relaxed);
+        }
         init(&segment);
         // Release: publishes the header and the initialised body to openers, whose Acquire
         // load of the magic synchronises with this store.
         segment
-            .header_u64(MAGIC_OFFSET)
+            .atomic_u64(MAGIC_OFFSET)
             .store(SEGMENT_MAGIC, Ordering::Release);
         Ok(segment)
     }
@@ -357,13 +353,9 @@ impl Segment {
                         value: 0,
                         expected: format!("at least {HEADER_LEN} bytes"),
                     },
-                    _ => os_error(name, "shm_open/mmap", errno),
+                    _ => errno_error(name, "shm_open/mmap", errno),
                 },
-                other => ShmError::Os {
-                    name: name.to_string(),
-                    op: "open",
-                    detail: other.to_string(),
-                },
+                other => os_error(name, "open", other),
             })?;
         let mapped = shmem.len();
         let header_err = |field, value: u64, expected: String| ShmError::Header {
@@ -386,7 +378,7 @@ impl Segment {
         };
         // Acquire: synchronises with the creator's Release store of the magic, so the header
         // and the body's initial layout read below are complete.
-        let magic = segment.header_u64(MAGIC_OFFSET).load(Ordering::Acquire);
+        let magic = segment.atomic_u64(MAGIC_OFFSET).load(Ordering::Acquire);
         if magic != SEGMENT_MAGIC {
             return Err(ShmError::Magic {
                 name: name.to_string(),
@@ -394,7 +386,7 @@ impl Segment {
             });
         }
         // Relaxed (here and below): ordered after the Acquire load of the magic.
-        let version = segment.header_u32(VERSION_OFFSET).load(Ordering::Relaxed);
+        let version = segment.atomic_u32(VERSION_OFFSET).load(Ordering::Relaxed);
         if version != SEGMENT_VERSION {
             return Err(header_err(
                 "layout version",
@@ -402,7 +394,7 @@ impl Segment {
                 format!("{SEGMENT_VERSION} (this build's)"),
             ));
         }
-        let code = segment.header_u32(KIND_OFFSET).load(Ordering::Relaxed);
+        let code = segment.atomic_u32(KIND_OFFSET).load(Ordering::Relaxed);
         let found = SegmentKind::from_code(code).ok_or_else(|| {
             header_err(
                 "kind",
@@ -426,7 +418,7 @@ impl Segment {
         }
         segment.kind = found;
         let total = segment
-            .header_u64(TOTAL_SIZE_OFFSET)
+            .atomic_u64(TOTAL_SIZE_OFFSET)
             .load(Ordering::Relaxed);
         if total != mapped as u64 {
             return Err(header_err(
@@ -436,7 +428,7 @@ impl Segment {
             ));
         }
         let body = segment
-            .header_u64(BODY_OFFSET_OFFSET)
+            .atomic_u64(BODY_OFFSET_OFFSET)
             .load(Ordering::Relaxed);
         if body != HEADER_LEN as u64 {
             return Err(header_err("body offset", body, HEADER_LEN.to_string()));
@@ -472,8 +464,8 @@ impl Segment {
         // Relaxed: read-only after creation; a concurrent rewrite (fault injection) is just
         // another value.
         ProcessId {
-            pid: self.header_u32(OWNER_PID_OFFSET).load(Ordering::Relaxed),
-            start: self.header_u64(OWNER_START_OFFSET).load(Ordering::Relaxed),
+            pid: self.atomic_u32(OWNER_PID_OFFSET).load(Ordering::Relaxed),
+            start: self.atomic_u64(OWNER_START_OFFSET).load(Ordering::Relaxed),
         }
     }
 
@@ -508,14 +500,6 @@ impl Segment {
     /// The `AtomicU32` at body offset `offset` (see [`body_u64`](Self::body_u64)).
     pub(crate) fn body_u32(&self, offset: usize) -> &AtomicU32 {
         self.atomic_u32(HEADER_LEN + offset)
-    }
-
-    fn header_u64(&self, offset: usize) -> &AtomicU64 {
-        self.atomic_u64(offset)
-    }
-
-    fn header_u32(&self, offset: usize) -> &AtomicU32 {
-        self.atomic_u32(offset)
     }
 
     fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
@@ -566,13 +550,7 @@ fn reserve_pages(name: &str, total: usize) -> Result<(), ShmError> {
             Ok(f) => f,
             // Not where glibc puts POSIX shared memory: nothing to reserve through.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => {
-                return Err(ShmError::Os {
-                    name: name.to_string(),
-                    op: "open for fallocate",
-                    detail: e.to_string(),
-                })
-            }
+            Err(e) => return Err(os_error(name, "open for fallocate", e)),
         };
         use std::os::fd::AsRawFd;
         // SAFETY: `file` is open for the whole call, so its descriptor is valid; offset and
@@ -587,7 +565,7 @@ fn reserve_pages(name: &str, total: usize) -> Result<(), ShmError> {
             }),
             // Filesystems without fallocate support: keep the sparse file.
             nix::libc::EOPNOTSUPP => Ok(()),
-            e => Err(os_error(name, "posix_fallocate", e as u32)),
+            e => Err(errno_error(name, "posix_fallocate", e as u32)),
         }
     }
     #[cfg(not(target_os = "linux"))]
