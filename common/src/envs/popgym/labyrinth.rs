@@ -3,7 +3,7 @@
 //! `HuntAndKill` generator and `Maze.generate_entrances`).
 
 use super::mt19937::{LegacyRandomState, PyRandom};
-use super::{check_obs, discrete_action, id_of, one_hot_space, Difficulty};
+use super::{check_obs, discrete_action, id_of, Difficulty};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
 /// popgym's `Cell`: what a grid square holds.
@@ -210,7 +210,7 @@ impl Labyrinth {
 impl Env for Labyrinth {
     // Observation the one-hot view and action, `Box([0; 50], [1; 50])` (popgym:
     // `MultiDiscrete([5; 10])`). Action `Discrete(4)`: left, right, up, down.
-    super::popgym_env!(env => observation: one_hot_space(OBS_DIM),
+    super::popgym_env!(env => observation: Space::unit_box(OBS_DIM),
         action: Space::Discrete { n: 4 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
