@@ -70,33 +70,26 @@ const KIND_OFFSET: usize = 12;
 const TOTAL_SIZE_OFFSET: usize = 32;
 const BODY_OFFSET_OFFSET: usize = 40;
 
-/// What a segment's body holds.
+/// What a segment's body holds; the discriminant is the header's kind code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SegmentKind {
     /// Created by [`Segment::create`]: bytes with no further structure.
-    Raw,
+    Raw = 0,
     /// A trajectory ring (`RingReader`).
-    Ring,
+    Ring = 1,
     /// A weight double buffer (`WeightPublisher`).
-    Weights,
+    Weights = 2,
 }
 
 impl SegmentKind {
     fn code(self) -> u32 {
-        match self {
-            SegmentKind::Raw => 0,
-            SegmentKind::Ring => 1,
-            SegmentKind::Weights => 2,
-        }
+        self as u32
     }
 
     fn from_code(code: u32) -> Option<Self> {
-        match code {
-            0 => Some(SegmentKind::Raw),
-            1 => Some(SegmentKind::Ring),
-            2 => Some(SegmentKind::Weights),
-            _ => None,
-        }
+        [SegmentKind::Raw, SegmentKind::Ring, SegmentKind::Weights]
+            .into_iter()
+            .find(|kind| kind.code() == code)
     }
 
     pub fn name(self) -> &'static str {
@@ -334,6 +327,13 @@ impl Segment {
     /// [`open`](Self::open), also requiring the body to be of `kind`.
     pub(crate) fn open_kind(name: &str, kind: Option<SegmentKind>) -> Result<Segment, ShmError> {
         validate_name(name, false)?;
+        let header_err = |field, value: u64, expected: String| ShmError::Header {
+            name: name.to_string(),
+            field,
+            value,
+            expected,
+        };
+        let too_small = |len| header_err("total size", len, format!("at least {HEADER_LEN} bytes"));
         let shmem = ShmemConf::new()
             .os_id(format!("/{name}"))
             .open()
@@ -347,29 +347,14 @@ impl Segment {
                     },
                     // mmap of an empty file: the creator crashed between shm_open and
                     // ftruncate, or is still there.
-                    nix::libc::EINVAL => ShmError::Header {
-                        name: name.to_string(),
-                        field: "total size",
-                        value: 0,
-                        expected: format!("at least {HEADER_LEN} bytes"),
-                    },
+                    nix::libc::EINVAL => too_small(0),
                     _ => errno_error(name, "shm_open/mmap", errno),
                 },
                 other => os_error(name, "open", other),
             })?;
         let mapped = shmem.len();
-        let header_err = |field, value: u64, expected: String| ShmError::Header {
-            name: name.to_string(),
-            field,
-            value,
-            expected,
-        };
         if mapped < HEADER_LEN {
-            return Err(header_err(
-                "total size",
-                mapped as u64,
-                format!("at least {HEADER_LEN} bytes"),
-            ));
+            return Err(too_small(mapped as u64));
         }
         let mut segment = Segment {
             shmem,
