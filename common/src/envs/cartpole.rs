@@ -13,7 +13,7 @@ use super::{write_obs, ActionRef, Env, EnvError, Space, StepResult};
 /// with a force of 10 N for 0.02 s (explicit Euler). The episode terminates once
 /// `|x| > 2.4` or `|theta| > 12°`; the reward is 1 on every step, the terminating one included.
 /// No time limit of its own: [`super::make`] wraps it in a 500-step [`super::TimeLimit`].
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct CartPole {
     state: [f64; 4],
     /// Steps taken after the one that terminated (gymnasium rewards those with 0).
@@ -42,7 +42,7 @@ impl CartPole {
 
     /// A cart at rest with the pole upright (`[0; 4]`); [`Env::reset`] starts a random episode.
     pub fn new() -> Self {
-        Self::from_state([0.0; 4])
+        Self::default()
     }
 
     /// A cart in `state = [x, x_dot, theta, theta_dot]`, as if an episode had just started there
@@ -66,7 +66,7 @@ impl CartPole {
 
     /// gymnasium's observation bounds: `±[2 x_threshold, f32::MAX, 2 theta_threshold, f32::MAX]`.
     pub fn space() -> Space {
-        symmetric_box(&Self::high())
+        Space::symmetric(&Self::high())
     }
 
     /// Upper observation bounds (the lower ones are their negation).
@@ -116,19 +116,16 @@ impl CartPole {
 
         let terminated = !(-Self::X_THRESHOLD..=Self::X_THRESHOLD).contains(&x)
             || !(-Self::THETA_THRESHOLD_RADIANS..=Self::THETA_THRESHOLD_RADIANS).contains(&theta);
-        let reward = if !terminated {
-            1.0
-        } else {
-            match &mut self.steps_beyond_terminated {
-                None => {
-                    self.steps_beyond_terminated = Some(0);
-                    1.0
-                }
-                // Stepping on after termination: gymnasium warns and rewards 0.
-                Some(n) => {
-                    *n += 1;
-                    0.0
-                }
+        let reward = match (terminated, &mut self.steps_beyond_terminated) {
+            (false, _) => 1.0,
+            (true, first @ None) => {
+                *first = Some(0);
+                1.0
+            }
+            // Stepping on after termination: gymnasium warns and rewards 0.
+            (true, Some(n)) => {
+                *n += 1;
+                0.0
             }
         };
         StepResult {
@@ -136,12 +133,6 @@ impl CartPole {
             terminated,
             truncated: false,
         }
-    }
-}
-
-impl Default for CartPole {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -225,7 +216,7 @@ impl Env for MaskedCartPole {
 
     fn observation_space(&self) -> Space {
         let high = CartPole::high();
-        symmetric_box(&Self::OBSERVED.map(|i| high[i]))
+        Space::symmetric(&Self::OBSERVED.map(|i| high[i]))
     }
 
     fn action_space(&self) -> Space {
@@ -249,14 +240,6 @@ impl Env for MaskedCartPole {
 
     fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
         self.cartpole.load_state(state)
-    }
-}
-
-/// `Box(-high, high)`.
-fn symmetric_box(high: &[f32]) -> Space {
-    Space::Box {
-        low: high.iter().map(|h| -h).collect(),
-        high: high.to_vec(),
     }
 }
 

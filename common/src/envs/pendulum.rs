@@ -22,7 +22,7 @@ use super::{write_obs, ActionRef, Env, EnvError, Space, StepResult};
 /// numpy evaluates `u**2` with the C library's `powf`, which glibc may round one float32 ulp
 /// differently. In gymnasium's reference rollouts that happens at 1 step in 600 and moves the
 /// reward by 2⁻³⁶ (1.5e-11); the dynamics do not use `u²` and match bit for bit.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Pendulum {
     state: [f64; 2],
 }
@@ -43,7 +43,7 @@ impl Pendulum {
 
     /// The pendulum upright and at rest (`[0, 0]`); [`Env::reset`] starts a random episode.
     pub fn new() -> Self {
-        Self::from_state([0.0, 0.0])
+        Self::default()
     }
 
     /// A pendulum in `state = [theta, theta_dot]` (used to replay recorded episodes).
@@ -61,9 +61,7 @@ impl Pendulum {
         let [theta, theta_dot] = self.state;
         [theta.cos() as f32, theta.sin() as f32, theta_dot as f32]
     }
-}
 
-impl Pendulum {
     /// The torque of `action`, clipped to `[-2, 2]` in float32 (gymnasium's
     /// `np.clip(u, -max_torque, max_torque)[0]`). Shared with the POPGym variants, whose `id`
     /// it names in panics.
@@ -99,12 +97,6 @@ impl Pendulum {
     }
 }
 
-impl Default for Pendulum {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 /// `x` wrapped into `[-pi, pi)`: numpy's `((x + pi) % (2 pi)) - pi` (floored modulo).
 fn angle_normalize(x: f64) -> f64 {
     (x + PI).rem_euclid(2.0 * PI) - PI
@@ -117,19 +109,12 @@ impl Env for Pendulum {
 
     /// `Box([-1, -1, -8], [1, 1, 8])`.
     fn observation_space(&self) -> Space {
-        let high = [1.0, 1.0, Self::MAX_SPEED as f32];
-        Space::Box {
-            low: high.iter().map(|h| -h).collect(),
-            high: high.to_vec(),
-        }
+        Space::symmetric(&[1.0, 1.0, Self::MAX_SPEED as f32])
     }
 
     /// `Box([-2], [2])`.
     fn action_space(&self) -> Space {
-        Space::Box {
-            low: vec![-Self::MAX_TORQUE],
-            high: vec![Self::MAX_TORQUE],
-        }
+        Space::symmetric(&[Self::MAX_TORQUE])
     }
 
     /// Draws `theta` uniformly in `[-pi, pi)` and `theta_dot` in `[-1, 1)` from
@@ -197,10 +182,7 @@ impl Env for MaskedPendulum {
 
     /// `Box([-1, -1], [1, 1])`.
     fn observation_space(&self) -> Space {
-        Space::Box {
-            low: vec![-1.0, -1.0],
-            high: vec![1.0, 1.0],
-        }
+        Space::symmetric(&[1.0, 1.0])
     }
 
     fn action_space(&self) -> Space {

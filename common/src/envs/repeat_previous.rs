@@ -75,10 +75,7 @@ impl Env for RepeatPrevious {
 
     /// `Box([0; 4], [1; 4])`: a one-hot suit.
     fn observation_space(&self) -> Space {
-        Space::Box {
-            low: vec![0.0; Self::SUITS],
-            high: vec![1.0; Self::SUITS],
-        }
+        Space::unit_box(Self::SUITS)
     }
 
     /// `Discrete(4)`: a suit.

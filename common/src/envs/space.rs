@@ -39,6 +39,22 @@ pub enum ActionRef<'a> {
 }
 
 impl Space {
+    /// `Box(-high, high)`.
+    pub fn symmetric(high: &[f32]) -> Space {
+        Space::Box {
+            low: high.iter().map(|h| -h).collect(),
+            high: high.to_vec(),
+        }
+    }
+
+    /// `Box([0; n], [1; n])`: `n` values in `[0, 1]`, e.g. a one-hot encoding.
+    pub fn unit_box(n: usize) -> Space {
+        Space::Box {
+            low: vec![0.0; n],
+            high: vec![1.0; n],
+        }
+    }
+
     /// Number of `f32` values one element occupies in a flat buffer: the box's length, or 1 for
     /// a discrete space (one index).
     pub fn dim(&self) -> usize {

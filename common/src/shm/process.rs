@@ -11,10 +11,7 @@ pub(crate) struct ProcessId {
 impl ProcessId {
     pub fn current() -> Self {
         let pid = std::process::id();
-        let start = match proc_stat(pid) {
-            Ok(Some((_, start))) => start,
-            _ => 0,
-        };
+        let start = proc_stat(pid).ok().flatten().map_or(0, |(_, start)| start);
         ProcessId { pid, start }
     }
 

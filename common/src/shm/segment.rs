@@ -70,33 +70,26 @@ const KIND_OFFSET: usize = 12;
 const TOTAL_SIZE_OFFSET: usize = 32;
 const BODY_OFFSET_OFFSET: usize = 40;
 
-/// What a segment's body holds.
+/// What a segment's body holds; the discriminant is the header's kind code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SegmentKind {
     /// Created by [`Segment::create`]: bytes with no further structure.
-    Raw,
+    Raw = 0,
     /// A trajectory ring (`RingReader`).
-    Ring,
+    Ring = 1,
     /// A weight double buffer (`WeightPublisher`).
-    Weights,
+    Weights = 2,
 }
 
 impl SegmentKind {
     fn code(self) -> u32 {
-        match self {
-            SegmentKind::Raw => 0,
-            SegmentKind::Ring => 1,
-            SegmentKind::Weights => 2,
-        }
+        self as u32
     }
 
     fn from_code(code: u32) -> Option<Self> {
-        match code {
-            0 => Some(SegmentKind::Raw),
-            1 => Some(SegmentKind::Ring),
-            2 => Some(SegmentKind::Weights),
-            _ => None,
-        }
+        [SegmentKind::Raw, SegmentKind::Ring, SegmentKind::Weights]
+            .into_iter()
+            .find(|kind| kind.code() == code)
     }
 
     pub fn name(self) -> &'static str {
@@ -221,12 +214,16 @@ fn validate_name(name: &str, creating: bool) -> Result<(), ShmError> {
     Ok(())
 }
 
-fn os_error(name: &str, op: &'static str, errno: u32) -> ShmError {
+fn os_error(name: &str, op: &'static str, detail: impl std::fmt::Display) -> ShmError {
     ShmError::Os {
         name: name.to_string(),
         op,
-        detail: std::io::Error::from_raw_os_error(errno as i32).to_string(),
+        detail: detail.to_string(),
     }
+}
+
+fn errno_error(name: &str, op: &'static str, errno: u32) -> ShmError {
+    os_error(name, op, std::io::Error::from_raw_os_error(errno as i32))
 }
 
 /// A mapped segment. Send (the mapping is process-wide), not Sync: the ring and weight types
@@ -283,14 +280,10 @@ impl Segment {
                             name: name.to_string(),
                             bytes: total,
                         },
-                        _ => os_error(name, "shm_open/ftruncate/mmap", errno),
+                        _ => errno_error(name, "shm_open/ftruncate/mmap", errno),
                     }
                 }
-                other => ShmError::Os {
-                    name: name.to_string(),
-                    op: "create",
-                    detail: other.to_string(),
-                },
+                other => os_error(name, "create", other),
             })?;
         // From here on, dropping `shmem` unlinks the name again (it is the owner).
         reserve_pages(name, total)?;
@@ -302,29 +295,25 @@ impl Segment {
         let me = ProcessId::current();
         // Relaxed: none of these is visible to an opener before the Release store of the magic
         // below, which orders them (and everything `init` wrote) before it.
-        segment
-            .header_u32(VERSION_OFFSET)
-            .store(SEGMENT_VERSION, Ordering::Relaxed);
-        segment
-            .header_u32(KIND_OFFSET)
-            .store(kind.code(), Ordering::Relaxed);
-        segment
-            .header_u32(OWNER_PID_OFFSET)
-            .store(me.pid, Ordering::Relaxed);
-        segment
-            .header_u64(OWNER_START_OFFSET)
-            .store(me.start, Ordering::Relaxed);
-        segment
-            .header_u64(TOTAL_SIZE_OFFSET)
-            .store(total as u64, Ordering::Relaxed);
-        segment
-            .header_u64(BODY_OFFSET_OFFSET)
-            .store(HEADER_LEN as u64, Ordering::Relaxed);
+        for (offset, value) in [
+            (VERSION_OFFSET, SEGMENT_VERSION),
+            (KIND_OFFSET, kind.code()),
+            (OWNER_PID_OFFSET, me.pid),
+        ] {
+            segment.atomic_u32(offset).store(value, Ordering::Relaxed);
+        }
+        for (offset, value) in [
+            (OWNER_START_OFFSET, me.start),
+            (TOTAL_SIZE_OFFSET, total as u64),
+            (BODY_OFFSET_OFFSET, HEADER_LEN as u64),
+        ] {
+            segment.atomic_u64(offset).store(value, Ordering::Relaxed);
+        }
         init(&segment);
         // Release: publishes the header and the initialised body to openers, whose Acquire
         // load of the magic synchronises with this store.
         segment
-            .header_u64(MAGIC_OFFSET)
+            .atomic_u64(MAGIC_OFFSET)
             .store(SEGMENT_MAGIC, Ordering::Release);
         Ok(segment)
     }
@@ -338,6 +327,13 @@ impl Segment {
     /// [`open`](Self::open), also requiring the body to be of `kind`.
     pub(crate) fn open_kind(name: &str, kind: Option<SegmentKind>) -> Result<Segment, ShmError> {
         validate_name(name, false)?;
+        let header_err = |field, value: u64, expected: String| ShmError::Header {
+            name: name.to_string(),
+            field,
+            value,
+            expected,
+        };
+        let too_small = |len| header_err("total size", len, format!("at least {HEADER_LEN} bytes"));
         let shmem = ShmemConf::new()
             .os_id(format!("/{name}"))
             .open()
@@ -351,33 +347,14 @@ impl Segment {
                     },
                     // mmap of an empty file: the creator crashed between shm_open and
                     // ftruncate, or is still there.
-                    nix::libc::EINVAL => ShmError::Header {
-                        name: name.to_string(),
-                        field: "total size",
-                        value: 0,
-                        expected: format!("at least {HEADER_LEN} bytes"),
-                    },
-                    _ => os_error(name, "shm_open/mmap", errno),
+                    nix::libc::EINVAL => too_small(0),
+                    _ => errno_error(name, "shm_open/mmap", errno),
                 },
-                other => ShmError::Os {
-                    name: name.to_string(),
-                    op: "open",
-                    detail: other.to_string(),
-                },
+                other => os_error(name, "open", other),
             })?;
         let mapped = shmem.len();
-        let header_err = |field, value: u64, expected: String| ShmError::Header {
-            name: name.to_string(),
-            field,
-            value,
-            expected,
-        };
         if mapped < HEADER_LEN {
-            return Err(header_err(
-                "total size",
-                mapped as u64,
-                format!("at least {HEADER_LEN} bytes"),
-            ));
+            return Err(too_small(mapped as u64));
         }
         let mut segment = Segment {
             shmem,
@@ -386,7 +363,7 @@ impl Segment {
         };
         // Acquire: synchronises with the creator's Release store of the magic, so the header
         // and the body's initial layout read below are complete.
-        let magic = segment.header_u64(MAGIC_OFFSET).load(Ordering::Acquire);
+        let magic = segment.atomic_u64(MAGIC_OFFSET).load(Ordering::Acquire);
         if magic != SEGMENT_MAGIC {
             return Err(ShmError::Magic {
                 name: name.to_string(),
@@ -394,7 +371,7 @@ impl Segment {
             });
         }
         // Relaxed (here and below): ordered after the Acquire load of the magic.
-        let version = segment.header_u32(VERSION_OFFSET).load(Ordering::Relaxed);
+        let version = segment.atomic_u32(VERSION_OFFSET).load(Ordering::Relaxed);
         if version != SEGMENT_VERSION {
             return Err(header_err(
                 "layout version",
@@ -402,7 +379,7 @@ impl Segment {
                 format!("{SEGMENT_VERSION} (this build's)"),
             ));
         }
-        let code = segment.header_u32(KIND_OFFSET).load(Ordering::Relaxed);
+        let code = segment.atomic_u32(KIND_OFFSET).load(Ordering::Relaxed);
         let found = SegmentKind::from_code(code).ok_or_else(|| {
             header_err(
                 "kind",
@@ -426,7 +403,7 @@ impl Segment {
         }
         segment.kind = found;
         let total = segment
-            .header_u64(TOTAL_SIZE_OFFSET)
+            .atomic_u64(TOTAL_SIZE_OFFSET)
             .load(Ordering::Relaxed);
         if total != mapped as u64 {
             return Err(header_err(
@@ -436,7 +413,7 @@ impl Segment {
             ));
         }
         let body = segment
-            .header_u64(BODY_OFFSET_OFFSET)
+            .atomic_u64(BODY_OFFSET_OFFSET)
             .load(Ordering::Relaxed);
         if body != HEADER_LEN as u64 {
             return Err(header_err("body offset", body, HEADER_LEN.to_string()));
@@ -472,8 +449,8 @@ impl Segment {
         // Relaxed: read-only after creation; a concurrent rewrite (fault injection) is just
         // another value.
         ProcessId {
-            pid: self.header_u32(OWNER_PID_OFFSET).load(Ordering::Relaxed),
-            start: self.header_u64(OWNER_START_OFFSET).load(Ordering::Relaxed),
+            pid: self.atomic_u32(OWNER_PID_OFFSET).load(Ordering::Relaxed),
+            start: self.atomic_u64(OWNER_START_OFFSET).load(Ordering::Relaxed),
         }
     }
 
@@ -508,14 +485,6 @@ impl Segment {
     /// The `AtomicU32` at body offset `offset` (see [`body_u64`](Self::body_u64)).
     pub(crate) fn body_u32(&self, offset: usize) -> &AtomicU32 {
         self.atomic_u32(HEADER_LEN + offset)
-    }
-
-    fn header_u64(&self, offset: usize) -> &AtomicU64 {
-        self.atomic_u64(offset)
-    }
-
-    fn header_u32(&self, offset: usize) -> &AtomicU32 {
-        self.atomic_u32(offset)
     }
 
     fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
@@ -566,13 +535,7 @@ fn reserve_pages(name: &str, total: usize) -> Result<(), ShmError> {
             Ok(f) => f,
             // Not where glibc puts POSIX shared memory: nothing to reserve through.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => {
-                return Err(ShmError::Os {
-                    name: name.to_string(),
-                    op: "open for fallocate",
-                    detail: e.to_string(),
-                })
-            }
+            Err(e) => return Err(os_error(name, "open for fallocate", e)),
         };
         use std::os::fd::AsRawFd;
         // SAFETY: `file` is open for the whole call, so its descriptor is valid; offset and
@@ -587,7 +550,7 @@ fn reserve_pages(name: &str, total: usize) -> Result<(), ShmError> {
             }),
             // Filesystems without fallocate support: keep the sparse file.
             nix::libc::EOPNOTSUPP => Ok(()),
-            e => Err(os_error(name, "posix_fallocate", e as u32)),
+            e => Err(errno_error(name, "posix_fallocate", e as u32)),
         }
     }
     #[cfg(not(target_os = "linux"))]

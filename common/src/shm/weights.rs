@@ -161,7 +161,8 @@ impl WeightPublisher {
             });
         }
         let b = 1 - self.current;
-        let seq = self.buffers.word(b, SEQ_AT);
+        let word = |at| self.buffers.word(b, at);
+        let seq = word(SEQ_AT);
         // Relaxed: we are the only writer of seq. Even between publishes.
         let s = seq.load(Ordering::Relaxed) & !1;
         // Relaxed store of the odd seq + Release fence: any subscriber that observes one of
@@ -170,12 +171,8 @@ impl WeightPublisher {
         seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         // Relaxed: inside the seqlock window; validated by the subscriber's seq re-check.
-        self.buffers
-            .word(b, VERSION_AT)
-            .store(version, Ordering::Relaxed);
-        self.buffers
-            .word(b, LEN_AT)
-            .store(bytes.len() as u64, Ordering::Relaxed);
+        word(VERSION_AT).store(version, Ordering::Relaxed);
+        word(LEN_AT).store(bytes.len() as u64, Ordering::Relaxed);
         // SAFETY: bytes.len() <= max_bytes (checked above), the size of buffer b's blob region;
         // `bytes` is our memory and cannot overlap the mapping. Subscribers read this region
         // only with raw copies validated by the seqlock, never through references.

@@ -1,7 +1,7 @@
 //! `popgym-Autoencode{Easy,Medium,Hard}-v0` (`popgym/envs/autoencode.py`).
 
 use super::numpy_rng::Generator;
-use super::{check_obs, discrete_action, id_of, one_hot_space, seeded, write_one_hot};
+use super::{check_obs, discrete_action, ended_step, id_of, write_one_hot};
 use super::{Deck, Difficulty};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
@@ -34,7 +34,7 @@ impl Autoencode {
         Self {
             id: id_of("Autoencode", level),
             num_cards: Deck::SIZE * num_decks,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             deck: Deck::default(),
             hand: Vec::new(),
             watching: true,
@@ -50,11 +50,11 @@ impl Autoencode {
 impl Env for Autoencode {
     // Observation `Box([0; 6], [1; 6])`: one-hot mode and one-hot suit (popgym:
     // `Tuple(Discrete(2), Discrete(4))`). Action `Discrete(4)`: a suit.
-    super::popgym_env!(env => observation: one_hot_space(6), action: Space::Discrete { n: 4 });
+    super::popgym_env!(env => observation: Space::unit_box(6), action: Space::Discrete { n: 4 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 6);
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         self.deck = Deck::shuffled(&mut self.rng, self.num_cards);
         self.hand.clear();
         let suit = Deck::suit(self.deck.deal());
@@ -87,10 +87,6 @@ impl Env for Autoencode {
             // popgym: make_obs(np.array([0])), the suit of card 0.
             self.write(obs, Deck::suit(0));
         }
-        StepResult {
-            reward,
-            terminated,
-            truncated: false,
-        }
+        ended_step(reward, terminated)
     }
 }

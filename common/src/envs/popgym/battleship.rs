@@ -2,7 +2,7 @@
 
 use super::numpy_rng::Generator;
 use super::Difficulty;
-use super::{check_obs, id_of, one_hot_space, pair_action, seeded, write_one_hot};
+use super::{check_obs, id_of, pair_action, write_one_hot};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
 /// Battleship on a hidden `b x b` board: only hit or miss is observed.
@@ -40,7 +40,7 @@ impl Battleship {
         Self {
             id: id_of("Battleship", level),
             size,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             board: vec![false; size * size],
             guesses: vec![false; size * size],
             hits: 0,
@@ -77,12 +77,12 @@ impl Battleship {
 impl Env for Battleship {
     // Observation one-hot hit/miss, `Box([0; 2], [1; 2])` (popgym: `Discrete(2)`).
     // Action `MultiDiscrete([b, b])`: row and column to fire at.
-    super::popgym_env!(env => observation: one_hot_space(2),
+    super::popgym_env!(env => observation: Space::unit_box(2),
         action: Space::MultiDiscrete { nvec: vec![env.size, env.size] });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 2);
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         self.board.fill(false);
         for ship in Self::SHIPS {
             self.place_ship(ship);

@@ -5,7 +5,7 @@
 //! ([`crate::envs::CartPole`]'s dynamics) with part of the state hidden.
 
 use super::numpy_rng::Generator;
-use super::{check_obs, id_of, seeded, Difficulty};
+use super::{check_obs, id_of, Difficulty};
 use crate::envs::{ActionRef, CartPole, Env, Space, StepResult};
 
 /// Which popgym CartPole.
@@ -83,7 +83,7 @@ impl PopgymCartPole {
             id,
             variant,
             max_episode_length,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             cartpole: CartPole::new(),
             num_steps: 0,
         }
@@ -123,14 +123,12 @@ fn max_len(level: Difficulty) -> u32 {
 impl Env for PopgymCartPole {
     // Observation `Box(-high, high)` over 2 values, infinite bounds as `±f32::MAX` (as the
     // bridge reports them). Action `Discrete(2)`: push left or right.
-    super::popgym_env!(env => observation: {
-        let high = env.high().map(|h| h.min(f32::MAX));
-        Space::Box { low: high.iter().map(|h| -h).collect(), high: high.to_vec() }
-    }, action: Space::Discrete { n: 2 });
+    super::popgym_env!(env => observation: Space::symmetric(&env.high().map(|h| h.min(f32::MAX))),
+        action: Space::Discrete { n: 2 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 2);
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         self.num_steps = 0;
         let state = std::array::from_fn(|_| {
             self.rng

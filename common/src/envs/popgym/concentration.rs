@@ -1,7 +1,7 @@
 //! `popgym-Concentration{Easy,Medium,Hard}-v0` (`popgym/envs/concentration.py`).
 
 use super::numpy_rng::Generator;
-use super::{check_obs, discrete_action, id_of, one_hot_space, seeded};
+use super::{check_obs, discrete_action, id_of};
 use super::{CardKind, Deck, Difficulty};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
@@ -54,7 +54,7 @@ impl Concentration {
             num_cards: n,
             kind,
             episode_length: (2.0 * nf - (nf / (2.0 * nf - 1.0))).ceil() as u64,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             deck: Deck::default(),
             face_up: vec![false; n],
             face_up_count: 0,
@@ -92,12 +92,12 @@ impl Concentration {
 impl Env for Concentration {
     // Observation per position a one-hot of `d + 1` values, `Box([0; n (d + 1)], [1; n (d + 1)])`
     // (popgym: `MultiDiscrete([d + 1] * n)`). Action `Discrete(n)`: the position to flip.
-    super::popgym_env!(env => observation: one_hot_space(env.dim()),
+    super::popgym_env!(env => observation: Space::unit_box(env.dim()),
         action: Space::Discrete { n: env.num_cards });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, self.dim());
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         self.deck = Deck::shuffled(&mut self.rng, self.num_cards);
         self.face_up.fill(false);
         self.face_up_count = 0;

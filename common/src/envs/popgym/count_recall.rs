@@ -1,7 +1,7 @@
 //! `popgym-CountRecall{Easy,Medium,Hard}-v0` (`popgym/envs/count_recall.py`).
 
 use super::numpy_rng::Generator;
-use super::{check_obs, discrete_action, id_of, one_hot_space, seeded, write_one_hot};
+use super::{check_obs, discrete_action, ended_step, id_of, write_one_hot};
 use super::{CardKind, Deck, Difficulty};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
@@ -44,7 +44,7 @@ impl CountRecall {
             id: id_of("CountRecall", level),
             num_cards: Deck::SIZE * num_decks,
             kind,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             value_deck: Deck::default(),
             query_deck: Deck::default(),
             counts: vec![0; kind.distinct()],
@@ -75,12 +75,12 @@ impl CountRecall {
 impl Env for CountRecall {
     // Observation two one-hot kinds, `Box([0; 2d], [1; 2d])` (popgym: `MultiDiscrete([d, d])`).
     // Action `Discrete(n / d + 1)`: a count.
-    super::popgym_env!(env => observation: one_hot_space(2 * env.distinct()),
+    super::popgym_env!(env => observation: Space::unit_box(2 * env.distinct()),
         action: Space::Discrete { n: env.max_count() + 1 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 2 * self.distinct());
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         self.value_deck = Deck::shuffled(&mut self.rng, self.num_cards);
         self.query_deck = Deck::shuffled(&mut self.rng, self.num_cards);
         self.counts.fill(0);
@@ -94,10 +94,6 @@ impl Env for CountRecall {
         self.deal(obs);
         let scale = 1.0 / (self.num_cards - 1) as f64;
         let reward = if action == prev_count { scale } else { -scale };
-        StepResult {
-            reward,
-            terminated: self.value_deck.len == 0,
-            truncated: false,
-        }
+        ended_step(reward, self.value_deck.len == 0)
     }
 }

@@ -1,7 +1,7 @@
 //! `popgym-HigherLower{Easy,Medium,Hard}-v0` (`popgym/envs/higher_lower.py`).
 
 use super::numpy_rng::Generator;
-use super::{check_obs, discrete_action, id_of, one_hot_space, seeded, write_one_hot};
+use super::{check_obs, discrete_action, ended_step, id_of, write_one_hot};
 use super::{Deck, Difficulty};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
@@ -30,7 +30,7 @@ impl HigherLower {
         Self {
             id: id_of("HigherLower", level),
             num_cards: Deck::SIZE * num_decks,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             deck: Deck::default(),
             rank: 0,
         }
@@ -40,11 +40,11 @@ impl HigherLower {
 impl Env for HigherLower {
     // Observation one-hot rank, `Box([0; 13], [1; 13])` (popgym: `Discrete(13)`).
     // Action `Discrete(2)`: 0 guesses higher, 1 lower.
-    super::popgym_env!(env => observation: one_hot_space(13), action: Space::Discrete { n: 2 });
+    super::popgym_env!(env => observation: Space::unit_box(13), action: Space::Discrete { n: 2 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 13);
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         self.deck = Deck::shuffled(&mut self.rng, self.num_cards);
         self.rank = Deck::rank(self.deck.deal());
         write_one_hot(obs, self.rank);
@@ -65,10 +65,6 @@ impl Env for HigherLower {
         };
         self.rank = next;
         write_one_hot(obs, next);
-        StepResult {
-            reward,
-            terminated,
-            truncated: false,
-        }
+        ended_step(reward, terminated)
     }
 }

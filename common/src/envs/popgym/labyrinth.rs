@@ -3,7 +3,7 @@
 //! `HuntAndKill` generator and `Maze.generate_entrances`).
 
 use super::mt19937::{LegacyRandomState, PyRandom};
-use super::{check_obs, discrete_action, id_of, one_hot_space, Difficulty};
+use super::{check_obs, discrete_action, id_of, Difficulty};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
 /// popgym's `Cell`: what a grid square holds.
@@ -73,12 +73,7 @@ impl Labyrinth {
     }
 
     fn new(task: Task, id: &'static str, level: Difficulty) -> Self {
-        let blocks = match level {
-            Difficulty::Easy => 5,
-            Difficulty::Medium => 7,
-            Difficulty::Hard => 9,
-        };
-        let side = 2 * blocks + 1;
+        let side = 2 * level.pick([5, 7, 9]) + 1;
         Self {
             id,
             task,
@@ -104,20 +99,16 @@ impl Labyrinth {
         (r, c): (usize, usize),
         np: &mut LegacyRandomState,
     ) -> Vec<(usize, usize)> {
-        let mut ns = Vec::with_capacity(4);
-        let walled = |p| self.grid[self.at(p)] == OBSTACLE;
-        if r > 1 && walled((r - 2, c)) {
-            ns.push((r - 2, c));
-        }
-        if r + 2 < self.side && walled((r + 2, c)) {
-            ns.push((r + 2, c));
-        }
-        if c > 1 && walled((r, c - 2)) {
-            ns.push((r, c - 2));
-        }
-        if c + 2 < self.side && walled((r, c + 2)) {
-            ns.push((r, c + 2));
-        }
+        let mut ns: Vec<_> = [
+            (r > 1).then(|| (r - 2, c)),
+            (r + 2 < self.side).then(|| (r + 2, c)),
+            (c > 1).then(|| (r, c - 2)),
+            (c + 2 < self.side).then(|| (r, c + 2)),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|&p| self.grid[self.at(p)] == OBSTACLE)
+        .collect();
         np.shuffle(&mut ns);
         ns
     }
@@ -210,7 +201,7 @@ impl Labyrinth {
 impl Env for Labyrinth {
     // Observation the one-hot view and action, `Box([0; 50], [1; 50])` (popgym:
     // `MultiDiscrete([5; 10])`). Action `Discrete(4)`: left, right, up, down.
-    super::popgym_env!(env => observation: one_hot_space(OBS_DIM),
+    super::popgym_env!(env => observation: Space::unit_box(OBS_DIM),
         action: Space::Discrete { n: 4 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {

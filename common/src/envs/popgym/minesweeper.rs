@@ -2,7 +2,7 @@
 
 use super::numpy_rng::Generator;
 use super::Difficulty;
-use super::{check_obs, id_of, one_hot_space, pair_action, seeded, write_one_hot};
+use super::{check_obs, id_of, pair_action, write_one_hot};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
 /// MineSweeper on a hidden board: each click observes only the clicked square's count.
@@ -41,7 +41,7 @@ impl MineSweeper {
             id: id_of("MineSweeper", level),
             dims,
             mines,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             hidden: vec![CLEAR; dims[0] * dims[1]],
             neighbors: vec![0; dims[0] * dims[1]],
             steps: 0,
@@ -61,12 +61,12 @@ impl MineSweeper {
 impl Env for MineSweeper {
     // Observation one-hot count, `Box([0; k], [1; k])`, `k = min(m + 1, 10)` (popgym:
     // `Discrete(k)`). Action `MultiDiscrete([h, w])`: row and column to click.
-    super::popgym_env!(env => observation: one_hot_space(env.num_obs()),
+    super::popgym_env!(env => observation: Space::unit_box(env.num_obs()),
         action: Space::MultiDiscrete { nvec: env.dims.to_vec() });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, self.num_obs());
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         let [h, w] = self.dims;
         self.hidden.fill(CLEAR);
         for square in self.rng.choice_without_replacement(h * w, self.mines) {

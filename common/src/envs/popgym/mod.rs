@@ -70,7 +70,7 @@ pub use repeat_previous::RepeatPrevious;
 
 use numpy_rng::Generator;
 
-use super::{Env, Space};
+use super::Env;
 
 /// The native POPGym ids, in popgym's own spelling, family by family (Easy, Medium, Hard).
 pub const POPGYM_IDS: &[&str] = &[
@@ -230,14 +230,6 @@ fn id_of(family: &str, level: Difficulty) -> &'static str {
         .unwrap_or_else(|| panic!("{want} is not in POPGYM_IDS"))
 }
 
-/// What the bridge makes of a `Discrete(n)` (or of one `MultiDiscrete` component): `[0, 1]^n`.
-fn one_hot_space(n: usize) -> Space {
-    Space::Box {
-        low: vec![0.0; n],
-        high: vec![1.0; n],
-    }
-}
-
 /// Panics unless `obs` has length `dim` (the observation buffer contract of [`Env`]).
 fn check_obs(id: &str, obs: &[f32], dim: usize) {
     assert_eq!(
@@ -246,6 +238,15 @@ fn check_obs(id: &str, obs: &[f32], dim: usize) {
         "{id}: observation buffer has length {}, expected {dim}",
         obs.len()
     );
+}
+
+/// The step result of a family that ends its episodes only by terminating (never truncates).
+fn ended_step(reward: f64, terminated: bool) -> super::StepResult {
+    super::StepResult {
+        reward,
+        terminated,
+        truncated: false,
+    }
 }
 
 /// Writes the one-hot of `value` over `obs` (all of it).
@@ -275,11 +276,6 @@ fn pair_action(id: &str, action: super::ActionRef<'_>, n: [usize; 2]) -> [usize;
             n[0], n[1]
         ),
     }
-}
-
-/// A fresh `default_rng(seed)`: gymnasium's `np_random` after `reset(seed=seed)`.
-fn seeded(seed: u64) -> Generator {
-    Generator::from_seed(seed)
 }
 
 /// popgym's `Deck` (`popgym/core/deck.py`) as far as the ported games use it: `num_decks`
@@ -368,7 +364,7 @@ impl CardKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envs::{ActionRef, Registry};
+    use crate::envs::{ActionRef, Registry, Space};
 
     #[test]
     fn every_id_builds_and_resets_into_its_space() {
@@ -434,7 +430,7 @@ mod tests {
             let mut env = make(id).unwrap();
             let space = env.action_space();
             let mut obs = vec![0.0; env.observation_space().dim()];
-            let mut rng = seeded(5);
+            let mut rng = Generator::from_seed(5);
             env.reset(9, &mut obs);
             let warmup: Vec<_> = (0..7).map(|_| random_action(&space, &mut rng)).collect();
             play(env.as_mut(), &warmup, &mut obs);
@@ -462,7 +458,7 @@ mod tests {
                 let space = env.observation_space();
                 let action_space = env.action_space();
                 let mut obs = vec![0.0; space.dim()];
-                let mut rng = seeded(7);
+                let mut rng = Generator::from_seed(7);
                 let mut trace = Vec::new();
                 for episode in 0..3u64 {
                     env.reset(episode, &mut obs);

@@ -2,7 +2,7 @@
 
 use super::numpy_rng::Generator;
 use super::Difficulty;
-use super::{check_obs, discrete_action, id_of, one_hot_space, seeded, write_one_hot};
+use super::{check_obs, discrete_action, id_of, write_one_hot};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
 /// An episode of `k` Bernoulli bandits with unknown payout probabilities.
@@ -30,7 +30,7 @@ impl MultiarmedBandit {
         Self {
             id: id_of("MultiarmedBandit", level),
             episode_length,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             bandits: vec![0.0; bandits],
             steps: 0,
         }
@@ -40,12 +40,12 @@ impl MultiarmedBandit {
 impl Env for MultiarmedBandit {
     // Observation one-hot payout, `Box([0; 2], [1; 2])` (popgym: `Discrete(2)`).
     // Action `Discrete(k)`: the bandit to pull.
-    super::popgym_env!(env => observation: one_hot_space(2),
+    super::popgym_env!(env => observation: Space::unit_box(2),
         action: Space::Discrete { n: env.bandits.len() });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 2);
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         self.steps = 0;
         for p in &mut self.bandits {
             *p = self.rng.random_f32();

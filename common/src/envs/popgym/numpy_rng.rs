@@ -368,12 +368,10 @@ impl Generator {
     pub fn bounded_uint64(&mut self, rng: u64) -> u64 {
         if rng == 0 {
             0
-        } else if rng <= 0xFFFF_FFFF {
-            if rng == 0xFFFF_FFFF {
-                u64::from(self.next_u32())
-            } else {
-                u64::from(self.bounded_lemire_uint32(rng as u32))
-            }
+        } else if rng < 0xFFFF_FFFF {
+            u64::from(self.bounded_lemire_uint32(rng as u32))
+        } else if rng == 0xFFFF_FFFF {
+            u64::from(self.next_u32())
         } else if rng == u64::MAX {
             self.next_u64()
         } else {
@@ -421,19 +419,14 @@ impl Generator {
         }
         // Smallest bit mask >= max.
         let mask = u64::MAX >> max.leading_zeros();
-        if max <= 0xFFFF_FFFF {
-            loop {
-                let value = u64::from(self.next_u32()) & mask;
-                if value <= max {
-                    return value;
-                }
-            }
-        } else {
-            loop {
-                let value = self.next_u64() & mask;
-                if value <= max {
-                    return value;
-                }
+        loop {
+            let raw = if max <= 0xFFFF_FFFF {
+                u64::from(self.next_u32())
+            } else {
+                self.next_u64()
+            };
+            if raw & mask <= max {
+                return raw & mask;
             }
         }
     }

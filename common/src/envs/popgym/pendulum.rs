@@ -7,7 +7,7 @@ use std::f64::consts::PI;
 
 use super::libm::{pow_square, powf_square};
 use super::numpy_rng::Generator;
-use super::{check_obs, id_of, seeded, Difficulty};
+use super::{check_obs, id_of, Difficulty};
 use crate::envs::{ActionRef, Env, Pendulum, Space, StepResult};
 
 /// Swing up gymnasium's Pendulum seeing only `[cos theta, sin theta]` (float32,
@@ -56,7 +56,7 @@ impl PopgymPendulum {
             id,
             noise_sigma,
             max_episode_length,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             pendulum: Pendulum::new(),
             num_steps: 0,
         }
@@ -82,7 +82,7 @@ impl Env for PopgymPendulum {
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 2);
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         self.num_steps = 0;
         let theta = self.rng.uniform(-PI, PI);
         let theta_dot = self.rng.uniform(-1.0, 1.0);

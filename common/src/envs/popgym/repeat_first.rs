@@ -1,7 +1,7 @@
 //! `popgym-RepeatFirst{Easy,Medium,Hard}-v0` (`popgym/envs/repeat_first.py`).
 
 use super::numpy_rng::Generator;
-use super::{check_obs, discrete_action, id_of, one_hot_space, seeded, write_one_hot};
+use super::{check_obs, discrete_action, ended_step, id_of, write_one_hot};
 use super::{Deck, Difficulty};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
@@ -30,7 +30,7 @@ impl RepeatFirst {
         Self {
             id: id_of("RepeatFirst", level),
             num_cards: Deck::SIZE * num_decks,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             deck: Deck::default(),
             first: 0,
         }
@@ -40,11 +40,11 @@ impl RepeatFirst {
 impl Env for RepeatFirst {
     // Observation one-hot suit, `Box([0; 4], [1; 4])` (popgym: `Discrete(4)`).
     // Action `Discrete(4)`: a suit.
-    super::popgym_env!(env => observation: one_hot_space(4), action: Space::Discrete { n: 4 });
+    super::popgym_env!(env => observation: Space::unit_box(4), action: Space::Discrete { n: 4 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 4);
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         self.deck = Deck::shuffled(&mut self.rng, self.num_cards);
         self.first = Deck::suit(self.deck.deal());
         write_one_hot(obs, self.first);
@@ -58,10 +58,6 @@ impl Env for RepeatFirst {
         let terminated = self.deck.len == 1;
         let card = self.deck.deal();
         write_one_hot(obs, Deck::suit(card));
-        StepResult {
-            reward,
-            terminated,
-            truncated: false,
-        }
+        ended_step(reward, terminated)
     }
 }

@@ -1,7 +1,7 @@
 //! `popgym-RepeatPrevious{Easy,Medium,Hard}-v0` (`popgym/envs/repeat_previous.py`).
 
 use super::numpy_rng::Generator;
-use super::{check_obs, discrete_action, id_of, one_hot_space, seeded, write_one_hot};
+use super::{check_obs, discrete_action, ended_step, id_of, write_one_hot};
 use super::{Deck, Difficulty};
 use crate::envs::{ActionRef, Env, Space, StepResult};
 
@@ -36,7 +36,7 @@ impl RepeatPrevious {
             id: id_of("RepeatPrevious", level),
             num_cards: Deck::SIZE * num_decks,
             k,
-            rng: seeded(0),
+            rng: Generator::from_seed(0),
             deck: Deck::default(),
             hand: Vec::new(),
         }
@@ -52,11 +52,11 @@ impl RepeatPrevious {
 impl Env for RepeatPrevious {
     // Observation one-hot suit, `Box([0; 4], [1; 4])` (popgym: `Discrete(4)`).
     // Action `Discrete(4)`: a suit.
-    super::popgym_env!(env => observation: one_hot_space(4), action: Space::Discrete { n: 4 });
+    super::popgym_env!(env => observation: Space::unit_box(4), action: Space::Discrete { n: 4 });
 
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         check_obs(self.id, obs, 4);
-        self.rng = seeded(seed);
+        self.rng = Generator::from_seed(seed);
         self.deck = Deck::shuffled(&mut self.rng, self.num_cards);
         self.hand.clear();
         self.deal(obs);
@@ -73,10 +73,6 @@ impl Env for RepeatPrevious {
             reward = if action == named { scale } else { -scale };
         }
         self.deal(obs);
-        StepResult {
-            reward,
-            terminated,
-            truncated: false,
-        }
+        ended_step(reward, terminated)
     }
 }
