@@ -85,13 +85,8 @@ impl ShmTransport {
 
     /// Answers one registration: a ring for an actor of this run's env and schema (once per
     /// incarnation), a refusal naming the mismatch otherwise.
-    fn answer(
-        &mut self,
-        Registration {
-            request: reg,
-            reply,
-        }: Registration,
-    ) {
+    fn answer(&mut self, registration: Registration) {
+        let (reg, reply) = (registration.request, registration.reply);
         let (a, i) = (reg.actor_id, reg.incarnation);
         let mismatch = self
             .expected
