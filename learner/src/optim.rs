@@ -89,11 +89,11 @@ impl<B: AutodiffBackend> Trainee<B> {
         let model = Recorder::<B>::record(&recorder, self.model.clone().into_record(), ())?;
         let optim = match fused {
             Some((layout, adam)) => {
-                fused::adam::into_burn(layout, adam, self.optim.clone(), &self.device())
+                fused::adam::into_burn(layout, adam, self.optim.clone(), &self.device()).to_record()
             }
-            None => self.optim.clone(),
+            None => self.optim.to_record(),
         };
-        let optim = Recorder::<B>::record(&recorder, optim.to_record(), ())?;
+        let optim = Recorder::<B>::record(&recorder, optim, ())?;
         Ok((model, optim))
     }
 

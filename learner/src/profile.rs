@@ -28,8 +28,10 @@ pub fn calls() -> BTreeMap<String, u64> {
 }
 
 fn per_phase<T>(f: impl Fn(&(Duration, u64)) -> T) -> BTreeMap<String, T> {
-    let phases = PHASES.with(|p| p.borrow().clone());
-    phases.iter().map(|(k, v)| (k.to_string(), f(v))).collect()
+    PHASES.with(|p| {
+        let phases = p.borrow();
+        phases.iter().map(|(k, v)| (k.to_string(), f(v))).collect()
+    })
 }
 
 /// Times the scope it lives in as `phase` (until dropped).

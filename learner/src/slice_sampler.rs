@@ -165,16 +165,19 @@ impl SliceSampler {
             return bad("batch_size", "0".into(), "at least 1");
         }
         let (slice_len, num_slices) = match (config.slice_len, config.num_slices) {
-            (Some(_), Some(_)) | (None, None) => {
-                let value = match config.slice_len {
-                    Some(_) => "set together with num_slices",
-                    None => "unset, and num_slices too",
-                };
+            (Some(_), Some(_)) => {
                 return bad(
                     "slice_len",
-                    value.into(),
+                    "set together with num_slices".into(),
                     "exactly one of slice_len and num_slices",
-                );
+                )
+            }
+            (None, None) => {
+                return bad(
+                    "slice_len",
+                    "unset, and num_slices too".into(),
+                    "exactly one of slice_len and num_slices",
+                )
             }
             (Some(0), _) => return bad("slice_len", "0".into(), "at least 1"),
             (_, Some(0)) => return bad("num_slices", "0".into(), "at least 1"),

@@ -116,8 +116,12 @@ impl Outlet for ShmOutlet {
 
     fn beat(&mut self, progress: Progress) -> anyhow::Result<Option<End>> {
         let beat = self.heartbeat_request(progress);
-        let (stream, last_beat) = (&mut self.stream, &mut self.last_beat);
-        Ok(check_learner(stream, &self.weights, last_beat, &beat))
+        Ok(check_learner(
+            &mut self.stream,
+            &self.weights,
+            &mut self.last_beat,
+            &beat,
+        ))
     }
 
     /// While the ring is full the push asks `alive` about every 100 ms: the learner must still

@@ -114,11 +114,12 @@ pub fn multi_categorical_log_prob<B: Backend, const D: usize>(
     let mut at = 0;
     (nvec.iter().enumerate())
         .map(|(j, &n)| {
-            at += n;
-            categorical_log_prob(
-                logits.clone().narrow(D - 1, at - n, n),
+            let part = categorical_log_prob(
+                logits.clone().narrow(D - 1, at, n),
                 actions.clone().narrow(D - 1, j, 1),
-            )
+            );
+            at += n;
+            part
         })
         .reduce(|total, part| total + part)
         .expect("at least one component")
@@ -133,8 +134,9 @@ pub fn multi_categorical_entropy<B: Backend, const D: usize>(
     let mut at = 0;
     (nvec.iter())
         .map(|&n| {
+            let part = categorical_entropy(logits.clone().narrow(D - 1, at, n));
             at += n;
-            categorical_entropy(logits.clone().narrow(D - 1, at - n, n))
+            part
         })
         .reduce(|total, part| total + part)
         .expect("at least one component")

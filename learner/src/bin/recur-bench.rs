@@ -95,7 +95,9 @@ fn main() -> anyhow::Result<()> {
             (_, _, Some(ring)) => run_producer(ring, a.chunk_bytes, a.count)?,
             _ => anyhow::bail!("transport-producer needs --ring, or --tcp with --token"),
         },
-        Command::Train(b) => drop(b.checked()?.run(out)?),
+        Command::Train(b) => {
+            b.checked()?.run(out)?;
+        }
         Command::Learner(b) => threaded!(b),
         Command::Actor(b) => threaded!(b),
         Command::Rnn(b) => threaded!(b),

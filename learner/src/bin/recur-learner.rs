@@ -88,10 +88,11 @@ struct TlsFlags {
 impl TlsFlags {
     /// The mode the flags choose, if any.
     fn mode(&self) -> Option<TlsMode> {
-        let plaintext = self
-            .insecure_plaintext
-            .then_some(TlsMode::InsecurePlaintext);
-        self.tls.then_some(TlsMode::On).or(plaintext)
+        match (self.tls, self.insecure_plaintext) {
+            (true, _) => Some(TlsMode::On),
+            (_, true) => Some(TlsMode::InsecurePlaintext),
+            _ => None,
+        }
     }
 }
 

@@ -163,7 +163,7 @@ pub(super) fn merged<T: DeserializeOwned>(
             Err(_) => {}
         }
     }
-    // Not mended: the file's own error, with its line and column.
+    // The file's own error, with its line and column.
     table.try_into::<T>().map_err(|e| {
         toml::from_str::<T>(text).err().map_or_else(
             || ConfigError::Parse {

@@ -360,31 +360,42 @@ impl Checker<'_> {
     fn train_bounds(&self, c: &TrainConfig) -> Result<(), ConfigError> {
         self.finite("run.target_return", c.run.target_return)?;
         let col = &c.collector;
-        let (window, backoff, stall) = (
-            ("collector.restart_window_s", col.restart_window_s),
-            ("collector.restart_backoff_s", col.restart_backoff_s),
-            ("collector.stall_timeout_s", col.stall_timeout_s),
-        );
-        for ((key, value), range) in [
-            (window, Range::Positive),
-            (backoff, Range::NonNegative),
-            (stall, Range::NonNegative),
-        ] {
-            self.check(key, value, range)?;
+        self.check(
+            "collector.restart_window_s",
+            col.restart_window_s,
+            Range::Positive,
+        )?;
+        self.check(
+            "collector.restart_backoff_s",
+            col.restart_backoff_s,
+            Range::NonNegative,
+        )?;
+        self.check(
+            "collector.stall_timeout_s",
+            col.stall_timeout_s,
+            Range::NonNegative,
+        )?;
+        if col.stall_timeout_s > 1e9 {
+            return self.fail(
+                "collector.stall_timeout_s",
+                col.stall_timeout_s,
+                "at most 1e9 seconds",
+            );
         }
         // Durations: bounded so that they convert (and double) without overflow.
-        for ((key, value), max, expected) in [
-            (stall, 1e9, "at most 1e9 seconds"),
-            (window, 1e9, "at most 1e9 seconds"),
-            (
-                backoff,
-                3600.0,
+        if col.restart_window_s > 1e9 {
+            return self.fail(
+                "collector.restart_window_s",
+                col.restart_window_s,
+                "at most 1e9 seconds",
+            );
+        }
+        if col.restart_backoff_s > 3600.0 {
+            return self.fail(
+                "collector.restart_backoff_s",
+                col.restart_backoff_s,
                 "at most 3600 seconds (doubled per restart, capped at 8 s)",
-            ),
-        ] {
-            if value > max {
-                return self.fail(key, value, expected);
-            }
+            );
         }
         self.reward_scales(c.ppo.as_ref(), c.dqn.as_ref())?;
         self.train_memory(c)

@@ -107,7 +107,9 @@ impl Intake {
     pub fn resume_state(&self) -> ResumeState {
         let open: BTreeMap<i64, f64> = self.returns.open.iter().map(|(&k, &v)| (k, v)).collect();
         ResumeState {
-            actors: self.actor_states.clone().into_iter().collect(),
+            actors: (self.actor_states.iter())
+                .map(|(&a, s)| (a, s.clone()))
+                .collect(),
             open_returns: open.into_iter().collect(),
             ..Default::default()
         }
