@@ -43,12 +43,20 @@
 #      the warm-up, with its NVRTC compilation, and the bench's setup launches left out) and
 #      divided by 3 ($OUT/profile.txt, the raw logs beside it): where the backward's time goes;
 #   8. train: MaskedCartPole-v1 (configs/masked_cartpole.toml, seed 0) with run.device =
-#      "cuda:0", then its last checkpoint resumed on the CPU for 10k more frames.
+#      "cuda:0", then its last checkpoint resumed on the CPU for 10k more frames;
+#   9. e2e: the same config trained twice in one call, the learner on cuda:0 and then on the
+#      CPU, the same actors on the machine's cores, one JSON line per run in $OUT/e2e.jsonl
+#      (frames, wall seconds, frames/s, the greedy evaluation, the learner's profile): the
+#      default MaskedCartPole-v1 config (50k frames, 2 actors, greedy evaluation of 100 episodes
+#      on seeds the run never trained on) and a learner-heavy one (GPU_E2E_HEAVY: LSTM-1024 on
+#      popgym-RepeatPreviousMedium-v0, nproc-2 actors of 16 envs, 8192 frames an update in
+#      minibatches of 64 slices of 32 steps, each run bounded by GPU_E2E_SECONDS, 120).
 # Every log and row file goes into $OUT/results.tar.gz at the end (the device tool brings back
 # at most 8 files). Knobs (environment): GPU_BATCHES ("128 2048"), GPU_PRECISIONS ("ieee tf32"), GPU_PS
 # ("0,0.03,0.1"), GPU_CELLS ("gru,lstm"), GPU_PASSES ("fwd,fwdbwd"), GPU_ITERS (10),
 # GPU_WARMUP (2), GPU_TORCHRL_TIMEOUT (400), GPU_TORCHRL_BACKENDS ("triton,pad"), GPU_SPLITS
-# ("1 4 16 64"), GPU_SPLIT_BATCH (2048).
+# ("1 4 16 64"), GPU_SPLIT_BATCH (2048), GPU_E2E_CASES ("masked_cartpole heavy"),
+# GPU_E2E_DEVICES ("cuda:0 cpu"), GPU_E2E_SECONDS (120).
 # The device tool allows 10 minutes per command: run the steps separately if needed
 # (`scripts/gpu_session.sh run probe tests rnn`, `... run torchrl`, `... run train`).
 set -uo pipefail
@@ -290,11 +298,63 @@ train() {
     "$BIN/recur-learner" eval --checkpoint "$cpu_run" --episodes 100
 }
 
+e2e_case() { # case device: trains one run, prints its JSON line
+    local case="$1" device="$2" run="/tmp/e2e-$1-${2/:/}" actors=$(( $(nproc) > 4 ? $(nproc) - 2 : 2 ))
+    rm -rf "$run"
+    local args=(--seed 0 --run-dir "$run" --quiet --set "run.device=$device")
+    case "$case" in
+        masked_cartpole) args+=(--config configs/masked_cartpole.toml) ;;
+        heavy) args+=(--config configs/popgym/RepeatPreviousMedium.toml
+            --max-seconds "${GPU_E2E_SECONDS:-120}" --frames 100000000
+            --set policy.cell=lstm --set policy.hidden_size=1024 --set "run.actors=$actors"
+            --set collector.envs_per_actor=16 --set collector.steps=32
+            --set ppo.frames_per_update=8192 --set ppo.slice_len=32 --set ppo.num_slices=64
+            --set ppo.epochs=4 --set eval.every_frames=1000000000) ;;
+        *) echo "unknown e2e case $case (masked_cartpole, heavy)"; return 1 ;;
+    esac
+    local t0=$SECONDS
+    "$BIN/recur-learner" train "${args[@]}" || { echo "e2e $case $device: train failed"; return 1; }
+    local train_s=$((SECONDS - t0)) eval_json=/dev/null
+    if [[ "$case" == masked_cartpole ]]; then
+        eval_json="$run/eval100.json"
+        "$BIN/recur-learner" eval --checkpoint "$run" --episodes 100 | tee "$run/eval100.txt"
+        grep -o '{.*}' "$run/eval100.txt" | tail -n 1 >"$eval_json" || true
+    fi
+    python3 - "$case" "$device" "$run/summary.json" "$train_s" "$eval_json" <<'PY' | tee -a "$OUT/e2e.jsonl"
+import json, sys
+case, device, path, train_s, eval_path = sys.argv[1:6]
+s = json.load(open(path))
+row = {"bench": "e2e", "case": case, "device": device, "process_s": float(train_s)}
+for k in ("env", "frames", "updates", "seconds", "final_eval_return", "best_eval_return",
+          "eval_frames_to_target", "eval_seconds_to_target", "final_mean_return", "profile",
+          "profile_calls"):
+    if k in s:
+        row[k] = s[k]
+row["frames_per_s"] = s["frames"] / s["seconds"]
+try:
+    row["eval100"] = json.load(open(eval_path))
+except Exception:
+    pass
+print(json.dumps(row))
+PY
+}
+
+e2e() {
+    export PATH="$BIN:$PATH"
+    local case device
+    nproc; grep -m1 'model name' /proc/cpuinfo; nvidia-smi --query-gpu=name --format=csv,noheader
+    for case in ${GPU_E2E_CASES:-masked_cartpole heavy}; do
+        for device in ${GPU_E2E_DEVICES:-cuda:0 cpu}; do
+            e2e_case "$case" "$device"
+        done
+    done
+}
+
 run() {
     OUT="${OUT:?run on the device machine: \$OUT is where results go}"
     BIN="$PACK/bin"
     local steps=("$@")
-    [[ ${#steps[@]} -gt 0 ]] || steps=(probe tests rnn splitk ptx profile torchrl train)
+    [[ ${#steps[@]} -gt 0 ]] || steps=(probe tests rnn splitk ptx profile torchrl train e2e)
     # torchrl alone needs no binaries: with a --base build, the repository (~29 MB), the
     # binaries (~29 MB) and the wheels (~4 MB) are over what one call carries, so it runs in a
     # call of its own (without a base, ~22 MB of binaries, all three fit).
@@ -303,8 +363,8 @@ run() {
     fi
     for s in "${steps[@]}"; do
         case "$s" in
-            probe|tests|rnn|splitk|ptx|profile|torchrl|train) step "$s" "$s" ;;
-            *) say "unknown step $s (probe, tests, rnn, splitk, ptx, profile, torchrl, train)"; exit 2 ;;
+            probe|tests|rnn|splitk|ptx|profile|torchrl|train|e2e) step "$s" "$s" ;;
+            *) say "unknown step $s (probe, tests, rnn, splitk, ptx, profile, torchrl, train, e2e)"; exit 2 ;;
         esac
     done
     (cd "$OUT" && tar -czf /tmp/results.tar.gz -- * && rm -f -- * && mv /tmp/results.tar.gz .)
@@ -314,5 +374,5 @@ case "${1:-}" in
     build) shift; build "$@" ;;
     wheels) shift; wheels "$@" ;;
     run) shift; run "$@" ;;
-    *) sed -n '2,52p' "$0"; exit 2 ;;
+    *) sed -n '2,61p' "$0"; exit 2 ;;
 esac
