@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SB3 side of docs/BENCHMARKS.md "recur vs SB3 RecurrentPPO vs TorchRL": sb3-contrib's
+# The SB3 side of benchmarks/history/2026-11.md "recur vs SB3 RecurrentPPO vs TorchRL": sb3-contrib's
 # RecurrentPPO with rl-baselines3-zoo's tuned `ppo_lstm` hyperparameters, trained per seed with
 # deterministic evaluation (rl-zoo's EvalCallback) along the way and at the end.
 # A developer script, not part of CI: it pip-installs sb3-contrib and rl_zoo3 (with a CPU

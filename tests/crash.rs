@@ -599,8 +599,8 @@ fn actors_exit_when_the_learner_stops_answering() {
 
 /// A soak: the learner SIGKILLed at random instants during training (`checkpoint_every = 1`),
 /// each time followed by `--resume`; `RECUR_SOAK_KILLS` kills (default 5; 50 for the
-/// developer run in BENCHMARKS.md). Every resume succeeds from a readable checkpoint, the last
-/// run ends cleanly, metrics.csv holds each update once, and no segment is left.
+/// developer run in benchmarks/history/). Every resume succeeds from a readable checkpoint, the
+/// last run ends cleanly, metrics.csv holds each update once, and no segment is left.
 #[test]
 fn soak_learner_sigkills_each_followed_by_resume() {
     let kills: usize = std::env::var("RECUR_SOAK_KILLS")

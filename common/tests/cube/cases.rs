@@ -112,7 +112,7 @@ fn check_reference(name: &str, recompute: Recompute, precision: MatmulPrecision,
         let out = core.forward_batch(obs.clone(), is_init, state).unwrap();
         (out.features, out.next)
     };
-    // The largest |kernel - reference| over everything compared (printed: docs/BENCHMARKS.md
+    // The largest |kernel - reference| over everything compared (printed: benchmarks/history/
     // states it per precision).
     let worst = std::cell::Cell::new(0.0f32);
     let close = |what: String, got: Vec<f32>, want: &Value, rel: f32| {

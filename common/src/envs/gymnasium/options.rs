@@ -10,7 +10,7 @@ pub const DEFAULT_PYTHON: &str = "python3";
 /// between polls) before it blocks, when `RECUR_GYM_SPIN_US` is unset: 0, block at once. An
 /// actor asleep until the worker's answer byte wakes it makes that write a wake-up, which on
 /// a busy machine can hand the worker's CPU to the actor; polling avoids the wake-up but burns
-/// CPU, and on the loaded 2-core machine of docs/BENCHMARKS.md it did not pay (same medians
+/// CPU, and on the loaded 2-core machine of benchmarks/history/ it did not pay (same medians
 /// within the noise), so it is opt-in.
 pub const DEFAULT_SPIN_US: u64 = 0;
 
@@ -19,7 +19,7 @@ pub const DEFAULT_SPIN_US: u64 = 0;
 /// process (the actor, the other worker) is not kept waiting. With two workers the actor runs
 /// the policy on one worker's envs while the other steps, so each worker waits about one
 /// policy step per vector step: a wake-up there cost more than the step of 8 CartPole envs on
-/// the 2-core VM (docs/BENCHMARKS.md).
+/// the 2-core VM (benchmarks/history/).
 pub const DEFAULT_WORKER_SPIN_US: u64 = 300;
 
 /// Python worker processes per actor when `RECUR_GYM_WORKERS` is unset: two where the machine

@@ -14,7 +14,7 @@
 //! in registers on an H100, with no stack frame) and read each weight once for the whole
 //! tile. The launch picks the tiled kernels where the tile is 2 rows or more (the module
 //! above chooses it); a tile's rows past the batch are computed on zeros and never written.
-//! Measured on an H200 (docs/BENCHMARKS.md), the tiled kernels halve the forward at B 2048,
+//! Measured on an H200 (benchmarks/history/), the tiled kernels halve the forward at B 2048,
 //! and one row per cube stayed the faster at B 128, where the grid is one cube per row anyway.
 //!
 //! Layouts (all contiguous, row-major, `G` = 4 gates for an LSTM, 3 for a GRU):
@@ -258,7 +258,7 @@ fn forward_tiles_kernel(
     // Row `b` of the tile at `[b * H, (b + 1) * H)`.
     let mut shared_h = SharedMemory::<f32>::new(tile * hidden);
     // Per tile row, one hidden unit's four gate sums (constant indices once unrolled: registers,
-    // no stack frame, per ptxas -v on an H100; docs/BENCHMARKS.md).
+    // no stack frame, per ptxas -v on an H100; benchmarks/history/).
     let mut a0 = Array::<f32>::new(tile);
     let mut a1 = Array::<f32>::new(tile);
     let mut a2 = Array::<f32>::new(tile);
