@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{self, Learner, LearnerSpec};
 use crate::config::{Algo, ReplayConfig};
 use crate::eval::{env_registry, evaluate, host_policy, Evaluation};
-use crate::metrics::{MetricsRow, REPLAY_AXES};
-use crate::policy::fit_policy_spec;
+use crate::run::metrics::{MetricsRow, REPLAY_AXES};
+use crate::actors::args::fit_policy_spec;
 use crate::run::{Run, RunOptions};
 use common::policy::PolicyConfig;
 

@@ -4,16 +4,21 @@
 //! published to all, and at the end every actor stopped and drained. The run owns this; the
 //! transports own only their medium.
 
+pub mod args;
+pub mod control_server;
+pub mod supervisor;
+pub mod transport;
+
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use common::chunk::{Chunk, ChunkMeta, ChunkSchema};
 use common::shm::reclaim_stale;
 
-use crate::run_dir::RunNames;
-use crate::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
-use crate::transport::tcp::RemoteOptions;
-use crate::transport::{
+use crate::run::dir::RunNames;
+use crate::actors::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
+use crate::actors::transport::tcp::RemoteOptions;
+use crate::actors::transport::{
     CollectSummary, Expected, Ledger, ShmTransport, Stalled, TcpTransport, Transport,
     TransportConfig,
 };

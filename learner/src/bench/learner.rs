@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::{at_least_one, each_at_least_one, emit, summarize};
 use crate::algo::LearnerSpec;
 use crate::config::{Algo, AlgoConfig, PolicySection, UpdatePath};
-use crate::policy::fit_policy;
+use crate::actors::args::fit_policy;
 
 /// The grid and the measurement settings (the `recur-bench learner` flags).
 #[derive(Clone, Debug, clap::Args)]

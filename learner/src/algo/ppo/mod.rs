@@ -17,6 +17,9 @@
 //!    next weights carry the new ones. With `ppo.reward_norm`, rewards are divided by the
 //!    running std of the discounted return (per trajectory, updated chunk by chunk).
 
+pub mod flat;
+pub mod gae;
+
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
@@ -26,17 +29,18 @@ use common::policy::dist::{categorical_entropy, gaussian_entropy, multi_categori
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use std::collections::HashMap;
 
-use crate::batch::{gather, step_at_cut, tensor3, SliceBatch};
+use crate::algo::slices::{gather, step_at_cut, tensor3, SliceBatch};
 use crate::config::{InitialState, PpoSection, UpdatePath};
-use crate::fused::net::{Batch, LossConfig, Outcome};
-use crate::fused::{unsupported, FusedUpdate};
-use crate::gae::{gae, needs_bootstrap, GaeInput};
-use crate::metrics::UpdateStats;
-use crate::optim::{decode, encode};
-use crate::optim::{Algorithm, Model, Trainee};
-use crate::profile::{self, Phase};
-use crate::replay::ReplayStorage;
-use crate::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
+use crate::algo::ppo::flat::net::{Batch, LossConfig, Outcome};
+use crate::algo::ppo::flat::{unsupported, FusedUpdate};
+use crate::algo::ppo::gae::{gae, needs_bootstrap, GaeInput};
+use crate::run::metrics::UpdateStats;
+use crate::algo::optim::{decode, encode};
+use crate::algo::optim::{Model, Trainee};
+use crate::algo::Algorithm;
+use crate::run::profile::{self, Phase};
+use crate::algo::replay_buffer::ReplayStorage;
+use crate::algo::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
 
 /// The learner's model, optimizer and on-policy storage, training on backend `B`. An update's
 /// statistics are means over its minibatches (every [`UpdateStats`] field but `q_mean`).
@@ -239,7 +243,7 @@ impl<B: AutodiffBackend> Ppo<B> {
         (cfg, c.lr_schedule.at(c.lr, self.progress))
     }
 
-    /// One minibatch on the fused path (see [`crate::fused`]).
+    /// One minibatch on the fused path (see [`crate::algo::ppo::flat`]).
     fn fused_minibatch_step(&mut self, b: &SampledBatch) -> UpdateStats {
         let (mut outcome, lr) = self.fused_loss(b);
         let max_norm = self.config.max_grad_norm;

@@ -28,8 +28,8 @@ use adam::FlatAdam;
 use layout::Layout;
 use net::{part, Batch, LossConfig, Net, Outcome};
 
-use crate::metrics::UpdateStats;
-use crate::profile;
+use crate::run::metrics::UpdateStats;
+use crate::run::profile;
 
 /// Why `model` cannot take the fused update (`None`: it can), naming the setting.
 pub fn unsupported<B: Backend>(model: &Policy<B>) -> Option<String> {

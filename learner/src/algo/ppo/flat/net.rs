@@ -11,8 +11,8 @@ use common::recurrent::fused::host::{
 use common::recurrent::{CellKind, Recompute};
 
 use super::layout::{CoreSlots, DenseSlots, Layout};
-use crate::metrics::UpdateStats;
-use crate::profile::Phase;
+use crate::run::metrics::UpdateStats;
+use crate::run::profile::Phase;
 
 /// The network the flat parameters describe.
 #[derive(Clone, Copy)]

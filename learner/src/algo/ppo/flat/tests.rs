@@ -14,8 +14,8 @@ use common::rollout::{Actor, ActorConfig};
 
 use super::layout::Layout;
 use crate::config::{PpoSection, UpdatePath};
-use crate::optim::Algorithm;
-use crate::ppo::Ppo;
+use crate::algo::Algorithm;
+use crate::algo::ppo::Ppo;
 
 const ENVS: usize = 6;
 const STEPS: usize = 16;
