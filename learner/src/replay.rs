@@ -16,10 +16,9 @@ use common::envs::Registry;
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{self, Learner, LearnerSpec};
-use crate::config::{Algo, ReplayConfig};
+use crate::config::{fit_policy_spec, Algo, ReplayConfig};
 use crate::eval::{env_registry, evaluate, host_policy, Evaluation};
 use crate::run::metrics::{MetricsRow, REPLAY_AXES};
-use crate::actors::args::fit_policy_spec;
 use crate::run::{Run, RunOptions};
 use common::policy::PolicyConfig;
 

@@ -13,9 +13,9 @@ use common::policy::{chunk_schema, PolicyConfig};
 
 use super::{TrainOptions, TrainState};
 use crate::algo::{self, Learner, LearnerSpec};
-use crate::config::{AlgoConfig, CollectorMode, TrainConfig};
+use crate::config::{fit_policy_spec, AlgoConfig, CollectorMode, TrainConfig};
 use crate::eval::{EvalPlan, EvalWorker};
-use crate::actors::args::{actor_args, describe_env, fit_policy_spec};
+use crate::actors::args::{actor_args, describe_env};
 use crate::run::recording::Recording;
 use crate::actors::supervisor::default_actor_count;
 use crate::run::tensorboard::TensorBoard;
