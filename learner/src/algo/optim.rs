@@ -56,18 +56,18 @@ impl<B: AutodiffBackend> Trainee<B> {
     }
 
     /// The model record and the optimizer state, as bytes (checkpoints): host data, the same
-    /// whichever device trained them. With `fused`, Adam's state is taken from the fused
+    /// whichever device trained them. With `flat`, Adam's state is taken from the flat
     /// update's layout and moments instead of burn's optimizer (the checkpoint format is the
     /// same).
     pub fn save_state(
         &self,
-        fused: Option<(&Layout, &FlatAdam)>,
+        flat: Option<(&Layout, &FlatAdam)>,
     ) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
         let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
         let model = Recorder::<B>::record(&recorder, self.model.clone().into_record(), ())?;
-        let optim = match fused {
+        let optim = match flat {
             Some((layout, adam)) => {
-                fused::adam::into_burn(layout, adam, self.optim.clone(), &self.device()).to_record()
+                flat::adam::into_burn(layout, adam, self.optim.clone(), &self.device()).to_record()
             }
             None => self.optim.to_record(),
         };
@@ -77,8 +77,8 @@ impl<B: AutodiffBackend> Trainee<B> {
 
     /// Adam's state as the fused update holds it (what [`load_state`](Self::load_state) or
     /// burn's own steps left in the optimizer).
-    pub fn fused_adam(&self, layout: &Layout) -> FlatAdam {
-        fused::adam::from_burn(layout, &self.optim)
+    pub fn flat_adam(&self, layout: &Layout) -> FlatAdam {
+        flat::adam::from_burn(layout, &self.optim)
     }
 
     /// Restores what [`save_state`](Self::save_state) wrote (on any device) onto this model's
