@@ -9,10 +9,10 @@ use common::policy::init_policy;
 use common::policy::{chunk_schema, policy_config_for};
 use common::weights::to_blob;
 
-use crate::actors::Actors;
-use crate::run::recording::Recording;
-use crate::run::dir::{write_summary, RunDir};
 use crate::actors::transport::{CollectSummary, TransportConfig};
+use crate::actors::Actors;
+use crate::run::dir::{write_summary, RunDir};
+use crate::run::recording::Recording;
 
 /// What a collection run does.
 #[derive(Clone, Debug)]

@@ -15,13 +15,13 @@ use anyhow::Context;
 use common::chunk::{Chunk, ChunkMeta, ChunkSchema};
 use common::shm::reclaim_stale;
 
-use crate::run::dir::RunNames;
 use crate::actors::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
 use crate::actors::transport::tcp::RemoteOptions;
 use crate::actors::transport::{
     CollectSummary, Expected, Ledger, ShmTransport, Stalled, TcpTransport, Transport,
     TransportConfig,
 };
+use crate::run::dir::RunNames;
 
 /// How long the end of a run waits for its actors to stop before it kills its own children and
 /// leaves attached and remote actors (which it does not own) to notice on their own.

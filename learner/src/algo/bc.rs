@@ -10,12 +10,12 @@ use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::PolicyConfig;
 
+use crate::algo::optim::Model;
+use crate::algo::slice_sampler::SampledBatch;
 use crate::algo::slices::SliceTrainer;
+use crate::algo::Algorithm;
 use crate::config::BcSection;
 use crate::run::metrics::UpdateStats;
-use crate::algo::optim::Model;
-use crate::algo::Algorithm;
-use crate::algo::slice_sampler::SampledBatch;
 
 pub struct Bc<B: AutodiffBackend = CpuAutodiff> {
     trainer: SliceTrainer<B>,

@@ -12,10 +12,10 @@ use common::policy::dist::{
 use common::policy::{ActionSpec, Policy, PolicyConfig, PolicyOutput};
 use common::recurrent::{set_recurrent_mode, RecurrentError, RecurrentMode, RecurrentState};
 
-use crate::config::{InitialState, SliceTraining};
 use crate::algo::optim::Trainee;
 use crate::algo::replay_buffer::ReplayStorage;
 use crate::algo::slice_sampler::{SampledBatch, SamplerError, SliceSampler, SliceSamplerConfig};
+use crate::config::{InitialState, SliceTraining};
 
 /// A model trained on slices of replayed steps: one gradient step samples `num_slices` padded
 /// slices of `slice_len` (with replacement, `is_init` at every slice start), computes the

@@ -30,8 +30,8 @@ use common::checkpoint::{save_checkpoint, Checkpointed, ResumeState};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::run::metrics::{truncate_metrics, Axes, MetricsRow, MetricsWriter};
 use crate::run::dir::{plot_curve, progress_bar, write_summary, RunDir};
+use crate::run::metrics::{truncate_metrics, Axes, MetricsRow, MetricsWriter};
 use crate::run::signals::StopFlag;
 use crate::run::tensorboard::TensorBoard;
 

@@ -29,6 +29,7 @@ pub use intake::TrainState;
 use intake::{Admission, Intake, Returns};
 use setup::Plan;
 
+use crate::actors::transport::CollectSummary;
 use crate::actors::{Actors, ActorsGone};
 use crate::algo::Learner;
 use crate::config::{CollectorMode, TrainConfig};
@@ -37,7 +38,6 @@ use crate::run::metrics::{MetricsRow, UpdateStats, TRAIN_AXES};
 use crate::run::profile;
 use crate::run::recording::Recording;
 use crate::run::{Run, RunOptions, StopReason};
-use crate::actors::transport::CollectSummary;
 
 /// A write of the run's own files failed: the run stops cleanly (see the module docs).
 #[derive(Debug, thiserror::Error)]

@@ -12,14 +12,14 @@ use common::envs::EnvSpec;
 use common::policy::{chunk_schema, PolicyConfig};
 
 use super::{TrainOptions, TrainState};
+use crate::actors::args::{actor_args, describe_env};
+use crate::actors::supervisor::default_actor_count;
+use crate::actors::transport::TransportConfig;
 use crate::algo::{self, Learner, LearnerSpec};
 use crate::config::{fit_policy_spec, AlgoConfig, CollectorMode, TrainConfig};
 use crate::eval::{EvalPlan, EvalWorker};
-use crate::actors::args::{actor_args, describe_env};
 use crate::run::recording::Recording;
-use crate::actors::supervisor::default_actor_count;
 use crate::run::tensorboard::TensorBoard;
-use crate::actors::transport::TransportConfig;
 
 /// The shape of a training run, derived from its config and the actors' environment.
 pub struct Plan {

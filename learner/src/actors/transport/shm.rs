@@ -15,8 +15,8 @@ use common::shm::{RingConfig, RingReader, WeightPublisher};
 
 use super::{Channel, Expected, Ledger, Stalled, Transport, TransportConfig};
 use crate::actors::control_server::{ControlServer, Registration};
-use crate::run::dir::RunNames;
 use crate::actors::supervisor::ActorEvent;
+use crate::run::dir::RunNames;
 
 struct RingSlot {
     actor_id: u32,

@@ -29,18 +29,18 @@ use common::policy::dist::{categorical_entropy, gaussian_entropy, multi_categori
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use std::collections::HashMap;
 
-use crate::algo::slices::{gather, step_at_cut, tensor3, SliceBatch};
-use crate::config::{InitialState, PpoSection, UpdatePath};
+use crate::algo::optim::{decode, encode};
+use crate::algo::optim::{Model, Trainee};
 use crate::algo::ppo::flat::net::{Batch, LossConfig, Outcome};
 use crate::algo::ppo::flat::{unsupported, FlatUpdate};
 use crate::algo::ppo::gae::{gae, needs_bootstrap, GaeInput};
-use crate::run::metrics::UpdateStats;
-use crate::algo::optim::{decode, encode};
-use crate::algo::optim::{Model, Trainee};
-use crate::algo::Algorithm;
-use crate::run::profile::{self, Phase};
 use crate::algo::replay_buffer::ReplayStorage;
 use crate::algo::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
+use crate::algo::slices::{gather, step_at_cut, tensor3, SliceBatch};
+use crate::algo::Algorithm;
+use crate::config::{InitialState, PpoSection, UpdatePath};
+use crate::run::metrics::UpdateStats;
+use crate::run::profile::{self, Phase};
 
 /// The learner's model, optimizer and on-policy storage, training on backend `B`. An update's
 /// statistics are means over its minibatches (every [`UpdateStats`] field but `q_mean`).
@@ -179,16 +179,15 @@ impl<B: AutodiffBackend> Ppo<B> {
                 None,
             );
             let boot = (!rows.is_empty()).then(|| {
-                flat
-                    .values(
-                        1,
-                        &gather(&chunk.next_observation, &rows, d),
-                        &vec![true; rows.len()],
-                        &gather(&next_h, &rows, lh),
-                        next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
-                        None,
-                    )
-                    .0
+                flat.values(
+                    1,
+                    &gather(&chunk.next_observation, &rows, d),
+                    &vec![true; rows.len()],
+                    &gather(&next_h, &rows, lh),
+                    next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
+                    None,
+                )
+                .0
             });
             (value, boot)
         } else {

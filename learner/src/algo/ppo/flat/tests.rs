@@ -13,9 +13,9 @@ use common::recurrent::CellKind;
 use common::rollout::{Actor, ActorConfig};
 
 use super::layout::Layout;
-use crate::config::{PpoSection, UpdatePath};
-use crate::algo::Algorithm;
 use crate::algo::ppo::Ppo;
+use crate::algo::Algorithm;
+use crate::config::{PpoSection, UpdatePath};
 
 const ENVS: usize = 6;
 const STEPS: usize = 16;
