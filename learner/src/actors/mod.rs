@@ -3,6 +3,13 @@
 //! `listen`), fanned in: registrations answered, chunks received into one [`Ledger`], weights
 //! published to all, and at the end every actor stopped and drained. The run owns this; the
 //! transports own only their medium.
+//!
+//! - [`args`]: what the actors run ([`args::actor_args`]) and the spaces of their environment,
+//!   asked of the actor binary ([`args::describe_env`]);
+//! - [`supervisor`]: the learner's own actor processes, restarted when one dies;
+//! - [`control_server`]: the control plane on the run's Unix socket;
+//! - [`transport`]: the media, shared memory and TCP, behind one interface, and the
+//!   [`Ledger`] that verifies and counts every chunk.
 
 pub mod args;
 pub mod control_server;

@@ -6,9 +6,10 @@
 //!   autodiff, and [`ppo::flat`]: one flat parameter, gradient and Adam buffer with a
 //!   hand-written backward);
 //! - [`dqn`]: recurrent DQN (R2D2-style burn-in) on stored sequences; [`bc`]: behaviour cloning;
-//! - [`replay_buffer`]: the chunk storage DQN and BC sample from; [`slice_sampler`]: which
-//!   slices of it a batch takes; [`slices`]: a sampled batch of slices and the recurrent-mode
-//!   step over it ([`slices::SliceTrainer`]);
+//! - [`replay_buffer`]: the storage of received steps, which PPO, DQN and BC sample from;
+//!   [`slice_sampler`]: the slices of it a batch takes; [`slices`]: what the algorithms share
+//!   over sampled slices (a batch as tensors, the recurrent-mode forward with burn-in, the step
+//!   at a trajectory's cut, and the model DQN and BC train, [`slices::SliceTrainer`]);
 //! - [`optim`]: the trained model with its Adam optimizer ([`optim::Trainee`]), Polyak
 //!   averaging, and the bytes of an algorithm's host state.
 

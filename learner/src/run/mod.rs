@@ -14,6 +14,11 @@
 //! }
 //! run.finish(&title, axes, target, &summary)?;       // curve + summary.json
 //! ```
+//!
+//! Beside [`Run`], the bookkeeping it and the loops use: [`dir`] (the run directory, its lock
+//! and the names of the run's resources), [`signals`] (SIGINT/SIGTERM), [`metrics`]
+//! (`metrics.csv`, the learning curve), [`tensorboard`] (event files), [`profile`] (time per
+//! phase) and [`recording`] (`--save-replay`).
 
 pub mod dir;
 pub mod metrics;

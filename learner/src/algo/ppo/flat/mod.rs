@@ -9,8 +9,8 @@
 //! one flat buffer, the minibatches step that buffer, and [`FlatUpdate::finish`] writes it
 //! back after an update's epochs; Adam's moments live here between updates and go into burn's
 //! optimizer record only for a checkpoint ([`adam::into_burn`]), so a checkpoint has one format
-//! whichever path wrote it. burn's path (`ppo.update = "burn"`) is the reference the tests hold this one to:
-//! same loss, same gradients, same weights after a few updates.
+//! whichever path wrote it. burn's path (`ppo.update = "burn"`) is the reference the tests
+//! hold this one to: same loss, same gradients, same weights after a few updates.
 
 pub mod adam;
 pub mod layout;
