@@ -9,10 +9,10 @@ use common::policy::init_policy;
 use common::policy::{chunk_schema, policy_config_for};
 use common::weights::to_blob;
 
+use crate::actors::transport::{CollectSummary, TransportConfig};
 use crate::actors::Actors;
-use crate::recording::Recording;
-use crate::run_dir::{write_summary, RunDir};
-use crate::transport::{CollectSummary, TransportConfig};
+use crate::run::dir::{write_summary, RunDir};
+use crate::run::recording::Recording;
 
 /// What a collection run does.
 #[derive(Clone, Debug)]
@@ -57,7 +57,7 @@ pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
     let policy = init_policy(&policy_config, a.seed)?;
     let save_replay = config.save_replay.as_deref();
     let mut recording = Recording::create(save_replay, &a.env, &schema, &Default::default())?;
-    let signals = crate::signals::install()?;
+    let signals = crate::run::signals::install()?;
     let run_dir = RunDir::create(&t.run_dir, false)?;
     let mut transport = Actors::start(run_dir.names(), t, schema, &to_blob(&policy, 1))?;
     let mut next_publish = config.publish_every;

@@ -21,8 +21,8 @@ use common::weights::{from_blob, to_blob};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Override, TrainConfig};
-use crate::metrics::MetricsWriter;
-use crate::tensorboard::TensorBoard;
+use crate::run::metrics::MetricsWriter;
+use crate::run::tensorboard::TensorBoard;
 
 /// Seed base of `recur-learner eval`'s environments unless `--seed` says otherwise.
 pub const EVAL_SEED: u64 = 1_000_000;

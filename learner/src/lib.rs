@@ -1,11 +1,21 @@
-//! recur's learner: the training run loop ([`train`]) and learner-only replay ([`offline`]),
-//! the algorithms behind [`algo`], the [`transport`] from the actors (with the control-plane
-//! server, the actor supervisor and the run directory), and the benchmarks ([`bench`], run by
-//! the `recur-bench` binary).
+//! recur's learner, in wings by layer with the commands on top:
+//!
+//! - the commands of `recur-learner`: [`train`] (actors collect, the learner trains),
+//!   [`replay`] (learner-only training from a recorded dataset), [`collect`] (actors collect,
+//!   nothing trains), [`eval`] (greedy evaluations, of a checkpoint or during a run) and [`export`] (a checkpoint's
+//!   policy for PyTorch and ONNX), all configured by [`config`];
+//! - [`algo`]: the algorithms behind one [`Algorithm`](algo::Algorithm) interface: PPO (with
+//!   GAE and its update paths), DQN, behaviour cloning, the replay buffer, the slice sampler
+//!   and the optimizer;
+//! - [`actors`]: the run's actors: their arguments, the supervisor of the local actor
+//!   processes, the control-plane server and the transports (shared memory, TCP);
+//! - [`run`]: run bookkeeping: the run directory, stop signals, metrics, TensorBoard, the
+//!   time profile and the recording of received chunks;
+//! - [`bench`]: the benchmarks, run by the `recur-bench` binary.
 
 #![forbid(unsafe_code)]
 
-// Defined before the modules so that `train` and `offline` see it (textual macro scope).
+// Defined before the modules so that `train` and `replay` see it (textual macro scope).
 /// Calls `$run::<B>($opts, &device)` with `B` the autodiff backend of train device `$device`
 /// (errs for a CUDA device in a build without the `cuda` feature).
 macro_rules! on_train_device {
@@ -29,30 +39,11 @@ macro_rules! on_train_device {
 
 pub mod actors;
 pub mod algo;
-pub mod batch;
-pub mod bc;
 pub mod bench;
 pub mod collect;
 pub mod config;
-pub mod control_server;
-pub mod dqn;
 pub mod eval;
 pub mod export;
-pub mod fused;
-pub mod gae;
-pub mod metrics;
-pub mod offline;
-pub mod optim;
-pub mod policy;
-pub mod ppo;
-pub mod profile;
-pub mod recording;
 pub mod replay;
 pub mod run;
-pub mod run_dir;
-pub mod signals;
-pub mod slice_sampler;
-pub mod supervisor;
-pub mod tensorboard;
 pub mod train;
-pub mod transport;

@@ -13,8 +13,7 @@ use serde::Serialize;
 
 use super::{at_least_one, each_at_least_one, emit, summarize};
 use crate::algo::LearnerSpec;
-use crate::config::{Algo, AlgoConfig, PolicySection, UpdatePath};
-use crate::policy::fit_policy;
+use crate::config::{fit_policy, Algo, AlgoConfig, PolicySection, UpdatePath};
 
 /// The grid and the measurement settings (the `recur-bench learner` flags).
 #[derive(Clone, Debug, clap::Args)]

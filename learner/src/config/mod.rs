@@ -5,6 +5,7 @@
 //! - `validate`: the ranges and combinations every config is checked against;
 //! - `environment`: which `run.env` ids a config may name;
 //! - `resources`: the memory a config would plan, refused above the machine's RAM;
+//! - `policy`: the `[policy]` section fitted to an environment ([`fit_policy`]);
 //! - `overrides`: command-line values over the file's (`--set KEY=VALUE` and the dedicated
 //!   flags), blamed on the flag that set them.
 
@@ -12,11 +13,13 @@ use std::path::Path;
 
 mod environment;
 mod overrides;
+mod policy;
 mod resources;
 mod schema;
 mod validate;
 
 pub use overrides::{blame_flags, Override};
+pub use policy::{fit_policy, fit_policy_spec};
 pub use schema::{
     Algo, AlgoConfig, BcSection, CollectorMode, CollectorSection, DqnSection, EvalSection,
     InitialState, PolicySection, PpoSection, ReplayConfig, ReplaySection, RunSection, Schedule,

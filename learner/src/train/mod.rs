@@ -29,15 +29,15 @@ pub use intake::TrainState;
 use intake::{Admission, Intake, Returns};
 use setup::Plan;
 
+use crate::actors::transport::CollectSummary;
 use crate::actors::{Actors, ActorsGone};
 use crate::algo::Learner;
 use crate::config::{CollectorMode, TrainConfig};
 use crate::eval::{best_row, first_at_target, EvalWorker};
-use crate::metrics::{MetricsRow, UpdateStats, TRAIN_AXES};
-use crate::profile;
-use crate::recording::Recording;
+use crate::run::metrics::{MetricsRow, UpdateStats, TRAIN_AXES};
+use crate::run::profile;
+use crate::run::recording::Recording;
 use crate::run::{Run, RunOptions, StopReason};
-use crate::transport::CollectSummary;
 
 /// A write of the run's own files failed: the run stops cleanly (see the module docs).
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +110,7 @@ pub struct TrainSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
     pub transport: CollectSummary,
-    /// Wall seconds per phase of the learner's loop ([`crate::profile`]): `receive`, `idle`
+    /// Wall seconds per phase of the learner's loop ([`crate::run::profile`]): `receive`, `idle`
     /// (no chunk to take), `take` (admission and `add_chunk`; PPO's `critic` pass and `gae`
     /// inside it), `update` (PPO: `minibatch` per step, `fused.forward`, `fused.loss`,
     /// `fused.backward`, `fused.optimizer` or `burn.loss`, `burn.backward_step`; `sync` writes

@@ -12,14 +12,14 @@ use common::envs::EnvSpec;
 use common::policy::{chunk_schema, PolicyConfig};
 
 use super::{TrainOptions, TrainState};
+use crate::actors::args::{actor_args, describe_env};
+use crate::actors::supervisor::default_actor_count;
+use crate::actors::transport::TransportConfig;
 use crate::algo::{self, Learner, LearnerSpec};
-use crate::config::{AlgoConfig, CollectorMode, TrainConfig};
+use crate::config::{fit_policy_spec, AlgoConfig, CollectorMode, TrainConfig};
 use crate::eval::{EvalPlan, EvalWorker};
-use crate::policy::{actor_args, describe_env, fit_policy_spec};
-use crate::recording::Recording;
-use crate::supervisor::default_actor_count;
-use crate::tensorboard::TensorBoard;
-use crate::transport::TransportConfig;
+use crate::run::recording::Recording;
+use crate::run::tensorboard::TensorBoard;
 
 /// The shape of a training run, derived from its config and the actors' environment.
 pub struct Plan {
@@ -82,7 +82,7 @@ impl Plan {
     }
 
     /// The actors: the collector section, the learner's policy architecture, the algorithm's
-    /// exploration ([`crate::policy::actor_args`]); a resumed run (`state`, `resumed`) seeds
+    /// exploration ([`crate::actors::args::actor_args`]); a resumed run (`state`, `resumed`) seeds
     /// them anew and restores their saved states.
     pub fn transport_config(
         &self,

@@ -1,5 +1,5 @@
 """Writes known_good.tfevents: four records framed by TensorBoard's own RecordWriter, for
-learner/src/tensorboard.rs's unit test (which encodes the same events and compares the bytes).
+learner/src/run/tensorboard.rs's unit test (which encodes the same events and compares the bytes).
 
     python3 -m pip install tensorboard   # 2.21.0 made the file
     python3 learner/testdata/tensorboard/make_known_good.py

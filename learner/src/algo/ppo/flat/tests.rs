@@ -13,9 +13,9 @@ use common::recurrent::CellKind;
 use common::rollout::{Actor, ActorConfig};
 
 use super::layout::Layout;
+use crate::algo::ppo::Ppo;
+use crate::algo::Algorithm;
 use crate::config::{PpoSection, UpdatePath};
-use crate::optim::Algorithm;
-use crate::ppo::Ppo;
 
 const ENVS: usize = 6;
 const STEPS: usize = 16;
@@ -107,7 +107,7 @@ fn loss_and_gradients_match(env: &str, pc: PolicyConfig) {
     let (bb, fb) = (burn.next_batch(), fused.next_batch());
     assert_eq!(bb.positions, fb.positions, "same sampler, same slices");
     let (loss, stats) = burn.burn_loss(&bb);
-    let (outcome, _) = fused.fused_loss(&fb);
+    let (outcome, _) = fused.flat_loss(&fb);
     let layout = Layout::of(fused.model());
     let scalars = |o: &[f32]| o.to_vec();
     close(
@@ -363,9 +363,9 @@ fn the_fused_critic_pass_matches_burns() {
 #[test]
 fn row_blocks_add_up_to_the_whole_minibatch() {
     use super::net::{Batch, LossConfig};
-    use super::FusedUpdate;
+    use super::FlatUpdate;
     let pc = masked(CellKind::Lstm, 2, vec![16]);
-    let fused = FusedUpdate::new(ppo(&pc, UpdatePath::Fused).model());
+    let fused = FlatUpdate::new(ppo(&pc, UpdatePath::Fused).model());
     // A minibatch of 5 rows of 8 steps (3 blocks: 2, 2 and 1 rows), made up: resets inside
     // rows, both actions, padding at the end of the last row.
     let (rows, len, d, lh) = (5, 8, pc.obs_dim, 2 * 16);

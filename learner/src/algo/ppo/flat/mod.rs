@@ -1,13 +1,16 @@
-//! The fused PPO update on the CPU: a whole minibatch step (normalizer, encoder, recurrent
-//! core, heads, PPO loss, their backward, global-norm clipping and Adam) on host buffers and
-//! the fused kernels, with no burn op and no autodiff graph in between.
+//! PPO's flat update on the CPU, the one `ppo.update = "fused"` selects (the config value and
+//! the profile phases `fused.*` keep that name): a whole minibatch step (normalizer, encoder,
+//! recurrent core, heads, PPO loss, their hand-written backward, global-norm clipping and Adam)
+//! over one flat parameter, gradient and Adam buffer on host memory, running the recurrent
+//! layers on the fused kernels of `common::recurrent::fused`, with no burn op and no autodiff
+//! graph in between.
 //!
-//! The burn module stays the model of record. [`FusedUpdate::new`] reads its parameters into
-//! one flat buffer, the minibatches step that buffer, and [`FusedUpdate::finish`] writes it
-//! back after an update's epochs; Adam's moments live here between updates and go into burn's optimizer record
-//! only for a checkpoint ([`adam::into_burn`]), so a checkpoint has one format whichever path
-//! wrote it. burn's path (`ppo.update = "burn"`) is the reference the tests hold this one to:
-//! same loss, same gradients, same weights after a few updates.
+//! The burn module stays the model of record. [`FlatUpdate::new`] reads its parameters into
+//! one flat buffer, the minibatches step that buffer, and [`FlatUpdate::finish`] writes it
+//! back after an update's epochs; Adam's moments live here between updates and go into burn's
+//! optimizer record only for a checkpoint ([`adam::into_burn`]), so a checkpoint has one format
+//! whichever path wrote it. burn's path (`ppo.update = "burn"`) is the reference the tests
+//! hold this one to: same loss, same gradients, same weights after a few updates.
 
 pub mod adam;
 pub mod layout;
@@ -28,8 +31,8 @@ use adam::FlatAdam;
 use layout::Layout;
 use net::{part, Batch, LossConfig, Net, Outcome};
 
-use crate::metrics::UpdateStats;
-use crate::profile;
+use crate::run::metrics::UpdateStats;
+use crate::run::profile;
 
 /// Why `model` cannot take the fused update (`None`: it can), naming the setting.
 pub fn unsupported<B: Backend>(model: &Policy<B>) -> Option<String> {
@@ -72,7 +75,7 @@ fn nvec(action: &ActionSpec) -> Vec<usize> {
 }
 
 /// The fused update's state: the layout, the parameters during an update, Adam's moments.
-pub struct FusedUpdate {
+pub struct FlatUpdate {
     layout: Layout,
     params: Vec<f32>,
     obs_norm: Vec<f32>,
@@ -86,11 +89,11 @@ pub struct FusedUpdate {
     packs: Vec<LayerPacks>,
 }
 
-impl FusedUpdate {
+impl FlatUpdate {
     /// The fused update of `model` (checked with [`unsupported`] first).
     pub fn new<B: Backend>(model: &Policy<B>) -> Self {
         let layout = Layout::of(model);
-        let mut fused = FusedUpdate {
+        let mut fused = FlatUpdate {
             adam: FlatAdam::new(layout.total),
             params: layout.read(model),
             obs_norm: host(model.obs_norm.val()),
@@ -110,7 +113,7 @@ impl FusedUpdate {
 
     /// Takes `model`'s normalizer after it changed (the parameters are read once, by
     /// [`new`](Self::new): only [`finish`](Self::finish) changes them afterwards, and a
-    /// checkpoint load builds a new `FusedUpdate`).
+    /// checkpoint load builds a new `FlatUpdate`).
     pub fn set_obs_norm<B: Backend>(&mut self, model: &Policy<B>) {
         self.obs_norm = host(model.obs_norm.val());
         debug_assert_eq!(

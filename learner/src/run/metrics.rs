@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::tensorboard::{named, TensorBoard};
+use crate::run::tensorboard::{named, TensorBoard};
 
 /// Declares [`UpdateStats`] with the loss columns `$field` of a metrics row, its `mean` and the
 /// row holding them (the field list written once).

@@ -10,11 +10,12 @@ use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::PolicyConfig;
 
-use crate::batch::SliceTrainer;
+use crate::algo::optim::Model;
+use crate::algo::slice_sampler::SampledBatch;
+use crate::algo::slices::SliceTrainer;
+use crate::algo::Algorithm;
 use crate::config::BcSection;
-use crate::metrics::UpdateStats;
-use crate::optim::{Algorithm, Model};
-use crate::slice_sampler::SampledBatch;
+use crate::run::metrics::UpdateStats;
 
 pub struct Bc<B: AutodiffBackend = CpuAutodiff> {
     trainer: SliceTrainer<B>,

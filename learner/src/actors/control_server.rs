@@ -1,7 +1,7 @@
 //! The learner's side of the control plane: a tokio runtime on its own thread serving the run's
 //! Unix socket (mode 0600 in the run directory). Registrations are handed to the learner's
 //! main loop (which owns the shared-memory segments) and answered with its reply; heartbeats,
-//! stats and shutdown requests are answered here (signals are [`crate::signals`]'s).
+//! stats and shutdown requests are answered here (signals are [`crate::run::signals`]'s).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -17,6 +17,9 @@
 //!    next weights carry the new ones. With `ppo.reward_norm`, rewards are divided by the
 //!    running std of the discounted return (per trajectory, updated chunk by chunk).
 
+pub mod flat;
+pub mod gae;
+
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
@@ -26,17 +29,18 @@ use common::policy::dist::{categorical_entropy, gaussian_entropy, multi_categori
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 use std::collections::HashMap;
 
-use crate::batch::{gather, step_at_cut, tensor3, SliceBatch};
+use crate::algo::optim::{decode, encode};
+use crate::algo::optim::{Model, Trainee};
+use crate::algo::ppo::flat::net::{Batch, LossConfig, Outcome};
+use crate::algo::ppo::flat::{unsupported, FlatUpdate};
+use crate::algo::ppo::gae::{gae, needs_bootstrap, GaeInput};
+use crate::algo::replay_buffer::ReplayStorage;
+use crate::algo::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
+use crate::algo::slices::{gather, step_at_cut, tensor3, SliceBatch};
+use crate::algo::Algorithm;
 use crate::config::{InitialState, PpoSection, UpdatePath};
-use crate::fused::net::{Batch, LossConfig, Outcome};
-use crate::fused::{unsupported, FusedUpdate};
-use crate::gae::{gae, needs_bootstrap, GaeInput};
-use crate::metrics::UpdateStats;
-use crate::optim::{decode, encode};
-use crate::optim::{Algorithm, Model, Trainee};
-use crate::profile::{self, Phase};
-use crate::replay::ReplayStorage;
-use crate::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
+use crate::run::metrics::UpdateStats;
+use crate::run::profile::{self, Phase};
 
 /// The learner's model, optimizer and on-policy storage, training on backend `B`. An update's
 /// statistics are means over its minibatches (every [`UpdateStats`] field but `q_mean`).
@@ -57,7 +61,7 @@ pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
     /// The run's progress in `[0, 1]` (schedules).
     progress: f64,
     /// The fused update (`ppo.update`), when it runs this policy.
-    fused: Option<FusedUpdate>,
+    flat: Option<FlatUpdate>,
 }
 
 /// Reward normalization by the running standard deviation of the discounted return
@@ -105,10 +109,10 @@ impl<B: AutodiffBackend> Ppo<B> {
         device: &B::Device,
     ) -> anyhow::Result<Self> {
         let trainee = Trainee::new(policy, seed, device)?;
-        let fused = fused_update(&trainee.model, ppo.update)?;
+        let flat = flat_update(&trainee.model, ppo.update)?;
         tracing::info!(
             "PPO minibatches run on the {} update (ppo.update = \"{}\")",
-            if fused.is_some() { "fused" } else { "burn" },
+            if flat.is_some() { "fused" } else { "burn" },
             ppo.update.name()
         );
         if ppo.pack_slices && !schema.steps.is_multiple_of(ppo.slice_len) {
@@ -137,13 +141,13 @@ impl<B: AutodiffBackend> Ppo<B> {
             schema: schema.clone(),
             sampler,
             trainee,
-            fused,
+            flat,
         })
     }
 
     /// Whether minibatches run on the fused path.
     pub fn fused(&self) -> bool {
-        self.fused.is_some()
+        self.flat.is_some()
     }
 
     /// The critic's value of every position of `chunk` (recurrent mode over `[E, T]` from its
@@ -161,12 +165,12 @@ impl<B: AutodiffBackend> Ppo<B> {
             })
             .collect();
         // The bootstrap values at `rows` (none to compute without rows).
-        let (value, boot) = if let Some(fused) = &self.fused {
+        let (value, boot) = if let Some(flat) = &self.flat {
             // Every row starts from its stored state (recurrent mode's segment starts).
             let start: Vec<bool> = (chunk.is_init.iter().enumerate())
                 .map(|(p, &x)| x == 1 || p % t == 0)
                 .collect();
-            let (value, next_h, next_c) = fused.values(
+            let (value, next_h, next_c) = flat.values(
                 t,
                 &chunk.observation,
                 &start,
@@ -175,16 +179,15 @@ impl<B: AutodiffBackend> Ppo<B> {
                 None,
             );
             let boot = (!rows.is_empty()).then(|| {
-                fused
-                    .values(
-                        1,
-                        &gather(&chunk.next_observation, &rows, d),
-                        &vec![true; rows.len()],
-                        &gather(&next_h, &rows, lh),
-                        next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
-                        None,
-                    )
-                    .0
+                flat.values(
+                    1,
+                    &gather(&chunk.next_observation, &rows, d),
+                    &vec![true; rows.len()],
+                    &gather(&next_h, &rows, lh),
+                    next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
+                    None,
+                )
+                .0
             });
             (value, boot)
         } else {
@@ -239,13 +242,13 @@ impl<B: AutodiffBackend> Ppo<B> {
         (cfg, c.lr_schedule.at(c.lr, self.progress))
     }
 
-    /// One minibatch on the fused path (see [`crate::fused`]).
-    fn fused_minibatch_step(&mut self, b: &SampledBatch) -> UpdateStats {
-        let (mut outcome, lr) = self.fused_loss(b);
+    /// One minibatch on the fused path (see [`crate::algo::ppo::flat`]).
+    fn flat_minibatch_step(&mut self, b: &SampledBatch) -> UpdateStats {
+        let (mut outcome, lr) = self.flat_loss(b);
         let max_norm = self.config.max_grad_norm;
-        let fused = self.fused.as_mut().expect("the fused path is on");
+        let flat = self.flat.as_mut().expect("the fused path is on");
         let grad_norm = profile::time("fused.optimizer", || {
-            fused.apply(&mut outcome.grads, lr, max_norm)
+            flat.apply(&mut outcome.grads, lr, max_norm)
         });
         UpdateStats {
             grad_norm,
@@ -255,7 +258,7 @@ impl<B: AutodiffBackend> Ppo<B> {
 
     /// The minibatch's loss and gradients on the fused path, and the learning rate of its
     /// step.
-    pub(crate) fn fused_loss(&self, b: &SampledBatch) -> (Outcome, f64) {
+    pub(crate) fn flat_loss(&self, b: &SampledBatch) -> (Outcome, f64) {
         let (sb, _, _, adv) = self.prepare(b);
         let s = &self.schema;
         let inputs = sb.inputs(
@@ -278,8 +281,8 @@ impl<B: AutodiffBackend> Ppo<B> {
             mask: sb.mask(),
         };
         let (cfg, lr) = self.schedules();
-        let fused = self.fused.as_ref().expect("the fused path is on");
-        (fused.loss(&batch, cfg), lr)
+        let flat = self.flat.as_ref().expect("the fused path is on");
+        (flat.loss(&batch, cfg), lr)
     }
 
     /// One minibatch on burn's path.
@@ -353,15 +356,15 @@ impl<B: AutodiffBackend> Ppo<B> {
 
 /// The fused update of `model` where `path` and the model allow it; an error names the
 /// setting that keeps `path = "fused"` from running.
-fn fused_update<B: AutodiffBackend>(
+fn flat_update<B: AutodiffBackend>(
     model: &Policy<B>,
     path: UpdatePath,
-) -> anyhow::Result<Option<FusedUpdate>> {
+) -> anyhow::Result<Option<FlatUpdate>> {
     if path == UpdatePath::Burn {
         return Ok(None);
     }
     match (unsupported(model), path) {
-        (None, _) => Ok(Some(FusedUpdate::new(model))),
+        (None, _) => Ok(Some(FlatUpdate::new(model))),
         (Some(why), UpdatePath::Fused) => {
             anyhow::bail!("ppo.update = \"fused\" cannot run this policy: {why}")
         }
@@ -413,23 +416,23 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
         for _ in 0..self.config.epochs {
             for batch in self.sampler.epoch(&self.storage)? {
                 let _minibatch = Phase::start("minibatch");
-                minibatches.push(match self.fused {
-                    Some(_) => self.fused_minibatch_step(&batch),
+                minibatches.push(match self.flat {
+                    Some(_) => self.flat_minibatch_step(&batch),
                     None => self.minibatch_step(&batch)?,
                 });
             }
         }
-        if let Some(fused) = &self.fused {
+        if let Some(flat) = &self.flat {
             let _sync = Phase::start("sync");
-            self.trainee.model = fused.finish(self.trainee.model.clone());
+            self.trainee.model = flat.finish(self.trainee.model.clone());
         }
         let stats = UpdateStats::mean(&minibatches);
         if let Some(clip) = self.obs_norm {
             let mut obs = self.trainee.model.obs_stats();
             obs.merge(&self.storage.observation[..self.storage.len() * self.schema.obs_dim]);
             self.trainee.model = self.trainee.model.clone().with_obs_stats(&obs, clip);
-            if let Some(fused) = &mut self.fused {
-                fused.set_obs_norm(&self.trainee.model);
+            if let Some(flat) = &mut self.flat {
+                flat.set_obs_norm(&self.trainee.model);
             }
         }
         self.storage.clear();
@@ -454,17 +457,17 @@ impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        let fused = self.fused.as_ref().map(|f| (f.layout(), &f.adam));
-        self.trainee.save_state(fused)
+        let flat = self.flat.as_ref().map(|f| (f.layout(), &f.adam));
+        self.trainee.save_state(flat)
     }
 
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
         self.trainee.load_state(model, optim)?;
-        if self.fused.is_some() {
+        if self.flat.is_some() {
             // The loaded record brings its own parameter ids: lay the parameters out anew.
-            let mut fused = FusedUpdate::new(&self.trainee.model);
-            fused.adam = self.trainee.fused_adam(fused.layout());
-            self.fused = Some(fused);
+            let mut flat = FlatUpdate::new(&self.trainee.model);
+            flat.adam = self.trainee.flat_adam(flat.layout());
+            self.flat = Some(flat);
         }
         self.critic = self.trainee.inference();
         Ok(())

@@ -1,6 +1,7 @@
-//! What PPO, DQN and behaviour cloning share: the [`Algorithm`] interface the run loops drive,
-//! and the trained model with its Adam optimizer ([`Trainee`]: one gradient step with
-//! global-norm clipping, and the checkpoint bytes of both).
+//! What PPO, DQN and behaviour cloning share besides the [`Algorithm`](super::Algorithm)
+//! interface: the trained model with its Adam optimizer ([`Trainee`]: one gradient step with
+//! global-norm clipping, and the checkpoint bytes of both), Polyak averaging of a target
+//! network ([`polyak`]), and the bytes of an algorithm's host state ([`encode`], [`decode`]).
 
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::optim::adaptor::OptimizerAdaptor;
@@ -9,37 +10,14 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
-use common::checkpoint::Checkpointed;
-use common::chunk::Chunk;
 use common::policy::{Policy, PolicyConfig};
 
-use crate::fused::{self, adam::FlatAdam, layout::Layout};
-use crate::metrics::UpdateStats;
+use crate::algo::ppo::flat::{self, adam::FlatAdam, layout::Layout};
 
 /// The model under training, on the training backend `B` (`CpuAutodiff`, or `CudaAutodiff` in a
 /// `cuda` build).
 pub type Model<B = CpuAutodiff> = Policy<B>;
 pub(crate) type Optim<B> = OptimizerAdaptor<Adam, Model<B>, B>;
-
-/// A learning algorithm as the training loop (online, with actors) and the learner-only replay
-/// loop drive it: chunks in, updates out, without knowing which algorithm runs.
-pub trait Algorithm<B: AutodiffBackend>: Checkpointed<B> {
-    /// Stores a chunk (PPO also computes its advantages).
-    fn add_chunk(&mut self, chunk: &Chunk);
-
-    /// Whether an update can run now.
-    fn ready(&self) -> bool;
-
-    /// One update, and the statistics the algorithm reports for it.
-    fn update(&mut self) -> anyhow::Result<UpdateStats>;
-
-    /// Whether chunks of any policy version are kept (on-policy learners drop stale ones).
-    fn off_policy(&self) -> bool;
-
-    /// The run's progress in `[0, 1]` (frames or updates done over the total), which
-    /// hyperparameter schedules follow; called before each update. Ignored by default.
-    fn set_progress(&mut self, _progress: f64) {}
-}
 
 /// A policy (or Q-network) under training on backend `B`.
 pub struct Trainee<B: AutodiffBackend> {
@@ -78,18 +56,18 @@ impl<B: AutodiffBackend> Trainee<B> {
     }
 
     /// The model record and the optimizer state, as bytes (checkpoints): host data, the same
-    /// whichever device trained them. With `fused`, Adam's state is taken from the fused
+    /// whichever device trained them. With `flat`, Adam's state is taken from the flat
     /// update's layout and moments instead of burn's optimizer (the checkpoint format is the
     /// same).
     pub fn save_state(
         &self,
-        fused: Option<(&Layout, &FlatAdam)>,
+        flat: Option<(&Layout, &FlatAdam)>,
     ) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
         let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
         let model = Recorder::<B>::record(&recorder, self.model.clone().into_record(), ())?;
-        let optim = match fused {
+        let optim = match flat {
             Some((layout, adam)) => {
-                fused::adam::into_burn(layout, adam, self.optim.clone(), &self.device()).to_record()
+                flat::adam::into_burn(layout, adam, self.optim.clone(), &self.device()).to_record()
             }
             None => self.optim.to_record(),
         };
@@ -99,8 +77,8 @@ impl<B: AutodiffBackend> Trainee<B> {
 
     /// Adam's state as the fused update holds it (what [`load_state`](Self::load_state) or
     /// burn's own steps left in the optimizer).
-    pub fn fused_adam(&self, layout: &Layout) -> FlatAdam {
-        fused::adam::from_burn(layout, &self.optim)
+    pub fn flat_adam(&self, layout: &Layout) -> FlatAdam {
+        flat::adam::from_burn(layout, &self.optim)
     }
 
     /// Restores what [`save_state`](Self::save_state) wrote (on any device) onto this model's

@@ -1,8 +1,8 @@
 //! One PPO minibatch through the whole policy on host buffers: forward (normalizer, tanh
 //! encoder, LSTM/GRU layers on the fused kernels, heads), the clipped-surrogate loss with value
 //! loss and entropy bonus over a (multi-)categorical action, and the backward to every
-//! parameter, written out by hand. Same maths as the burn path in `ppo.rs`, which the tests
-//! hold it to.
+//! parameter, written out by hand. Same maths as the burn path in [`crate::algo::ppo`], which
+//! the tests hold it to.
 
 use common::recurrent::fused::host::{
     layer_backward, layer_forward, layer_inference, pack_layer, sgemm, tanh_in_place, LayerDims,
@@ -11,8 +11,8 @@ use common::recurrent::fused::host::{
 use common::recurrent::{CellKind, Recompute};
 
 use super::layout::{CoreSlots, DenseSlots, Layout};
-use crate::metrics::UpdateStats;
-use crate::profile::Phase;
+use crate::run::metrics::UpdateStats;
+use crate::run::profile::Phase;
 
 /// The network the flat parameters describe.
 #[derive(Clone, Copy)]
@@ -113,7 +113,7 @@ impl Net<'_> {
 
     /// Every core layer's weights packed from `params`, for [`Net::packs`].
     pub fn pack(&self) -> Vec<LayerPacks> {
-        // Through a net without packs: `FusedUpdate::new` packs the first time from a net
+        // Through a net without packs: `FlatUpdate::new` packs the first time from a net
         // whose packs are still empty, and packing reads only the values anyway.
         let own = Net {
             packs: None,

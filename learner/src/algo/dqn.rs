@@ -21,11 +21,14 @@ use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::{ActionSpec, Policy, PolicyConfig};
 
-use crate::batch::{columns, gather, step_at_cut, tensor3, SliceBatch, SliceInputs, SliceTrainer};
+use crate::algo::optim::{polyak, Model};
+use crate::algo::slice_sampler::SampledBatch;
+use crate::algo::slices::{
+    columns, gather, step_at_cut, tensor3, SliceBatch, SliceInputs, SliceTrainer,
+};
+use crate::algo::Algorithm;
 use crate::config::DqnSection;
-use crate::metrics::UpdateStats;
-use crate::optim::{polyak, Algorithm, Model};
-use crate::slice_sampler::SampledBatch;
+use crate::run::metrics::UpdateStats;
 
 /// One slice's inputs to [`nstep_targets`].
 #[derive(Clone, Copy, Debug)]

@@ -12,10 +12,10 @@ use common::policy::dist::{
 use common::policy::{ActionSpec, Policy, PolicyConfig, PolicyOutput};
 use common::recurrent::{set_recurrent_mode, RecurrentError, RecurrentMode, RecurrentState};
 
+use crate::algo::optim::Trainee;
+use crate::algo::replay_buffer::ReplayStorage;
+use crate::algo::slice_sampler::{SampledBatch, SamplerError, SliceSampler, SliceSamplerConfig};
 use crate::config::{InitialState, SliceTraining};
-use crate::optim::Trainee;
-use crate::replay::ReplayStorage;
-use crate::slice_sampler::{SampledBatch, SamplerError, SliceSampler, SliceSamplerConfig};
 
 /// A model trained on slices of replayed steps: one gradient step samples `num_slices` padded
 /// slices of `slice_len` (with replacement, `is_init` at every slice start), computes the
@@ -98,13 +98,13 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
 
     /// The sampler's position ([`Checkpointed::host_state`](common::checkpoint::Checkpointed)).
     pub fn host_state(&self) -> Vec<u8> {
-        crate::optim::encode(&self.sampler.state())
+        crate::algo::optim::encode(&self.sampler.state())
     }
 
     /// Restores [`SliceTrainer::host_state`] (empty: nothing saved).
     pub fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
         if !state.is_empty() {
-            self.sampler.set_state(crate::optim::decode(state)?);
+            self.sampler.set_state(crate::algo::optim::decode(state)?);
         }
         Ok(())
     }

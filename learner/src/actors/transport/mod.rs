@@ -20,7 +20,7 @@ use common::control::schema_mismatch;
 use common::envs::{EnvSpec, Space};
 use serde::Serialize;
 
-use crate::supervisor::ActorEvent;
+use crate::actors::supervisor::ActorEvent;
 pub use ledger::{Channel, Ledger};
 pub use shm::ShmTransport;
 pub use tcp::TcpTransport;

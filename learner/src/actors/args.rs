@@ -1,6 +1,6 @@
-//! The policy a run trains: a config's `[policy]` section fitted to its environment (the
-//! observation and action sizes come from the environment registry), and what the run's
-//! actors run ([`actor_args`]).
+//! What the run's actors run ([`actor_args`]: the run's environment, the collector's sizes,
+//! the policy's architecture, the seed and the exploration) and the spaces of the environment
+//! they will run, asked of the actor binary ([`describe_env`]).
 
 use std::path::Path;
 use std::process::Command;
@@ -8,35 +8,9 @@ use std::process::Command;
 use anyhow::Context;
 use common::actor_args::ActorArgs;
 use common::envs::EnvSpec;
-use common::policy::PolicyConfig;
-use common::policy::{policy_config_for, policy_config_for_spec};
 use common::rollout::{EpsilonSchedule, Exploration};
 
-use crate::config::{Algo, PolicySection, TrainConfig};
-
-/// The policy a `[policy]` section describes, fitted to environment `env` (training and
-/// replay configs alike).
-pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> {
-    Ok(with_section(policy_config_for(env)?, p))
-}
-
-/// The policy a `[policy]` section describes, fitted to the spaces of `spec`.
-pub fn fit_policy_spec(spec: &EnvSpec, p: &PolicySection) -> PolicyConfig {
-    with_section(policy_config_for_spec(spec), p)
-}
-
-/// `fitted` (sized to an environment) with everything else from the `[policy]` section.
-fn with_section(fitted: PolicyConfig, p: &PolicySection) -> PolicyConfig {
-    fitted
-        .with_cell(p.cell)
-        .with_hidden_size(p.hidden_size)
-        .with_num_layers(p.num_layers)
-        .with_encoder(p.encoder.clone())
-        .with_backend(p.backend)
-        .with_obs_norm(p.obs_norm)
-        .with_obs_clip(p.obs_clip)
-        .with_critic_core(p.critic_core)
-}
+use crate::config::{Algo, TrainConfig};
 
 /// What the actors of a training run run: `run.env` with its gymnasium imports and kwargs,
 /// the collector's sizes, the `[policy]` section's architecture (its critic core included:

@@ -3,6 +3,18 @@
 //! `listen`), fanned in: registrations answered, chunks received into one [`Ledger`], weights
 //! published to all, and at the end every actor stopped and drained. The run owns this; the
 //! transports own only their medium.
+//!
+//! - [`args`]: what the actors run ([`args::actor_args`]) and the spaces of their environment,
+//!   asked of the actor binary ([`args::describe_env`]);
+//! - [`supervisor`]: the learner's own actor processes, restarted when one dies;
+//! - [`control_server`]: the control plane on the run's Unix socket;
+//! - [`transport`]: the media, shared memory and TCP, behind one interface, and the
+//!   [`Ledger`] that verifies and counts every chunk.
+
+pub mod args;
+pub mod control_server;
+pub mod supervisor;
+pub mod transport;
 
 use std::time::{Duration, Instant};
 
@@ -10,13 +22,13 @@ use anyhow::Context;
 use common::chunk::{Chunk, ChunkMeta, ChunkSchema};
 use common::shm::reclaim_stale;
 
-use crate::run_dir::RunNames;
-use crate::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
-use crate::transport::tcp::RemoteOptions;
-use crate::transport::{
+use crate::actors::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
+use crate::actors::transport::tcp::RemoteOptions;
+use crate::actors::transport::{
     CollectSummary, Expected, Ledger, ShmTransport, Stalled, TcpTransport, Transport,
     TransportConfig,
 };
+use crate::run::dir::RunNames;
 
 /// How long the end of a run waits for its actors to stop before it kills its own children and
 /// leaves attached and remote actors (which it does not own) to notice on their own.

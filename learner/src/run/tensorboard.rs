@@ -319,7 +319,7 @@ mod tests {
 
     /// Four events framed by TensorBoard's own RecordWriter (2.21.0), made by
     /// `learner/testdata/tensorboard/make_known_good.py`.
-    const KNOWN_GOOD: &[u8] = include_bytes!("../testdata/tensorboard/known_good.tfevents");
+    const KNOWN_GOOD: &[u8] = include_bytes!("../../testdata/tensorboard/known_good.tfevents");
     const WALL: f64 = 1_700_000_000.25;
 
     #[test]

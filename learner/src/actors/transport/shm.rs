@@ -14,9 +14,9 @@ use common::control::Response;
 use common::shm::{RingConfig, RingReader, WeightPublisher};
 
 use super::{Channel, Expected, Ledger, Stalled, Transport, TransportConfig};
-use crate::control_server::{ControlServer, Registration};
-use crate::run_dir::RunNames;
-use crate::supervisor::ActorEvent;
+use crate::actors::control_server::{ControlServer, Registration};
+use crate::actors::supervisor::ActorEvent;
+use crate::run::dir::RunNames;
 
 struct RingSlot {
     actor_id: u32,

@@ -14,6 +14,18 @@
 //! }
 //! run.finish(&title, axes, target, &summary)?;       // curve + summary.json
 //! ```
+//!
+//! Beside [`Run`], the bookkeeping it and the loops use: [`dir`] (the run directory, its lock
+//! and the names of the run's resources), [`signals`] (SIGINT/SIGTERM), [`metrics`]
+//! (`metrics.csv`, the learning curve), [`tensorboard`] (event files), [`profile`] (time per
+//! phase) and [`recording`] (`--save-replay`).
+
+pub mod dir;
+pub mod metrics;
+pub mod profile;
+pub mod recording;
+pub mod signals;
+pub mod tensorboard;
 
 use std::path::Path;
 use std::time::Instant;
@@ -23,10 +35,10 @@ use common::checkpoint::{save_checkpoint, Checkpointed, ResumeState};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::metrics::{truncate_metrics, Axes, MetricsRow, MetricsWriter};
-use crate::run_dir::{plot_curve, progress_bar, write_summary, RunDir};
-use crate::signals::StopFlag;
-use crate::tensorboard::TensorBoard;
+use crate::run::dir::{plot_curve, progress_bar, write_summary, RunDir};
+use crate::run::metrics::{truncate_metrics, Axes, MetricsRow, MetricsWriter};
+use crate::run::signals::StopFlag;
+use crate::run::tensorboard::TensorBoard;
 
 /// How a run is opened.
 #[derive(Clone, Debug)]
@@ -74,7 +86,7 @@ impl Run {
     /// run. Metrics start with [`start_metrics`](Self::start_metrics), once the caller knows
     /// where a resumed run stands.
     pub fn open(opts: RunOptions<'_>) -> anyhow::Result<Self> {
-        let signals = crate::signals::install()?;
+        let signals = crate::run::signals::install()?;
         let dir = RunDir::create(opts.path, opts.resume)?;
         tracing::info!("run directory {} (locked)", opts.path.display());
         Ok(Run {

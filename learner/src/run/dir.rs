@@ -15,7 +15,7 @@ use common::shm::unique_run_id;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::metrics::{plot_learning_curve, read_curve, Axes};
+use crate::run::metrics::{plot_learning_curve, read_curve, Axes};
 
 /// A run's directory, its lock and the run-unique id in its segment names.
 pub struct RunDir {
