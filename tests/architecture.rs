@@ -134,9 +134,11 @@ fn fused_names_the_recurrent_kernels_only() {
         .iter()
         .filter(|f| !f.path.starts_with("rnn/src/backend/"))
         .filter(|f| {
-            String::from_iter(strip(&f.text))
-                .lines()
-                .any(|l| l.trim_start().trim_start_matches("pub ").starts_with("mod fused"))
+            String::from_iter(strip(&f.text)).lines().any(|l| {
+                l.trim_start()
+                    .trim_start_matches("pub ")
+                    .starts_with("mod fused")
+            })
         })
         .map(|f| f.path.clone())
         .collect();
@@ -943,10 +945,16 @@ fn wings_and_fused_rules_catch_their_cases() {
     );
     assert_eq!(
         stray_fused(&paths),
-        ["learner/src/fused/net.rs", "learner/src/algo/fused_update.rs"]
+        [
+            "learner/src/fused/net.rs",
+            "learner/src/algo/fused_update.rs"
+        ]
     );
-    assert!(stray_fused(&["rnn/src/backend/fused/simd.rs", "learner/src/algo/ppo/flat/net.rs"])
-        .is_empty());
+    assert!(stray_fused(&[
+        "rnn/src/backend/fused/simd.rs",
+        "learner/src/algo/ppo/flat/net.rs"
+    ])
+    .is_empty());
 }
 
 #[test]
