@@ -39,7 +39,8 @@
 //! ([`RingReader::abandoned_slot`] tells); a corrupted slot is reported as
 //! [`RingError::Corrupt`] and skipped; a writer whose learner died gets
 //! [`RingError::PeerGone`] instead of waiting forever; segments of a crashed run are removed
-//! by the next run's [`reclaim_stale`]. The only `unsafe` code of recur lives in this module.
+//! by the next run's [`reclaim_stale`]. Besides the SIMD kernels of the fused recurrent backend,
+//! recur's `unsafe` code lives in this module only, each block with its `// SAFETY:` comment.
 
 pub mod bridge;
 mod process;

@@ -2,24 +2,11 @@
 //! that maps memory. `ring` and `weights` lay their own data
 //! out in the segment's body.
 //!
-//! # Header (64 bytes at offset 0, native endianness, every field an atomic)
+//! # Header
 //!
-//! ```text
-//! offset  size  field
-//! 0       8     magic  b"RECURSHM" (stored last, with Release: a reader that sees it sees
-//!               the whole header and the body's initial layout)
-//! 8       4     layout version (SEGMENT_VERSION)
-//! 12      4     kind (0 raw, 1 ring, 2 weights)
-//! 16      4     owner pid: the creating process
-//! 20      4     reserved
-//! 24      8     owner start time (clock ticks after boot, /proc/<pid>/stat field 22; 0 if
-//!               unknown): tells the owner from a later process that reuses its pid
-//! 32      8     total size of the mapping in bytes
-//! 40      8     body offset (= 64)
-//! ```
-//!
-//! Magic and the owner fields keep these offsets in every layout version, so that
-//! [`reclaim_stale`] can judge segments left by other builds.
+//! Every segment opens with a 64-byte header (magic, layout version, kind, owner pid and start
+//! time, size, body offset), laid out in `segment/header.rs`. The magic is stored last, with
+//! Release: a process that sees it sees the whole header and the body's initial layout.
 //!
 //! # Ownership
 //!
@@ -32,74 +19,35 @@
 //! Segments are created mode 0600: only processes of the same user can open them. Their pages
 //! are reserved on creation (`posix_fallocate`), so a full `/dev/shm` is an error from
 //! `create`, not a `SIGBUS` on first touch.
+//!
+//! # Where each part lives
+//!
+//! This file holds [`Segment`] (create, open, the owner, access to the body) and [`ShmError`];
+//! `header.rs` the header's layout and kind codes, `name.rs` the names and run ids,
+//! `reclaim.rs` the removal of stale segments, `layout.rs` the checks of the layout words the
+//! ring and weight bodies begin with.
 
-use std::fs::File;
-use std::io::Read;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
 
 use shared_memory::{Shmem, ShmemConf, ShmemError};
 
 use super::process::ProcessId;
 
+mod header;
 mod layout;
+mod name;
+mod reclaim;
 
-/// Every segment recur creates is named `recur-...`; [`reclaim_stale`] looks only at these.
-pub const SEGMENT_PREFIX: &str = "recur-";
-/// `b"RECURSHM"` read as a little-endian `u64`.
-pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"RECURSHM");
-/// Layout version of the header (and of the ring and weight bodies).
-pub const SEGMENT_VERSION: u32 = 1;
-/// Bytes of the header; the body starts here.
-pub const HEADER_LEN: usize = 64;
-/// Offset of the owner pid (`u32`) in the header (fault-injection tests write it).
-pub const OWNER_PID_OFFSET: usize = 16;
-/// Offset of the owner start time (`u64`) in the header.
-pub const OWNER_START_OFFSET: usize = 24;
+pub use header::{
+    SegmentKind, HEADER_LEN, OWNER_PID_OFFSET, OWNER_START_OFFSET, SEGMENT_MAGIC, SEGMENT_VERSION,
+};
+use header::{BODY_OFFSET_OFFSET, KIND_OFFSET, MAGIC_OFFSET, TOTAL_SIZE_OFFSET, VERSION_OFFSET};
+use name::validate_name;
+pub use name::{unique_run_id, MAX_NAME_LEN, SEGMENT_PREFIX};
+pub use reclaim::{reclaim_stale, UNINITIALIZED_GRACE};
+
 /// Where POSIX shared memory lives on Linux.
 pub const SHM_DIR: &str = "/dev/shm";
-/// A `recur-*` file in [`SHM_DIR`] without a valid header is someone's segment being created
-/// (microseconds) until it is this old; after that [`reclaim_stale`] treats it as debris.
-pub const UNINITIALIZED_GRACE: Duration = Duration::from_secs(60);
-/// Longest segment name accepted (NAME_MAX is 255; leave room).
-pub const MAX_NAME_LEN: usize = 200;
-
-const MAGIC_OFFSET: usize = 0;
-const VERSION_OFFSET: usize = 8;
-const KIND_OFFSET: usize = 12;
-const TOTAL_SIZE_OFFSET: usize = 32;
-const BODY_OFFSET_OFFSET: usize = 40;
-
-/// What a segment's body holds; the discriminant is the header's kind code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SegmentKind {
-    /// Created by [`Segment::create`]: bytes with no further structure.
-    Raw = 0,
-    /// A trajectory ring (`RingReader`).
-    Ring = 1,
-    /// A weight double buffer (`WeightPublisher`).
-    Weights = 2,
-}
-
-impl SegmentKind {
-    fn code(self) -> u32 {
-        self as u32
-    }
-
-    fn from_code(code: u32) -> Option<Self> {
-        [SegmentKind::Raw, SegmentKind::Ring, SegmentKind::Weights]
-            .into_iter()
-            .find(|kind| kind.code() == code)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SegmentKind::Raw => "raw",
-            SegmentKind::Ring => "ring",
-            SegmentKind::Weights => "weights",
-        }
-    }
-}
 
 /// What went wrong creating, opening or using a segment. Every message names the segment.
 #[derive(Debug, thiserror::Error)]
@@ -176,42 +124,6 @@ pub enum ShmError {
     },
     #[error("weights {name:?}: no consistent copy after {retries} tries")]
     Contended { name: String, retries: u32 },
-}
-
-/// A run-unique id, `"<pid>-<nanoseconds since the epoch, hex>"`, safe in segment names.
-pub fn unique_run_id() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{}-{nanos:x}", std::process::id())
-}
-
-fn validate_name(name: &str, creating: bool) -> Result<(), ShmError> {
-    let bad = |reason| {
-        Err(ShmError::Name {
-            name: name.to_string(),
-            reason,
-        })
-    };
-    if name.is_empty() {
-        return bad("empty");
-    }
-    if name.len() > MAX_NAME_LEN {
-        return bad("longer than 200 bytes");
-    }
-    if name.starts_with('.') {
-        return bad("starts with '.'");
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        return bad("only ASCII letters, digits, '-', '_' and '.' are allowed");
-    }
-    if creating && !name.starts_with(SEGMENT_PREFIX) {
-        return bad("segments recur creates start with \"recur-\" (so reclaim_stale finds them)");
-    }
-    Ok(())
 }
 
 fn os_error(name: &str, op: &'static str, detail: impl std::fmt::Display) -> ShmError {
@@ -557,103 +469,5 @@ fn reserve_pages(name: &str, total: usize) -> Result<(), ShmError> {
     {
         let _ = (name, total);
         Ok(())
-    }
-}
-
-/// Removes the segments named [`SEGMENT_PREFIX`]`*` in `/dev/shm` that a crashed run left
-/// behind: those whose owner process is dead (or whose pid now belongs to a process that
-/// started later), and files that never got a valid header and are older than
-/// [`UNINITIALIZED_GRACE`]. Segments of live owners, and files this user cannot open, are left
-/// alone. Returns the names removed, for the caller to log. Never fails: a segment that
-/// cannot be judged or removed is skipped.
-pub fn reclaim_stale() -> Vec<String> {
-    let mut removed = Vec::new();
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
-        return removed;
-    };
-    for entry in dir.flatten() {
-        let file_name = entry.file_name();
-        let Some(name) = file_name.to_str() else {
-            continue;
-        };
-        if !name.starts_with(SEGMENT_PREFIX) {
-            continue;
-        }
-        let path = entry.path();
-        if is_stale(&path) && std::fs::remove_file(&path).is_ok() {
-            removed.push(name.to_string());
-        }
-    }
-    removed.sort();
-    removed
-}
-
-/// Reads the header through the file (no mapping needed) and judges it.
-fn is_stale(path: &std::path::Path) -> bool {
-    // Opening fails for other users' segments (mode 0600): never ours to judge.
-    let Ok(mut file) = File::open(path) else {
-        return false;
-    };
-    let Ok(meta) = file.metadata() else {
-        return false;
-    };
-    if !meta.is_file() {
-        return false;
-    }
-    let mut header = [0u8; HEADER_LEN];
-    let owner = match file.read_exact(&mut header) {
-        Ok(()) => parse_owner(&header),
-        Err(_) => None,
-    };
-    match owner {
-        Some(owner) => !owner.alive(),
-        None => meta
-            .modified()
-            .ok()
-            .and_then(|m| m.elapsed().ok())
-            .is_some_and(|age| age > UNINITIALIZED_GRACE),
-    }
-}
-
-/// The owner recorded in a header read as bytes, if the magic is recur's.
-fn parse_owner(header: &[u8; HEADER_LEN]) -> Option<ProcessId> {
-    let u64_at = |o: usize| u64::from_ne_bytes(header[o..o + 8].try_into().expect("8 bytes"));
-    let u32_at = |o: usize| u32::from_ne_bytes(header[o..o + 4].try_into().expect("4 bytes"));
-    (u64_at(MAGIC_OFFSET) == SEGMENT_MAGIC).then(|| ProcessId {
-        pid: u32_at(OWNER_PID_OFFSET),
-        start: u64_at(OWNER_START_OFFSET),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_checked() {
-        assert!(validate_name("recur-abc_1.x", true).is_ok());
-        assert!(validate_name("other", false).is_ok());
-        for (name, creating) in [
-            ("", false),
-            ("a/b", false),
-            (".hidden", false),
-            ("sp ace", false),
-            ("other", true),
-        ] {
-            let err = validate_name(name, creating).unwrap_err();
-            assert!(err.to_string().contains(&format!("{name:?}")), "{err}");
-        }
-        let long = format!("recur-{}", "x".repeat(MAX_NAME_LEN));
-        assert!(validate_name(&long, true).is_err());
-    }
-
-    #[test]
-    fn run_ids_are_valid_names_and_distinct() {
-        let a = unique_run_id();
-        std::thread::sleep(Duration::from_micros(10));
-        let b = unique_run_id();
-        assert_ne!(a, b);
-        assert!(a.starts_with(&format!("{}-", std::process::id())));
-        validate_name(&format!("{SEGMENT_PREFIX}{a}"), true).unwrap();
     }
 }
