@@ -41,7 +41,6 @@ pub mod envs;
 pub mod fuzz;
 mod hash;
 pub mod policy;
-pub mod recurrent;
 pub mod reference;
 pub mod remote;
 pub mod rollout;
@@ -49,3 +48,8 @@ pub mod rollout;
 pub mod shm;
 pub mod tls;
 pub mod weights;
+
+// The recurrent modules are their own crate, recur-rnn; `common::recurrent` (and the
+// `config_names!` macro) keep their paths for the code that names them.
+pub use recur_rnn as recurrent;
+pub use recur_rnn::config_names;

@@ -1,7 +1,7 @@
 //! The thread-local recurrent mode switch.
 //!
 //! ```
-//! use common::recurrent::{current_recurrent_mode, set_recurrent_mode, RecurrentMode};
+//! use recur_rnn::{current_recurrent_mode, set_recurrent_mode, RecurrentMode};
 //!
 //! assert_eq!(current_recurrent_mode(), None); // modules use their `default_recurrent_mode`
 //! {

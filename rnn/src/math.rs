@@ -19,12 +19,12 @@ const ROUND: f32 = 12_582_912.0;
 /// code runs at full speed: the actor's inference path) or [`OneRounding`] (a fused
 /// multiply-add: one instruction in code compiled for FMA, the fused kernel's AVX2/AVX-512
 /// passes; elsewhere a libm call).
-pub(crate) trait MulAdd {
+pub trait MulAdd {
     fn mul_add(a: f32, b: f32, c: f32) -> f32;
 }
 
 /// `a * b + c`, rounded after the product and after the sum.
-pub(crate) enum TwoRoundings {}
+pub enum TwoRoundings {}
 
 impl MulAdd for TwoRoundings {
     #[inline(always)]
@@ -34,7 +34,7 @@ impl MulAdd for TwoRoundings {
 }
 
 /// `a * b + c` rounded once (`f32::mul_add`).
-pub(crate) enum OneRounding {}
+pub enum OneRounding {}
 
 impl MulAdd for OneRounding {
     #[inline(always)]
@@ -46,7 +46,7 @@ impl MulAdd for OneRounding {
 /// `e^x` with the multiply-adds of `M`, relative error about `1e-7`; inputs are clamped to
 /// `[-87, 88]` (the result stays a normal float).
 #[inline(always)]
-pub(crate) fn exp_with<M: MulAdd>(x: f32) -> f32 {
+pub fn exp_with<M: MulAdd>(x: f32) -> f32 {
     let x = x.clamp(-87.0, 88.0);
     let t = M::mul_add(x, LOG2E, ROUND);
     let n = t - ROUND;
@@ -69,46 +69,46 @@ pub(crate) fn exp_with<M: MulAdd>(x: f32) -> f32 {
 }
 
 #[inline(always)]
-pub(crate) fn sigmoid(x: f32) -> f32 {
+pub fn sigmoid(x: f32) -> f32 {
     sigmoid_with::<TwoRoundings>(x)
 }
 
 /// [`sigmoid`] with the multiply-adds of `M`.
 #[inline(always)]
-pub(crate) fn sigmoid_with<M: MulAdd>(x: f32) -> f32 {
+pub fn sigmoid_with<M: MulAdd>(x: f32) -> f32 {
     1.0 / (1.0 + exp_with::<M>(-x))
 }
 
 /// `tanh x = 1 - 2 / (e^{2x} + 1)`, absolute error about `1e-7`.
 #[inline(always)]
-pub(crate) fn tanh(x: f32) -> f32 {
+pub fn tanh(x: f32) -> f32 {
     tanh_with::<TwoRoundings>(x)
 }
 
 /// [`tanh`] with the multiply-adds of `M`.
 #[inline(always)]
-pub(crate) fn tanh_with<M: MulAdd>(x: f32) -> f32 {
+pub fn tanh_with<M: MulAdd>(x: f32) -> f32 {
     1.0 - 2.0 / (exp_with::<M>(2.0 * x) + 1.0)
 }
 
 /// The LSTM's new cell state from its input, forget and cell gates (post-activation) and the
 /// incoming cell state: `c' = f c + i g` (the output is `o tanh(c')`).
 #[inline(always)]
-pub(crate) fn lstm_cell_state(i: f32, f: f32, g: f32, c: f32) -> f32 {
+pub fn lstm_cell_state(i: f32, f: f32, g: f32, c: f32) -> f32 {
     f * c + i * g
 }
 
 /// The GRU's new hidden state from its update gate `z`, candidate `n` and incoming state `h`:
 /// `h' = (1 - z) n + z h`, computed as `n + z (h - n)`.
 #[inline(always)]
-pub(crate) fn gru_hidden(z: f32, n: f32, h: f32) -> f32 {
+pub fn gru_hidden(z: f32, n: f32, h: f32) -> f32 {
     n + z * (h - n)
 }
 
 /// minGRU's candidate activation `g(v) = v + 0.5` for `v >= 0`, `sigmoid(v)` below
 /// (continuous at 0, positive everywhere), with the multiply-adds of `M`.
 #[inline(always)]
-pub(crate) fn mingru_g_with<M: MulAdd>(v: f32) -> f32 {
+pub fn mingru_g_with<M: MulAdd>(v: f32) -> f32 {
     if v >= 0.0 {
         v + 0.5
     } else {
@@ -119,19 +119,19 @@ pub(crate) fn mingru_g_with<M: MulAdd>(v: f32) -> f32 {
 /// minGRU's new hidden state from its update gate `z`, candidate `h~` and incoming state `h`:
 /// `h' = (1 - z) h + z h~`, computed as `h + z (h~ - h)`.
 #[inline(always)]
-pub(crate) fn mingru_hidden(z: f32, candidate: f32, h: f32) -> f32 {
+pub fn mingru_hidden(z: f32, candidate: f32, h: f32) -> f32 {
     h + z * (candidate - h)
 }
 
 #[inline(always)]
-pub(crate) fn sigmoid_in_place<M: MulAdd>(v: &mut [f32]) {
+pub fn sigmoid_in_place<M: MulAdd>(v: &mut [f32]) {
     for x in v {
         *x = sigmoid_with::<M>(*x);
     }
 }
 
 #[inline(always)]
-pub(crate) fn tanh_in_place<M: MulAdd>(v: &mut [f32]) {
+pub fn tanh_in_place<M: MulAdd>(v: &mut [f32]) {
     for x in v {
         *x = tanh_with::<M>(*x);
     }

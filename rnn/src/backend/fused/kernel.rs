@@ -25,11 +25,11 @@ use super::gemm::{blocks, parallel, split_mut};
 use super::mat::Mat;
 use super::pool;
 use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
-use crate::recurrent::math::{
+use crate::math::{
     gru_hidden, lstm_cell_state, sigmoid_in_place, sigmoid_with, tanh_in_place, tanh_with,
     OneRounding,
 };
-use crate::recurrent::CellKind;
+use crate::CellKind;
 
 /// The activations' multiply-adds: fused (one instruction in the AVX2/AVX-512 passes, see
 /// `vectorized`). Forward, recompute and backward all use it, so recomputed gates are the

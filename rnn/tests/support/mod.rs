@@ -1,17 +1,31 @@
 //! Helpers shared by the recurrent-module tests: reference loading and comparisons.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use burn::tensor::{Bool, Tensor, TensorData};
-use common::backend::{cpu_device, CpuAutodiff};
+use recur_rnn::burn_backend::{cpu_device, CpuAutodiff};
 use serde_json::Value;
 
 pub type B = CpuAutodiff;
 
+/// The reference directory: `RECUR_REFERENCE_DIR` if set, else the repository's own
+/// `tests/reference`. Both are found from this crate's manifest directory, not the working
+/// directory: a relative `RECUR_REFERENCE_DIR` is taken from the project root (what
+/// `common::reference::reference_dir` does for the other crates' tests).
+pub fn reference_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("rnn/ sits in the project root");
+    match std::env::var_os("RECUR_REFERENCE_DIR") {
+        Some(dir) => root.join(dir),
+        None => root.join("tests/reference"),
+    }
+}
+
 /// Reads a reference JSON file; fails (never skips) when it is missing.
 pub fn load_json(relative: &str) -> Value {
-    let dir = common::reference::reference_dir();
+    let dir = reference_dir();
     let path = dir.join(relative);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
@@ -115,7 +129,7 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) {
 }
 
 pub fn reference_path_exists(relative: &str) -> bool {
-    Path::new(&common::reference::reference_dir())
+    Path::new(&reference_dir())
         .join(relative)
         .exists()
 }

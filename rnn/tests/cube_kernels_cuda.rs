@@ -2,8 +2,8 @@
 //! `--features cuda`; run by `scripts/gpu_session.sh` on a machine with a GPU.
 
 /// The backend under test (autodiff) and the same without autodiff.
-type G = common::backend::CudaAutodiff;
-type Plain = common::backend::Cuda;
+type G = recur_rnn::burn_backend::CudaAutodiff;
+type Plain = recur_rnn::burn_backend::Cuda;
 
 mod support;
 

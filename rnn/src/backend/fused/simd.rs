@@ -160,7 +160,7 @@ pub fn vectorized<R>(level: Level, f: impl FnOnce() -> R) -> R {
 }
 
 /// `b` (`[k, n]`) packed in panels of the level's `NR` columns, kept for many products.
-pub(crate) struct Packed {
+pub struct Packed {
     data: Vec<f32>,
     k: usize,
     n: usize,
@@ -281,7 +281,7 @@ impl Drop for Packed {
 
 /// `c <- a b + beta c` with `b` packed and `c` row-major `[a.rows, b.n]` with row stride
 /// `c_rs`. With `beta = 0` the old `c` is not read (it may hold anything, NaN included).
-pub(crate) fn gemm_packed(a: Mat<'_>, b: &Packed, beta: f32, c: &mut [f32], c_rs: usize) {
+pub fn gemm_packed(a: Mat<'_>, b: &Packed, beta: f32, c: &mut [f32], c_rs: usize) {
     let (m, k, n) = (a.rows, a.cols, b.n);
     assert_eq!(k, b.k, "a's columns are b's rows");
     if m == 0 || n == 0 {

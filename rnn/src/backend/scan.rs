@@ -6,7 +6,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::{row_mask, steps_of, CellState, Segments, Starting};
-use crate::recurrent::{RecurrentCore, RecurrentState};
+use crate::{RecurrentCore, RecurrentState};
 
 /// Returns, per layer, the post-step `h` (and `c`) `[B, T, H]`.
 pub(crate) fn run<B: Backend>(

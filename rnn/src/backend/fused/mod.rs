@@ -44,17 +44,17 @@ use ndarray::{ArcArray, IxDyn};
 
 pub use gemm::{blocks, parallel, single_threaded, square_gemm_peak, step_gemm_rate, threads};
 use kernel::{CellOut, Dims, Keep, Params, Saved, Stored, Wanted};
-pub(crate) use mat::Mat;
+pub use mat::Mat;
 pub use simd::vectorized;
 pub use simd::Level as SimdLevel;
-pub(crate) use simd::{gemm_packed, Packed};
+pub use simd::{gemm_packed, Packed};
 use views::slab;
 pub(crate) use views::{keep_rows, reshape};
 
 use super::scan::CellState3;
 use super::Segments;
-use crate::backend::{Cpu, CpuAutodiff};
-use crate::recurrent::{CellKind, Recompute, RecurrentCore, RecurrentOutput, RecurrentState};
+use crate::burn_backend::{Cpu, CpuAutodiff};
+use crate::{CellKind, Recompute, RecurrentCore, RecurrentOutput, RecurrentState};
 
 /// burn's autodiff tensor over [`Cpu`] (its `primitive` and graph `node`).
 type AdTensor = burn::tensor::ops::FloatTensor<CpuAutodiff>;
@@ -575,8 +575,8 @@ mod tests {
     use burn::tensor::{Bool, TensorData};
 
     use super::*;
-    use crate::backend::cpu_device;
-    use crate::recurrent::{
+    use crate::burn_backend::cpu_device;
+    use crate::{
         set_recurrent_mode, FusedKernels, RecurrentBackend, RecurrentConfig, RecurrentMode,
     };
 

@@ -8,7 +8,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 
 use super::scan::{stack_steps, CellState3};
 use super::{steps_of, Segments};
-use crate::recurrent::{RecurrentCore, RecurrentState};
+use crate::{RecurrentCore, RecurrentState};
 
 /// Returns, per layer, the post-step `h` (and `c`) `[B, T, H]`.
 pub(crate) fn run<B: Backend>(

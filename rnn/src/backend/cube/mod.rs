@@ -38,7 +38,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime};
 use super::fused::{run_layers, same_type, Call};
 use super::scan::CellState3;
 use super::Segments;
-use crate::recurrent::{CellKind, MatmulPrecision, Recompute, RecurrentCore, RecurrentState};
+use crate::{CellKind, MatmulPrecision, Recompute, RecurrentCore, RecurrentState};
 
 /// burn's CubeCL backend in `f32` on runtime `R` (`BT`: its bool element).
 type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
@@ -49,13 +49,13 @@ fn backends() -> Vec<TypeId> {
     let mut ids = Vec::new();
     #[cfg(feature = "wgpu")]
     ids.extend([
-        TypeId::of::<crate::backend::Wgpu>(),
-        TypeId::of::<crate::backend::WgpuAutodiff>(),
+        TypeId::of::<crate::burn_backend::Wgpu>(),
+        TypeId::of::<crate::burn_backend::WgpuAutodiff>(),
     ]);
     #[cfg(feature = "cuda")]
     ids.extend([
-        TypeId::of::<crate::backend::Cuda>(),
-        TypeId::of::<crate::backend::CudaAutodiff>(),
+        TypeId::of::<crate::burn_backend::Cuda>(),
+        TypeId::of::<crate::burn_backend::CudaAutodiff>(),
     ]);
     ids
 }

@@ -4,11 +4,11 @@
 //! neither can keep a packed operand across calls) and the fused backend's own kernels with
 //! `W_hh^T` packed once per call.
 //!
-//!   cargo run --release -p recur-common --example step_gemm -- [threads] [rows] [k] [n] [steps]
+//!   cargo run --release -p recur-rnn --example step_gemm -- [threads] [rows] [k] [n] [steps]
 
 use std::time::Instant;
 
-use common::recurrent::fused::{square_gemm_peak, step_gemm_rate};
+use recur_rnn::fused::{square_gemm_peak, step_gemm_rate};
 use ndarray::linalg::general_mat_mul;
 use ndarray::ArrayView2;
 

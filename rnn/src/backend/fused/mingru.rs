@@ -36,9 +36,9 @@ use super::kernel::{Dims, Stored};
 use super::mat::Mat;
 use super::simd::{gemm, gemm_packed, vectorized, Level, Packed};
 use super::{ad, dims_of, host, placeholder, pool, primitive, register_grad, Call};
-use crate::backend::{Cpu, CpuAutodiff};
-use crate::recurrent::math::{mingru_g_with, mingru_hidden, sigmoid_in_place, OneRounding};
-use crate::recurrent::{CellKind, Recompute};
+use crate::burn_backend::{Cpu, CpuAutodiff};
+use crate::math::{mingru_g_with, mingru_hidden, sigmoid_in_place, OneRounding};
+use crate::{CellKind, Recompute};
 
 /// Fused multiply-adds in the activations, as in the LSTM/GRU kernels.
 type Fma = OneRounding;

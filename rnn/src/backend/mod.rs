@@ -17,8 +17,8 @@ use super::cell::{step, StepWeights};
 use super::layer::RecurrentLayer;
 use super::{CellKind, FusedKernels};
 
-/// Which fused kernels backend `B` runs: the CPU ones on [`Cpu`](crate::backend::Cpu) and
-/// [`CpuAutodiff`](crate::backend::CpuAutodiff), the CubeCL ones on burn's CUDA and wgpu
+/// Which fused kernels backend `B` runs: the CPU ones on [`Cpu`](crate::burn_backend::Cpu) and
+/// [`CpuAutodiff`](crate::burn_backend::CpuAutodiff), the CubeCL ones on burn's CUDA and wgpu
 /// backends (with or without autodiff) in a build with the `cuda` or `wgpu` feature.
 pub fn fused_kernels<B: Backend>() -> FusedKernels {
     if fused::available::<B>() {

@@ -9,8 +9,8 @@
 use super::kernel::{self, CellOut, Dims, Keep, Packs, Params, Saved, Stored, Wanted};
 use super::simd::{gemm, vectorized, Level};
 use super::{keep_for, pool, threads, Mat};
-use crate::recurrent::math::{tanh_in_place as tanh_with_fma, OneRounding};
-use crate::recurrent::{CellKind, Recompute};
+use crate::math::{tanh_in_place as tanh_with_fma, OneRounding};
+use crate::{CellKind, Recompute};
 
 /// Batch rows per thread below which a layer call runs on the calling thread alone. On 2
 /// cores of a Zen 4, a small policy's minibatch of 8 slices ran fwd+bwd in 0.54 ms on one

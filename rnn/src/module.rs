@@ -621,8 +621,8 @@ fn check_shape(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{cpu_device, Cpu};
-    use crate::recurrent::{set_recurrent_mode, Recompute};
+    use crate::burn_backend::{cpu_device, Cpu};
+    use crate::{set_recurrent_mode, Recompute};
 
     fn gru(config: RecurrentConfig) -> Result<RecurrentCore<Cpu>, RecurrentError> {
         RecurrentCore::new(&config, CellKind::Gru, &cpu_device())
@@ -814,7 +814,7 @@ mod tests {
             .with_backend(RecurrentBackend::Fused)
             .validate(
                 CellKind::MinGru,
-                crate::recurrent::FusedKernels::Unavailable,
+                crate::FusedKernels::Unavailable,
             )
             .unwrap_err()
             .to_string();

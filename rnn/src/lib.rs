@@ -9,8 +9,8 @@
 //!
 //! ```
 //! use burn::tensor::{Bool, Tensor};
-//! use common::backend::{cpu_device, Cpu};
-//! use common::recurrent::{set_recurrent_mode, RecurrentConfig, RecurrentMode, RecurrentState};
+//! use recur_rnn::burn_backend::{cpu_device, Cpu};
+//! use recur_rnn::{set_recurrent_mode, RecurrentConfig, RecurrentMode, RecurrentState};
 //!
 //! let device = cpu_device();
 //! let gru = RecurrentConfig::new(3, 4).init_gru::<Cpu>(&device).unwrap();
@@ -34,6 +34,8 @@
 //! assert_eq!(out.features.dims(), [2, 5, 4]);
 //! ```
 
+#![deny(unsafe_code)]
+
 /// `name()` (the name used in configs and benchmark rows) and `FromStr` of a config enum, from
 /// one list of its variants and their names; a parse error names `key`, the value and every
 /// name accepted: a [`RecurrentError::Config`], or with `String` before the key that text (for
@@ -41,8 +43,8 @@
 #[macro_export]
 macro_rules! config_names {
     ($ty:ident, $key:literal, $($variant:ident => $name:literal),+ $(,)?) => {
-        $crate::config_names!(@impl $ty, $crate::recurrent::RecurrentError, |value, expected| {
-            $crate::recurrent::RecurrentError::Config { key: $key, value, expected }
+        $crate::config_names!(@impl $ty, $crate::RecurrentError, |value, expected| {
+            $crate::RecurrentError::Config { key: $key, value, expected }
         }, $($variant => $name),+);
     };
     ($ty:ident, String $key:literal, $($variant:ident => $name:literal),+ $(,)?) => {
@@ -76,11 +78,12 @@ macro_rules! config_names {
 }
 
 pub(crate) mod backend;
+pub mod burn_backend;
 mod cell;
 mod config;
 mod error;
 mod layer;
-pub(crate) mod math;
+pub mod math;
 mod mode;
 mod module;
 mod modules;

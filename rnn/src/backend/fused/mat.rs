@@ -3,7 +3,7 @@
 
 /// A read-only `[rows, cols]` matrix inside a slice: element `(i, j)` at `i * rs + j * cs`.
 #[derive(Clone, Copy)]
-pub(crate) struct Mat<'a> {
+pub struct Mat<'a> {
     pub data: &'a [f32],
     pub rows: usize,
     pub cols: usize,

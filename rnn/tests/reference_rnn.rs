@@ -4,8 +4,8 @@
 mod support;
 
 use burn::tensor::{Bool, Tensor, TensorData};
-use common::backend::cpu_device;
-use common::recurrent::{
+use recur_rnn::burn_backend::cpu_device;
+use recur_rnn::{
     set_recurrent_mode, CellKind, Recompute, RecurrentBackend, RecurrentConfig, RecurrentCore,
     RecurrentMode, RecurrentState,
 };
@@ -307,7 +307,7 @@ fn reference_dir_override_is_read_and_a_changed_value_fails() {
     if std::env::var_os("RECUR_REFERENCE_SELF_TEST").is_some() {
         return; // the child runs below; never recurse
     }
-    let source = common::reference::reference_dir().join("rnn");
+    let source = reference_dir().join("rnn");
     let copy = std::env::temp_dir().join(format!("recur-reference-copy-{}", std::process::id()));
     let rnn = copy.join("rnn");
     std::fs::create_dir_all(&rnn).unwrap();

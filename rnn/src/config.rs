@@ -132,8 +132,8 @@ config_names!(
 /// TorchRL's recurrent-module options.
 ///
 /// ```
-/// use common::backend::{cpu_device, Cpu};
-/// use common::recurrent::{RecurrentBackend, RecurrentConfig};
+/// use recur_rnn::burn_backend::{cpu_device, Cpu};
+/// use recur_rnn::{RecurrentBackend, RecurrentConfig};
 ///
 /// let lstm = RecurrentConfig::new(64, 256)
 ///     .with_num_layers(2)

@@ -13,8 +13,8 @@
 //!   (no autodiff) and the config checks.
 
 /// The backend under test (autodiff) and the same without autodiff.
-type G = common::backend::WgpuAutodiff;
-type Plain = common::backend::Wgpu;
+type G = recur_rnn::burn_backend::WgpuAutodiff;
+type Plain = recur_rnn::burn_backend::Wgpu;
 
 mod support;
 

@@ -19,7 +19,7 @@ use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 use ndarray::{ArcArray, IxDyn};
 
 use super::{cpu_tensor, host, primitive, same_type, AdTensor};
-use crate::backend::{Cpu, CpuAutodiff};
+use crate::burn_backend::{Cpu, CpuAutodiff};
 
 /// `t` as `shape` (same element count), sharing `t`'s storage where it is contiguous on the CPU
 /// backends; burn's `reshape` elsewhere.
@@ -236,7 +236,7 @@ mod tests {
     use burn::tensor::TensorData;
 
     use super::*;
-    use crate::backend::cpu_device;
+    use crate::burn_backend::cpu_device;
 
     fn values<const D: usize, B: Backend>(t: Tensor<B, D>) -> Vec<f32> {
         t.into_data().to_vec::<f32>().unwrap()

@@ -9,8 +9,8 @@
 mod support;
 
 use burn::tensor::{Bool, Tensor, TensorData};
-use common::backend::cpu_device;
-use common::recurrent::{
+use recur_rnn::burn_backend::cpu_device;
+use recur_rnn::{
     set_recurrent_mode, CellKind, Recompute, RecurrentBackend, RecurrentConfig, RecurrentCore,
     RecurrentMode, RecurrentState,
 };

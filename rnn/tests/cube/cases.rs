@@ -4,8 +4,8 @@
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Tensor, TensorData};
-use common::backend::{cpu_device, CpuAutodiff};
-use common::recurrent::{
+use recur_rnn::burn_backend::{cpu_device, CpuAutodiff};
+use recur_rnn::{
     set_recurrent_mode, CellKind, MatmulPrecision, Recompute, RecurrentBackend, RecurrentConfig,
     RecurrentCore, RecurrentMode, RecurrentState,
 };
