@@ -8,9 +8,9 @@
 
 use std::time::Instant;
 
-use recur_rnn::fused::{square_gemm_peak, step_gemm_rate};
 use ndarray::linalg::general_mat_mul;
 use ndarray::ArrayView2;
+use recur_rnn::fused::{square_gemm_peak, step_gemm_rate};
 
 fn arg(i: usize, default: usize) -> usize {
     std::env::args()

@@ -85,9 +85,9 @@ mod error;
 mod layer;
 pub mod math;
 mod mode;
-mod module;
 mod modules;
 mod primer;
+mod recurrent_core;
 mod state;
 
 pub use backend::{fused, fused_kernels};
@@ -96,7 +96,7 @@ pub use config::{FusedKernels, MatmulPrecision, Recompute, RecurrentBackend, Rec
 pub use error::RecurrentError;
 pub use layer::RecurrentLayer;
 pub use mode::{current_recurrent_mode, set_recurrent_mode, RecurrentMode, RecurrentModeGuard};
-pub use module::RecurrentCore;
 pub use modules::{GruModule, LstmModule, MinGruModule};
 pub use primer::{Primer, PrimerEntry};
+pub use recurrent_core::RecurrentCore;
 pub use state::{RecurrentOutput, RecurrentState};

@@ -9,14 +9,14 @@
 mod support;
 
 use burn::tensor::{Bool, Tensor, TensorData};
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use recur_rnn::burn_backend::cpu_device;
 use recur_rnn::{
     set_recurrent_mode, CellKind, Recompute, RecurrentBackend, RecurrentConfig, RecurrentCore,
     RecurrentMode, RecurrentState,
 };
-use proptest::prelude::*;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use support::*;
 
 /// A random problem: module shape, batch, resets and data.

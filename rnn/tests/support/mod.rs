@@ -129,9 +129,7 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) {
 }
 
 pub fn reference_path_exists(relative: &str) -> bool {
-    Path::new(&reference_dir())
-        .join(relative)
-        .exists()
+    Path::new(&reference_dir()).join(relative).exists()
 }
 
 /// The expected `("next", rs_h)` `[B, T, L, H]`: the file's `next_rs_h` (LSTM/GRU), or, for

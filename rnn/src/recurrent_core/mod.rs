@@ -812,10 +812,7 @@ mod tests {
         let err = config
             .clone()
             .with_backend(RecurrentBackend::Fused)
-            .validate(
-                CellKind::MinGru,
-                crate::FusedKernels::Unavailable,
-            )
+            .validate(CellKind::MinGru, crate::FusedKernels::Unavailable)
             .unwrap_err()
             .to_string();
         assert!(
