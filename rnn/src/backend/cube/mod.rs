@@ -5,10 +5,11 @@
 //! burn matmul (`[B*T, in] x [in, G*H]`), then **one kernel launch** for the whole time loop
 //! ([`kernel`]: one cube per tile of batch rows, the stored state loaded at every step that
 //! starts a segment). Under autodiff each layer is one custom burn autodiff node, as on the
-//! CPU: its backward is one more launch (the reverse time loop, which writes the gate
-//! gradients), then burn matmuls for `dx`, `dW_ih`, `dW_hh` (split over `B*T`:
-//! [`weight_grad`]) and the biases. With `recompute = "full"` the forward keeps nothing but its
-//! output and the backward relaunches the forward to get the gates back.
+//! CPU ([`autodiff`]): its backward is one more launch (the reverse time loop, which writes the
+//! gate gradients), then burn matmuls for `dx`, `dW_ih`, `dW_hh` (split over `B*T`:
+//! [`weight_grad`](matmul::weight_grad)) and the biases ([`matmul`]). With
+//! `recompute = "full"` the forward keeps nothing but its output and the backward relaunches
+//! the forward to get the gates back.
 //!
 //! Layers are chained as burn tensors (dropout between them is burn's op) by the CPU fused
 //! backend's `run_layers`; the module writes `next` at the segment ends from the per-step
@@ -19,15 +20,12 @@
 //! Precision ([`MatmulPrecision`]): `tf32` and `bf16` round the operands of the recurrent
 //! product (see [`kernel`]); everything else is `f32`.
 
+mod autodiff;
 mod kernel;
+mod matmul;
 
 use std::any::{Any, TypeId};
 
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
-use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
@@ -35,6 +33,8 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime};
 
+use self::autodiff::autodiff_layer;
+use self::matmul::matmul;
 use super::fused::{run_layers, same_type, Call};
 use super::scan::CellState3;
 use super::Segments;
@@ -164,109 +164,6 @@ fn prim<R: CubeRuntime, BT: BoolElement, const D: usize>(
     t: Tensor<Cube<R, BT>, D>,
 ) -> CubeTensor<R> {
     into_contiguous(t.into_primitive().tensor())
-}
-
-/// `a x b` at the call's precision. `ieee` runs cubek's unit (register) matmul: burn's own
-/// matmul stages `f32` operands as `tf32` on any device with tensor cores (cubek-matmul 0.2,
-/// `adjust_dtypes`), so on an H100 every product of the layer would round to 10 bits of
-/// mantissa. `tf32` and `bf16` keep burn's matmul (tensor cores where the device has them).
-fn matmul<R: CubeRuntime, BT: BoolElement, const D: usize>(
-    a: Tensor<Cube<R, BT>, D>,
-    b: Tensor<Cube<R, BT>, D>,
-    precision: u32,
-) -> Tensor<Cube<R, BT>, D> {
-    if precision != kernel::IEEE {
-        return a.matmul(b);
-    }
-    use burn::tensor::DType;
-    use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
-    use cubek::matmul::launch::{launch_ref, Strategy};
-    use cubek::matmul::routines::simple_unit::SimpleUnitSelectionArgs;
-    use cubek::matmul::routines::{BlueprintStrategy, TileSizeSelection};
-    use cubek::std::InputBinding;
-    // Transposed operands stay views: cubek reads either layout (burn's matmul passes them
-    // the same way), and the naive fallback makes its own copy where it needs one.
-    let (a, b) = (a.into_primitive().tensor(), b.into_primitive().tensor());
-    let out = burn_cubecl::kernel::matmul::init_matmul_output(&a, &b, DType::F32);
-    let launch = |strategy: &Strategy| {
-        let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
-            lhs: a.dtype.into(),
-            rhs: b.dtype.into(),
-            out: out.dtype.into(),
-        });
-        launch_ref(
-            strategy,
-            &out.client,
-            InputBinding::new(a.clone().binding(), a.dtype.into()),
-            InputBinding::new(b.clone().binding(), b.dtype.into()),
-            out.clone().binding(),
-            &mut dtypes,
-        )
-    };
-    let unit = Strategy::SimpleUnit(BlueprintStrategy::Inferred(SimpleUnitSelectionArgs {
-        tile_size: TileSizeSelection::MaxTileSize,
-    }));
-    // The naive kernel takes any shape the tiled one refuses (both multiply in f32).
-    if let Err(unit_err) = launch(&unit) {
-        launch(&Strategy::Naive).unwrap_or_else(|naive_err| {
-            panic!("no f32 matmul launches: unit {unit_err:?}, naive {naive_err:?}")
-        });
-    }
-    wrap::<R, BT, D>(out)
-}
-
-/// Rows of `B*T`, at least, per part of a split weight gradient ([`weight_grad`]).
-const SPLIT_ROWS: usize = 1024;
-/// Parts of a split weight gradient, at most.
-const MAX_SPLITS: usize = 32;
-
-/// `aᵀ b` for `a` `[n, p]` and `b` `[n, q]`: a layer's weight gradient, whose `n = B*T` runs to
-/// hundreds of thousands over an output of a few hundred rows and columns. One matmul over all
-/// of `n` gives the device a few dozen output tiles, each a loop over `n`, and leaves most of it
-/// idle. So `n` is split into parts (split-K): up to [`MAX_SPLITS`] of at least [`SPLIT_ROWS`]
-/// rows, a divisor of `n`, multiplied as one batched matmul and summed. `RECUR_CUBE_SPLIT_K`
-/// sets the number of parts instead (1: no split), for benchmarks.
-fn weight_grad<R: CubeRuntime, BT: BoolElement>(
-    a: Tensor<Cube<R, BT>, 2>,
-    b: Tensor<Cube<R, BT>, 2>,
-    precision: u32,
-) -> CubeTensor<R> {
-    let ([n, p], q) = (a.dims(), b.dims()[1]);
-    let wanted = match std::env::var("RECUR_CUBE_SPLIT_K") {
-        Ok(v) => match v.parse::<usize>() {
-            Ok(parts) if parts > 0 => parts,
-            _ => panic!("RECUR_CUBE_SPLIT_K = {v:?}: expected a number of parts, at least 1"),
-        },
-        Err(_) => MAX_SPLITS.min(n / SPLIT_ROWS),
-    };
-    let parts = divisor_at_most(n, wanted.min(n));
-    if parts == 1 {
-        return prim(matmul(a.transpose(), b, precision));
-    }
-    let a = a.reshape([parts, n / parts, p]).swap_dims(1, 2);
-    let b = b.reshape([parts, n / parts, q]);
-    prim(matmul(a, b, precision).sum_dim(0).reshape([p, q]))
-}
-
-/// The largest divisor of `n` that is at most `k` (1 at the least): how many equal parts of
-/// `n` rows [`weight_grad`] and [`column_sum`] use.
-fn divisor_at_most(n: usize, k: usize) -> usize {
-    (1..=k.max(1))
-        .rev()
-        .find(|&d| n.is_multiple_of(d))
-        .unwrap_or(1)
-}
-
-/// The column sums of `t` `[n, q]`: a layer's bias gradient, summed over `n = B*T` rows. burn's
-/// `sum_dim(0)` over all of `n` runs one loop of `n` steps per column: 32 ms of an LSTM's
-/// 112 ms fwd+bwd at B 2048, T 128 on an H100, per bias. Reshaped to `[parts, n / parts, q]`
-/// (`parts` the largest divisor of `n` up to `√n`), the first sum has `parts * q` loops of
-/// `n / parts` steps and the second `q` loops of `parts`.
-fn column_sum<R: CubeRuntime, BT: BoolElement>(t: Tensor<Cube<R, BT>, 2>) -> CubeTensor<R> {
-    let [n, q] = t.dims();
-    let parts = divisor_at_most(n, n.isqrt());
-    let t = t.reshape([parts, n / parts, q]).sum_dim(1);
-    prim(t.sum_dim(0).reshape([q]))
 }
 
 /// One layer call's tensors on the inner backend, contiguous.
@@ -451,176 +348,4 @@ fn rounded<R: CubeRuntime, BT: BoolElement>(w: CubeTensor<R>, precision: u32) ->
     ));
     kernel::round_into(&w, &out, precision);
     out
-}
-
-/// What the backward of one layer call needs.
-#[derive(Clone, Debug)]
-struct LayerState<R: CubeRuntime> {
-    how: How,
-    inputs: Inputs<R>,
-    /// The forward's output `[K, B, T, H]`.
-    out: CubeTensor<R>,
-    /// The saved gates (`recompute = "none"`).
-    saved: Option<CubeTensor<R>>,
-}
-
-/// The backward step of one CubeCL fused layer. Parents: `x`, `h0`, `c0`, `w_ih`, `w_hh`,
-/// `b_ih`, `b_hh` (absent ones are untracked placeholders).
-#[derive(Debug)]
-struct CubeLayerBackward;
-
-impl<R: CubeRuntime, BT: BoolElement> Backward<Cube<R, BT>, 7> for CubeLayerBackward {
-    type State = LayerState<R>;
-
-    fn backward(self, ops: Ops<Self::State, 7>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [nx, nh, nc, nwi, nwh, nbi, nbh] = ops.parents;
-        let dout = into_contiguous(grads.consume::<Cube<R, BT>>(&ops.node));
-        let LayerState {
-            how,
-            inputs,
-            out,
-            saved,
-        } = ops.state;
-        let saved =
-            saved.unwrap_or_else(|| forward::<R, BT>(how, &inputs, true).1.expect("kept gates"));
-        let [rows, steps, input, hidden] = inputs.dims();
-        let gh = how.cell.gates() * hidden;
-        let lstm = how.cell.has_cell_state();
-        let device = &out.device;
-        let flat =
-            |t: CubeTensor<R>, width: usize| wrap::<R, BT, 3>(t).reshape([rows * steps, width]);
-        let empty = |shape: [usize; 3]| prim(Tensor::<Cube<R, BT>, 3>::empty(shape, device));
-        let launch = launch_of(how, &out, rows, hidden);
-        let (dg_ih, dh0) = (empty([rows, steps, gh]), empty([rows, steps, hidden]));
-        // LSTM/GRU: `W_hh`'s gate gradients (a GRU's own, an LSTM's are `dg_ih`), the entering
-        // states and `dc0`; minGRU has no recurrent weights.
-        let mut recurrent = None;
-        if how.cell == CellKind::MinGru {
-            let (h0, start) = (&inputs.h0, &inputs.start);
-            kernel::mingru_backward(launch, h0, start, &out, &saved, &dout, &dg_ih, &dh0);
-        } else {
-            let dummy = || prim(Tensor::<Cube<R, BT>, 1>::zeros([1], device));
-            let (dg_hh, dc0) = if lstm {
-                (dummy(), empty([rows, steps, hidden]))
-            } else {
-                (empty([rows, steps, gh]), dummy())
-            };
-            let h_in = empty([rows, steps, hidden]);
-            let c0 = inputs.c0.clone().unwrap_or_else(dummy);
-            let w_hh = inputs.w_hh.clone().expect("LSTM and GRU layers have W_hh");
-            let w = rounded::<R, BT>(w_hh, how.precision);
-            kernel::backward(
-                launch,
-                &w,
-                &inputs.h0,
-                &c0,
-                &inputs.start,
-                &out,
-                &saved,
-                &dout,
-                &dg_ih,
-                &dg_hh,
-                &h_in,
-                &dh0,
-                &dc0,
-            );
-            recurrent = Some((dg_hh, h_in, dc0));
-        }
-        let dgi = flat(dg_ih, gh);
-        let mut give = |node: Option<NodeId>, value: &dyn Fn() -> CubeTensor<R>| {
-            if let Some(node) = node {
-                grads.register::<Cube<R, BT>>(node, value());
-            }
-        };
-        give(nx.map(|n| n.id), &|| {
-            prim(
-                matmul(
-                    dgi.clone(),
-                    wrap::<R, BT, 2>(inputs.w_ih.clone()),
-                    how.precision,
-                )
-                .reshape([rows, steps, input]),
-            )
-        });
-        give(nh.map(|n| n.id), &|| dh0.clone());
-        give(nwi.map(|n| n.id), &|| {
-            weight_grad(dgi.clone(), flat(inputs.x.clone(), input), how.precision)
-        });
-        give(nbi.map(|n| n.id), &|| column_sum(dgi.clone()));
-        let Some((dg_hh, h_in, dc0)) = recurrent else {
-            return;
-        };
-        let dgh = if lstm { dgi.clone() } else { flat(dg_hh, gh) };
-        if lstm {
-            give(nc.map(|n| n.id), &|| dc0.clone());
-        }
-        give(nwh.map(|n| n.id), &|| {
-            weight_grad(dgh.clone(), flat(h_in.clone(), hidden), how.precision)
-        });
-        give(nbh.map(|n| n.id), &|| column_sum(dgh.clone()));
-    }
-}
-
-/// One layer as a node of burn's autodiff graph on `Autodiff<Cube<R, BT>>`.
-fn autodiff_layer<R: CubeRuntime, BT: BoolElement>(
-    how: How,
-    start: CubeTensor<R>,
-    call: Call<Autodiff<Cube<R, BT>>>,
-) -> Tensor<Autodiff<Cube<R, BT>>, 4> {
-    type AdTensor<R, BT> = burn::tensor::ops::FloatTensor<Autodiff<Cube<R, BT>>>;
-    fn ad<R: CubeRuntime, BT: BoolElement, const D: usize>(
-        t: Tensor<Autodiff<Cube<R, BT>>, D>,
-    ) -> AdTensor<R, BT> {
-        t.into_primitive().tensor()
-    }
-    let device = call.x.device();
-    let placeholder =
-        || AdTensor::<R, BT>::new(prim(Tensor::<Cube<R, BT>, 1>::zeros([1], &device)));
-    let x = ad(call.x);
-    let h0 = ad(call.h0);
-    let c0 = call.c0.map(ad);
-    let w_ih = ad(call.w_ih);
-    let w_hh = call.w_hh.map(ad);
-    let b_ih = call.b_ih.map(ad);
-    let b_hh = call.b_hh.map(ad);
-    let node = |t: &Option<AdTensor<R, BT>>| t.clone().unwrap_or_else(placeholder).node;
-    let nodes = [
-        x.node.clone(),
-        h0.node.clone(),
-        node(&c0),
-        w_ih.node.clone(),
-        node(&w_hh),
-        node(&b_ih),
-        node(&b_hh),
-    ];
-    let contiguous = |t: &AdTensor<R, BT>| into_contiguous(t.primitive.clone());
-    let inputs = Inputs {
-        x: contiguous(&x),
-        h0: contiguous(&h0),
-        c0: c0.as_ref().map(contiguous),
-        w_ih: contiguous(&w_ih),
-        w_hh: w_hh.as_ref().map(contiguous),
-        b_ih: b_ih.as_ref().map(contiguous),
-        b_hh: b_hh.as_ref().map(contiguous),
-        start: into_contiguous(start),
-    };
-    let prepared = <CubeLayerBackward as Backward<Cube<R, BT>, 7>>::prepare::<NoCheckpointing>(
-        CubeLayerBackward,
-        nodes,
-    );
-    let output = match prepared.compute_bound().stateful() {
-        OpsKind::Tracked(prep) => {
-            let keep = how.recompute == Recompute::None;
-            let (out, saved) = forward::<R, BT>(how, &inputs, keep);
-            let state = LayerState {
-                how,
-                inputs,
-                out: out.clone(),
-                saved,
-            };
-            prep.finish(state, out)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(forward::<R, BT>(how, &inputs, false).0),
-    };
-    Tensor::from_primitive(TensorPrimitive::Float(output))
 }
