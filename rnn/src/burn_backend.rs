@@ -2,8 +2,8 @@
 //!
 //! [`Cpu`] (burn's ndarray backend, `f32`) for inference and [`CpuAutodiff`] for training: the
 //! fused backend's CPU kernels run on these two. In a build with the `cuda` feature, burn's
-//! CUDA backend ([`Cuda`], [`CudaAutodiff`]); with `wgpu`, its wgpu backend ([`Wgpu`],
-//! [`WgpuAutodiff`]): the CubeCL fused kernels run on those.
+//! CUDA backend (`Cuda`, `CudaAutodiff`); with `wgpu`, its wgpu backend (`Wgpu`,
+//! `WgpuAutodiff`): the CubeCL fused kernels run on those.
 
 /// CPU backend for inference (no autodiff): burn's ndarray backend in `f32`.
 pub type Cpu = burn::backend::NdArray<f32>;

@@ -68,7 +68,7 @@ pub enum Recompute {
 
 config_names!(Recompute, "recompute", None => "none", Full => "full");
 
-/// Which fused kernels a tensor backend runs (see `recurrent::backend::fused_kernels`).
+/// Which fused kernels a tensor backend runs (see [`fused_kernels`](crate::fused_kernels)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FusedKernels {
     /// None: `backend = "fused"` is refused, `auto` picks `scan`.

@@ -1,6 +1,6 @@
 //! The cells' element-wise math on the host, shared by the fused kernel
-//! ([`fused`](super::fused)) and the actor's inference path (`policy::inference`): vectorizable
-//! `exp`, `sigmoid` and `tanh`, and the LSTM, GRU and minGRU state updates.
+//! ([`fused`](super::fused)) and the actor's inference path (common's `policy::inference`):
+//! vectorizable `exp`, `sigmoid` and `tanh`, and the LSTM, GRU and minGRU state updates.
 //!
 //! libm's scalar `expf` is a function call per element; the cells evaluate `G*H` activations per
 //! row and step, as many as the GEMM has output elements, so a call each would cost as much as

@@ -1,7 +1,7 @@
 //! SIMD kernels of the fused backend: a packed-operand f32 GEMM with AVX-512 and AVX2/FMA
 //! micro-kernels, and [`vectorized`], which runs element-wise code (the gate passes) compiled
-//! for the same instruction set. Besides `shm`, the crate's only module allowed `unsafe`;
-//! every block says why it holds.
+//! for the same instruction set. The crate's only module allowed `unsafe`; every block says why
+//! it holds.
 //!
 //! Why hand-written: the recurrent step multiplies the same `W_hh^T` (`[H, G*H]`) by a new
 //! `h` at each of `T` steps. matrixmultiply's `sgemm` (AVX2 kernels) and the `gemm` crate
