@@ -396,7 +396,8 @@ mod tests {
     use crate::burn_backend::{cpu_device, Cpu};
     use crate::{set_recurrent_mode, Recompute};
 
-    fn gru(config: RecurrentConfig) -> Result<RecurrentCore<Cpu>, RecurrentError> {
+    /// A GRU core on the CPU from `config` (`params`' tests build theirs here too).
+    pub(super) fn gru(config: RecurrentConfig) -> Result<RecurrentCore<Cpu>, RecurrentError> {
         RecurrentCore::new(&config, CellKind::Gru, &cpu_device())
     }
 

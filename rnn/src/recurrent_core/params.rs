@@ -245,13 +245,10 @@ fn param_error(name: &str, problem: &str) -> RecurrentError {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::gru;
     use super::*;
     use crate::burn_backend::{cpu_device, Cpu};
     use crate::{RecurrentBackend, RecurrentConfig};
-
-    fn gru(config: RecurrentConfig) -> Result<RecurrentCore<Cpu>, RecurrentError> {
-        RecurrentCore::new(&config, CellKind::Gru, &cpu_device())
-    }
 
     #[test]
     fn load_parameters_checks_names_and_shapes() {
