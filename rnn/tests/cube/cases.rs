@@ -4,14 +4,14 @@
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Tensor, TensorData};
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use recur_rnn::burn_backend::{cpu_device, CpuAutodiff};
 use recur_rnn::{
     set_recurrent_mode, CellKind, MatmulPrecision, Recompute, RecurrentBackend, RecurrentConfig,
     RecurrentCore, RecurrentMode, RecurrentState,
 };
-use proptest::prelude::*;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use support::{assert_close, bools, expected_next_h, floats, load_json, params, values};
 
