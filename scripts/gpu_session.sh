@@ -15,7 +15,7 @@
 #
 # `run` does, in order, each step logged to $OUT/<step>.log and never stopping at a failure:
 #   1. probe: nvidia-smi, the CUDA driver and NVRTC libraries cubecl loads at run time;
-#   2. tests: common/tests/cube_kernels_cuda.rs (reference vectors per precision with their
+#   2. tests: rnn/tests/cube_kernels_cuda.rs (reference vectors per precision with their
 #      tolerances, kernels == CPU fused backend, row tiles with tails, sequential ==
 #      recurrent, boundary isolation);
 #   3. rnn: `recur-bench rnn --device cuda` rows of the fused kernel, input 64, hidden 256,
@@ -84,20 +84,22 @@ build() {
         git worktree add --detach "$wt" "$base"
         # cargo hashes workspace members by their path inside the workspace, so the base and
         # this tree share artifacts: fresh mtimes make each build recompile its own sources.
-        find "$wt/common" "$wt/learner" "$wt/actor" -name '*.rs' -exec touch {} +
+        # (A base from before recur-rnn has no rnn/.)
+        find "$wt/common" "$wt/learner" "$wt/actor" $([[ -d "$wt/rnn" ]] && echo "$wt/rnn") \
+            -name '*.rs' -exec touch {} +
         (cd "$wt" && cargo build --release --locked --features cuda -p recur-learner \
             --bin recur-bench)
         cp "$CARGO_TARGET_DIR/release/recur-bench" "$PACK/bin/recur-bench-base"
         # The build below links its own binary there again, from its own sources.
         rm -f "$CARGO_TARGET_DIR/release/recur-bench"
-        find common learner actor -name '*.rs' -exec touch {} +
+        find rnn common learner actor -name '*.rs' -exec touch {} +
         git rev-parse --short "$base" >"$PACK/bin/base-rev"
         git worktree remove --force "$wt"
     fi
     cargo build --release --locked --features cuda -p recur-learner -p recur-actor \
         --bin recur-learner --bin recur-actor --bin recur-bench
     local test_bin
-    test_bin=$(cargo test --release --locked --features cuda -p recur-common \
+    test_bin=$(cargo test --release --locked --features cuda -p recur-rnn \
         --test cube_kernels_cuda --no-run --message-format=json \
         | python3 -c 'import json,sys
 for line in sys.stdin:
@@ -107,7 +109,7 @@ for line in sys.stdin:
     for b in "${BINS[@]}"; do cp "$CARGO_TARGET_DIR/release/$b" "$PACK/bin/"; done
     cp "$test_bin" "$PACK/bin/cube_kernels_cuda"
     git rev-parse --short HEAD >"$PACK/bin/rev"
-    git diff --quiet HEAD -- common learner actor || echo "+uncommitted" >>"$PACK/bin/rev"
+    git diff --quiet HEAD -- rnn common learner actor || echo "+uncommitted" >>"$PACK/bin/rev"
     strip "$PACK/bin/"recur-* "$PACK/bin/cube_kernels_cuda"
     XZ_OPT=-6 tar -C "$PACK" -cJf "$PACK/bins.tar.xz" bin
     rm -rf "$PACK/bin"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests the CubeCL fused recurrent kernels (common/tests/cube_kernels.rs: the PyTorch reference
+# Tests the CubeCL fused recurrent kernels (rnn/tests/cube_kernels.rs: the PyTorch reference
 # vectors per precision, kernels == CPU fused backend, sequential == recurrent, boundary
 # isolation) on burn's wgpu backend over Mesa's lavapipe, a Vulkan driver that runs on the CPU:
 # no GPU needed. Installs the driver when it is missing (apt-get, as root or through sudo).
@@ -31,11 +31,11 @@ fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
 # Only the crate that has the kernels, only their test target, and that crate unoptimised:
-# the kernels run in lavapipe, not in recur-common, and the dev profile's opt-level 2 would
+# the kernels run in lavapipe, not in recur-rnn, and the dev profile's opt-level 2 would
 # cost ~2 of the build's minutes (154 s against 30 s for the crate on 2 cores; the tests ran
 # 37 s and 26 s). The dependencies keep the dev profile, shared with the workspace's tests.
-cargo_test=(cargo test --config 'profile.dev.package.recur-common.opt-level=0'
-    -p recur-common --features wgpu --locked --test cube_kernels)
+cargo_test=(cargo test --config 'profile.dev.package.recur-rnn.opt-level=0'
+    -p recur-rnn --features wgpu --locked --test cube_kernels)
 start=$SECONDS
 "${cargo_test[@]}" --no-run
 built=$SECONDS

@@ -1,20 +1,24 @@
 //! Code shared by recur's actor and learner processes.
 //!
-//! - [`recurrent`]: LSTM/GRU modules with sequential and recurrent modes, `is_init` resets,
-//!   the thread-local [`recurrent::set_recurrent_mode`] switch, the `pad`, `scan` and
-//!   `fused` backends and the [`recurrent::Primer`] that describes the recurrent-state entries.
-//!   The fused backend's SIMD kernels (`recurrent/backend/fused/simd.rs`) are the crate's
-//!   other `unsafe` module (allowed there alone, every block with a `// SAFETY:` comment).
-//! - [`backend`]: the tensor backends recur runs on (CPU; CUDA for the learner in a build
-//!   with the `cuda` feature) and the learner's training device.
-//! - [`envs`]: the built-in environments (CartPole, MaskedCartPole, Pendulum, RepeatPrevious),
-//!   the `TimeLimit` wrapper and the auto-resetting `VecEnv` the actor steps.
+//! - [`recurrent`]: the recurrent modules, which are their own crate, recur-rnn (`rnn/`),
+//!   re-exported here under their old path: LSTM, GRU and minGRU with sequential and recurrent
+//!   modes, `is_init` resets, the thread-local [`recurrent::set_recurrent_mode`] switch, the
+//!   `pad`, `scan` and `fused` backends and the [`recurrent::Primer`] that describes the
+//!   recurrent-state entries.
+//! - [`backend`]: the tensor backends recur runs on (recur-rnn's, re-exported: CPU; CUDA for the
+//!   learner in a build with the `cuda` feature) and the learner's training device.
+//! - [`envs`]: the built-in environments (CartPole, Pendulum and their masked variants,
+//!   RepeatPrevious, the POPGym ids natively), the gymnasium bridge, the `TimeLimit` and
+//!   previous-action wrappers, the registry of ids and the auto-resetting `VecEnv` the actor
+//!   steps.
 //! - [`chunk`]: the trajectory chunk (schema, columns, encoding) that crosses processes.
 //! - [`checkpoint`]: the checkpoint directory (save, load, its files).
 //! - [`actor_args`]: what the learner decides for its actors ([`actor_args::ActorArgs`]: env,
 //!   policy architecture, seed, exploration), one serde value sent whole.
 //! - [`control`]: the control-plane protocol (register, heartbeat, stats, shutdown) and its frames.
 //! - [`dataset`]: recorded datasets of chunks (append-only, crash-safe prefix).
+//! - [`fuzz`]: the fuzz targets' entry points, every decoder of bytes from disk or the network
+//!   (`fuzz/`; replayed as tests).
 //! - [`shm`]: the shared-memory transport: per-actor trajectory rings and the weight double
 //!   buffer, in `/dev/shm/recur-*` segments the learner owns (the crate's only `unsafe`).
 //! - [`policy`]: the policy network (encoder -> recurrent core -> heads), its distributions,
@@ -41,7 +45,6 @@ pub mod envs;
 pub mod fuzz;
 mod hash;
 pub mod policy;
-pub mod recurrent;
 pub mod reference;
 pub mod remote;
 pub mod rollout;
@@ -49,3 +52,8 @@ pub mod rollout;
 pub mod shm;
 pub mod tls;
 pub mod weights;
+
+// The recurrent modules are their own crate, recur-rnn; `common::recurrent` (and the
+// `config_names!` macro) keep their paths for the code that names them.
+pub use recur_rnn as recurrent;
+pub use recur_rnn::config_names;

@@ -7,13 +7,10 @@
 //! float64 states); Pendulum within 1e-6 on observations and rewards. Flags must match exactly.
 //! The tests fail, never skip, when a file is missing.
 
-mod support;
-
 use common::envs::{
     max_episode_steps, ActionRef, CartPole, Env, MaskedCartPole, Pendulum, StepResult, TimeLimit,
 };
 use serde_json::Value;
-use support::*;
 
 /// Every float64 array that follows `"key": [` in `text`, in file order, parsed with Rust's
 /// correctly rounded `str::parse` (serde_json's default float parsing may be one ulp off, which
@@ -48,6 +45,12 @@ fn load_text(relative: &str) -> String {
             path.display()
         )
     })
+}
+
+/// A reference JSON file; fails (never skips) when it is missing.
+fn load_json(relative: &str) -> Value {
+    serde_json::from_str(&load_text(relative))
+        .unwrap_or_else(|e| panic!("{relative}: invalid JSON: {e}"))
 }
 
 /// A JSON array of numbers as float32 (the files print float32 values exactly, as float64).
