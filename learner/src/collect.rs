@@ -63,7 +63,7 @@ pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
     let mut next_publish = config.publish_every;
     let stop = |transport: &Actors| signals.raised() || transport.stop_requested();
     while transport.stats().frames < config.frames && !stop(&transport) {
-        transport.register();
+        transport.register(&Default::default());
         let chunks = transport.receive()?;
         recording.record(&chunks)?;
         let stats = transport.stats();

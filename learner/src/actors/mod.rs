@@ -25,7 +25,7 @@ use common::shm::reclaim_stale;
 use crate::actors::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
 use crate::actors::transport::tcp::RemoteOptions;
 use crate::actors::transport::{
-    CollectSummary, Expected, Ledger, ShmTransport, Stalled, TcpTransport, Transport,
+    CollectSummary, Expected, Ledger, SavedStates, ShmTransport, Stalled, TcpTransport, Transport,
     TransportConfig,
 };
 use crate::run::dir::RunNames;
@@ -166,10 +166,11 @@ impl Actors {
         Ok(actors)
     }
 
-    /// Answers the actors that asked to join since the last call, on every transport.
-    pub fn register(&mut self) {
+    /// Answers the actors that asked to join since the last call, on every transport; in a
+    /// sync run an actor continues from the state `saved` holds for its id.
+    pub fn register(&mut self, saved: &SavedStates) {
         for t in &mut self.transports {
-            t.register(&mut self.ledger, &mut self.early);
+            t.register(saved, &mut self.ledger, &mut self.early);
         }
     }
 

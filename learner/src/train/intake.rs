@@ -37,7 +37,8 @@ const WIDE: usize = 100;
 pub struct Intake {
     pub admission: Admission,
     pub returns: Returns,
-    /// Sync runs: each actor's state after its chunk of the last update (the checkpoint's).
+    /// Sync runs: each actor's state after its chunk of the last update (the checkpoint's, and
+    /// the one an actor registering with that id continues from).
     pub actor_states: BTreeMap<u32, Vec<u8>>,
     held: Vec<Chunk>,
     chunk_frames: u64,

@@ -166,7 +166,7 @@ fn train_on<B: AutodiffBackend>(
     let version = state.policy_version.max(1);
     let mut actors = Actors::start(
         run.dir().names(),
-        &plan.transport_config(opts, &state, &resumed),
+        &plan.transport_config(opts, &state),
         plan.schema.clone(),
         &to_blob(learner.model(), version),
     )?;
@@ -197,7 +197,7 @@ fn train_on<B: AutodiffBackend>(
         }
         // Receive: admit new actors, take their chunks (recorded as they arrive).
         let received = profile::time("receive", || {
-            t.actors.register();
+            t.actors.register(&t.intake.actor_states);
             t.actors.receive()
         });
         match received {

@@ -25,6 +25,11 @@ pub use ledger::{Channel, Ledger};
 pub use shm::ShmTransport;
 pub use tcp::TcpTransport;
 
+/// Sync runs: per actor id, the state that actor saved right after its chunk an update last
+/// took (the checkpoint's, from the run's intake): an actor registering with that id continues
+/// from it.
+pub type SavedStates = BTreeMap<u32, Vec<u8>>;
+
 /// The actors a transport starts and the channels it gives them.
 #[derive(Clone, Debug)]
 pub struct TransportConfig {
@@ -52,9 +57,6 @@ pub struct TransportConfig {
     /// `sync` collection: actors wait for new weights after each chunk and send their state
     /// before it (see [`Transport::admit_actor_state`]).
     pub sync: bool,
-    /// Saved actor states by actor id (a resumed sync run's checkpoint): a registering actor
-    /// continues from its own.
-    pub restore: BTreeMap<u32, Vec<u8>>,
     /// Listen for remote actors on this `HOST:PORT` (`run.listen`); `None`: local actors only.
     pub listen: Option<String>,
     /// TLS on the remote-actor port (`run.tls`, `--tls`, `--insecure-plaintext`).
@@ -115,9 +117,10 @@ pub struct CollectSummary {
 /// channel ([`busy`](Self::busy)), and [`close`](Self::close)s.
 pub trait Transport {
     /// Answers the actors that asked to join since the last call: one whose environment and
-    /// chunk schema match the run's ([`Expected`]) gets a channel for its chunks, any other a
-    /// refusal naming the mismatch. Chunks a replaced channel still held go to `out`.
-    fn register(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>);
+    /// chunk schema match the run's ([`Expected`]) gets a channel for its chunks, and in a sync
+    /// run the state `saved` holds for its actor id to continue from; any other a refusal
+    /// naming the mismatch. Chunks a replaced channel still held go to `out`.
+    fn register(&mut self, saved: &SavedStates, ledger: &mut Ledger, out: &mut Vec<Chunk>);
 
     /// The chunks received since the last call, verified and counted by `ledger`, in arrival
     /// order per actor.
@@ -148,8 +151,8 @@ pub trait Transport {
     fn waiting_for(&self) -> Vec<String>;
 
     /// Sync runs: an update took the chunk of `actor_id`/`incarnation` collected with weights
-    /// `version`. The state that actor saved right after collecting it becomes the one an
-    /// actor registering with that id continues from, and is returned (for the checkpoint).
+    /// `version`. The state that actor saved right after collecting it is returned (for the
+    /// checkpoint, and for an actor registering with that id to continue from).
     /// `None` when the actor sent no such state (its environments cannot be saved): a
     /// restarting actor then starts fresh.
     fn admit_actor_state(

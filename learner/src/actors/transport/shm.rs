@@ -13,7 +13,7 @@ use common::chunk::{Chunk, STATE_TRAILER};
 use common::control::Response;
 use common::shm::{RingConfig, RingReader, WeightPublisher};
 
-use super::{Channel, Expected, Ledger, Stalled, Transport, TransportConfig};
+use super::{Channel, Expected, Ledger, SavedStates, Stalled, Transport, TransportConfig};
 use crate::actors::control_server::{ControlServer, Registration};
 use crate::actors::supervisor::ActorEvent;
 use crate::run::dir::RunNames;
@@ -43,9 +43,6 @@ pub struct ShmTransport {
     server: ControlServer,
     rings: Vec<RingSlot>,
     buf: Vec<u8>,
-    /// Sync runs: per actor id, the state a registering actor continues from (that of its
-    /// last chunk an update used).
-    actor_states: BTreeMap<u32, Vec<u8>>,
     /// Sync runs: per actor id, the state that came with its latest chunk, with that chunk's
     /// incarnation and policy version (admitted when an update takes the chunk).
     latest_states: BTreeMap<u32, (u32, u64, Vec<u8>)>,
@@ -77,15 +74,15 @@ impl ShmTransport {
             server,
             rings: Vec::new(),
             buf: Vec::with_capacity(slot_bytes),
-            actor_states: config.restore.clone(),
             latest_states: BTreeMap::new(),
             refused: 0,
         })
     }
 
     /// Answers one registration: a ring for an actor of this run's env and schema (once per
-    /// incarnation), a refusal naming the mismatch otherwise.
-    fn answer(&mut self, registration: Registration) {
+    /// incarnation), with its saved state if `saved` holds one, a refusal naming the mismatch
+    /// otherwise.
+    fn answer(&mut self, registration: Registration, saved: &SavedStates) {
         let (reg, reply) = (registration.request, registration.reply);
         let (a, i) = (reg.actor_id, reg.incarnation);
         let mismatch = self
@@ -130,7 +127,7 @@ impl ShmTransport {
                     last_seen: Instant::now(),
                     stalled: false,
                 });
-                let restore = self.actor_states.get(&a).cloned();
+                let restore = saved.get(&a).cloned();
                 if restore.is_some() {
                     tracing::info!("actor {a}/{i} continues from its saved state");
                 }
@@ -205,9 +202,9 @@ impl ShmTransport {
 }
 
 impl Transport for ShmTransport {
-    fn register(&mut self, _ledger: &mut Ledger, _out: &mut Vec<Chunk>) {
+    fn register(&mut self, saved: &SavedStates, _ledger: &mut Ledger, _out: &mut Vec<Chunk>) {
         for reg in self.server.registrations.try_iter().collect::<Vec<_>>() {
-            self.answer(reg);
+            self.answer(reg, saved);
         }
     }
 
@@ -298,16 +295,12 @@ impl Transport for ShmTransport {
         version: u64,
     ) -> Option<Vec<u8>> {
         match self.latest_states.remove(&actor_id) {
-            Some((i, v, state)) if (i, v) == (incarnation, version) => {
-                self.actor_states.insert(actor_id, state.clone());
-                Some(state)
-            }
+            Some((i, v, state)) if (i, v) == (incarnation, version) => Some(state),
             other => {
                 // The state of another chunk stays for its own chunk.
                 if let Some(other) = other {
                     self.latest_states.insert(actor_id, other);
                 }
-                self.actor_states.remove(&actor_id);
                 None
             }
         }

@@ -10,7 +10,7 @@ use common::chunk::Chunk;
 
 pub use server::{RemoteLink, RemoteOptions, RemoteRegistration, RemoteServer, PENDING_MAX};
 
-use super::{Channel, Expected, Ledger, Transport};
+use super::{Channel, Expected, Ledger, SavedStates, Transport};
 
 /// A registered remote actor's connection (its incarnation's chunks arrive through it).
 struct Link {
@@ -113,7 +113,8 @@ impl TcpTransport {
 }
 
 impl Transport for TcpTransport {
-    fn register(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
+    /// Remote actors send no saved state (their outlet has no sync mode): none is restored.
+    fn register(&mut self, _saved: &SavedStates, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
         for reg in self.server.registrations.try_iter().collect::<Vec<_>>() {
             self.answer(reg, ledger, out);
         }
