@@ -63,9 +63,9 @@ pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
     let mut next_publish = config.publish_every;
     let stop = |transport: &Actors| signals.raised() || transport.stop_requested();
     while transport.stats().frames < config.frames && !stop(&transport) {
-        transport.register();
+        transport.register(&Default::default());
         let chunks = transport.receive()?;
-        recording.record(&chunks)?;
+        recording.record(chunks.iter().map(|r| &r.chunk))?;
         let stats = transport.stats();
         if config.publish_every > 0 && stats.chunks >= next_publish {
             next_publish = stats.chunks + config.publish_every;
@@ -78,7 +78,7 @@ pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
     }
     let stopped = stop(&transport);
     let (summary, tail) = transport.finish(stopped)?;
-    recording.record(&tail)?;
+    recording.record(tail.iter().map(|r| &r.chunk))?;
     write_summary(&t.run_dir, &summary)?;
     Ok(summary)
 }

@@ -25,8 +25,8 @@ use common::shm::reclaim_stale;
 use crate::actors::supervisor::{ActorEvent, Supervisor, SupervisorConfig};
 use crate::actors::transport::tcp::RemoteOptions;
 use crate::actors::transport::{
-    CollectSummary, Expected, Ledger, ShmTransport, Stalled, TcpTransport, Transport,
-    TransportConfig,
+    CollectSummary, Expected, Ledger, Received, SavedStates, ShmTransport, Stalled, TcpTransport,
+    Transport, TransportConfig,
 };
 use crate::run::dir::RunNames;
 
@@ -52,7 +52,7 @@ pub struct Actors {
     ledger: Ledger,
     summary: CollectSummary,
     /// Chunks taken while answering registrations (returned by the next `receive`).
-    early: Vec<Chunk>,
+    early: Vec<Received>,
     /// The last exit of an actor process (named when every actor is gone).
     last_exit: Option<String>,
     /// A local actor silent this long is killed and restarted (`None`: never).
@@ -166,17 +166,19 @@ impl Actors {
         Ok(actors)
     }
 
-    /// Answers the actors that asked to join since the last call, on every transport.
-    pub fn register(&mut self) {
+    /// Answers the actors that asked to join since the last call, on every transport; in a
+    /// sync run an actor continues from the state `saved` holds for its id.
+    pub fn register(&mut self, saved: &SavedStates) {
         for t in &mut self.transports {
-            t.register(&mut self.ledger, &mut self.early);
+            t.register(saved, &mut self.ledger, &mut self.early);
         }
     }
 
     /// The chunks received since the last call (verified, sequence numbers checked per actor
-    /// incarnation, in arrival order per actor). Reaps and restarts actors; errs once every
-    /// actor has stopped for good ([`ActorsGone`]).
-    pub fn receive(&mut self) -> anyhow::Result<Vec<Chunk>> {
+    /// incarnation, in arrival order per actor), each with the state its actor saved after it
+    /// (sync runs). Reaps and restarts actors; errs once every actor has stopped for good
+    /// ([`ActorsGone`]).
+    pub fn receive(&mut self) -> anyhow::Result<Vec<Received>> {
         let mut chunks = std::mem::take(&mut self.early);
         for t in &mut self.transports {
             t.receive(&mut self.ledger, &mut chunks);
@@ -207,18 +209,6 @@ impl Actors {
         Ok(())
     }
 
-    /// See [`Transport::admit_actor_state`].
-    pub fn admit_actor_state(
-        &mut self,
-        actor_id: u32,
-        incarnation: u32,
-        version: u64,
-    ) -> Option<Vec<u8>> {
-        self.transports
-            .iter_mut()
-            .find_map(|t| t.admit_actor_state(actor_id, incarnation, version))
-    }
-
     /// An actor or an operator asked the run to stop (the control plane).
     pub fn stop_requested(&self) -> bool {
         self.transports.iter().any(|t| t.stop_requested())
@@ -236,7 +226,7 @@ impl Actors {
     pub fn finish(
         mut self,
         stopped_by_request: bool,
-    ) -> anyhow::Result<(CollectSummary, Vec<Chunk>)> {
+    ) -> anyhow::Result<(CollectSummary, Vec<Received>)> {
         for t in &mut self.transports {
             t.shut_down();
         }

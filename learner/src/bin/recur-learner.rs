@@ -350,7 +350,6 @@ fn main() -> anyhow::Result<()> {
                     stall_timeout: Some(std::time::Duration::from_secs(30)),
                     spec: None,
                     sync: false,
-                    restore: Default::default(),
                     tls: a.tls.mode().unwrap_or_default(),
                     listen: a.listen,
                 },

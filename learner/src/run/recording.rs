@@ -24,7 +24,10 @@ impl Recording {
     }
 
     /// Appends `chunks` (each written whole, then indexed).
-    pub fn record(&mut self, chunks: &[Chunk]) -> anyhow::Result<()> {
+    pub fn record<'a>(
+        &mut self,
+        chunks: impl IntoIterator<Item = &'a Chunk>,
+    ) -> anyhow::Result<()> {
         if let Some(writer) = &mut self.0 {
             for chunk in chunks {
                 writer.append(chunk)?;

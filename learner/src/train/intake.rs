@@ -9,7 +9,7 @@ use common::checkpoint::ResumeState;
 use common::chunk::Chunk;
 use serde::{Deserialize, Serialize};
 
-use crate::actors::Actors;
+use crate::actors::transport::{Received, SavedStates};
 use crate::algo::Learner;
 
 /// What a checkpoint holds besides the model and optimizer.
@@ -32,13 +32,14 @@ const RECENT: usize = 20;
 const WIDE: usize = 100;
 
 /// The chunks of a run on their way to the algorithm: admitted or dropped, their episodes
-/// counted, a sync update's held until all are in (then fed in actor order, with each actor's
-/// state after its chunk kept for the checkpoint).
+/// counted, a sync update's held until all are in (then fed in actor order), each admitted
+/// one's saved state kept for the checkpoint and for its actor's restart.
 pub struct Intake {
     pub admission: Admission,
     pub returns: Returns,
-    /// Sync runs: each actor's state after its chunk of the last update (the checkpoint's).
-    pub actor_states: BTreeMap<u32, Vec<u8>>,
+    /// Sync runs: each actor's state after its chunk of the last update (the checkpoint's, and
+    /// the one an actor registering with that id continues from).
+    pub saved_states: SavedStates,
     held: Vec<Chunk>,
     chunk_frames: u64,
     frames_per_update: usize,
@@ -58,7 +59,7 @@ impl Intake {
                 open: resumed.open_returns.iter().copied().collect(),
                 recent: state.recent_returns.iter().copied().collect(),
             },
-            actor_states: resumed.actors.iter().cloned().collect(),
+            saved_states: resumed.actors.iter().cloned().collect(),
             held: Vec::new(),
             chunk_frames,
             frames_per_update,
@@ -67,15 +68,16 @@ impl Intake {
 
     /// Takes one chunk while the weights are at `version`: every chunk's episodes count; an
     /// admitted one adds its frames and goes to `learner` (a sync update's once all its chunks
-    /// are in, in actor order: arrival order depends on timing).
+    /// are in, in actor order: arrival order depends on timing), and in a sync run the state
+    /// that came with it becomes its actor's saved state (none if it came without).
     pub fn take<B: AutodiffBackend>(
         &mut self,
-        chunk: Chunk,
+        received: Received,
         version: u64,
-        actors: &mut Actors,
         learner: &mut Learner<B>,
         state: &mut TrainState,
     ) {
+        let Received { chunk, saved } = received;
         if !self.admission.admit(&chunk, version) {
             state.episodes += self.returns.add(&chunk);
             return;
@@ -86,10 +88,9 @@ impl Intake {
             learner.add_chunk(&chunk);
             return;
         }
-        let m = &chunk.meta;
-        match actors.admit_actor_state(m.actor_id, m.incarnation, m.policy_version) {
-            Some(saved) => self.actor_states.insert(m.actor_id, saved),
-            None => self.actor_states.remove(&m.actor_id),
+        match saved {
+            Some(saved) => self.saved_states.insert(chunk.meta.actor_id, saved),
+            None => self.saved_states.remove(&chunk.meta.actor_id),
         };
         self.held.push(chunk);
         if self.held.len() * (self.chunk_frames as usize) < self.frames_per_update {
@@ -107,7 +108,7 @@ impl Intake {
     pub fn resume_state(&self) -> ResumeState {
         let open: BTreeMap<i64, f64> = self.returns.open.iter().map(|(&k, &v)| (k, v)).collect();
         ResumeState {
-            actors: (self.actor_states.iter())
+            actors: (self.saved_states.iter())
                 .map(|(&a, s)| (a, s.clone()))
                 .collect(),
             open_returns: open.into_iter().collect(),

@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
-use common::chunk::Chunk;
 use common::weights::{check_finite, to_blob};
 use serde::Serialize;
 
@@ -29,7 +28,7 @@ pub use intake::TrainState;
 use intake::{Admission, Intake, Returns};
 use setup::Plan;
 
-use crate::actors::transport::CollectSummary;
+use crate::actors::transport::{CollectSummary, Received};
 use crate::actors::{Actors, ActorsGone};
 use crate::algo::Learner;
 use crate::config::{CollectorMode, TrainConfig};
@@ -166,7 +165,7 @@ fn train_on<B: AutodiffBackend>(
     let version = state.policy_version.max(1);
     let mut actors = Actors::start(
         run.dir().names(),
-        &plan.transport_config(opts, &state, &resumed),
+        &plan.transport_config(opts, &state),
         plan.schema.clone(),
         &to_blob(learner.model(), version),
     )?;
@@ -188,7 +187,7 @@ fn train_on<B: AutodiffBackend>(
         version,
     };
     let (mut stopped_by_request, mut actors_gone, mut failed) = (false, None, None);
-    let mut pending: VecDeque<Chunk> = VecDeque::new();
+    let mut pending: VecDeque<Received> = VecDeque::new();
 
     'run: while t.state.frames < config.run.frames {
         if let Some(by_request) = t.stop() {
@@ -197,12 +196,12 @@ fn train_on<B: AutodiffBackend>(
         }
         // Receive: admit new actors, take their chunks (recorded as they arrive).
         let received = profile::time("receive", || {
-            t.actors.register();
+            t.actors.register(&t.intake.saved_states);
             t.actors.receive()
         });
         match received {
             Ok(chunks) => {
-                let recorded = t.recording.record(&chunks);
+                let recorded = t.recording.record(chunks.iter().map(|r| &r.chunk));
                 pending.extend(chunks);
                 if let Err(e) = recorded {
                     failed = Some(WriteFailed::new(WriteFailed::RECORDING)(e));
@@ -223,11 +222,11 @@ fn train_on<B: AutodiffBackend>(
         }
         // Add: every chunk's episodes count; the admitted ones go to the algorithm. Update
         // once it is ready, and stop once the run is done.
-        while let Some(chunk) = pending.pop_front() {
+        while let Some(received) = pending.pop_front() {
             let version = t.version;
             profile::time("take", || {
                 t.intake
-                    .take(chunk, version, &mut t.actors, &mut t.learner, &mut t.state)
+                    .take(received, version, &mut t.learner, &mut t.state)
             });
             if !t.learner.ready() {
                 continue;
@@ -390,7 +389,7 @@ impl<B: AutodiffBackend> Training<B> {
             .as_ref()
             .is_none_or(|f| f.what != WriteFailed::RECORDING)
         {
-            if let Err(e) = self.recording.record(&tail) {
+            if let Err(e) = self.recording.record(tail.iter().map(|r| &r.chunk)) {
                 failed.get_or_insert(WriteFailed::new(WriteFailed::RECORDING)(e));
             }
         }

@@ -82,14 +82,9 @@ impl Plan {
     }
 
     /// The actors: the collector section, the learner's policy architecture, the algorithm's
-    /// exploration ([`crate::actors::args::actor_args`]); a resumed run (`state`, `resumed`) seeds
-    /// them anew and restores their saved states.
-    pub fn transport_config(
-        &self,
-        opts: &TrainOptions,
-        state: &TrainState,
-        resumed: &ResumeState,
-    ) -> TransportConfig {
+    /// exploration ([`crate::actors::args::actor_args`]); a resumed run (`state`) seeds them
+    /// anew (their saved states are the intake's, given at registration).
+    pub fn transport_config(&self, opts: &TrainOptions, state: &TrainState) -> TransportConfig {
         let config = &opts.config;
         let c = &config.collector;
         TransportConfig {
@@ -105,7 +100,6 @@ impl Plan {
                 .then(|| Duration::from_secs_f64(c.stall_timeout_s)),
             spec: Some(self.spec.clone()),
             sync: c.mode == CollectorMode::Sync,
-            restore: resumed.actors.iter().cloned().collect(),
             listen: config.run.listen.clone(),
             tls: config.run.tls,
         }

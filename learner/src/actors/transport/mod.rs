@@ -3,9 +3,9 @@
 //! memory (the control socket, one ring per actor incarnation, one weight segment) and
 //! [`TcpTransport`] remote actors over authenticated TCP. The run's [`crate::actors::Actors`]
 //! fans them in (both kinds mix in one run) beside the supervisor of the local actor
-//! processes; every chunk is verified and counted the same way, in one [`Ledger`]. Also: what
-//! the actors are started with ([`TransportConfig`]) and what a run counts
-//! ([`CollectSummary`]).
+//! processes; every chunk is verified and counted the same way, in one [`Ledger`], and handed
+//! on with the state its actor saved after it (sync runs, [`Received`]). Also: what the actors are started
+//! with ([`TransportConfig`]) and what a run counts ([`CollectSummary`]).
 
 mod ledger;
 mod shm;
@@ -24,6 +24,23 @@ use crate::actors::supervisor::ActorEvent;
 pub use ledger::{Channel, Ledger};
 pub use shm::ShmTransport;
 pub use tcp::TcpTransport;
+
+/// A chunk as it arrived, with the state its actor saved right after collecting it when the
+/// actor sent one.
+#[derive(Debug)]
+pub struct Received {
+    pub chunk: Chunk,
+    /// Sync runs, shared memory: the actor's state, sent as a trailer after the chunk in the
+    /// same ring slot, so it is this chunk's own (the same actor id and incarnation, which the
+    /// ledger checked against the ring, and the chunk's policy version). `None`: the actor sent
+    /// none (its environments cannot be saved, the state outgrew the slot, or not a sync run).
+    pub saved: Option<Vec<u8>>,
+}
+
+/// Sync runs: per actor id, the state that actor saved right after its chunk an update last
+/// took (the checkpoint's, from the run's intake): an actor registering with that id continues
+/// from it.
+pub type SavedStates = BTreeMap<u32, Vec<u8>>;
 
 /// The actors a transport starts and the channels it gives them.
 #[derive(Clone, Debug)]
@@ -50,11 +67,8 @@ pub struct TransportConfig {
     /// others is refused, both named. `None`: not checked.
     pub spec: Option<EnvSpec>,
     /// `sync` collection: actors wait for new weights after each chunk and send their state
-    /// before it (see [`Transport::admit_actor_state`]).
+    /// after it, in the same ring slot ([`Received::saved`]).
     pub sync: bool,
-    /// Saved actor states by actor id (a resumed sync run's checkpoint): a registering actor
-    /// continues from its own.
-    pub restore: BTreeMap<u32, Vec<u8>>,
     /// Listen for remote actors on this `HOST:PORT` (`run.listen`); `None`: local actors only.
     pub listen: Option<String>,
     /// TLS on the remote-actor port (`run.tls`, `--tls`, `--insecure-plaintext`).
@@ -115,13 +129,14 @@ pub struct CollectSummary {
 /// channel ([`busy`](Self::busy)), and [`close`](Self::close)s.
 pub trait Transport {
     /// Answers the actors that asked to join since the last call: one whose environment and
-    /// chunk schema match the run's ([`Expected`]) gets a channel for its chunks, any other a
-    /// refusal naming the mismatch. Chunks a replaced channel still held go to `out`.
-    fn register(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>);
+    /// chunk schema match the run's ([`Expected`]) gets a channel for its chunks, and in a sync
+    /// run the state `saved` holds for its actor id to continue from; any other a refusal
+    /// naming the mismatch. Chunks a replaced channel still held go to `out`.
+    fn register(&mut self, saved: &SavedStates, ledger: &mut Ledger, out: &mut Vec<Received>);
 
     /// The chunks received since the last call, verified and counted by `ledger`, in arrival
-    /// order per actor.
-    fn receive(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>);
+    /// order per actor, each with the state that came with it.
+    fn receive(&mut self, ledger: &mut Ledger, out: &mut Vec<Received>);
 
     /// Broadcasts weight version `version` (actors adopt it at their next chunk boundary).
     fn publish(&mut self, version: u64, blob: &[u8]) -> anyhow::Result<()>;
@@ -147,20 +162,6 @@ pub trait Transport {
     /// The actors holding a channel, named for a log line.
     fn waiting_for(&self) -> Vec<String>;
 
-    /// Sync runs: an update took the chunk of `actor_id`/`incarnation` collected with weights
-    /// `version`. The state that actor saved right after collecting it becomes the one an
-    /// actor registering with that id continues from, and is returned (for the checkpoint).
-    /// `None` when the actor sent no such state (its environments cannot be saved): a
-    /// restarting actor then starts fresh.
-    fn admit_actor_state(
-        &mut self,
-        _actor_id: u32,
-        _incarnation: u32,
-        _version: u64,
-    ) -> Option<Vec<u8>> {
-        None
-    }
-
     /// An actor or an operator asked the run to stop through this transport.
     fn stop_requested(&self) -> bool {
         false
@@ -177,10 +178,10 @@ pub trait Transport {
     fn refuse_registrations(&mut self);
 
     /// The grace is over: what is left is drained into `out` and no actor is waited for.
-    fn abandon(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>);
+    fn abandon(&mut self, ledger: &mut Ledger, out: &mut Vec<Received>);
 
     /// The last pass: everything drained into `out`, the channels dropped.
-    fn close(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>);
+    fn close(&mut self, ledger: &mut Ledger, out: &mut Vec<Received>);
 }
 
 /// An actor that went silent: no heartbeat and no chunk for `silent`.

@@ -5,7 +5,6 @@
 //! supervisor spawned are known dead from its events; an attached `recur-actor --connect` (not
 //! the learner's child) from its pid.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,9 @@ use common::chunk::{Chunk, STATE_TRAILER};
 use common::control::Response;
 use common::shm::{RingConfig, RingReader, WeightPublisher};
 
-use super::{Channel, Expected, Ledger, Stalled, Transport, TransportConfig};
+use super::{
+    Channel, Expected, Ledger, Received, SavedStates, Stalled, Transport, TransportConfig,
+};
 use crate::actors::control_server::{ControlServer, Registration};
 use crate::actors::supervisor::ActorEvent;
 use crate::run::dir::RunNames;
@@ -43,12 +44,6 @@ pub struct ShmTransport {
     server: ControlServer,
     rings: Vec<RingSlot>,
     buf: Vec<u8>,
-    /// Sync runs: per actor id, the state a registering actor continues from (that of its
-    /// last chunk an update used).
-    actor_states: BTreeMap<u32, Vec<u8>>,
-    /// Sync runs: per actor id, the state that came with its latest chunk, with that chunk's
-    /// incarnation and policy version (admitted when an update takes the chunk).
-    latest_states: BTreeMap<u32, (u32, u64, Vec<u8>)>,
     refused: u64,
 }
 
@@ -77,15 +72,14 @@ impl ShmTransport {
             server,
             rings: Vec::new(),
             buf: Vec::with_capacity(slot_bytes),
-            actor_states: config.restore.clone(),
-            latest_states: BTreeMap::new(),
             refused: 0,
         })
     }
 
     /// Answers one registration: a ring for an actor of this run's env and schema (once per
-    /// incarnation), a refusal naming the mismatch otherwise.
-    fn answer(&mut self, registration: Registration) {
+    /// incarnation), with its saved state if `saved` holds one, a refusal naming the mismatch
+    /// otherwise.
+    fn answer(&mut self, registration: Registration, saved: &SavedStates) {
         let (reg, reply) = (registration.request, registration.reply);
         let (a, i) = (reg.actor_id, reg.incarnation);
         let mismatch = self
@@ -130,7 +124,7 @@ impl ShmTransport {
                     last_seen: Instant::now(),
                     stalled: false,
                 });
-                let restore = self.actor_states.get(&a).cloned();
+                let restore = saved.get(&a).cloned();
                 if restore.is_some() {
                     tracing::info!("actor {a}/{i} continues from its saved state");
                 }
@@ -150,8 +144,9 @@ impl ShmTransport {
         let _ = reply.send(answer);
     }
 
-    /// Receives every published chunk of every ring into `out`.
-    fn drain(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
+    /// Receives every published chunk of every ring into `out`, each with the state that rode
+    /// after it.
+    fn drain(&mut self, ledger: &mut Ledger, out: &mut Vec<Received>) {
         for ring in self.rings.iter_mut() {
             loop {
                 match ring.reader.try_recv(&mut self.buf) {
@@ -169,11 +164,8 @@ impl ShmTransport {
                         let Some(chunk) = ledger.accept(Channel::Ring, a, i, bytes) else {
                             continue;
                         };
-                        if let Some(state) = state {
-                            let version = chunk.meta.policy_version;
-                            self.latest_states.insert(a, (i, version, state.to_vec()));
-                        }
-                        out.push(chunk);
+                        let saved = state.map(<[u8]>::to_vec);
+                        out.push(Received { chunk, saved });
                     }
                     Ok(None) => break,
                     Err(e) => {
@@ -205,13 +197,13 @@ impl ShmTransport {
 }
 
 impl Transport for ShmTransport {
-    fn register(&mut self, _ledger: &mut Ledger, _out: &mut Vec<Chunk>) {
+    fn register(&mut self, saved: &SavedStates, _: &mut Ledger, _: &mut Vec<Received>) {
         for reg in self.server.registrations.try_iter().collect::<Vec<_>>() {
-            self.answer(reg);
+            self.answer(reg, saved);
         }
     }
 
-    fn receive(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
+    fn receive(&mut self, ledger: &mut Ledger, out: &mut Vec<Received>) {
         self.drain(ledger, out);
         // Rings of dead actors were drained by the pass above; drop them.
         self.drop_dead(ledger);
@@ -291,28 +283,6 @@ impl Transport for ShmTransport {
             .collect()
     }
 
-    fn admit_actor_state(
-        &mut self,
-        actor_id: u32,
-        incarnation: u32,
-        version: u64,
-    ) -> Option<Vec<u8>> {
-        match self.latest_states.remove(&actor_id) {
-            Some((i, v, state)) if (i, v) == (incarnation, version) => {
-                self.actor_states.insert(actor_id, state.clone());
-                Some(state)
-            }
-            other => {
-                // The state of another chunk stays for its own chunk.
-                if let Some(other) = other {
-                    self.latest_states.insert(actor_id, other);
-                }
-                self.actor_states.remove(&actor_id);
-                None
-            }
-        }
-    }
-
     fn stop_requested(&self) -> bool {
         self.server.shared.stop_requested.load(Ordering::SeqCst)
     }
@@ -333,14 +303,14 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn abandon(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
+    fn abandon(&mut self, ledger: &mut Ledger, out: &mut Vec<Received>) {
         self.drain(ledger, out);
         for ring in &mut self.rings {
             ring.dead = true;
         }
     }
 
-    fn close(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
+    fn close(&mut self, ledger: &mut Ledger, out: &mut Vec<Received>) {
         self.abandon(ledger, out);
         self.drop_dead(ledger);
     }

@@ -6,11 +6,9 @@
 
 mod server;
 
-use common::chunk::Chunk;
-
 pub use server::{RemoteLink, RemoteOptions, RemoteRegistration, RemoteServer, PENDING_MAX};
 
-use super::{Channel, Expected, Ledger, Transport};
+use super::{Channel, Expected, Ledger, Received, SavedStates, Transport};
 
 /// A registered remote actor's connection (its incarnation's chunks arrive through it).
 struct Link {
@@ -57,7 +55,7 @@ impl TcpTransport {
     /// Answers a remote actor's registration: checked like a local one's; a reconnect of a
     /// live incarnation replaces its old connection, whose queued chunks are taken first, and
     /// continues after the last chunk received.
-    fn answer(&mut self, reg: RemoteRegistration, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
+    fn answer(&mut self, reg: RemoteRegistration, ledger: &mut Ledger, out: &mut Vec<Received>) {
         let who = format!(
             "remote actor {}/{} (pid {} on {:?}, {})",
             reg.actor_id, reg.incarnation, reg.pid, reg.host, reg.peer
@@ -83,7 +81,8 @@ impl TcpTransport {
         {
             let mut old = self.links.swap_remove(i);
             while let Ok(bytes) = old.link.chunks.try_recv() {
-                out.extend(ledger.accept(Channel::Link, key.0, key.1, &bytes));
+                let chunk = ledger.accept(Channel::Link, key.0, key.1, &bytes);
+                out.extend(chunk.map(|chunk| Received { chunk, saved: None }));
             }
         }
         let inc = ledger.incarnation(key.0, key.1);
@@ -113,7 +112,8 @@ impl TcpTransport {
 }
 
 impl Transport for TcpTransport {
-    fn register(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
+    /// Remote actors send no saved state (their outlet has no sync mode): none is restored.
+    fn register(&mut self, _: &SavedStates, ledger: &mut Ledger, out: &mut Vec<Received>) {
         for reg in self.server.registrations.try_iter().collect::<Vec<_>>() {
             self.answer(reg, ledger, out);
         }
@@ -121,7 +121,7 @@ impl Transport for TcpTransport {
 
     /// Receives every queued chunk of every link into `out`; drops the links whose connection
     /// ended (after taking what they queued).
-    fn receive(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
+    fn receive(&mut self, ledger: &mut Ledger, out: &mut Vec<Received>) {
         use tokio::sync::mpsc::error::TryRecvError;
         self.links.retain_mut(|l| loop {
             match l.link.chunks.try_recv() {
@@ -140,7 +140,7 @@ impl Transport for TcpTransport {
                             l.peer
                         );
                     }
-                    out.push(chunk);
+                    out.push(Received { chunk, saved: None });
                 }
                 Err(TryRecvError::Empty) => break true,
                 Err(TryRecvError::Disconnected) => {
@@ -190,12 +190,12 @@ impl Transport for TcpTransport {
         }
     }
 
-    fn abandon(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
+    fn abandon(&mut self, ledger: &mut Ledger, out: &mut Vec<Received>) {
         self.receive(ledger, out);
         self.links.clear();
     }
 
-    fn close(&mut self, ledger: &mut Ledger, out: &mut Vec<Chunk>) {
+    fn close(&mut self, ledger: &mut Ledger, out: &mut Vec<Received>) {
         self.abandon(ledger, out);
     }
 }
