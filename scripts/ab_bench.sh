@@ -10,10 +10,15 @@
 # both alike. Every JSON line is kept with a `build` field ("old"/"new") in --out, and a table
 # prints, per row, the median of each build's primary measure and new/old (>1 = new faster).
 # --suites runs only the named suites (default: all four).
+# The binaries of a commit REV, in a target directory of their own (a shared one links stale
+# code): `git worktree add /tmp/ab-REV REV`, then there `CARGO_TARGET_DIR=/tmp/ab-REV-target
+# cargo build --release -p recur-bench -p recur-actor`; for a commit from before issue 56, where
+# recur-bench was in recur-learner, `-p recur-learner -p recur-actor` (`[ -f bench/Cargo.toml ]`
+# tells which); the BIN_DIR is then /tmp/ab-REV-target/release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-[ $# -ge 2 ] || { sed -n 2,13p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,18p "$0" >&2; exit 2; }
 old=$1 new=$2
 shift 2
 rounds=3 quick="" out=ab_bench.jsonl only=rnn,learner,actor,transport

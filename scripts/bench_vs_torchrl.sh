@@ -148,8 +148,8 @@ if [[ $skip_recur -eq 0 ]]; then
     else
         bin="$(cd "$ROOT" && . scripts/target_dir.sh && target_dir)/release/recur-bench"
         if [[ $build -eq 1 || ! -x "$bin" ]]; then
-            say "cargo build --release -p recur-learner --bin recur-bench"
-            (cd "$ROOT" && cargo build --release -p recur-learner --bin recur-bench) >&2
+            say "cargo build --release -p recur-bench --bin recur-bench"
+            (cd "$ROOT" && cargo build --release -p recur-bench --bin recur-bench) >&2
         fi
     fi
 fi

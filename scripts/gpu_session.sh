@@ -84,19 +84,21 @@ build() {
         git worktree add --detach "$wt" "$base"
         # cargo hashes workspace members by their path inside the workspace, so the base and
         # this tree share artifacts: fresh mtimes make each build recompile its own sources.
-        # (A base from before recur-rnn has no rnn/.)
+        # (A base from before issue 56 has no rnn/ and no bench/: recur-bench was recur-learner's.)
+        local base_pkg=recur-bench
+        [[ -f "$wt/bench/Cargo.toml" ]] || base_pkg=recur-learner
         find "$wt/common" "$wt/learner" "$wt/actor" $([[ -d "$wt/rnn" ]] && echo "$wt/rnn") \
-            -name '*.rs' -exec touch {} +
-        (cd "$wt" && cargo build --release --locked --features cuda -p recur-learner \
+            $([[ -d "$wt/bench" ]] && echo "$wt/bench") -name '*.rs' -exec touch {} +
+        (cd "$wt" && cargo build --release --locked --features cuda -p "$base_pkg" \
             --bin recur-bench)
         cp "$CARGO_TARGET_DIR/release/recur-bench" "$PACK/bin/recur-bench-base"
         # The build below links its own binary there again, from its own sources.
         rm -f "$CARGO_TARGET_DIR/release/recur-bench"
-        find rnn common learner actor -name '*.rs' -exec touch {} +
+        find rnn common learner actor bench -name '*.rs' -exec touch {} +
         git rev-parse --short "$base" >"$PACK/bin/base-rev"
         git worktree remove --force "$wt"
     fi
-    cargo build --release --locked --features cuda -p recur-learner -p recur-actor \
+    cargo build --release --locked --features cuda -p recur-learner -p recur-actor -p recur-bench \
         --bin recur-learner --bin recur-actor --bin recur-bench
     local test_bin
     test_bin=$(cargo test --release --locked --features cuda -p recur-rnn \
@@ -109,7 +111,7 @@ for line in sys.stdin:
     for b in "${BINS[@]}"; do cp "$CARGO_TARGET_DIR/release/$b" "$PACK/bin/"; done
     cp "$test_bin" "$PACK/bin/cube_kernels_cuda"
     git rev-parse --short HEAD >"$PACK/bin/rev"
-    git diff --quiet HEAD -- rnn common learner actor || echo "+uncommitted" >>"$PACK/bin/rev"
+    git diff --quiet HEAD -- rnn common learner actor bench || echo "+uncommitted" >>"$PACK/bin/rev"
     strip "$PACK/bin/"recur-* "$PACK/bin/cube_kernels_cuda"
     XZ_OPT=-6 tar -C "$PACK" -cJf "$PACK/bins.tar.xz" bin
     rm -rf "$PACK/bin"

@@ -10,8 +10,7 @@
 //! - [`actors`]: the run's actors: their arguments, the supervisor of the local actor
 //!   processes, the control-plane server and the transports (shared memory, TCP);
 //! - [`run`]: run bookkeeping: the run directory, stop signals, metrics, TensorBoard, the
-//!   time profile and the recording of received chunks;
-//! - [`bench`]: the benchmarks, run by the `recur-bench` binary.
+//!   time profile and the recording of received chunks.
 
 #![forbid(unsafe_code)]
 
@@ -39,7 +38,6 @@ macro_rules! on_train_device {
 
 pub mod actors;
 pub mod algo;
-pub mod bench;
 pub mod collect;
 pub mod config;
 pub mod eval;

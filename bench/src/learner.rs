@@ -9,11 +9,11 @@ use common::chunk::Chunk;
 use common::policy::{chunk_schema, init_policy};
 use common::recurrent::{CellKind, RecurrentBackend};
 use common::rollout::{Actor, ActorConfig};
+use learner::algo::LearnerSpec;
+use learner::config::{fit_policy, Algo, AlgoConfig, PolicySection, UpdatePath};
 use serde::Serialize;
 
 use super::{at_least_one, each_at_least_one, emit, summarize};
-use crate::algo::LearnerSpec;
-use crate::config::{fit_policy, Algo, AlgoConfig, PolicySection, UpdatePath};
 
 /// The grid and the measurement settings (the `recur-bench learner` flags).
 #[derive(Clone, Debug, clap::Args)]
@@ -230,7 +230,7 @@ impl LearnerBench {
             capacity: frames * data.len(),
             seed: self.seed,
         };
-        let mut learner = crate::algo::build::<CpuAutodiff>(&spec, &cpu_device())?;
+        let mut learner = learner::algo::build::<CpuAutodiff>(&spec, &cpu_device())?;
         if algo != Algo::Ppo {
             for chunk in data {
                 learner.add_chunk(chunk);

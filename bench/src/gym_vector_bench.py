@@ -1,5 +1,5 @@
 """gymnasium's own vector envs stepping E environments with random actions: the baseline rows
-of `recur-bench actor --env gymnasium:<id>` (learner/src/bench/actor.rs runs this with
+of `recur-bench actor --env gymnasium:<id>` (bench/src/actor.rs runs this with
 `python -c`). Prints one JSON line {"sync": steps/s, "async": steps/s} (those of `baselines`):
 medians over `iters` timed runs of at least `min_seconds` each (environment steps, all E
 counted).

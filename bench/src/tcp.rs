@@ -1,5 +1,5 @@
 //! The loopback-TCP rows of `recur-bench transport`: the remote-actor path
-//! ([`crate::actors::transport::tcp`]) measured beside the shared-memory rings in the same run,
+//! ([`learner::actors::transport::tcp`]) measured beside the shared-memory rings in the same run,
 //! plaintext (`tcp_bandwidth`, `tcp_weights`: documented in docs/recur-bench.md), then through
 //! TLS 1.3 (`tls_bandwidth`, `tls_weights`: the learner's `--tls`, rustls with ring, the
 //! producers pinning a fresh self-signed certificate; the cost of the encryption).
@@ -17,12 +17,12 @@ use common::remote::{
     Limits, WireError, KIND_CHUNK, KIND_WEIGHTS, TOKEN_BYTES,
 };
 use common::tls::Fingerprint;
+use learner::actors::transport::tcp::{RemoteLink, RemoteOptions, RemoteServer};
 use serde::Serialize;
 
 use super::chunks::{bench_chunk, bench_schema, set_seq};
 use super::latency::{Subscriber, WeightsRow};
 use super::{summarize, BandwidthRow, Producers, ROW_DEADLINE};
-use crate::actors::transport::tcp::{RemoteLink, RemoteOptions, RemoteServer};
 
 /// A loopback-TCP bandwidth line.
 #[derive(Clone, Debug, Serialize)]

@@ -2,14 +2,14 @@
 
 #![forbid(unsafe_code)]
 
+use bench::actor::ActorBench;
+use bench::learner::LearnerBench;
+use bench::rnn::RnnBench;
+use bench::set_threads;
+use bench::tcp::run_tcp_producer;
+use bench::train::TrainBench;
+use bench::transport::{parse_size, run_producer, TransportBench};
 use clap::{Parser, Subcommand};
-use learner::bench::actor::ActorBench;
-use learner::bench::learner::LearnerBench;
-use learner::bench::rnn::RnnBench;
-use learner::bench::set_threads;
-use learner::bench::tcp::run_tcp_producer;
-use learner::bench::train::TrainBench;
-use learner::bench::transport::{parse_size, run_producer, TransportBench};
 
 /// mimalloc keeps freed memory mapped: with glibc's allocator every large tensor came back from
 /// the OS page-faulted and zeroed on each call (see the workspace `Cargo.toml`).

@@ -6,10 +6,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use learner::config::UpdatePath;
 use serde::Serialize;
 
 use super::{at_least_one, emit};
-use crate::config::UpdatePath;
 
 /// Seed base of `best_greedy_return`'s episodes: apart from the evaluations during training
 /// (`run.seed + 1_000_000` onwards, a few dozen episodes) that picked the weights.
@@ -201,7 +201,7 @@ impl TrainBench {
             let last = text.lines().last().unwrap_or("{}");
             Ok(serde_json::from_str::<serde_json::Value>(last)?["mean_return"].as_f64())
         };
-        let greedy_return = greedy(&run, crate::eval::EVAL_SEED)?;
+        let greedy_return = greedy(&run, learner::eval::EVAL_SEED)?;
         let best_greedy_return = greedy(&run.join("best"), BEST_SEED)?;
         Ok(TrainRow {
             bench: "train",

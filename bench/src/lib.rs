@@ -1,5 +1,14 @@
 //! Benchmarks behind `recur-bench`. Each prints one JSON object per line (a contract: field
 //! names stay stable), so results can be compared across runs and against peers.
+//!
+//! One module per subcommand: [`rnn`] (recurrent-mode throughput per backend), [`actor`] (one
+//! actor's env-steps/s), [`learner`] (learner-only training on replayed data, with the
+//! `learner` library's algorithms), [`train`] (whole `recur-learner train` runs, end to end)
+//! and [`transport`] (ring bandwidth from producer processes and weight latency), with
+//! [`tcp`] (its loopback-TCP rows) and [`latency`] (the weight-latency loop both use) beside
+//! it. The options and the rows' fields are documented in docs/recur-bench.md.
+
+#![forbid(unsafe_code)]
 
 pub mod actor;
 mod chunks;
