@@ -116,7 +116,7 @@ impl FlatUpdate {
     /// and anew after a checkpoint load (the loaded record brings its own parameter ids).
     pub fn of<B: AutodiffBackend>(trainee: &Trainee<B>) -> Self {
         let mut flat = FlatUpdate::new(&trainee.model);
-        flat.adam = trainee.flat_adam(&flat.layout);
+        flat.adam = adam::from_burn(&flat.layout, trainee.optim());
         flat
     }
 
@@ -291,7 +291,9 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
     }
 
     fn save(&self, trainee: &Trainee<B>) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        trainee.save_state(Some((&self.layout, &self.adam)))
+        let optim = trainee.optim().clone();
+        let optim = adam::into_burn(&self.layout, &self.adam, optim, &trainee.device());
+        trainee.save_state(Some(optim))
     }
 }
 
