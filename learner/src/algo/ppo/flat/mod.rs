@@ -95,11 +95,14 @@ pub struct FlatUpdate {
 }
 
 impl FlatUpdate {
-    /// The fused update of `model` (checked with [`unsupported`] first).
-    pub fn new<B: Backend>(model: &Policy<B>) -> Self {
+    /// The fused update of `trainee`'s model (checked with [`unsupported`] first) with the Adam
+    /// state of its optimizer: at the start, and anew after a checkpoint load (the loaded record
+    /// brings its own parameter ids).
+    pub fn of<B: AutodiffBackend>(trainee: &Trainee<B>) -> Self {
+        let model = &trainee.model;
         let layout = Layout::of(model);
         let mut fused = FlatUpdate {
-            adam: FlatAdam::new(layout.total),
+            adam: adam::from_burn(&layout, trainee.optim()),
             params: layout.read(model),
             obs_norm: host(model.obs_norm.val()),
             config: model.config().clone(),
@@ -110,14 +113,6 @@ impl FlatUpdate {
         };
         fused.packs = fused.net().pack();
         fused
-    }
-
-    /// The fused update of `trainee`'s model with the Adam state of its optimizer: at the start,
-    /// and anew after a checkpoint load (the loaded record brings its own parameter ids).
-    pub fn of<B: AutodiffBackend>(trainee: &Trainee<B>) -> Self {
-        let mut flat = FlatUpdate::new(&trainee.model);
-        flat.adam = adam::from_burn(&flat.layout, trainee.optim());
-        flat
     }
 
     /// The network as the parameters stand (its `values` are the critic's pass).

@@ -113,7 +113,7 @@ impl Net<'_> {
 
     /// Every core layer's weights packed from `params`, for [`Net::packs`].
     pub fn pack(&self) -> Vec<LayerPacks> {
-        // Through a net without packs: `FlatUpdate::new` packs the first time from a net
+        // Through a net without packs: `FlatUpdate::of` packs the first time from a net
         // whose packs are still empty, and packing reads only the values anyway.
         let own = Net {
             packs: None,

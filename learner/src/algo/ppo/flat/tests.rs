@@ -366,7 +366,7 @@ fn the_fused_critic_pass_matches_burns() {
 fn row_blocks_add_up_to_the_whole_minibatch() {
     use super::net::{Batch, LossConfig};
     let pc = masked(CellKind::Lstm, 2, vec![16]);
-    let fused = FlatUpdate::new(ppo(&pc, UpdatePath::Fused).model());
+    let fused = FlatUpdate::of(&ppo(&pc, UpdatePath::Fused).trainee);
     // A minibatch of 5 rows of 8 steps (3 blocks: 2, 2 and 1 rows), made up: resets inside
     // rows, both actions, padding at the end of the last row.
     let (rows, len, d, lh) = (5, 8, pc.obs_dim, 2 * 16);
