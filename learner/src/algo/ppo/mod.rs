@@ -166,7 +166,7 @@ impl<B: AutodiffBackend> Ppo<B> {
                     && chunk.next_terminated[p] == 0
             })
             .collect();
-        // The bootstrap values at `rows` (none to compute without rows).
+        // The values, and the bootstrap values at `rows` (none to compute without rows).
         let (value, boot) = self.path.critic(chunk, s, &rows);
         let mut next_value = vec![0.0f32; s.envs * t];
         for (&p, v) in rows.iter().zip(boot.unwrap_or_default()) {
@@ -176,8 +176,9 @@ impl<B: AutodiffBackend> Ppo<B> {
     }
 }
 
-/// The update path `path` selects for `trainee`'s model, built from the model and its optimizer;
-/// an error names the setting that keeps `path = "fused"` from running.
+/// The update path `path` selects for `trainee`'s model, built from the model and its optimizer
+/// (when PPO is built, and anew after a checkpoint load); an error names the setting that keeps
+/// `path = "fused"` from running.
 fn update_path<B: AutodiffBackend>(
     trainee: &Trainee<B>,
     path: UpdatePath,
