@@ -2,9 +2,9 @@
 //! builds behind it ([`build`]), so that the training loop (online, with actors) and the
 //! learner-only replay loop feed chunks and ask for updates without knowing which runs.
 //!
-//! - [`ppo`]: PPO with its advantages ([`ppo::gae`]) and its minibatch update paths (burn's
-//!   autodiff, and [`ppo::flat`]: one flat parameter, gradient and Adam buffer with a
-//!   hand-written backward);
+//! - [`ppo`]: PPO with its advantages ([`ppo::gae`]) and its two update paths behind
+//!   [`ppo::update::Update`] (burn's autodiff, [`ppo::autodiff`], and [`ppo::flat`]: one flat
+//!   parameter, gradient and Adam buffer with a hand-written backward);
 //! - [`dqn`]: recurrent DQN (R2D2-style burn-in) on stored sequences; [`bc`]: behaviour cloning;
 //! - [`replay_buffer`]: the storage of received steps, which PPO, DQN and BC sample from;
 //!   [`slice_sampler`]: the slices of it a batch takes; [`slices`]: what the algorithms share

@@ -12,8 +12,6 @@ use burn::tensor::Tensor;
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::policy::{Policy, PolicyConfig};
 
-use crate::algo::ppo::flat::{self, adam::FlatAdam, layout::Layout};
-
 /// The model under training, on the training backend `B` (`CpuAutodiff`, or `CudaAutodiff` in a
 /// `cuda` build).
 pub type Model<B = CpuAutodiff> = Policy<B>;
@@ -56,29 +54,20 @@ impl<B: AutodiffBackend> Trainee<B> {
     }
 
     /// The model record and the optimizer state, as bytes (checkpoints): host data, the same
-    /// whichever device trained them. With `flat`, Adam's state is taken from the flat
-    /// update's layout and moments instead of burn's optimizer (the checkpoint format is the
-    /// same).
-    pub fn save_state(
-        &self,
-        flat: Option<(&Layout, &FlatAdam)>,
-    ) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    /// whichever device trained them. With `optim`, that optimizer's state instead of this one's
+    /// (PPO's flat update keeps Adam's moments itself and puts them into a copy of this one,
+    /// so the checkpoint format is the same).
+    pub fn save_state(&self, optim: Option<Optim<B>>) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
         let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
         let model = Recorder::<B>::record(&recorder, self.model.clone().into_record(), ())?;
-        let optim = match flat {
-            Some((layout, adam)) => {
-                flat::adam::into_burn(layout, adam, self.optim.clone(), &self.device()).to_record()
-            }
-            None => self.optim.to_record(),
-        };
+        let optim = optim.as_ref().unwrap_or(&self.optim).to_record();
         let optim = Recorder::<B>::record(&recorder, optim, ())?;
         Ok((model, optim))
     }
 
-    /// Adam's state as the fused update holds it (what [`load_state`](Self::load_state) or
-    /// burn's own steps left in the optimizer).
-    pub fn flat_adam(&self, layout: &Layout) -> FlatAdam {
-        flat::adam::from_burn(layout, &self.optim)
+    /// burn's optimizer: what [`load_state`](Self::load_state) or burn's own steps left in it.
+    pub(crate) fn optim(&self) -> &Optim<B> {
+        &self.optim
     }
 
     /// Restores what [`save_state`](Self::save_state) wrote (on any device) onto this model's

@@ -16,29 +16,34 @@
 //!    normalizer *after* the epochs, so the epochs see the statistics the actors used and the
 //!    next weights carry the new ones. With `ppo.reward_norm`, rewards are divided by the
 //!    running std of the discounted return (per trajectory, updated chunk by chunk).
+//!
+//! The critic's pass and the minibatch steps run on one of two update paths behind
+//! [`update::Update`], chosen once when PPO is built from `ppo.update`: burn's autodiff
+//! ([`autodiff`]) or the flat update ([`flat`]: one flat parameter, gradient and Adam buffer
+//! with a hand-written backward).
 
+pub mod autodiff;
 pub mod flat;
 pub mod gae;
+pub mod update;
 
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::Tensor;
-use common::backend::{to_vec as host, CpuAutodiff};
+use common::backend::CpuAutodiff;
 use common::checkpoint::Checkpointed;
 use common::chunk::{Chunk, ChunkSchema};
-use common::policy::dist::{categorical_entropy, gaussian_entropy, multi_categorical_entropy};
-use common::policy::{ActionSpec, Policy, PolicyConfig};
+use common::policy::PolicyConfig;
 use std::collections::HashMap;
 
 use crate::algo::optim::{decode, encode};
 use crate::algo::optim::{Model, Trainee};
-use crate::algo::ppo::flat::net::{Batch, LossConfig, Outcome};
+use crate::algo::ppo::autodiff::AutodiffUpdate;
 use crate::algo::ppo::flat::{unsupported, FlatUpdate};
 use crate::algo::ppo::gae::{gae, needs_bootstrap, GaeInput};
+use crate::algo::ppo::update::{Minibatch, Rollout, Update};
 use crate::algo::replay_buffer::ReplayStorage;
-use crate::algo::slice_sampler::{SampledBatch, SliceSampler, SliceSamplerConfig};
-use crate::algo::slices::{gather, step_at_cut, tensor3, SliceBatch};
+use crate::algo::slice_sampler::{SliceSampler, SliceSamplerConfig};
 use crate::algo::Algorithm;
-use crate::config::{InitialState, PpoSection, UpdatePath};
+use crate::config::{PpoSection, UpdatePath};
 use crate::run::metrics::UpdateStats;
 use crate::run::profile::{self, Phase};
 
@@ -46,22 +51,18 @@ use crate::run::profile::{self, Phase};
 /// statistics are means over its minibatches (every [`UpdateStats`] field but `q_mean`).
 pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
     trainee: Trainee<B>,
+    /// The update path (`ppo.update`).
+    path: Box<dyn Update<B>>,
     config: PpoSection,
     schema: ChunkSchema,
-    storage: ReplayStorage,
-    advantage: Vec<f32>,
-    value_target: Vec<f32>,
+    rollout: Rollout,
     sampler: SliceSampler,
-    /// The inference copy of the model (same device), refreshed after each update.
-    critic: Policy<B::InnerBackend>,
     /// Keep the model's observation normalizer up to date, clipping at this bound.
     obs_norm: Option<f32>,
     /// Running discounted returns and their variance (`ppo.reward_norm`).
     returns: ReturnNorm,
     /// The run's progress in `[0, 1]` (schedules).
     progress: f64,
-    /// The fused update (`ppo.update`), when it runs this policy.
-    flat: Option<FlatUpdate>,
 }
 
 /// Reward normalization by the running standard deviation of the discounted return
@@ -109,10 +110,10 @@ impl<B: AutodiffBackend> Ppo<B> {
         device: &B::Device,
     ) -> anyhow::Result<Self> {
         let trainee = Trainee::new(policy, seed, device)?;
-        let flat = flat_update(&trainee.model, ppo.update)?;
+        let path = update_path(&trainee, ppo.update)?;
         tracing::info!(
             "PPO minibatches run on the {} update (ppo.update = \"{}\")",
-            if flat.is_some() { "fused" } else { "burn" },
+            path.name(),
             ppo.update.name()
         );
         if ppo.pack_slices && !schema.steps.is_multiple_of(ppo.slice_len) {
@@ -133,21 +134,22 @@ impl<B: AutodiffBackend> Ppo<B> {
             obs_norm: policy.obs_norm.then_some(policy.obs_clip),
             returns: ReturnNorm::default(),
             progress: 0.0,
-            critic: trainee.inference(),
-            storage: ReplayStorage::new(schema, ppo.frames_per_update),
-            advantage: Vec::new(),
-            value_target: Vec::new(),
+            rollout: Rollout {
+                frames: ReplayStorage::new(schema, ppo.frames_per_update),
+                advantage: Vec::new(),
+                value_target: Vec::new(),
+            },
             config: ppo.clone(),
             schema: schema.clone(),
             sampler,
             trainee,
-            flat,
+            path,
         })
     }
 
-    /// Whether minibatches run on the fused path.
-    pub fn fused(&self) -> bool {
-        self.flat.is_some()
+    /// The update path minibatches run on: `burn` or `fused`.
+    pub fn path_name(&self) -> &'static str {
+        self.path.name()
     }
 
     /// The critic's value of every position of `chunk` (recurrent mode over `[E, T]` from its
@@ -155,7 +157,7 @@ impl<B: AutodiffBackend> Ppo<B> {
     /// next observation (one sequential step from the post-step state; 0 elsewhere).
     pub(crate) fn critic_pass(&self, chunk: &Chunk) -> (Vec<f32>, Vec<f32>) {
         let s = &self.schema;
-        let (t, d, lh) = (s.steps, s.obs_dim, s.num_layers * s.hidden_size);
+        let t = s.steps;
         let rows: Vec<usize> = (0..s.envs * t)
             .filter(|&p| {
                 let tt = p % t;
@@ -164,212 +166,35 @@ impl<B: AutodiffBackend> Ppo<B> {
                     && chunk.next_terminated[p] == 0
             })
             .collect();
-        // The bootstrap values at `rows` (none to compute without rows).
-        let (value, boot) = if let Some(flat) = &self.flat {
-            // Every row starts from its stored state (recurrent mode's segment starts).
-            let start: Vec<bool> = (chunk.is_init.iter().enumerate())
-                .map(|(p, &x)| x == 1 || p % t == 0)
-                .collect();
-            let (value, next_h, next_c) = flat.values(
-                t,
-                &chunk.observation,
-                &start,
-                &chunk.rs_h,
-                chunk.rs_c.as_deref(),
-                None,
-            );
-            let boot = (!rows.is_empty()).then(|| {
-                flat.values(
-                    1,
-                    &gather(&chunk.next_observation, &rows, d),
-                    &vec![true; rows.len()],
-                    &gather(&next_h, &rows, lh),
-                    next_c.map(|c| gather(&c, &rows, lh)).as_deref(),
-                    None,
-                )
-                .0
-            });
-            (value, boot)
-        } else {
-            let out = (self.critic.forward_chunk(chunk, s)).expect("chunks match the policy");
-            let boot = (!rows.is_empty()).then(|| {
-                let boot = step_at_cut(
-                    &self.critic,
-                    gather(&chunk.next_observation, &rows, d),
-                    gather(&host(out.next.rs_h), &rows, lh),
-                    out.next.rs_c.map(|c| gather(&host(c), &rows, lh)),
-                );
-                host(boot.expect("chunks match the policy").value)
-            });
-            (host(out.value), boot)
-        };
+        // The values, and the bootstrap values at `rows` (none to compute without rows).
+        let (value, boot) = self.path.critic(chunk, s, &rows);
         let mut next_value = vec![0.0f32; s.envs * t];
         for (&p, v) in rows.iter().zip(boot.unwrap_or_default()) {
             next_value[p] = v;
         }
         (value, next_value)
     }
-
-    /// The minibatch's slices, mask, real-step count and advantages normalised over its real
-    /// steps (both update paths start here).
-    fn prepare<'a>(&'a self, b: &'a SampledBatch) -> (SliceBatch<'a>, Vec<f32>, f32, Vec<f32>) {
-        let sb = SliceBatch::new(&self.storage, b, self.config.slice_len);
-        let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
-        let count: f32 = mask.iter().sum();
-        let adv_raw = sb.gather(&self.advantage, 1);
-        let mean = adv_raw.iter().zip(&mask).map(|(x, m)| x * m).sum::<f32>() / count;
-        let var = adv_raw
-            .iter()
-            .zip(&mask)
-            .map(|(x, m)| (x - mean).powi(2) * m)
-            .sum::<f32>()
-            / count;
-        let adv: Vec<f32> = adv_raw
-            .iter()
-            .map(|x| (x - mean) / (var.sqrt() + 1e-8))
-            .collect();
-        (sb, mask, count, adv)
-    }
-
-    /// The loss coefficients and learning rate at the run's progress.
-    fn schedules(&self) -> (LossConfig, f64) {
-        let c = &self.config;
-        let cfg = LossConfig {
-            clip_eps: c.clip_schedule.at(c.clip_eps as f64, self.progress) as f32,
-            value_coef: c.value_coef,
-            entropy_coef: c.entropy_schedule.at(c.entropy_coef as f64, self.progress) as f32,
-        };
-        (cfg, c.lr_schedule.at(c.lr, self.progress))
-    }
-
-    /// One minibatch on the fused path (see [`crate::algo::ppo::flat`]).
-    fn flat_minibatch_step(&mut self, b: &SampledBatch) -> UpdateStats {
-        let (mut outcome, lr) = self.flat_loss(b);
-        let max_norm = self.config.max_grad_norm;
-        let flat = self.flat.as_mut().expect("the fused path is on");
-        let grad_norm = profile::time("fused.optimizer", || {
-            flat.apply(&mut outcome.grads, lr, max_norm)
-        });
-        UpdateStats {
-            grad_norm,
-            ..outcome.stats
-        }
-    }
-
-    /// The minibatch's loss and gradients on the fused path, and the learning rate of its
-    /// step.
-    pub(crate) fn flat_loss(&self, b: &SampledBatch) -> (Outcome, f64) {
-        let (sb, _, _, adv) = self.prepare(b);
-        let s = &self.schema;
-        let inputs = sb.inputs(
-            InitialState::Stored,
-            s.num_layers,
-            s.hidden_size,
-            s.cell.has_cell_state(),
-        );
-        let batch = Batch {
-            rows: sb.rows,
-            len: sb.len,
-            obs: &inputs.obs,
-            start: &inputs.is_init,
-            rs_h: &inputs.rs_h,
-            rs_c: inputs.rs_c.as_deref(),
-            action: &sb.gather(&self.storage.action, s.action_dim()),
-            old_logp: &sb.gather(&self.storage.sample_log_prob, 1),
-            target: &sb.gather(&self.value_target, 1),
-            adv: &adv,
-            mask: sb.mask(),
-        };
-        let (cfg, lr) = self.schedules();
-        let flat = self.flat.as_ref().expect("the fused path is on");
-        (flat.loss(&batch, cfg), lr)
-    }
-
-    /// One minibatch on burn's path.
-    fn minibatch_step(&mut self, b: &SampledBatch) -> anyhow::Result<UpdateStats> {
-        let (loss, stats) = profile::time("burn.loss", || self.burn_loss(b));
-        let lr = self.schedules().1;
-        let max_norm = self.config.max_grad_norm;
-        let grad_norm = profile::time("burn.backward_step", || {
-            self.trainee.step(loss, lr, max_norm)
-        });
-        Ok(UpdateStats { grad_norm, ..stats })
-    }
-
-    /// The minibatch's loss through burn's autodiff, and its statistics (no gradient norm).
-    pub(crate) fn burn_loss(&self, b: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
-        let s = &self.schema;
-        let (sb, mask, count, adv) = self.prepare(b);
-        let device = self.trainee.device();
-        let t3 = |v: Vec<f32>| tensor3(v, sb.rows, sb.len, 1, &device);
-        let old_logp = t3(sb.gather(&self.storage.sample_log_prob, 1));
-        let target = t3(sb.gather(&self.value_target, 1));
-        let adv_t = t3(adv);
-        let mask_t = t3(mask);
-
-        let has_cell = s.cell.has_cell_state();
-        let inputs = sb.inputs(InitialState::Stored, s.num_layers, s.hidden_size, has_cell);
-        let out = inputs.forward(&self.trainee.model, 0, None);
-        let action = self.trainee.model.action();
-        let logp = sb.log_prob(action, out.head.clone(), 0, &device);
-        let entropy = match action {
-            ActionSpec::Discrete { .. } => categorical_entropy(out.head),
-            ActionSpec::MultiDiscrete { nvec } => multi_categorical_entropy(out.head, nvec),
-            ActionSpec::Continuous { .. } => gaussian_entropy(out.head, s.action_dim()),
-        };
-        let masked_mean = |x: Tensor<B, 3>| (x * mask_t.clone()).sum() / count;
-        let log_ratio = logp - old_logp;
-        let ratio = log_ratio.clone().exp();
-        let cfg = self.schedules().0;
-        let (eps, entropy_coef) = (cfg.clip_eps, cfg.entropy_coef);
-        let surrogate = (ratio.clone() * adv_t.clone())
-            .min_pair(ratio.clone().clamp(1.0 - eps, 1.0 + eps) * adv_t);
-        let policy_loss = masked_mean(surrogate).neg();
-        let value_loss = masked_mean((out.value - target).powi_scalar(2)) * 0.5;
-        let entropy_mean = masked_mean(entropy);
-        let loss = policy_loss.clone() + value_loss.clone() * self.config.value_coef
-            - entropy_mean.clone() * entropy_coef;
-
-        // Diagnostics, without autodiff.
-        let lr_host = host(log_ratio.inner());
-        let mask_host = sb.mask();
-        let (mut kl, mut clipped) = (0.0f32, 0.0f32);
-        for (x, &m) in lr_host.iter().zip(mask_host) {
-            if m {
-                kl += x.exp() - 1.0 - x;
-                clipped += ((x.exp() - 1.0).abs() > eps) as u8 as f32;
-            }
-        }
-        let scalar = |t: Tensor<B, 1>| host(t.inner())[0];
-        let stats = UpdateStats {
-            loss: scalar(loss.clone()),
-            policy_loss: scalar(policy_loss),
-            value_loss: scalar(value_loss),
-            entropy: scalar(entropy_mean),
-            approx_kl: kl / count,
-            clip_frac: clipped / count,
-            ..UpdateStats::default()
-        };
-        (loss, stats)
-    }
 }
 
-/// The fused update of `model` where `path` and the model allow it; an error names the
-/// setting that keeps `path = "fused"` from running.
-fn flat_update<B: AutodiffBackend>(
-    model: &Policy<B>,
+/// The update path `path` selects for `trainee`'s model, built from the model and its optimizer
+/// (when PPO is built, and anew after a checkpoint load); an error names the setting that keeps
+/// `path = "fused"` from running.
+fn update_path<B: AutodiffBackend>(
+    trainee: &Trainee<B>,
     path: UpdatePath,
-) -> anyhow::Result<Option<FlatUpdate>> {
-    if path == UpdatePath::Burn {
-        return Ok(None);
-    }
-    match (unsupported(model), path) {
-        (None, _) => Ok(Some(FlatUpdate::new(model))),
-        (Some(why), UpdatePath::Fused) => {
+) -> anyhow::Result<Box<dyn Update<B>>> {
+    let flat = match (path, unsupported(&trainee.model)) {
+        (UpdatePath::Burn, _) | (UpdatePath::Auto, Some(_)) => false,
+        (UpdatePath::Fused, Some(why)) => {
             anyhow::bail!("ppo.update = \"fused\" cannot run this policy: {why}")
         }
-        (Some(_), _) => Ok(None),
-    }
+        (_, None) => true,
+    };
+    Ok(if flat {
+        Box::new(FlatUpdate::of(trainee))
+    } else {
+        Box::new(AutodiffUpdate::new(trainee))
+    })
 }
 
 impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
@@ -399,46 +224,33 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
             lambda: self.config.gae_lambda,
         });
         // Storage positions follow insertion order (the storage is emptied after each update).
-        debug_assert_eq!(self.storage.len(), self.advantage.len());
-        self.storage.extend(chunk);
-        self.advantage.extend(adv.advantage);
-        self.value_target.extend(adv.value_target);
+        self.rollout.push(chunk, adv.advantage, adv.value_target);
     }
 
     /// Once `frames_per_update` frames are stored.
     fn ready(&self) -> bool {
-        self.storage.len() >= self.config.frames_per_update
+        self.rollout.frames.len() >= self.config.frames_per_update
     }
 
     /// Trains on everything stored, then empties the storage.
     fn update(&mut self) -> anyhow::Result<UpdateStats> {
         let mut minibatches = Vec::new();
         for _ in 0..self.config.epochs {
-            for batch in self.sampler.epoch(&self.storage)? {
+            for batch in self.sampler.epoch(&self.rollout.frames)? {
                 let _minibatch = Phase::start("minibatch");
-                minibatches.push(match self.flat {
-                    Some(_) => self.flat_minibatch_step(&batch),
-                    None => self.minibatch_step(&batch)?,
-                });
+                let mb = Minibatch::new(&self.rollout, &batch, &self.config, self.progress);
+                minibatches.push(self.path.step(&mut self.trainee, &mb));
             }
-        }
-        if let Some(flat) = &self.flat {
-            let _sync = Phase::start("sync");
-            self.trainee.model = flat.finish(self.trainee.model.clone());
         }
         let stats = UpdateStats::mean(&minibatches);
         if let Some(clip) = self.obs_norm {
             let mut obs = self.trainee.model.obs_stats();
-            obs.merge(&self.storage.observation[..self.storage.len() * self.schema.obs_dim]);
+            let frames = &self.rollout.frames;
+            obs.merge(&frames.observation[..frames.len() * self.schema.obs_dim]);
             self.trainee.model = self.trainee.model.clone().with_obs_stats(&obs, clip);
-            if let Some(flat) = &mut self.flat {
-                flat.set_obs_norm(&self.trainee.model);
-            }
         }
-        self.storage.clear();
-        self.advantage.clear();
-        self.value_target.clear();
-        self.critic = self.trainee.inference();
+        self.path.finish(&mut self.trainee);
+        self.rollout.clear();
         Ok(stats)
     }
 
@@ -457,19 +269,13 @@ impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
     }
 
     fn save_state(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        let flat = self.flat.as_ref().map(|f| (f.layout(), &f.adam));
-        self.trainee.save_state(flat)
+        self.path.save(&self.trainee)
     }
 
     fn load_state(&mut self, model: Vec<u8>, optim: Vec<u8>) -> anyhow::Result<()> {
         self.trainee.load_state(model, optim)?;
-        if self.flat.is_some() {
-            // The loaded record brings its own parameter ids: lay the parameters out anew.
-            let mut flat = FlatUpdate::new(&self.trainee.model);
-            flat.adam = self.trainee.flat_adam(flat.layout());
-            self.flat = Some(flat);
-        }
-        self.critic = self.trainee.inference();
+        // The loaded record brings its own parameter ids: the path is built anew from it.
+        self.path = update_path(&self.trainee, self.config.update)?;
         Ok(())
     }
 
@@ -489,10 +295,18 @@ impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
 }
 
 #[cfg(test)]
+use crate::algo::slice_sampler::SampledBatch;
+
+#[cfg(test)]
 impl Ppo<CpuAutodiff> {
     /// The first minibatch of a new epoch over the stored frames.
     pub(crate) fn next_batch(&mut self) -> SampledBatch {
-        self.sampler.epoch(&self.storage).unwrap().remove(0)
+        self.sampler.epoch(&self.rollout.frames).unwrap().remove(0)
+    }
+
+    /// `batch` as the update steps on it now.
+    pub(crate) fn minibatch<'a>(&'a self, batch: &'a SampledBatch) -> Minibatch<'a> {
+        Minibatch::new(&self.rollout, batch, &self.config, self.progress)
     }
 }
 
@@ -612,7 +426,7 @@ mod tests {
             pack_slices: update == UpdatePath::Fused,
         };
         let mut ppo = Ppo::<CpuAutodiff>::new(&pc, &config, &schema, 1, &cpu_device()).unwrap();
-        assert_eq!(ppo.fused(), update == UpdatePath::Fused);
+        assert_eq!(ppo.path_name(), update.name());
         let actor_config = ActorConfig::new("MatchTwo-v0", envs, steps, 5);
         let venv = registry.make_vec("MatchTwo-v0", envs, 5).unwrap();
         let mut actor = Actor::with_envs(actor_config, init_policy(&pc, 1).unwrap(), venv).unwrap();

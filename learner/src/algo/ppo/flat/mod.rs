@@ -5,12 +5,13 @@
 //! layers on the fused kernels of `common::recurrent::fused`, with no burn op and no autodiff
 //! graph in between.
 //!
-//! The burn module stays the model of record. [`FlatUpdate::new`] reads its parameters into
-//! one flat buffer, the minibatches step that buffer, and [`FlatUpdate::finish`] writes it
-//! back after an update's epochs; Adam's moments live here between updates and go into burn's
-//! optimizer record only for a checkpoint ([`adam::into_burn`]), so a checkpoint has one format
-//! whichever path wrote it. burn's path (`ppo.update = "burn"`) is the reference the tests
-//! hold this one to: same loss, same gradients, same weights after a few updates.
+//! [`FlatUpdate`] is one of PPO's update paths ([`Update`]). The burn module stays the model of
+//! record. [`FlatUpdate::of`] reads its parameters into one flat buffer and Adam's moments out of
+//! burn's optimizer, the minibatches step that buffer, and the end of an update writes it back;
+//! Adam's moments live here between updates and go into burn's optimizer record only for a
+//! checkpoint ([`adam::into_burn`]), so a checkpoint has one format whichever path wrote it.
+//! burn's path ([`super::autodiff`]) is the reference the tests hold this one to: same loss, same
+//! gradients, same weights after a few updates.
 
 pub mod adam;
 pub mod layout;
@@ -18,8 +19,9 @@ pub mod net;
 
 use std::any::TypeId;
 
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use common::backend::{to_vec as host, CpuAutodiff};
+use common::chunk::{Chunk, ChunkSchema};
 use common::policy::{ActionSpec, CriticCore, Policy, PolicyConfig};
 use common::recurrent::fused::{
     self,
@@ -31,6 +33,9 @@ use adam::FlatAdam;
 use layout::Layout;
 use net::{part, Batch, LossConfig, Net, Outcome};
 
+use super::update::{Minibatch, Update};
+use crate::algo::optim::Trainee;
+use crate::algo::slices::gather;
 use crate::run::metrics::UpdateStats;
 use crate::run::profile;
 
@@ -79,7 +84,7 @@ pub struct FlatUpdate {
     layout: Layout,
     params: Vec<f32>,
     obs_norm: Vec<f32>,
-    pub adam: FlatAdam,
+    adam: FlatAdam,
     config: PolicyConfig,
     recompute: common::recurrent::Recompute,
     /// Choices per action component.
@@ -90,11 +95,14 @@ pub struct FlatUpdate {
 }
 
 impl FlatUpdate {
-    /// The fused update of `model` (checked with [`unsupported`] first).
-    pub fn new<B: Backend>(model: &Policy<B>) -> Self {
+    /// The fused update of `trainee`'s model (checked with [`unsupported`] first) with the Adam
+    /// state of its optimizer: at the start, and anew after a checkpoint load (the loaded record
+    /// brings its own parameter ids).
+    pub fn of<B: AutodiffBackend>(trainee: &Trainee<B>) -> Self {
+        let model = &trainee.model;
         let layout = Layout::of(model);
         let mut fused = FlatUpdate {
-            adam: FlatAdam::new(layout.total),
+            adam: adam::from_burn(&layout, trainee.optim()),
             params: layout.read(model),
             obs_norm: host(model.obs_norm.val()),
             config: model.config().clone(),
@@ -105,22 +113,6 @@ impl FlatUpdate {
         };
         fused.packs = fused.net().pack();
         fused
-    }
-
-    pub fn layout(&self) -> &Layout {
-        &self.layout
-    }
-
-    /// Takes `model`'s normalizer after it changed (the parameters are read once, by
-    /// [`new`](Self::new): only [`finish`](Self::finish) changes them afterwards, and a
-    /// checkpoint load builds a new `FlatUpdate`).
-    pub fn set_obs_norm<B: Backend>(&mut self, model: &Policy<B>) {
-        self.obs_norm = host(model.obs_norm.val());
-        debug_assert_eq!(
-            self.params,
-            self.layout.read(model),
-            "the model changed elsewhere"
-        );
     }
 
     /// The network as the parameters stand (its `values` are the critic's pass).
@@ -215,9 +207,88 @@ impl FlatUpdate {
         norm
     }
 
-    /// `model` with the parameters trained so far.
-    pub fn finish<B: Backend>(&self, model: Policy<B>) -> Policy<B> {
-        self.layout.write(model, &self.params)
+    /// The minibatch's loss and gradients (no step).
+    pub(crate) fn minibatch_loss(&self, mb: &Minibatch<'_>) -> Outcome {
+        let s = mb.slices();
+        let action_dim = s.sb.storage.schema().action_dim();
+        let batch = Batch {
+            rows: s.sb.rows,
+            len: s.sb.len,
+            obs: &s.inputs.obs,
+            start: &s.inputs.is_init,
+            rs_h: &s.inputs.rs_h,
+            rs_c: s.inputs.rs_c.as_deref(),
+            action: &s.sb.gather(&s.sb.storage.action, action_dim),
+            old_logp: &s.old_logp,
+            target: &s.target,
+            adv: &s.adv,
+            mask: s.sb.mask(),
+        };
+        self.loss(&batch, mb.loss)
+    }
+}
+
+impl<B: AutodiffBackend> Update<B> for FlatUpdate {
+    fn name(&self) -> &'static str {
+        "fused"
+    }
+
+    fn critic(
+        &self,
+        chunk: &Chunk,
+        s: &ChunkSchema,
+        rows: &[usize],
+    ) -> (Vec<f32>, Option<Vec<f32>>) {
+        let (t, d, lh) = (s.steps, s.obs_dim, s.num_layers * s.hidden_size);
+        // Every row starts from its stored state (recurrent mode's segment starts).
+        let start: Vec<bool> = (chunk.is_init.iter().enumerate())
+            .map(|(p, &x)| x == 1 || p % t == 0)
+            .collect();
+        let (value, next_h, next_c) = self.values(
+            t,
+            &chunk.observation,
+            &start,
+            &chunk.rs_h,
+            chunk.rs_c.as_deref(),
+            None,
+        );
+        let boot = (!rows.is_empty()).then(|| {
+            self.values(
+                1,
+                &gather(&chunk.next_observation, rows, d),
+                &vec![true; rows.len()],
+                &gather(&next_h, rows, lh),
+                next_c.map(|c| gather(&c, rows, lh)).as_deref(),
+                None,
+            )
+            .0
+        });
+        (value, boot)
+    }
+
+    fn step(&mut self, _: &mut Trainee<B>, mb: &Minibatch<'_>) -> UpdateStats {
+        let mut outcome = self.minibatch_loss(mb);
+        let grad_norm = profile::time("fused.optimizer", || {
+            self.apply(&mut outcome.grads, mb.lr, mb.max_grad_norm)
+        });
+        UpdateStats {
+            grad_norm,
+            ..outcome.stats
+        }
+    }
+
+    /// Writes the parameters trained into the model of record and takes its normalizer (the
+    /// parameters are read once, by [`of`](FlatUpdate::of): only this changes them afterwards).
+    fn finish(&mut self, trainee: &mut Trainee<B>) {
+        let sync = || self.layout.write(trainee.model.clone(), &self.params);
+        trainee.model = profile::time("sync", sync);
+        self.obs_norm = host(trainee.model.obs_norm.val());
+    }
+
+    fn save(&self, trainee: &Trainee<B>) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        let optim = trainee.optim().clone();
+        let optim = adam::into_burn(&self.layout, &self.adam, optim, &trainee.device());
+        trainee.save_state(Some(optim))
     }
 }
 

@@ -1,7 +1,7 @@
 //! One PPO minibatch through the whole policy on host buffers: forward (normalizer, tanh
 //! encoder, LSTM/GRU layers on the fused kernels, heads), the clipped-surrogate loss with value
 //! loss and entropy bonus over a (multi-)categorical action, and the backward to every
-//! parameter, written out by hand. Same maths as the burn path in [`crate::algo::ppo`], which
+//! parameter, written out by hand. Same maths as the burn path in [`crate::algo::ppo::autodiff`], which
 //! the tests hold it to.
 
 use common::recurrent::fused::host::{
@@ -113,7 +113,7 @@ impl Net<'_> {
 
     /// Every core layer's weights packed from `params`, for [`Net::packs`].
     pub fn pack(&self) -> Vec<LayerPacks> {
-        // Through a net without packs: `FlatUpdate::new` packs the first time from a net
+        // Through a net without packs: `FlatUpdate::of` packs the first time from a net
         // whose packs are still empty, and packing reads only the values anyway.
         let own = Net {
             packs: None,

@@ -13,7 +13,8 @@ use common::recurrent::CellKind;
 use common::rollout::{Actor, ActorConfig};
 
 use super::layout::Layout;
-use crate::algo::ppo::Ppo;
+use super::FlatUpdate;
+use crate::algo::ppo::{autodiff, Ppo};
 use crate::algo::Algorithm;
 use crate::config::{PpoSection, UpdatePath};
 
@@ -41,7 +42,7 @@ fn chunks(env: &str, pc: &PolicyConfig, n: usize) -> Vec<Chunk> {
 fn ppo(pc: &PolicyConfig, update: UpdatePath) -> Ppo<CpuAutodiff> {
     let schema = chunk_schema(pc, ENVS, STEPS);
     let ppo = Ppo::new(pc, &ppo_config(update), &schema, 3, &cpu_device()).unwrap();
-    assert_eq!(ppo.fused(), update == UpdatePath::Fused);
+    assert_eq!(ppo.path_name(), update.name());
     ppo
 }
 
@@ -106,8 +107,8 @@ fn loss_and_gradients_match(env: &str, pc: PolicyConfig) {
     }
     let (bb, fb) = (burn.next_batch(), fused.next_batch());
     assert_eq!(bb.positions, fb.positions, "same sampler, same slices");
-    let (loss, stats) = burn.burn_loss(&bb);
-    let (outcome, _) = fused.flat_loss(&fb);
+    let (loss, stats) = autodiff::loss(&burn.trainee, &burn.minibatch(&bb));
+    let outcome = FlatUpdate::of(&fused.trainee).minibatch_loss(&fused.minibatch(&fb));
     let layout = Layout::of(fused.model());
     let scalars = |o: &[f32]| o.to_vec();
     close(
@@ -300,7 +301,7 @@ fn fused_refuses_what_it_cannot_run_and_auto_falls_back() {
         &cpu_device(),
     )
     .unwrap();
-    assert!(!auto.fused());
+    assert_eq!(auto.path_name(), "burn");
     let lstm = masked(CellKind::Lstm, 1, vec![16]);
     let schema = chunk_schema(&lstm, ENVS, STEPS);
     let auto = Ppo::<CpuAutodiff>::new(
@@ -311,8 +312,9 @@ fn fused_refuses_what_it_cannot_run_and_auto_falls_back() {
         &cpu_device(),
     )
     .unwrap();
-    assert!(
-        auto.fused(),
+    assert_eq!(
+        auto.path_name(),
+        "fused",
         "auto picks the fused update for a CPU LSTM policy"
     );
     let scan = lstm.with_backend(common::recurrent::RecurrentBackend::Scan);
@@ -363,9 +365,8 @@ fn the_fused_critic_pass_matches_burns() {
 #[test]
 fn row_blocks_add_up_to_the_whole_minibatch() {
     use super::net::{Batch, LossConfig};
-    use super::FlatUpdate;
     let pc = masked(CellKind::Lstm, 2, vec![16]);
-    let fused = FlatUpdate::new(ppo(&pc, UpdatePath::Fused).model());
+    let fused = FlatUpdate::of(&ppo(&pc, UpdatePath::Fused).trainee);
     // A minibatch of 5 rows of 8 steps (3 blocks: 2, 2 and 1 rows), made up: resets inside
     // rows, both actions, padding at the end of the last row.
     let (rows, len, d, lh) = (5, 8, pc.obs_dim, 2 * 16);
