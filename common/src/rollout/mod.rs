@@ -14,25 +14,23 @@
 //! sampling's random draws in environment order at each step).
 
 mod exploration;
+mod sampling;
 
 use std::ops::Range;
 
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Cpu;
 use crate::chunk::{traj_id, ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSchema};
 use crate::envs::{EnvError, Space, VecActions, VecEnv, VectorEnv};
-use crate::policy::dist::{
-    argmax, sample_categorical, sample_squashed_gaussian, squashed_gaussian_log_prob,
-    squashed_gaussian_mode,
-};
 use crate::policy::inference::{InferencePolicy, StepOutput};
-use crate::policy::{action_spec, chunk_schema, ActionSpec, Policy};
+use crate::policy::{action_spec, chunk_schema, Policy};
 use crate::recurrent::{current_recurrent_mode, RecurrentError, RecurrentMode};
 
 pub use exploration::{EpsilonSchedule, Exploration};
+use sampling::Sampler;
 
 /// What an actor runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -124,7 +122,9 @@ pub struct Actor {
     outs: Vec<StepOutput>,
     /// Per group: a step begun and not yet ended.
     pending: Vec<bool>,
-    log_prob: Vec<f32>,
+    /// The action sampling: its random generator, and each environment's action and
+    /// log-probability at the current step.
+    sampler: Sampler,
     policy_version: u64,
     schema: ChunkSchema,
     /// What the policy sees at the current step, `[E, D]`.
@@ -135,17 +135,11 @@ pub struct Actor {
     rs_h: Vec<f32>,
     rs_c: Option<Vec<f32>>,
     episode: Vec<u64>,
-    /// rand's `StdRng` generator, named so that its position can be saved.
-    rng: ChaCha12Rng,
     seq: u64,
     /// Per environment: the incarnation under which its running episode started (its
     /// trajectory id's; an actor restored from a saved state continues those episodes).
     traj_incarnation: Vec<u32>,
     finished: Vec<Episode>,
-    // Per-step scratch.
-    discrete: Vec<i64>,
-    continuous: Vec<f32>,
-    eps: Vec<f32>,
 }
 
 impl Actor {
@@ -225,21 +219,21 @@ impl Actor {
         let primer = policy.primer();
         let zeros = |key: &str| primer.entry(key).map(|_| vec![0.0f32; state_len]);
         Ok(Actor {
-            rng: ChaCha12Rng::seed_from_u64(config.seed ^ 0x5eed_ac70),
+            sampler: Sampler::new(
+                ChaCha12Rng::seed_from_u64(config.seed ^ 0x5eed_ac70),
+                e,
+                schema.action_dim(),
+            ),
             traj_incarnation: vec![config.incarnation; e],
             is_init: vec![true; e],
             rs_h: zeros("rs_h").expect("every primer declares rs_h"),
             rs_c: zeros("rs_c"),
             episode: vec![0; e],
-            discrete: vec![0; e * schema.action_dim()],
-            continuous: vec![0.0; e * schema.action_dim()],
-            eps: vec![0.0; schema.action_dim()],
             finished: Vec::new(),
             fast: InferencePolicy::from_policy(&policy),
             outs: vec![StepOutput::default(); groups.len()],
             pending: vec![false; groups.len()],
             groups,
-            log_prob: vec![0.0; e],
             seq: 0,
             policy_version: 0,
             config,
@@ -310,9 +304,9 @@ impl Actor {
             episode: self.episode.clone(),
             traj_incarnation: self.traj_incarnation.clone(),
             rng: (
-                self.rng.get_seed(),
-                self.rng.get_stream(),
-                self.rng.get_word_pos(),
+                self.sampler.rng.get_seed(),
+                self.sampler.rng.get_stream(),
+                self.sampler.rng.get_word_pos(),
             ),
         };
         Some(crate::envs::encode_state(&state))
@@ -355,9 +349,9 @@ impl Actor {
         self.episode = state.episode;
         self.traj_incarnation = state.traj_incarnation;
         let (seed, stream, word_pos) = state.rng;
-        self.rng = ChaCha12Rng::from_seed(seed);
-        self.rng.set_stream(stream);
-        self.rng.set_word_pos(word_pos);
+        self.sampler.rng = ChaCha12Rng::from_seed(seed);
+        self.sampler.rng.set_stream(stream);
+        self.sampler.rng.set_word_pos(word_pos);
         self.policy_version = state.policy_version;
         Ok(state.policy_version)
     }
@@ -412,9 +406,11 @@ impl Actor {
                 let k = self.schema.action_dim();
                 let rows = self.groups[g].start * k..self.groups[g].end * k;
                 let actions = match self.schema.action {
-                    ActionKind::Continuous { .. } => VecActions::Continuous(&self.continuous[rows]),
+                    ActionKind::Continuous { .. } => {
+                        VecActions::Continuous(&self.sampler.continuous[rows])
+                    }
                     ActionKind::Discrete | ActionKind::MultiDiscrete { .. } => {
-                        VecActions::Discrete(&self.discrete[rows])
+                        VecActions::Discrete(&self.sampler.discrete[rows])
                     }
                 };
                 self.env.begin_step(g, actions)?;
@@ -443,7 +439,7 @@ impl Actor {
             if let (Some(dst), Some(src)) = (&mut chunk.rs_c, &self.rs_c) {
                 dst[p * lh..(p + 1) * lh].copy_from_slice(&src[env * lh..(env + 1) * lh]);
             }
-            chunk.sample_log_prob[p] = self.log_prob[env];
+            chunk.sample_log_prob[p] = self.sampler.log_prob[env];
             chunk.state_value[p] = out.value[env - r.start];
             chunk.traj_ids[p] = traj_id(
                 self.config.actor_id,
@@ -453,8 +449,10 @@ impl Actor {
             );
             let (to, from) = (p * k..(p + 1) * k, env * k..(env + 1) * k);
             match &mut chunk.action {
-                ActionColumn::Discrete(a) => a[to].copy_from_slice(&self.discrete[from]),
-                ActionColumn::Continuous(a) => a[to].copy_from_slice(&self.continuous[from]),
+                ActionColumn::Discrete(a) => a[to].copy_from_slice(&self.sampler.discrete[from]),
+                ActionColumn::Continuous(a) => {
+                    a[to].copy_from_slice(&self.sampler.continuous[from])
+                }
             }
         }
     }
@@ -518,9 +516,11 @@ impl Actor {
         Ok(())
     }
 
-    /// One sequential-mode policy call on group `g`'s environments ([`InferencePolicy`], the
-    /// burn policy's weights on the host); samples their actions into the scratch buffers
-    /// (random draws in environment order).
+    /// One sequential-mode policy step on group `g`'s environments: their observations,
+    /// `is_init` and recurrent state through the policy ([`InferencePolicy`], the burn policy's
+    /// weights on the host), then their actions sampled from its head with their
+    /// log-probabilities ([`Sampler`], random draws in environment order). The state for the
+    /// next step (`("next", state)`) waits in the group's outputs for [`Actor::end_group`].
     fn policy_step(&mut self, g: usize) -> Result<(), ActorError> {
         let r = self.groups[g].clone();
         let s = &self.schema;
@@ -532,98 +532,13 @@ impl Actor {
             self.rs_c.as_deref().map(|c| &c[r.start * lh..r.end * lh]),
             &mut self.outs[g],
         );
-        let head = &self.outs[g].head;
-        let k = head.len() / r.len();
-        let greedy = matches!(self.config.exploration, Exploration::Greedy(_));
-        let epsilon = self.config.exploration.schedule().at(self.policy_version);
-        match self.fast.action() {
-            ActionSpec::Discrete { n } => {
-                let n = *n;
-                for (i, env) in r.enumerate() {
-                    let logits = &head[i * k..(i + 1) * k];
-                    let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
-                    // The behaviour policy is a mixture: record the mixture's log-probability.
-                    let (a, policy_logp) = if greedy {
-                        let best = argmax(logits);
-                        let a = if random {
-                            self.rng.random_range(0..n)
-                        } else {
-                            best
-                        };
-                        (a, if a == best { 0.0 } else { f32::NEG_INFINITY })
-                    } else if random {
-                        let a = self.rng.random_range(0..n);
-                        (a, categorical_log_prob_host(logits, a))
-                    } else {
-                        sample_categorical(logits, self.rng.random::<f32>())
-                    };
-                    self.discrete[env] = a as i64;
-                    self.log_prob[env] = if epsilon > 0.0 {
-                        ((1.0 - epsilon) * policy_logp.exp() + epsilon / n as f32).ln()
-                    } else {
-                        policy_logp
-                    };
-                }
-            }
-            ActionSpec::MultiDiscrete { nvec } => {
-                let dim = nvec.len();
-                let choices: f32 = nvec.iter().map(|&n| n as f32).product();
-                for (i, env) in r.enumerate() {
-                    // `k` head outputs per environment: the sum of `nvec`.
-                    let head = &head[i * k..(i + 1) * k];
-                    let action = &mut self.discrete[env * dim..(env + 1) * dim];
-                    let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
-                    let mut policy_logp = 0.0f32;
-                    let mut greedy_match = true;
-                    let mut at = 0;
-                    for (j, &n) in nvec.iter().enumerate() {
-                        let logits = &head[at..at + n];
-                        at += n;
-                        let a = if random {
-                            self.rng.random_range(0..n)
-                        } else if greedy {
-                            argmax(logits)
-                        } else {
-                            sample_categorical(logits, self.rng.random::<f32>()).0
-                        };
-                        greedy_match &= a == argmax(logits);
-                        policy_logp += categorical_log_prob_host(logits, a);
-                        action[j] = a as i64;
-                    }
-                    if greedy {
-                        policy_logp = if greedy_match { 0.0 } else { f32::NEG_INFINITY };
-                    }
-                    self.log_prob[env] = if epsilon > 0.0 {
-                        ((1.0 - epsilon) * policy_logp.exp() + epsilon / choices).ln()
-                    } else {
-                        policy_logp
-                    };
-                }
-            }
-            ActionSpec::Continuous { low, high } => {
-                let a = low.len();
-                for (i, env) in r.enumerate() {
-                    let head = &head[i * k..(i + 1) * k];
-                    let action = &mut self.continuous[env * a..(env + 1) * a];
-                    let random = epsilon > 0.0 && self.rng.random::<f32>() < epsilon;
-                    if random {
-                        for (j, x) in action.iter_mut().enumerate() {
-                            *x = low[j] + (high[j] - low[j]) * self.rng.random::<f32>();
-                        }
-                        self.log_prob[env] = squashed_gaussian_log_prob(head, action, low, high);
-                    } else if greedy {
-                        squashed_gaussian_mode(head, low, high, action);
-                        self.log_prob[env] = squashed_gaussian_log_prob(head, action, low, high);
-                    } else {
-                        for x in self.eps.iter_mut() {
-                            *x = standard_normal(&mut self.rng);
-                        }
-                        self.log_prob[env] =
-                            sample_squashed_gaussian(head, &self.eps, low, high, action);
-                    }
-                }
-            }
-        }
+        self.sampler.sample(
+            self.fast.action(),
+            &self.outs[g].head,
+            r,
+            self.config.exploration,
+            self.policy_version,
+        );
         Ok(())
     }
 }
@@ -642,18 +557,4 @@ struct ActorState {
     episode: Vec<u64>,
     traj_incarnation: Vec<u32>,
     rng: ([u8; 32], u64, u128),
-}
-
-/// The log-probability of `a` under the categorical distribution with `logits`.
-fn categorical_log_prob_host(logits: &[f32], a: usize) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
-    logits[a] - max - sum.ln()
-}
-
-/// A standard normal draw (Box-Muller).
-fn standard_normal(rng: &mut ChaCha12Rng) -> f32 {
-    let u1: f64 = 1.0 - rng.random::<f64>(); // (0, 1]
-    let u2: f64 = rng.random::<f64>();
-    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
 }
