@@ -12,7 +12,7 @@ use clap::Parser;
 use common::actor_args::ActorArgs;
 use common::dataset::{DatasetWriter, EnvSource};
 use common::envs::Registry;
-use common::policy::CriticCore;
+use common::policy::{CriticCore, PolicyConfig};
 use common::recurrent::CellKind;
 use common::rollout::{Actor, EpsilonSchedule, Exploration};
 use common::tls::Fingerprint;
@@ -157,11 +157,16 @@ impl Cli {
             env_kwargs: env_kwargs.transpose()?,
             envs: self.envs,
             steps: self.steps,
-            cell: self.cell,
-            hidden: self.hidden,
-            layers: self.layers,
-            encoder: self.encoder.0.clone(),
-            critic_core: self.critic_core,
+            // The flags' architecture on the default environment's spaces: the actor runs it
+            // on its environment's ([`start`]).
+            policy: PolicyConfig {
+                cell: self.cell,
+                hidden_size: self.hidden,
+                num_layers: self.layers,
+                encoder: self.encoder.0.clone(),
+                critic_core: self.critic_core,
+                ..ActorArgs::default().policy
+            },
             seed: self.seed,
             exploration: match self.exploration.as_str() {
                 "greedy" => Exploration::Greedy(self.epsilon),
@@ -436,17 +441,12 @@ mod tests {
             flags.env_kwargs.as_ref().unwrap()["k"],
             serde_json::json!([1, 2])
         );
+        let p = &flags.policy;
         assert_eq!(
-            (
-                flags.envs,
-                flags.steps,
-                flags.cell,
-                flags.hidden,
-                flags.layers
-            ),
+            (flags.envs, flags.steps, p.cell, p.hidden_size, p.num_layers),
             (3, 5, CellKind::Gru, 7, 2)
         );
-        assert!(flags.encoder.is_empty() && flags.critic_core == CriticCore::Separate);
+        assert!(p.encoder.is_empty() && p.critic_core == CriticCore::Separate);
         assert_eq!(
             flags.exploration,
             Exploration::Greedy("1:0.1:30".parse().unwrap())
@@ -472,7 +472,7 @@ mod tests {
                 "unknown field `sed`",
             ),
             (
-                good.replace("\"hidden\":64", "\"hidden\":0"),
+                good.replace("\"hidden_size\":64", "\"hidden_size\":0"),
                 "actor argument hidden = 0",
             ),
         ];

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use common::actor_args::ActorArgs;
 use common::checkpoint::load_checkpoint_policy;
 use common::envs::{is_gymnasium, EnvSpec, GymnasiumOptions, Registry, Space};
-use common::policy::{init_policy, policy_config_for_spec};
+use common::policy::init_policy;
 use common::rollout::{Actor, ActorConfig};
 
 use crate::check::{check_env_specs, SpecReport};
@@ -47,8 +47,8 @@ pub fn registry_for(args: &ActorArgs, registry: Registry) -> Registry {
 }
 
 /// Builds actor `id` from `args` with the environments of `registry` (and gymnasium ids) and
-/// the policy of `checkpoint` if given (its architecture replaces that of `args`), after the
-/// spec check of a short rollout.
+/// the policy of `args` on their spaces, or the policy of `checkpoint` if given (its
+/// architecture replaces that of `args`), after the spec check of a short rollout.
 pub fn start(
     args: &ActorArgs,
     id: Identity,
@@ -91,7 +91,9 @@ pub fn start(
     let (policy, version) = match checkpoint {
         Some(dir) => load_checkpoint_policy(dir)?,
         None => {
-            let config = args.policy_config(policy_config_for_spec(&spec));
+            // The run's policy as the learner fitted it, on this environment's spaces: the
+            // same ones, or the actor registers with its own and the learner refuses it.
+            let config = args.policy.clone().fitted_to(&spec);
             (
                 init_policy(&config, args.seed).context("building the policy")?,
                 0,

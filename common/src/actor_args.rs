@@ -1,15 +1,18 @@
 //! What the learner decides for its actors: [`ActorArgs`], one value that travels whole.
 //!
-//! The learner builds one `ActorArgs` per run. Its own actors get it on their command line as
-//! JSON (`recur-actor --connect SOCKET --actor-args '<json>'`, written by the supervisor),
-//! remote actors in [`LearnerMsg::Welcome`](crate::remote::LearnerMsg::Welcome) (bincode). A
-//! human's `recur-actor --env ... --hidden ...` flags are parsed into the same value, so an
-//! actor process has one path from `ActorArgs` to a running actor.
+//! The learner builds one `ActorArgs` per run, with the policy config it fitted to the
+//! environment's spaces (its `[policy]` section) whole. Its own actors get it on their command
+//! line as JSON (`recur-actor --connect SOCKET --actor-args '<json>'`, written by the
+//! supervisor), remote actors in [`LearnerMsg::Welcome`](crate::remote::LearnerMsg::Welcome)
+//! (bincode). A human's `recur-actor --env ... --hidden ...` flags are parsed into the same
+//! value, so an actor process has one path from `ActorArgs` to a running actor.
 //!
 //! ```
 //! use common::actor_args::ActorArgs;
+//! use common::policy::policy_config_for;
 //!
-//! let args = ActorArgs { env: "CartPole-v1".into(), envs: 8, ..ActorArgs::default() };
+//! let policy = policy_config_for("CartPole-v1").unwrap().with_hidden_size(32);
+//! let args = ActorArgs { env: "CartPole-v1".into(), envs: 8, policy, ..ActorArgs::default() };
 //! let json = args.to_json();
 //! assert_eq!(ActorArgs::from_json(&json).unwrap(), args);
 //! // Every field is required, and none other is accepted.
@@ -19,14 +22,14 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::policy::{CriticCore, PolicyConfig};
-use crate::recurrent::CellKind;
+use crate::policy::{policy_config_for, ActionSpec, CriticCore, PolicyConfig};
+use crate::recurrent::{CellKind, RecurrentBackend};
 use crate::rollout::{EpsilonSchedule, Exploration};
 
 /// Everything an actor runs with that its learner decides: the environment (and the gymnasium
-/// bridge's imports and kwargs), the vector size, the chunk length, the policy architecture,
-/// the seed and the exploration. The actor's identity (`--actor-id`, `--incarnation`) is not
-/// part of it: it differs per actor.
+/// bridge's imports and kwargs), the vector size, the chunk length, the policy (fitted to the
+/// environment), the seed and the exploration. The actor's identity (`--actor-id`,
+/// `--incarnation`) is not part of it: it differs per actor.
 ///
 /// The defaults are `recur-actor`'s flag defaults.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -44,13 +47,16 @@ pub struct ActorArgs {
     pub envs: usize,
     /// Steps per chunk (`T`).
     pub steps: usize,
-    /// The policy's recurrent cell, hidden size, stacked layers and encoder MLP widths.
-    pub cell: CellKind,
-    pub hidden: usize,
-    pub layers: usize,
-    pub encoder: Vec<usize>,
-    /// Whether the value head reads the actor's recurrent core or has its own.
-    pub critic_core: CriticCore,
+    /// The policy the actors run, whole: the observation and action sizes it was fitted to,
+    /// the encoder MLP widths, recurrent cell, hidden size and stacked layers, whether the
+    /// value head reads the actor's recurrent core or has its own, and the learner's settings
+    /// (backend, observation normalization). A learner's is its `[policy]` section fitted to
+    /// the spaces its actor binary describes; `recur-actor`'s flags give theirs on the default
+    /// environment's spaces. An actor runs it on the spaces of the environment it builds
+    /// ([`PolicyConfig::fitted_to`]): the same ones, or the learner refuses it at registration
+    /// naming both.
+    #[serde(with = "PolicyConfigDef")]
+    pub policy: PolicyConfig,
     /// Seeds the environments, the sampling and the initial weights (each actor and
     /// incarnation derives its own from it).
     pub seed: u64,
@@ -67,11 +73,7 @@ impl Default for ActorArgs {
             env_kwargs: None,
             envs: 64,
             steps: 32,
-            cell: CellKind::Lstm,
-            hidden: 64,
-            layers: 1,
-            encoder: vec![64],
-            critic_core: CriticCore::Shared,
+            policy: policy_config_for("MaskedCartPole-v1").expect("a built-in environment"),
             seed: 0,
             exploration: Exploration::default(),
         }
@@ -92,15 +94,6 @@ pub enum ActorArgsError {
 }
 
 impl ActorArgs {
-    /// `base` (a policy config fitted to the environment's spaces) with this policy architecture.
-    pub fn policy_config(&self, base: PolicyConfig) -> PolicyConfig {
-        base.with_cell(self.cell)
-            .with_hidden_size(self.hidden)
-            .with_num_layers(self.layers)
-            .with_encoder(self.encoder.clone())
-            .with_critic_core(self.critic_core)
-    }
-
     /// One line of JSON (what `recur-actor --actor-args` reads).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("actor arguments serialize to JSON")
@@ -113,8 +106,10 @@ impl ActorArgs {
         Ok(args)
     }
 
-    /// Checks the sizes (at least 1; an empty encoder is allowed, a width of 0 is not), the
-    /// environment id (not empty) and the epsilon schedule (probabilities in `[0, 1]`).
+    /// Checks the sizes (at least 1; an empty encoder is allowed, a width of 0 is not; the
+    /// policy's hidden size and layers are named as `recur-actor`'s flags name them, `hidden`
+    /// and `layers`), the environment id (not empty) and the epsilon schedule (probabilities in
+    /// `[0, 1]`).
     pub fn validate(&self) -> Result<(), ActorArgsError> {
         let invalid = |field, value: String, expected| {
             Err(ActorArgsError::Invalid {
@@ -129,17 +124,17 @@ impl ActorArgs {
         for (field, value) in [
             ("envs", self.envs),
             ("steps", self.steps),
-            ("hidden", self.hidden),
-            ("layers", self.layers),
+            ("hidden", self.policy.hidden_size),
+            ("layers", self.policy.num_layers),
         ] {
             if value == 0 {
                 return invalid(field, value.to_string(), "at least 1");
             }
         }
-        if self.encoder.contains(&0) {
+        if self.policy.encoder.contains(&0) {
             return invalid(
                 "encoder",
-                format!("{:?}", self.encoder),
+                format!("{:?}", self.policy.encoder),
                 "widths of at least 1",
             );
         }
@@ -151,6 +146,23 @@ impl ActorArgs {
         }
         Ok(())
     }
+}
+
+/// serde's description of [`PolicyConfig`] (burn's `Config` derive accepts unknown fields):
+/// every field required, none other accepted.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "PolicyConfig", deny_unknown_fields)]
+struct PolicyConfigDef {
+    obs_dim: usize,
+    action: ActionSpec,
+    encoder: Vec<usize>,
+    cell: CellKind,
+    hidden_size: usize,
+    num_layers: usize,
+    backend: RecurrentBackend,
+    obs_norm: bool,
+    obs_clip: f32,
+    critic_core: CriticCore,
 }
 
 /// serde's description of [`EpsilonSchedule`] (defined in `rollout`, which has no serde).
@@ -221,11 +233,21 @@ mod tests {
             env_kwargs: Some(kwargs),
             envs: 3,
             steps: 17,
-            cell: CellKind::MinGru,
-            hidden: 12,
-            layers: 2,
-            encoder: vec![],
-            critic_core: CriticCore::Separate,
+            policy: PolicyConfig {
+                obs_dim: 5,
+                action: ActionSpec::Continuous {
+                    low: vec![-2.0, 0.1],
+                    high: vec![2.0, 0.7],
+                },
+                encoder: vec![],
+                cell: CellKind::MinGru,
+                hidden_size: 12,
+                num_layers: 2,
+                backend: RecurrentBackend::Scan,
+                obs_norm: true,
+                obs_clip: 5.5,
+                critic_core: CriticCore::Separate,
+            },
             seed: u64::MAX - 5,
             exploration: Exploration::Greedy(EpsilonSchedule {
                 start: 1.0,
@@ -237,7 +259,11 @@ mod tests {
 
     #[test]
     fn json_and_bincode_round_trip_every_field() {
-        for args in [ActorArgs::default(), every_field_set()] {
+        let multi_discrete = ActorArgs {
+            policy: PolicyConfig::new(3, ActionSpec::MultiDiscrete { nvec: vec![4, 2] }),
+            ..every_field_set()
+        };
+        for args in [ActorArgs::default(), every_field_set(), multi_discrete] {
             let json = args.to_json();
             assert_eq!(ActorArgs::from_json(&json).unwrap(), args, "{json}");
             let bytes = bincode::serde::encode_to_vec(&args, bincode::config::standard()).unwrap();
@@ -247,8 +273,9 @@ mod tests {
         }
         // The JSON reads as a person would write it.
         let json: Value = serde_json::from_str(&every_field_set().to_json()).unwrap();
-        assert_eq!(json["cell"], "mingru");
-        assert_eq!(json["critic_core"], "separate");
+        assert_eq!(json["policy"]["cell"], "mingru");
+        assert_eq!(json["policy"]["critic_core"], "separate");
+        assert_eq!(json["policy"]["hidden_size"], 12);
         assert_eq!(json["env_kwargs"]["length"], 7);
         assert_eq!(json["exploration"]["greedy"]["decay_versions"], 200);
     }
@@ -266,11 +293,26 @@ mod tests {
             v.as_object_mut().unwrap().remove(key);
             v.to_string()
         };
+        let with_policy = |key: &str, value: Value| {
+            let mut v = good.clone();
+            v["policy"][key] = value;
+            v.to_string()
+        };
+        let without_policy = |key: &str| {
+            let mut v = good.clone();
+            v["policy"].as_object_mut().unwrap().remove(key);
+            v.to_string()
+        };
         let cases = [
             ("{not json".to_string(), "key must be a string"),
             (without("steps"), "missing field `steps`"),
             (with("hiden", Value::from(3)), "unknown field `hiden`"),
-            (with("cell", "rnn".into()), "unknown variant `rnn`"),
+            (with_policy("cell", "rnn".into()), "unknown variant `rnn`"),
+            (without_policy("obs_dim"), "missing field `obs_dim`"),
+            (
+                with_policy("hiden_size", Value::from(3)),
+                "unknown field `hiden_size`",
+            ),
             (with("envs", Value::from(-1)), "invalid value: integer `-1`"),
             (
                 with("env_kwargs", Value::from(3)),
@@ -282,7 +324,7 @@ mod tests {
             ),
             (with("env", "".into()), "actor argument env = \"\""),
             (
-                with("encoder", serde_json::json!([64, 0])),
+                with_policy("encoder", serde_json::json!([64, 0])),
                 "actor argument encoder = [64, 0]",
             ),
             (

@@ -34,8 +34,9 @@ use crate::chunk::ChunkSchema;
 use crate::envs::Space;
 use crate::tls::{hex_bytes, Fingerprint};
 
-/// Bumped whenever a message changes shape (2: `Welcome` carries an [`ActorArgs`]).
-pub const REMOTE_PROTOCOL_VERSION: u32 = 2;
+/// Bumped whenever a message changes shape (2: `Welcome` carries an [`ActorArgs`]; 3: its
+/// policy is the learner's fitted policy config, whole).
+pub const REMOTE_PROTOCOL_VERSION: u32 = 3;
 /// The largest frame the learner reads before a connection has presented the token.
 pub const HELLO_MAX: usize = 4096;
 /// The largest message frame either side reads (chunks and weights have their own limits,
@@ -83,7 +84,8 @@ pub enum LearnerMsg {
     /// learner gives its own actors), and the frame limits of the run.
     Welcome {
         incarnation: u32,
-        args: ActorArgs,
+        /// Boxed: the largest message by far (bincode writes it as the value itself).
+        args: Box<ActorArgs>,
         /// Exact size of an encoded chunk of this run.
         chunk_bytes: u64,
         /// Exact size of a weight blob of this run.

@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::envs::Registry;
+use common::policy::chunk_schema;
 use common::policy::init_policy;
-use common::policy::{chunk_schema, policy_config_for};
 use common::weights::to_blob;
 
 use crate::actors::transport::{CollectSummary, TransportConfig};
@@ -50,11 +51,13 @@ impl CollectConfig {
 /// Runs actors until `config.frames` frames arrived (or a stop request); writes and returns
 /// the summary.
 pub fn run_collect(config: &CollectConfig) -> anyhow::Result<CollectSummary> {
-    let t = &config.transport;
-    let a = &t.actor_args;
-    let policy_config = a.policy_config(policy_config_for(&a.env)?);
-    let schema = chunk_schema(&policy_config, a.envs, a.steps);
-    let policy = init_policy(&policy_config, a.seed)?;
+    // The actors run the flags' policy fitted to the environment's spaces.
+    let mut t = config.transport.clone();
+    let spec = Registry::builtin().spec(&t.actor_args.env)?;
+    t.actor_args.policy = t.actor_args.policy.fitted_to(&spec);
+    let (t, a) = (&t, &t.actor_args);
+    let schema = chunk_schema(&a.policy, a.envs, a.steps);
+    let policy = init_policy(&a.policy, a.seed)?;
     let save_replay = config.save_replay.as_deref();
     let mut recording = Recording::create(save_replay, &a.env, &schema, &Default::default())?;
     let signals = crate::run::signals::install()?;

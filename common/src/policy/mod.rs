@@ -1,9 +1,15 @@
 //! The policy network shared by actor and learner: observation normalizer -> encoder MLP ->
-//! LSTM or GRU core -> policy head (categorical logits for a discrete action space, mean and log-std of a
-//! tanh-squashed Gaussian for a box) and value head.
+//! recurrent core (LSTM, GRU or minGRU; optionally a second one for the value head) -> policy
+//! head (categorical logits for a discrete action space, per component for a multi-discrete one,
+//! mean and log-std of a tanh-squashed Gaussian for a box) and value head.
 //!
-//! The actor runs it in sequential mode ([`Policy::forward`] on `[E, obs_dim]`, one step of
-//! `E` environments, inference backend); the learner in recurrent mode
+//! A [`PolicyConfig`] is fitted to an environment's spaces ([`policy_config_for_spec`]) by the
+//! learner, which sends it whole to its actors in their
+//! [`ActorArgs`](crate::actor_args::ActorArgs).
+//!
+//! The actor runs it in sequential mode, one step of `E` environments at a time
+//! ([`inference::InferencePolicy`]: its weights on the host, the equations of
+//! [`Policy::forward`] on `[E, obs_dim]`); the learner in recurrent mode
 //! ([`Policy::forward_batch`] on `[B, T, obs_dim]`, or [`Policy::forward`] on a flat packed
 //! `[N]` axis) under [`set_recurrent_mode`](crate::recurrent::set_recurrent_mode).
 
@@ -84,6 +90,18 @@ pub fn policy_config_for_spec(spec: &EnvSpec) -> PolicyConfig {
         spec.observation_space.dim(),
         action_spec(&spec.action_space),
     )
+}
+
+impl PolicyConfig {
+    /// This policy on the spaces of `spec`: its observation and action sizes replaced by the
+    /// environment's, everything else kept (the same config when it was fitted to them).
+    pub fn fitted_to(self, spec: &EnvSpec) -> PolicyConfig {
+        PolicyConfig {
+            obs_dim: spec.observation_space.dim(),
+            action: action_spec(&spec.action_space),
+            ..self
+        }
+    }
 }
 
 /// The chunk layout of an actor running `policy` with `envs` environments and `steps` steps

@@ -1,5 +1,5 @@
 //! What the run's actors run ([`actor_args`]: the run's environment, the collector's sizes,
-//! the policy's architecture, the seed and the exploration) and the spaces of the environment
+//! the policy fitted to the environment, the seed and the exploration) and the spaces of the environment
 //! they will run, asked of the actor binary ([`describe_env`]).
 
 use std::path::Path;
@@ -8,17 +8,18 @@ use std::process::Command;
 use anyhow::Context;
 use common::actor_args::ActorArgs;
 use common::envs::EnvSpec;
+use common::policy::PolicyConfig;
 use common::rollout::{EpsilonSchedule, Exploration};
 
 use crate::config::{Algo, TrainConfig};
 
 /// What the actors of a training run run: `run.env` with its gymnasium imports and kwargs,
-/// the collector's sizes, the `[policy]` section's architecture (its critic core included:
-/// its state is in every chunk), `seed`, and the algorithm's exploration (PPO samples from its
-/// policy; DQN actors are epsilon-greedy with the schedule counted in policy versions, one per
-/// update, one update per chunk).
-pub fn actor_args(config: &TrainConfig, seed: u64) -> ActorArgs {
-    let (c, p) = (&config.collector, &config.policy);
+/// the collector's sizes, `policy` (the `[policy]` section fitted to the environment,
+/// [`fit_policy_spec`](crate::config::fit_policy_spec), whole), `seed`, and the algorithm's
+/// exploration (PPO samples from its policy; DQN actors are epsilon-greedy with the schedule
+/// counted in policy versions, one per update, one update per chunk).
+pub fn actor_args(config: &TrainConfig, policy: &PolicyConfig, seed: u64) -> ActorArgs {
+    let c = &config.collector;
     let chunk_frames = (c.envs_per_actor * c.steps) as u64;
     let exploration = match (config.run.algo, &config.dqn) {
         (Algo::Dqn, Some(d)) => Exploration::Greedy(EpsilonSchedule {
@@ -37,11 +38,7 @@ pub fn actor_args(config: &TrainConfig, seed: u64) -> ActorArgs {
         }),
         envs: c.envs_per_actor,
         steps: c.steps,
-        cell: p.cell,
-        hidden: p.hidden_size,
-        layers: p.num_layers,
-        encoder: p.encoder.clone(),
-        critic_core: p.critic_core,
+        policy: policy.clone(),
         seed,
         exploration,
     }
@@ -49,8 +46,9 @@ pub fn actor_args(config: &TrainConfig, seed: u64) -> ActorArgs {
 
 /// Asks the actor executable `program` for the spaces of the environment its actors will run
 /// with `args` (`program --describe-env --actor-args JSON`, the one question the learner asks
-/// the binary besides starting it): the run's policy is built for what the actors will run,
-/// user-registered and gymnasium environments included.
+/// the binary besides starting it; the actor reads the environment and its gymnasium imports
+/// and kwargs): the run's policy is fitted to what the actors will run, user-registered and
+/// gymnasium environments included.
 pub fn describe_env(program: &Path, args: &ActorArgs) -> anyhow::Result<EnvSpec> {
     let output = Command::new(program)
         .arg("--describe-env")

@@ -335,8 +335,11 @@ fn main() -> anyhow::Result<()> {
                         env: a.env,
                         envs: a.envs,
                         steps: a.steps,
-                        cell: a.cell,
-                        hidden: a.hidden,
+                        // On the default environment's spaces until `run_collect` fits it.
+                        policy: ActorArgs::default()
+                            .policy
+                            .with_cell(a.cell)
+                            .with_hidden_size(a.hidden),
                         seed: a.seed,
                         ..ActorArgs::default()
                     },

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
+use common::actor_args::ActorArgs;
 use common::checkpoint::{load_checkpoint, ResumeState};
 use common::chunk::ChunkSchema;
 use common::envs::EnvSpec;
@@ -46,7 +47,9 @@ impl Plan {
             (CollectorMode::Async, Some(ppo)) => ppo.frames_per_update,
             (CollectorMode::Async, None) => chunk_frames as usize,
         };
-        let spec = describe_env(&opts.actor_program, &actor_args(config, config.run.seed))?;
+        // Before the policy is fitted to the spaces, the actors' arguments hold the default's.
+        let unfitted = actor_args(config, &ActorArgs::default().policy, config.run.seed);
+        let spec = describe_env(&opts.actor_program, &unfitted)?;
         let policy = fit_policy_spec(&spec, &config.policy);
         let schema = chunk_schema(&policy, c.envs_per_actor, c.steps);
         Ok(Plan {
@@ -88,7 +91,11 @@ impl Plan {
         let config = &opts.config;
         let c = &config.collector;
         TransportConfig {
-            actor_args: actor_args(config, config.run.seed.wrapping_add(state.updates)),
+            actor_args: actor_args(
+                config,
+                &self.policy,
+                config.run.seed.wrapping_add(state.updates),
+            ),
             actors: self.actors,
             run_dir: opts.run_dir.clone(),
             actor_program: opts.actor_program.clone(),

@@ -206,7 +206,7 @@ pub(super) async fn hello(
             window,
         } => Ok(Welcome {
             incarnation,
-            args,
+            args: *args,
             chunk_bytes: chunk_bytes as usize,
             weight_bytes: weight_bytes as usize,
             window: (window as usize).max(1),

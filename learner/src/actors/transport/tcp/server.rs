@@ -388,7 +388,7 @@ async fn session(
     };
     let welcome = LearnerMsg::Welcome {
         incarnation,
-        args: opts.args.clone(),
+        args: Box::new(opts.args.clone()),
         chunk_bytes: opts.chunk_bytes as u64,
         weight_bytes: opts.weight_bytes as u64,
         window: opts.window as u32,
