@@ -194,3 +194,59 @@ fn standard_normal(rng: &mut ChaCha12Rng) -> f32 {
     let u2: f64 = rng.random::<f64>();
     ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::rollout::EpsilonSchedule;
+
+    /// Heads of 5 environments for each action space, varied per row.
+    fn head(spec: &ActionSpec) -> Vec<f32> {
+        let k = spec.head_size();
+        (0..5 * k)
+            .map(|i| ((i * 7919) % 13) as f32 * 0.3 - 1.7)
+            .collect()
+    }
+
+    /// Environments sampled in groups draw exactly what they draw sampled all at once (the
+    /// step groups' contract), for every action space and exploration.
+    #[test]
+    fn groups_draw_what_all_environments_draw_at_once() {
+        let specs = [
+            ActionSpec::Discrete { n: 3 },
+            ActionSpec::MultiDiscrete { nvec: vec![2, 4] },
+            ActionSpec::Continuous {
+                low: vec![-2.0, 0.0],
+                high: vec![2.0, 1.0],
+            },
+        ];
+        let schedule = |eps| EpsilonSchedule::constant(eps);
+        for spec in &specs {
+            let head = head(spec);
+            let k = spec.head_size();
+            for exploration in [
+                Exploration::Sample(schedule(0.0)),
+                Exploration::Sample(schedule(0.4)),
+                Exploration::Greedy(schedule(0.0)),
+                Exploration::Greedy(schedule(0.4)),
+            ] {
+                let new = || Sampler::new(ChaCha12Rng::seed_from_u64(9), 5, spec.action_dim());
+                let (mut all, mut grouped) = (new(), new());
+                for _ in 0..3 {
+                    all.sample(spec, &head, 0..5, exploration, 0);
+                    grouped.sample(spec, &head[..2 * k], 0..2, exploration, 0);
+                    grouped.sample(spec, &head[2 * k..], 2..5, exploration, 0);
+                    let what = format!("{spec:?} {exploration:?}");
+                    assert_eq!(all.discrete, grouped.discrete, "{what}");
+                    assert_eq!(all.continuous, grouped.continuous, "{what}");
+                    let bits = |s: &Sampler| s.log_prob.iter().map(|x| x.to_bits()).collect();
+                    let bits: [Vec<u32>; 2] = [bits(&all), bits(&grouped)];
+                    assert_eq!(bits[0], bits[1], "{what}");
+                    assert!(all.log_prob.iter().all(|lp| !lp.is_nan()), "{what}");
+                }
+            }
+        }
+    }
+}
