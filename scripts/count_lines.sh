@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Non-test lines of the library and binary crates: every *.rs under actor/src, learner/src and
-# common/src, except files named tests.rs and files under a tests/ directory, each counted up to
-# its first line that starts with `#[cfg(test)]`.
+# Non-test lines of the library and binary crates: every *.rs under actor/src, learner/src,
+# common/src, rnn/src and bench/src (the last two are crates since issue 56; a tree without them
+# counts the other three), except files named tests.rs and files under a tests/ directory, each
+# counted up to its first line that starts with `#[cfg(test)]`.
 # Usage (run from anywhere inside the repository):
 #   scripts/count_lines.sh [--per-file]     the working tree
 #   scripts/count_lines.sh --at REV         the committed tree of REV
@@ -11,8 +12,12 @@
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 
+SRC_DIRS=(actor/src learner/src common/src rnn/src bench/src)
+
 count() { # count DIR [per_file]
-  (cd "$1" && find actor/src learner/src common/src -name '*.rs' ! -name tests.rs \
+  local dirs=() d
+  for d in "${SRC_DIRS[@]}"; do [[ -d "$1/$d" ]] && dirs+=("$d"); done
+  (cd "$1" && find "${dirs[@]}" -name '*.rs' ! -name tests.rs \
     ! -path '*/tests/*' -print0 \
     | sort -z \
     | xargs -0 awk '
@@ -28,7 +33,11 @@ count() { # count DIR [per_file]
 count_at() { # count_at REV
   local dir
   dir=$(mktemp -d)
-  git archive "$1" actor/src learner/src common/src | tar -x -C "$dir"
+  local paths=() d
+  for d in "${SRC_DIRS[@]}"; do
+    git cat-file -e "$1:$d" 2>/dev/null && paths+=("$d")
+  done
+  git archive "$1" "${paths[@]}" | tar -x -C "$dir"
   count "$dir"
   rm -rf "$dir"
 }
