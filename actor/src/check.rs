@@ -8,8 +8,8 @@ use common::backend::{cpu_device, to_vec, Cpu};
 use common::chunk::{ActionColumn, Chunk};
 use common::envs::{ActionRef, Registry, Space};
 use common::policy::Policy;
-use common::recurrent::RecurrentState;
 use common::rollout::{Actor, ActorConfig};
+use recur_rnn::RecurrentState;
 
 /// One step's recurrent state on the host: `rs_h` and (LSTM) `rs_c`, `[L * H]` each.
 pub type HostState = (Vec<f32>, Option<Vec<f32>>);

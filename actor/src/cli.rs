@@ -13,10 +13,10 @@ use common::actor_args::ActorArgs;
 use common::dataset::{DatasetWriter, EnvSource};
 use common::envs::Registry;
 use common::policy::{CriticCore, PolicyConfig};
-use common::recurrent::CellKind;
 use common::rollout::{Actor, EpsilonSchedule, Exploration};
 use common::tls::Fingerprint;
 use indicatif::{ProgressBar, ProgressStyle};
+use recur_rnn::CellKind;
 
 use crate::outlet::shm::ShmOutlet;
 use crate::outlet::tcp::{tcp_address, Learner, Session, TcpOutlet};

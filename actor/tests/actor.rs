@@ -11,8 +11,8 @@ use common::policy::dist::{categorical_log_prob, squashed_gaussian_log_prob_tens
 use common::policy::inference::{InferencePolicy, StepOutput};
 use common::policy::init_policy;
 use common::policy::{policy_config_for, ActionSpec};
-use common::recurrent::{CellKind, RecurrentState};
 use common::rollout::{Actor, ActorConfig};
+use recur_rnn::{CellKind, RecurrentState};
 
 fn actor(env: &str, cell: CellKind, envs: usize, steps: usize, seed: u64) -> Actor {
     let config = policy_config_for(env)

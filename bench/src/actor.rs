@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use common::envs::{is_gymnasium, GymnasiumOptions, Registry, Space, VecActions, VectorEnv};
 use common::policy::{init_policy, policy_config_for_spec};
-use common::recurrent::{CellKind, RecurrentError};
 use common::rollout::{Actor, ActorConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use recur_rnn::{CellKind, RecurrentError};
 use serde::Serialize;
 
 use super::{at_least_one, each_at_least_one, emit, summarize};

@@ -3,7 +3,7 @@
 
 use anyhow::ensure;
 use common::chunk::{ActionKind, Chunk, ChunkMeta, ChunkSchema, PREFIX_LEN};
-use common::recurrent::CellKind;
+use recur_rnn::CellKind;
 
 /// The schema of the benchmark's chunks: GRU, discrete actions, 16 envs, about 1 KiB per
 /// frame, `chunk_bytes / 1024` frames.

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use common::backend::{cpu_device, CpuAutodiff};
 use common::chunk::Chunk;
 use common::policy::{chunk_schema, init_policy};
-use common::recurrent::{CellKind, RecurrentBackend};
 use common::rollout::{Actor, ActorConfig};
 use learner::algo::LearnerSpec;
 use learner::config::{fit_policy, Algo, AlgoConfig, PolicySection, UpdatePath};
+use recur_rnn::{CellKind, RecurrentBackend};
 use serde::Serialize;
 
 use super::{at_least_one, each_at_least_one, emit, summarize};

@@ -10,12 +10,12 @@ use burn::module::AutodiffModule;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Tensor, TensorData};
 use common::backend::{cpu_device, CpuAutodiff, TrainDevice};
-use common::recurrent::{
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use recur_rnn::{
     fused, set_recurrent_mode, CellKind, MatmulPrecision, Recompute, RecurrentBackend,
     RecurrentConfig, RecurrentCore, RecurrentMode, RecurrentState,
 };
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::{at_least_one, each_at_least_one, emit, summarize};
@@ -30,7 +30,7 @@ pub enum Pass {
     FwdBwd,
 }
 
-common::config_names!(Pass, String "pass", Fwd => "fwd", FwdBwd => "fwdbwd");
+recur_rnn::config_names!(Pass, String "pass", Fwd => "fwd", FwdBwd => "fwdbwd");
 
 /// The workload grid and measurement settings (the `recur-bench rnn` flags).
 #[derive(Clone, Debug, clap::Args)]

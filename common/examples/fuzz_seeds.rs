@@ -16,10 +16,10 @@ use common::control::{encode_frame, LearnerStats, Register, Request, Response};
 use common::envs::Registry;
 use common::policy::init_policy;
 use common::policy::{chunk_schema, policy_config_for};
-use common::recurrent::CellKind;
 use common::remote::{data_head, message_frame, ActorMsg, LearnerMsg, KIND_CHUNK, KIND_WEIGHTS};
 use common::rollout::{Actor, ActorConfig};
 use common::weights::to_blob;
+use recur_rnn::CellKind;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

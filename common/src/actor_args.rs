@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::policy::{policy_config_for, ActionSpec, CriticCore, PolicyConfig};
-use crate::recurrent::{CellKind, RecurrentBackend};
 use crate::rollout::{EpsilonSchedule, Exploration};
+use recur_rnn::{CellKind, RecurrentBackend};
 
 /// Everything an actor runs with that its learner decides: the environment (and the gymnasium
 /// bridge's imports and kwargs), the vector size, the chunk length, the policy (fitted to the

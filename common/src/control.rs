@@ -195,7 +195,7 @@ pub fn schema_mismatch(expected: &ChunkSchema, got: &ChunkSchema) -> Option<Stri
 mod tests {
     use super::*;
     use crate::chunk::ActionKind;
-    use crate::recurrent::CellKind;
+    use recur_rnn::CellKind;
 
     fn schema() -> ChunkSchema {
         ChunkSchema {

@@ -595,7 +595,7 @@ pub fn read_chunk(
 mod tests {
     use super::*;
     use crate::chunk::{ActionKind, ChunkMeta};
-    use crate::recurrent::CellKind;
+    use recur_rnn::CellKind;
 
     fn schema() -> ChunkSchema {
         ChunkSchema {

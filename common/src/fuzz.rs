@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 
 use crate::chunk::{Chunk, ChunkMeta, ChunkSchema};
 use crate::policy::{chunk_schema, policy_config_for, PolicyConfig};
-use crate::recurrent::CellKind;
+use recur_rnn::CellKind;
 
 /// A target's entry point.
 pub type Target = fn(&[u8]);

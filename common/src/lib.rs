@@ -1,10 +1,9 @@
 //! Code shared by recur's actor and learner processes.
 //!
-//! - [`recurrent`]: the recurrent modules, which are their own crate, recur-rnn (`rnn/`),
-//!   re-exported here under their old path: LSTM, GRU and minGRU with sequential and recurrent
-//!   modes, `is_init` resets, the thread-local [`recurrent::set_recurrent_mode`] switch, the
-//!   `pad`, `scan` and `fused` backends and the [`recurrent::Primer`] that describes the
-//!   recurrent-state entries.
+//! The recurrent modules (LSTM, GRU and minGRU with sequential and recurrent modes, `is_init`
+//! resets, the thread-local `set_recurrent_mode` switch, the `pad`, `scan` and `fused` backends
+//! and the `Primer`) are their own crate, `recur_rnn` (`rnn/`), which this crate builds on.
+//!
 //! - [`backend`]: the tensor backends recur runs on (recur-rnn's, re-exported: CPU; CUDA for the
 //!   learner in a build with the `cuda` feature) and the learner's training device.
 //! - [`envs`]: the built-in environments (CartPole, Pendulum and their masked variants,
@@ -52,8 +51,3 @@ pub mod rollout;
 pub mod shm;
 pub mod tls;
 pub mod weights;
-
-// The recurrent modules are their own crate, recur-rnn; `common::recurrent` (and the
-// `config_names!` macro) keep their paths for the code that names them.
-pub use recur_rnn as recurrent;
-pub use recur_rnn::config_names;

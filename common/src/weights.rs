@@ -190,7 +190,7 @@ mod tests {
     use super::*;
     use crate::backend::{cpu_device, Cpu, CpuAutodiff};
     use crate::policy::{ActionSpec, PolicyConfig};
-    use crate::recurrent::CellKind;
+    use recur_rnn::CellKind;
 
     #[test]
     fn round_trip_and_layout_checks() {

@@ -11,13 +11,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::chunk::{ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSchema, PREFIX_LEN};
-use common::recurrent::CellKind;
 use common::shm::segment::{HEADER_LEN, OWNER_PID_OFFSET, OWNER_START_OFFSET};
 use common::shm::{
     reclaim_stale, unique_run_id, PushOutcome, RingConfig, RingError, RingReader, RingWriter,
     Segment, ShmError, WeightPublisher, WeightSubscriber, SEGMENT_PREFIX,
 };
 use proptest::prelude::*;
+use recur_rnn::CellKind;
 
 /// A pid above any pid_max: never a live process.
 const DEAD_PID: u32 = i32::MAX as u32;

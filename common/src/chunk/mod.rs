@@ -39,7 +39,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::hash::fnv1a;
-use crate::recurrent::CellKind;
+use recur_rnn::CellKind;
 
 pub const CHUNK_MAGIC: [u8; 8] = *b"RECURCK1";
 pub const LAYOUT_VERSION: u32 = 1;

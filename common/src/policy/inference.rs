@@ -10,13 +10,13 @@
 
 use super::{ActionSpec, Policy};
 use crate::backend::to_vec as host;
-use crate::recurrent::fused::{gemm_packed, Mat, Packed, SimdLevel};
-use crate::recurrent::math::{
-    gru_hidden, lstm_cell_state, mingru_g_with, mingru_hidden, sigmoid, tanh, TwoRoundings,
-};
-use crate::recurrent::CellKind;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+use recur_rnn::fused::{gemm_packed, Mat, Packed, SimdLevel};
+use recur_rnn::math::{
+    gru_hidden, lstm_cell_state, mingru_g_with, mingru_hidden, sigmoid, tanh, TwoRoundings,
+};
+use recur_rnn::CellKind;
 
 /// A weight matrix `[k, n]`, row-major and packed for the SIMD GEMM (packed once per weight
 /// load; every step reuses it).
@@ -121,7 +121,7 @@ impl InferencePolicy {
     pub fn from_policy<B: Backend>(policy: &Policy<B>) -> Self {
         let core = &policy.core;
         let gh = core.cell().gates() * core.hidden_size();
-        let cells = |core: &crate::recurrent::RecurrentCore<B>| {
+        let cells = |core: &recur_rnn::RecurrentCore<B>| {
             core.layers
                 .iter()
                 .map(|layer| {
@@ -395,10 +395,10 @@ mod tests {
     use super::*;
     use crate::backend::{cpu_device, Cpu};
     use crate::policy::{CriticCore, PolicyConfig};
-    use crate::recurrent::RecurrentState;
     use burn::tensor::{Bool, TensorData};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
+    use recur_rnn::RecurrentState;
 
     /// The inference step equals the burn policy's sequential-mode forward.
     #[test]

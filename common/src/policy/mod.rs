@@ -11,7 +11,7 @@
 //! ([`inference::InferencePolicy`]: its weights on the host, the equations of
 //! [`Policy::forward`] on `[E, obs_dim]`); the learner in recurrent mode
 //! ([`Policy::forward_batch`] on `[B, T, obs_dim]`, or [`Policy::forward`] on a flat packed
-//! `[N]` axis) under [`set_recurrent_mode`](crate::recurrent::set_recurrent_mode).
+//! `[N]` axis) under [`set_recurrent_mode`](recur_rnn::set_recurrent_mode).
 
 pub mod dist;
 pub mod inference;
@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{cpu_device, Cpu};
 use crate::chunk::{ActionKind, Chunk, ChunkSchema};
 use crate::envs::{EnvError, EnvSpec, Registry, Space};
-use crate::recurrent::{
+use recur_rnn::{
     set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentError,
     RecurrentMode, RecurrentOutput, RecurrentState,
 };
@@ -491,7 +491,7 @@ impl<B: Backend> Policy<B> {
 
     /// The recurrent-state entries an actor carries: the core's, with
     /// [`PolicyConfig::state_layers`] layers.
-    pub fn primer(&self) -> crate::recurrent::Primer {
+    pub fn primer(&self) -> recur_rnn::Primer {
         let mut primer = self.core.primer();
         for entry in &mut primer.entries {
             entry.shape[0] = self.config.state_layers();

@@ -3,7 +3,7 @@
 //!
 //! Init tracking and priming are not optional wiring: the actor writes `is_init` (true at the
 //! first step after every reset) and replaces an environment's recurrent state with the
-//! policy's [`Primer`](crate::recurrent::Primer) zeros at every reset, because the policy
+//! policy's [`Primer`](recur_rnn::Primer) zeros at every reset, because the policy
 //! contains a recurrent core. Between steps it copies `("next", state)` to `state`. It never
 //! touches the recurrent mode: its thread stays in the sequential default.
 //!
@@ -27,7 +27,7 @@ use crate::chunk::{traj_id, ActionColumn, ActionKind, Chunk, ChunkMeta, ChunkSch
 use crate::envs::{EnvError, Space, VecActions, VecEnv, VectorEnv};
 use crate::policy::inference::{InferencePolicy, StepOutput};
 use crate::policy::{action_spec, chunk_schema, Policy};
-use crate::recurrent::{current_recurrent_mode, RecurrentError, RecurrentMode};
+use recur_rnn::{current_recurrent_mode, RecurrentError, RecurrentMode};
 
 pub use exploration::{EpsilonSchedule, Exploration};
 use sampling::Sampler;

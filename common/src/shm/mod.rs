@@ -5,7 +5,7 @@
 //! ```
 //! use std::time::Duration;
 //! use common::chunk::{Chunk, ChunkMeta, ChunkSchema, ActionKind};
-//! use common::recurrent::CellKind;
+//! use recur_rnn::CellKind;
 //! use common::shm::{unique_run_id, RingConfig, RingReader, RingWriter, SEGMENT_PREFIX};
 //!
 //! let schema = ChunkSchema {

@@ -308,8 +308,8 @@ mod tests {
     use common::backend::{cpu_device, Cpu};
     use common::policy::init_policy;
     use common::policy::{chunk_schema, policy_config_for};
-    use common::recurrent::CellKind;
     use common::rollout::{Actor, ActorConfig};
+    use recur_rnn::CellKind;
 
     use crate::config::InitialState;
 

@@ -362,7 +362,7 @@ impl SliceSampler {
 mod tests {
     use super::*;
     use common::chunk::{traj_id, ActionKind, Chunk, ChunkMeta, ChunkSchema};
-    use common::recurrent::CellKind;
+    use recur_rnn::CellKind;
 
     fn schema(envs: usize, steps: usize) -> ChunkSchema {
         ChunkSchema {

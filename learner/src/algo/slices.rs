@@ -10,7 +10,7 @@ use common::policy::dist::{
     categorical_log_prob, multi_categorical_log_prob, squashed_gaussian_log_prob_tensor,
 };
 use common::policy::{ActionSpec, Policy, PolicyConfig, PolicyOutput};
-use common::recurrent::{set_recurrent_mode, RecurrentError, RecurrentMode, RecurrentState};
+use recur_rnn::{set_recurrent_mode, RecurrentError, RecurrentMode, RecurrentState};
 
 use crate::algo::optim::Trainee;
 use crate::algo::replay_buffer::ReplayStorage;

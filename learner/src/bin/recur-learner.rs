@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use common::actor_args::ActorArgs;
-use common::recurrent::CellKind;
 use common::tls::TlsMode;
 use learner::actors::supervisor::{actor_program, default_actor_count};
 use learner::actors::transport::TransportConfig;
@@ -16,6 +15,7 @@ use learner::config::{blame_flags, Algo, Override, ReplayConfig, TrainConfig};
 use learner::replay::{replay, ReplayOptions};
 use learner::run::dir as run_dir;
 use learner::train::{train, TrainOptions};
+use recur_rnn::CellKind;
 
 /// mimalloc keeps freed memory mapped: with glibc's allocator every large tensor came back from
 /// the OS page-faulted and zeroed on each call (see the workspace `Cargo.toml`).

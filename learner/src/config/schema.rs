@@ -3,7 +3,7 @@
 
 use common::backend::TrainDevice;
 use common::policy::CriticCore;
-use common::recurrent::{CellKind, RecurrentBackend};
+use recur_rnn::{CellKind, RecurrentBackend};
 use serde::{Deserialize, Serialize};
 
 /// How actors and updates are paced (TorchRL's MultiSync / MultiAsync collectors).
@@ -30,7 +30,7 @@ pub enum Algo {
     Bc,
 }
 
-common::config_names!(Algo, String "algo", Ppo => "ppo", Dqn => "dqn", Bc => "bc");
+recur_rnn::config_names!(Algo, String "algo", Ppo => "ppo", Dqn => "dqn", Bc => "bc");
 
 /// Where a training slice's recurrent state starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,7 +227,7 @@ pub enum UpdatePath {
     Fused,
 }
 
-common::config_names!(UpdatePath, String "update path",
+recur_rnn::config_names!(UpdatePath, String "update path",
     Auto => "auto", Burn => "burn", Fused => "fused");
 
 /// How a hyperparameter changes with the run's progress (frames done / `run.frames`).

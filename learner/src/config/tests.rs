@@ -2,7 +2,7 @@
 
 use common::backend::TrainDevice;
 use common::policy::CriticCore;
-use common::recurrent::RecurrentBackend;
+use recur_rnn::RecurrentBackend;
 
 use super::*;
 

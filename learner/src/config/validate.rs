@@ -169,7 +169,7 @@ impl Checker<'_> {
     }
 
     /// The device must be built in (`--features cuda` for CUDA). (`fused` runs on CUDA too:
-    /// the CubeCL kernels, `common::recurrent::backend::cube`.)
+    /// the CubeCL kernels, `recur_rnn::backend::cube`.)
     fn device(&self, key: &str, device: TrainDevice) -> Result<(), ConfigError> {
         device.check_built().or_else(|_| {
             self.fail(

@@ -19,7 +19,7 @@
 use prost::Message;
 
 use common::policy::{ActionSpec, CriticCore};
-use common::recurrent::CellKind;
+use recur_rnn::CellKind;
 
 use super::onnx_proto::*;
 use super::params::{Named, OBS_NORM_EPS};

@@ -4,7 +4,7 @@
 
 use common::backend::{to_vec, Cpu};
 use common::policy::{ActionSpec, CriticCore, Policy, OBS_NORM_ROWS};
-use common::recurrent::RecurrentCore;
+use recur_rnn::RecurrentCore;
 use serde::Serialize;
 
 /// What `policy.json` says `policy.json` is, and the version of its layout.
@@ -219,7 +219,7 @@ mod tests {
     use super::*;
     use common::backend::cpu_device;
     use common::policy::PolicyConfig;
-    use common::recurrent::CellKind;
+    use recur_rnn::CellKind;
 
     /// The names are the PyTorch module's, the shapes PyTorch's layouts, and the values the
     /// policy's (a linear layer transposed).

@@ -316,11 +316,11 @@ mod tests {
     use common::envs::{ActionRef, Env, Registry, Space, StepResult};
     use common::policy::init_policy;
     use common::policy::{chunk_schema, policy_config_for_spec};
-    use common::recurrent::CellKind;
     use common::rollout::{Actor, ActorConfig};
     use common::weights::{from_blob, to_blob};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
+    use recur_rnn::CellKind;
 
     use super::*;
 

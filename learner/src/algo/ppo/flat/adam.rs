@@ -10,7 +10,7 @@ use burn::optim::{Adam, AdamState, AdaptiveMomentumState, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
 use common::backend::to_vec as host;
-use common::recurrent::fused::{vectorized, SimdLevel};
+use recur_rnn::fused::{vectorized, SimdLevel};
 
 use super::layout::{Layout, Slot};
 

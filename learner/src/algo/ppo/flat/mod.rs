@@ -2,7 +2,7 @@
 //! the profile phases `fused.*` keep that name): a whole minibatch step (normalizer, encoder,
 //! recurrent core, heads, PPO loss, their hand-written backward, global-norm clipping and Adam)
 //! over one flat parameter, gradient and Adam buffer on host memory, running the recurrent
-//! layers on the fused kernels of `common::recurrent::fused`, with no burn op and no autodiff
+//! layers on the fused kernels of `recur_rnn::fused`, with no burn op and no autodiff
 //! graph in between.
 //!
 //! [`FlatUpdate`] is one of PPO's update paths ([`Update`]). The burn module stays the model of
@@ -23,11 +23,11 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use common::backend::{to_vec as host, CpuAutodiff};
 use common::chunk::{Chunk, ChunkSchema};
 use common::policy::{ActionSpec, CriticCore, Policy, PolicyConfig};
-use common::recurrent::fused::{
+use recur_rnn::fused::{
     self,
     host::{threads_for, LayerPacks},
 };
-use common::recurrent::{CellKind, RecurrentBackend};
+use recur_rnn::{CellKind, RecurrentBackend};
 
 use adam::FlatAdam;
 use layout::Layout;
@@ -86,7 +86,7 @@ pub struct FlatUpdate {
     obs_norm: Vec<f32>,
     adam: FlatAdam,
     config: PolicyConfig,
-    recompute: common::recurrent::Recompute,
+    recompute: recur_rnn::Recompute,
     /// Choices per action component.
     nvec: Vec<usize>,
     /// The core layers' weights packed from `params` (repacked by each [`apply`](Self::apply)):

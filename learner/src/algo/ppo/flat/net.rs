@@ -4,11 +4,11 @@
 //! parameter, written out by hand. Same maths as the burn path in [`crate::algo::ppo::autodiff`], which
 //! the tests hold it to.
 
-use common::recurrent::fused::host::{
+use recur_rnn::fused::host::{
     layer_backward, layer_forward, layer_inference, pack_layer, sgemm, tanh_in_place, LayerDims,
     LayerPacks, LayerParams, StoredStates, Tape,
 };
-use common::recurrent::{CellKind, Recompute};
+use recur_rnn::{CellKind, Recompute};
 
 use super::layout::{CoreSlots, DenseSlots, Layout};
 use crate::run::metrics::UpdateStats;

@@ -9,8 +9,8 @@ use common::backend::{cpu_device, to_vec as host, CpuAutodiff};
 use common::checkpoint::Checkpointed;
 use common::chunk::Chunk;
 use common::policy::{chunk_schema, init_policy, policy_config_for, PolicyConfig};
-use common::recurrent::CellKind;
 use common::rollout::{Actor, ActorConfig};
+use recur_rnn::CellKind;
 
 use super::layout::Layout;
 use super::FlatUpdate;
@@ -317,7 +317,7 @@ fn fused_refuses_what_it_cannot_run_and_auto_falls_back() {
         "fused",
         "auto picks the fused update for a CPU LSTM policy"
     );
-    let scan = lstm.with_backend(common::recurrent::RecurrentBackend::Scan);
+    let scan = lstm.with_backend(recur_rnn::RecurrentBackend::Scan);
     let err = Ppo::<CpuAutodiff>::new(
         &scan,
         &ppo_config(UpdatePath::Fused),
