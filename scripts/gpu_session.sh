@@ -56,7 +56,7 @@
 # ("0,0.03,0.1"), GPU_CELLS ("gru,lstm"), GPU_PASSES ("fwd,fwdbwd"), GPU_ITERS (10),
 # GPU_WARMUP (2), GPU_TORCHRL_TIMEOUT (400), GPU_TORCHRL_BACKENDS ("triton,pad"), GPU_SPLITS
 # ("1 4 16 64"), GPU_SPLIT_BATCH (2048), GPU_E2E_CASES ("masked_cartpole heavy"),
-# GPU_E2E_DEVICES ("cuda:0 cpu"), GPU_E2E_SECONDS (120).
+# GPU_E2E_DEVICES ("cuda:0 cpu"), GPU_E2E_SECONDS (120), GPU_E2E_EXTRA (more --set arguments).
 # The device tool allows 10 minutes per command: run the steps separately if needed
 # (`scripts/gpu_session.sh run probe tests rnn`, `... run torchrl`, `... run train`).
 set -uo pipefail
@@ -314,8 +314,11 @@ e2e_case() { # case device: trains one run, prints its JSON line
             --set collector.envs_per_actor=16 --set collector.steps=32
             --set ppo.frames_per_update=8192 --set ppo.slice_len=32 --set ppo.num_slices=64
             --set ppo.epochs=4 --set eval.every_frames=1000000000) ;;
+        # GPU_E2E_EXTRA: more `--set` arguments for every case (e.g. a bigger minibatch)
         *) echo "unknown e2e case $case (masked_cartpole, heavy)"; return 1 ;;
     esac
+    # shellcheck disable=SC2206
+    args+=(${GPU_E2E_EXTRA:-})
     local t0=$SECONDS
     "$BIN/recur-learner" train "${args[@]}" || { echo "e2e $case $device: train failed"; return 1; }
     local train_s=$((SECONDS - t0)) eval_json=/dev/null
