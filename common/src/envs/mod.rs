@@ -1,5 +1,6 @@
 //! Built-in environments: the [`Env`] trait, the [`TimeLimit`] wrapper, the auto-resetting
-//! [`VecEnv`] the actor steps, and four tasks.
+//! [`VecEnv`] the actor steps, the tasks (CartPole, Pendulum and their masked variants,
+//! RepeatPrevious, every POPGym id natively) and the gymnasium bridge.
 //!
 //! ```
 //! use common::envs::{make, ActionRef};

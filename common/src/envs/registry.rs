@@ -1,6 +1,6 @@
 //! The environment registry: id -> constructor, spaces and time limit. The actor, the spec
-//! check and the learner's config validation all ask it which environments exist; the four
-//! built-in tasks register through the same public API a user crate calls.
+//! check and the learner's config validation all ask it which environments exist; the built-in
+//! tasks register through the same public API a user crate calls.
 //!
 //! ```
 //! use common::envs::{ActionRef, Env, Registry, Space, StepResult};
