@@ -96,9 +96,12 @@ impl PolicyConfig {
     /// This policy on the spaces of `spec`: its observation and action sizes replaced by the
     /// environment's, everything else kept (the same config when it was fitted to them).
     pub fn fitted_to(self, spec: &EnvSpec) -> PolicyConfig {
+        let PolicyConfig {
+            obs_dim, action, ..
+        } = policy_config_for_spec(spec);
         PolicyConfig {
-            obs_dim: spec.observation_space.dim(),
-            action: action_spec(&spec.action_space),
+            obs_dim,
+            action,
             ..self
         }
     }

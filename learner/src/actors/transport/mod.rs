@@ -4,8 +4,8 @@
 //! [`TcpTransport`] remote actors over authenticated TCP. The run's [`crate::actors::Actors`]
 //! fans them in (both kinds mix in one run) beside the supervisor of the local actor
 //! processes; every chunk is verified and counted the same way, in one [`Ledger`], and handed
-//! on with the state its actor saved after it (sync runs, [`Received`]). Also: what the actors are started
-//! with ([`TransportConfig`]) and what a run counts ([`CollectSummary`]).
+//! on with the state its actor saved after it (sync runs, [`Received`]). Also: what the actors
+//! are started with ([`TransportConfig`]) and what a run counts ([`CollectSummary`]).
 
 mod ledger;
 mod shm;
