@@ -10,7 +10,9 @@
 //! - [`actors`]: the run's actors: their arguments, the supervisor of the local actor
 //!   processes, the control-plane server and the transports (shared memory, TCP);
 //! - [`run`]: run bookkeeping: the run directory, stop signals, metrics, TensorBoard, the
-//!   time profile and the recording of received chunks.
+//!   time profile and the recording of received chunks;
+//! - [`ranks`]: the group of data-parallel learner ranks a launcher (`mpirun`, `srun`) started,
+//!   over MPI (the `mpi` feature).
 
 #![forbid(unsafe_code)]
 
@@ -42,6 +44,7 @@ pub mod collect;
 pub mod config;
 pub mod eval;
 pub mod export;
+pub mod ranks;
 pub mod replay;
 pub mod run;
 pub mod train;
