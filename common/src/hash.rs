@@ -4,7 +4,7 @@ const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 const PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// FNV-1a over `bytes`.
-pub(crate) fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
     bytes
         .into_iter()
         .fold(OFFSET_BASIS, |h, b| (h ^ b as u64).wrapping_mul(PRIME))

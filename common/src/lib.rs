@@ -42,7 +42,7 @@ pub mod control;
 pub mod dataset;
 pub mod envs;
 pub mod fuzz;
-mod hash;
+pub mod hash;
 pub mod policy;
 pub mod reference;
 pub mod remote;

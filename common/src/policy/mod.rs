@@ -190,15 +190,27 @@ impl ObsStats {
         if n == 0.0 {
             return;
         }
+        let (mut mean, mut var) = (vec![0.0; dim], vec![0.0; dim]);
         for j in 0..dim {
             let column = obs.iter().skip(j).step_by(dim).map(|&x| x as f64);
-            let mean_b = column.clone().sum::<f64>() / n;
-            let var_b = column.map(|x| (x - mean_b).powi(2)).sum::<f64>() / n;
+            mean[j] = column.clone().sum::<f64>() / n;
+            var[j] = column.map(|x| (x - mean[j]).powi(2)).sum::<f64>() / n;
+        }
+        self.merge_moments(n, &mean, &var);
+    }
+
+    /// Merges a batch of `n` observations given by its per-feature mean and (population)
+    /// variance.
+    pub fn merge_moments(&mut self, n: f64, mean_b: &[f64], var_b: &[f64]) {
+        if n == 0.0 {
+            return;
+        }
+        for j in 0..self.mean.len() {
             let (mean_a, var_a) = (self.mean[j] as f64, self.var[j] as f64);
             let total = self.count + n;
-            let delta = mean_b - mean_a;
+            let delta = mean_b[j] - mean_a;
             let mean = mean_a + delta * n / total;
-            let m2 = var_a * self.count + var_b * n + delta * delta * self.count * n / total;
+            let m2 = var_a * self.count + var_b[j] * n + delta * delta * self.count * n / total;
             self.mean[j] = mean as f32;
             self.var[j] = (m2 / total) as f32;
         }

@@ -229,7 +229,17 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    // Launched as one of several learner ranks (mpirun, srun): join the group, or refuse.
+    let world = learner::ranks::World::init()?;
+    let rank = world.rank();
+    if rank.size > 1 && !matches!(command, Command::Train(_)) {
+        anyhow::bail!(
+            "launched as {rank}: only `recur-learner train` runs on several learner ranks; \
+             start this command as one process"
+        );
+    }
+    match command {
         Command::Train(a) => {
             // A resumed run reads its own config; a new one the given file.
             let (config_path, run_dir) = match &a.resume {
@@ -266,6 +276,9 @@ fn main() -> anyhow::Result<()> {
                 save_replay: a.save_replay,
             };
             let summary = train(&opts).context("training run")?;
+            if !rank.is_root() {
+                return Ok(());
+            }
             println!("{}", serde_json::to_string(&summary)?);
             tracing::info!(
                 "{} frames, {} updates in {:.1} s; mean return (last 20 episodes) {:.2}{}; results in {}",

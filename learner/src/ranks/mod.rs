@@ -7,8 +7,11 @@
 //! join: a build without the `mpi` feature launched as one of several ranks, or an MPI that
 //! reports one rank where the launcher started several (an MPI without PMIx support under
 //! `srun`). Either would otherwise train N unrelated runs into one run directory.
-
-use std::fmt;
+//!
+//! The group is process-wide, as MPI's world is: [`world`] says which rank this is, and the
+//! collectives ([`all_reduce_sum`], [`broadcast`], [`check_same`]) act on it from the thread
+//! that called [`World::init`] (MPI runs funneled: only that thread calls it, rayon's workers
+//! never do). For a group of one they are no-ops, so single-process code calls them freely.
 
 #[cfg(feature = "mpi")]
 mod mpi_world;
@@ -87,30 +90,49 @@ pub enum RankError {
 }
 
 /// This process's place in the run's group of learner ranks.
-pub struct World {
-    rank: usize,
-    size: usize,
-    #[cfg(feature = "mpi")]
-    mpi: Option<mpi_world::MpiWorld>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rank {
+    /// `0..size`; rank 0 owns the run directory.
+    pub rank: usize,
+    /// The number of ranks.
+    pub size: usize,
 }
 
-impl fmt::Debug for World {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Rank {
+    /// A group of one.
+    pub const SINGLE: Rank = Rank { rank: 0, size: 1 };
+
+    /// Whether this is rank 0, the one that owns the run directory.
+    pub fn is_root(&self) -> bool {
+        self.rank == 0
+    }
+}
+
+impl std::fmt::Display for Rank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "rank {} of {}", self.rank, self.size)
     }
 }
 
-impl World {
-    /// A group of one: no launcher, no MPI.
-    pub fn single() -> World {
-        World {
-            rank: 0,
-            size: 1,
-            #[cfg(feature = "mpi")]
-            mpi: None,
-        }
-    }
+thread_local! {
+    /// The joined group on the thread that joined it (MPI's handles are that thread's).
+    static JOINED: std::cell::RefCell<Option<Joined>> = const { std::cell::RefCell::new(None) };
+}
 
+struct Joined {
+    rank: Rank,
+    #[cfg(feature = "mpi")]
+    mpi: mpi_world::MpiWorld,
+}
+
+/// The process's membership of its launcher's group, held by `main` for the process's life:
+/// dropping it leaves the group (MPI is finalized).
+#[must_use = "the group is left when this is dropped"]
+pub struct World {
+    rank: Rank,
+}
+
+impl World {
     /// Joins the launcher's group: a group of one where no launcher started this process (or
     /// one started it alone), MPI's world otherwise (refused in a build without MPI).
     pub fn init() -> anyhow::Result<World> {
@@ -118,84 +140,95 @@ impl World {
     }
 
     fn join(launch: Option<Launch>) -> anyhow::Result<World> {
+        let Some(launch) = launch.filter(|l| l.size > 1) else {
+            return Ok(World { rank: Rank::SINGLE });
+        };
         #[cfg(feature = "mpi")]
         {
-            let Some(launch) = launch else {
-                return Ok(World::single());
-            };
             let mpi = mpi_world::MpiWorld::init()?;
-            let (rank, size) = (mpi.rank(), mpi.size());
-            if size != launch.size {
-                return Err(RankError::SizeMismatch { launch, mpi: size }.into());
+            let rank = Rank {
+                rank: mpi.rank(),
+                size: mpi.size(),
+            };
+            if rank.size != launch.size {
+                return Err(RankError::SizeMismatch {
+                    launch,
+                    mpi: rank.size,
+                }
+                .into());
             }
-            Ok(World {
-                rank,
-                size,
-                mpi: Some(mpi),
-            })
+            JOINED.with(|j| *j.borrow_mut() = Some(Joined { rank, mpi }));
+            Ok(World { rank })
         }
         #[cfg(not(feature = "mpi"))]
-        match launch {
-            Some(launch) if launch.size > 1 => Err(RankError::NotBuilt(launch).into()),
-            _ => Ok(World::single()),
-        }
+        Err(RankError::NotBuilt(launch).into())
     }
 
-    /// This process's rank, `0..size`.
-    pub fn rank(&self) -> usize {
+    /// This process's rank.
+    pub fn rank(&self) -> Rank {
         self.rank
     }
+}
 
-    /// The number of ranks.
-    pub fn size(&self) -> usize {
-        self.size
+impl Drop for World {
+    fn drop(&mut self) {
+        JOINED.with(|j| j.borrow_mut().take());
     }
+}
 
-    /// Whether this is rank 0, the one that owns the run directory.
-    pub fn is_root(&self) -> bool {
-        self.rank == 0
-    }
+/// This process's rank: [`Rank::SINGLE`] unless this thread joined a group of several.
+pub fn world() -> Rank {
+    with_joined(|j| j.rank).unwrap_or(Rank::SINGLE)
+}
 
-    /// Sums `buf` element-wise over every rank, in place on each (a no-op for one rank).
-    pub fn all_reduce_sum(&self, buf: &mut [f32]) {
+/// Runs `f` on the joined group of several ranks, `None` in a group of one.
+fn with_joined<T>(f: impl FnOnce(&Joined) -> T) -> Option<T> {
+    JOINED.with(|j| j.borrow().as_ref().map(f))
+}
+
+/// Sums `buf` element-wise over every rank, in place on each (a no-op for one rank).
+#[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
+pub fn all_reduce_sum<T: Reducible>(buf: &mut [T]) {
+    with_joined(|_j| {
         #[cfg(feature = "mpi")]
-        if let Some(mpi) = &self.mpi {
-            mpi.all_reduce_sum(buf);
-        }
-        let _ = buf;
-    }
+        _j.mpi.all_reduce_sum(buf);
+    });
+}
 
-    /// Rank 0's `bytes` on every rank (a no-op for one rank).
-    pub fn broadcast(&self, bytes: &mut Vec<u8>) {
+/// Element types the collectives sum.
+#[cfg(feature = "mpi")]
+pub trait Reducible: mpi::datatype::Equivalence + Copy {}
+/// Element types the collectives sum.
+#[cfg(not(feature = "mpi"))]
+pub trait Reducible: Copy {}
+impl Reducible for f32 {}
+impl Reducible for f64 {}
+impl Reducible for u64 {}
+
+/// Rank 0's `bytes` on every rank (a no-op for one rank).
+// A Vec: the other ranks' is resized to rank 0's length (only with MPI).
+#[cfg_attr(not(feature = "mpi"), allow(unused_variables, clippy::ptr_arg))]
+pub fn broadcast(bytes: &mut Vec<u8>) {
+    with_joined(|_j| {
         #[cfg(feature = "mpi")]
-        if let Some(mpi) = &self.mpi {
-            mpi.broadcast(bytes);
-        }
-        let _ = bytes;
-    }
+        _j.mpi.broadcast(bytes);
+    });
+}
 
-    /// Every rank's `value`, in rank order (`[value]` for one rank).
-    pub fn all_gather(&self, value: u64) -> Vec<u64> {
-        #[cfg(feature = "mpi")]
-        if let Some(mpi) = &self.mpi {
-            return mpi.all_gather(value);
-        }
-        vec![value]
-    }
-
-    /// Checks that every rank holds the same `hash` of `what`; a rank that differs from rank 0
-    /// is an error naming it (on every rank).
-    pub fn check_same(&self, what: &str, hash: u64) -> anyhow::Result<()> {
-        let all = self.all_gather(hash);
-        match all.iter().position(|&h| h != all[0]) {
-            None => Ok(()),
-            Some(r) => anyhow::bail!(
-                "rank {r} of {}: its {what} differs from rank 0's (hash {:016x} against {:016x})",
-                self.size,
-                all[r],
-                all[0]
-            ),
-        }
+/// Checks that every rank holds the same `hash` of `what`; a rank that differs from rank 0 is
+/// an error naming it, on every rank.
+pub fn check_same(what: &str, hash: u64) -> anyhow::Result<()> {
+    let size = world().size;
+    let mut all = vec![0u64; size];
+    all[world().rank] = hash;
+    all_reduce_sum(&mut all);
+    match all.iter().position(|&h| h != all[0]) {
+        None => Ok(()),
+        Some(r) => anyhow::bail!(
+            "rank {r} of {size}: its {what} differs from rank 0's (hash {:016x} against {:016x})",
+            all[r],
+            all[0]
+        ),
     }
 }
 

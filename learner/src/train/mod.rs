@@ -12,6 +12,7 @@
 //! `summary.json` says `failed` (when it still fits), and the run exits with the error naming
 //! the file. `--resume` continues from the last complete checkpoint once there is room.
 
+mod group;
 mod intake;
 mod setup;
 
@@ -33,6 +34,7 @@ use crate::actors::{Actors, ActorsGone};
 use crate::algo::Learner;
 use crate::config::{CollectorMode, TrainConfig};
 use crate::eval::{best_row, first_at_target, EvalWorker};
+use crate::ranks;
 use crate::run::metrics::{MetricsRow, UpdateStats, TRAIN_AXES};
 use crate::run::profile;
 use crate::run::recording::Recording;
@@ -102,6 +104,8 @@ pub struct TrainSummary {
     pub eval_seconds_to_target: Option<f64>,
     pub dropped_chunks: u64,
     pub stopped_by_request: bool,
+    /// The learner ranks that trained the run ([`crate::ranks`]; 1: one learner process).
+    pub world_size: usize,
     /// Why the run ended early because its actors were gone for good (the last actor exit).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actors_gone: Option<String>,
@@ -131,18 +135,33 @@ fn train_on<B: AutodiffBackend>(
     // Setup: the run (signals, locked directory), the plan, the learner (resumed from its
     // checkpoint, which is checked before anything is written), the transport with its actors.
     let config = &opts.config;
+    // Several learner ranks: this rank's share of the batch sizes; rank 0 owns the run
+    // directory, the others run in a scratch directory of their own (group.rs).
+    let rank = ranks::world();
+    let scratch = (!rank.is_root()).then(tempfile::tempdir).transpose()?;
+    let local = TrainOptions {
+        config: group::rank_config(config, rank)?,
+        run_dir: scratch
+            .as_ref()
+            .map_or(opts.run_dir.clone(), |d| d.path().into()),
+        resume: opts.resume && rank.is_root(),
+        progress: opts.progress && rank.is_root(),
+        save_replay: opts.save_replay.clone().filter(|_| rank.is_root()),
+        ..opts.clone()
+    };
     let mut run = Run::open(RunOptions {
-        path: &opts.run_dir,
-        resume: opts.resume,
-        progress: opts.progress,
+        path: &local.run_dir,
+        resume: local.resume,
+        progress: local.progress,
         total: config.run.frames,
         unit: "frames",
         max_seconds: opts.max_seconds,
         checkpoint_every: config.run.checkpoint_every,
     })?;
-    let plan = Plan::new(opts)?;
-    let mut learner = plan.learner::<B>(config, device)?;
-    let (state, resumed) = setup::resume(opts, &mut learner, &plan.policy)?;
+    let plan = Plan::new(&local)?;
+    let mut learner = plan.learner::<B>(&local.config, device)?;
+    let (mut state, resumed) = setup::resume(&local, &mut learner, &plan.policy)?;
+    group::share_start(config, &mut learner, &mut state)?;
     run.write_config(&config.to_toml())?;
     let resumed_at = opts
         .resume
@@ -165,7 +184,7 @@ fn train_on<B: AutodiffBackend>(
     let version = state.policy_version.max(1);
     let mut actors = Actors::start(
         run.dir().names(),
-        &plan.transport_config(opts, &state),
+        &plan.transport_config(&local, &state),
         plan.schema.clone(),
         &to_blob(learner.model(), version),
     )?;
@@ -173,11 +192,14 @@ fn train_on<B: AutodiffBackend>(
         actors.publish(version, &to_blob(learner.model(), version))?;
     }
     let mut t = Training {
-        recording: setup::recording(opts, &plan.schema, &state)?,
-        eval: setup::eval_worker(opts, &plan.policy, state.frames, run.tensorboard())?,
+        recording: setup::recording(&local, &plan.schema, &state)?,
+        eval: setup::eval_worker(&local, &plan.policy, state.frames, run.tensorboard())?,
         last_eval_frames: None,
         last_report: (state.frames, state.wall_s),
         checkpointed: (opts.resume && state.updates > 0).then_some(state.updates),
+        agreed: state.frames,
+        stopping: None,
+        _scratch: scratch,
         run,
         plan,
         learner,
@@ -189,8 +211,9 @@ fn train_on<B: AutodiffBackend>(
     let (mut stopped_by_request, mut actors_gone, mut failed) = (false, None, None);
     let mut pending: VecDeque<Received> = VecDeque::new();
 
-    'run: while t.state.frames < config.run.frames {
-        if let Some(by_request) = t.stop() {
+    'run: while t.frames_done() < config.run.frames {
+        // Several ranks leave together, at an update they agree on (Training::update).
+        if let Some(by_request) = t.stop().filter(|_| rank.size == 1) {
             stopped_by_request = by_request;
             break;
         }
@@ -235,8 +258,12 @@ fn train_on<B: AutodiffBackend>(
                 failed = Some(e.downcast::<WriteFailed>()?);
                 break 'run;
             }
+            if let Some(by_request) = t.stopping {
+                stopped_by_request = by_request;
+                break 'run;
+            }
             let at_target = config.run.stop_at_target && t.state.frames_to_target.is_some();
-            if at_target || t.state.frames >= config.run.frames {
+            if (at_target && rank.size == 1) || t.state.frames >= config.run.frames {
                 break 'run;
             }
         }
@@ -261,11 +288,28 @@ struct Training<B: AutodiffBackend> {
     last_report: (u64, f64),
     /// The update the last complete checkpoint holds (`None`: none yet in this run).
     checkpointed: Option<u64>,
+    /// The run's frames at the last update, every rank's ([`group::agree`]).
+    agreed: u64,
+    /// Several ranks: set by the update at which they stop early, whether a rank was asked to
+    /// (a signal, an operator; `false`: the time limit or `run.stop_at_target`).
+    stopping: Option<bool>,
+    /// A rank other than 0: its scratch run directory, removed at the end.
+    _scratch: Option<tempfile::TempDir>,
 }
 
 impl<B: AutodiffBackend> Training<B> {
     /// Whether the run must stop before its frames are done: `Some(true)` when asked to (a
     /// signal, or an actor or operator through a transport), `Some(false)` at the time limit.
+    /// The frames the loop counts against `run.frames`: all taken in (one rank), or those the
+    /// ranks agreed on at the last update (several: a rank's own since then are not yet known
+    /// to the others, which must leave the loop at the same update).
+    fn frames_done(&self) -> u64 {
+        match ranks::world().size {
+            1 => self.state.frames,
+            _ => self.agreed,
+        }
+    }
+
     fn stop(&self) -> Option<bool> {
         match (self.actors.stop_requested(), self.run.stop_reason()) {
             (true, _) | (_, Some(StopReason::Signal)) => Some(true),
@@ -277,6 +321,11 @@ impl<B: AutodiffBackend> Training<B> {
     /// One update: the new weights published to the actors (and to the evaluation), the
     /// report, the checkpoint when one is due. A failed write is a [`WriteFailed`].
     fn update(&mut self, config: &TrainConfig) -> anyhow::Result<()> {
+        // Several ranks agree first on the run's frames (the schedules' progress) and on
+        // whether they stop after this update (a no-op for one).
+        let at_target = config.run.stop_at_target && self.state.frames_to_target.is_some();
+        let wish = self.stop().or(at_target.then_some(false));
+        self.stopping = group::agree(&mut self.state, &mut self.agreed, wish);
         let state = &mut self.state;
         self.learner
             .set_progress(state.frames as f64 / config.run.frames as f64);
@@ -292,6 +341,7 @@ impl<B: AutodiffBackend> Training<B> {
                 state.updates
             )
         })?;
+        group::check_weights(state.updates, &blob)?;
         self.actors.publish(self.version, &blob)?;
         drop(publish);
         if let Some(eval) = self.eval.as_mut().filter(|e| e.due(state.frames)) {
@@ -301,7 +351,7 @@ impl<B: AutodiffBackend> Training<B> {
         state.policy_version = self.version;
         profile::time("report", || self.report(&stats, config))
             .map_err(WriteFailed::new(WriteFailed::METRICS))?;
-        if self.run.checkpoint_due(self.state.updates) {
+        if self.run.checkpoint_due(self.state.updates) && ranks::world().is_root() {
             let snapshot = TrainState {
                 wall_s: self.run.wall(),
                 ..self.state.clone()
@@ -476,6 +526,7 @@ impl TrainSummary {
             target_return: config.run.target_return,
             frames_to_target: state.frames_to_target,
             seconds_to_target: state.seconds_to_target,
+            world_size: ranks::world().size,
             ..Default::default()
         }
     }

@@ -176,6 +176,26 @@ impl<B: AutodiffBackend> Ppo<B> {
     }
 }
 
+/// The count, per-feature mean and variance of every learner rank's observations `x`
+/// (`[N, dim]` here), which every rank folds into its normalizer alike.
+fn group_moments(x: &[f32], dim: usize) -> (f64, Vec<f64>, Vec<f64>) {
+    let mut sums = vec![0.0f64; 1 + 2 * dim];
+    sums[0] = (x.len() / dim) as f64;
+    for row in x.chunks_exact(dim) {
+        for (j, &v) in row.iter().enumerate() {
+            sums[1 + j] += v as f64;
+            sums[1 + dim + j] += (v as f64).powi(2);
+        }
+    }
+    crate::ranks::all_reduce_sum(&mut sums);
+    let n = sums[0].max(1.0);
+    let mean: Vec<f64> = sums[1..=dim].iter().map(|s| s / n).collect();
+    let var = (mean.iter().zip(&sums[1 + dim..]))
+        .map(|(m, s2)| (s2 / n - m * m).max(0.0))
+        .collect();
+    (sums[0], mean, var)
+}
+
 /// The update path `path` selects for `trainee`'s model, built from the model and its optimizer
 /// (when PPO is built, and anew after a checkpoint load); an error names the setting that keeps
 /// `path = "fused"` from running.
@@ -183,7 +203,18 @@ fn update_path<B: AutodiffBackend>(
     trainee: &Trainee<B>,
     path: UpdatePath,
 ) -> anyhow::Result<Box<dyn Update<B>>> {
-    let flat = match (path, unsupported(&trainee.model)) {
+    let why = unsupported(&trainee.model);
+    let ranks = crate::ranks::world().size;
+    if ranks > 1 && (path == UpdatePath::Burn || why.is_some()) {
+        anyhow::bail!(
+            "ppo.update = {:?} on {ranks} learner ranks: ranks all-reduce the fused update's \
+             flat gradient, and this run cannot use it ({})",
+            path.name(),
+            why.as_deref()
+                .unwrap_or("ppo.update = \"burn\" asks for burn's autodiff path")
+        );
+    }
+    let flat = match (path, why) {
         (UpdatePath::Burn, _) | (UpdatePath::Auto, Some(_)) => false,
         (UpdatePath::Fused, Some(why)) => {
             anyhow::bail!("ppo.update = \"fused\" cannot run this policy: {why}")
@@ -246,7 +277,14 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
         if let Some(clip) = self.obs_norm {
             let mut obs = self.trainee.model.obs_stats();
             let frames = &self.rollout.frames;
-            obs.merge(&frames.observation[..frames.len() * self.schema.obs_dim]);
+            let x = &frames.observation[..frames.len() * self.schema.obs_dim];
+            match crate::ranks::world().size {
+                1 => obs.merge(x),
+                _ => {
+                    let (n, mean, var) = group_moments(x, self.schema.obs_dim);
+                    obs.merge_moments(n, &mean, &var);
+                }
+            }
             self.trainee.model = self.trainee.model.clone().with_obs_stats(&obs, clip);
         }
         self.path.finish(&mut self.trainee);

@@ -201,6 +201,13 @@ impl FlatUpdate {
     /// One optimizer step along `grads` (from [`loss`](Self::loss)): clipped to a global
     /// norm of `max_norm`, then Adam at `lr`. Returns the norm before clipping.
     pub fn apply(&mut self, grads: &mut [f32], lr: f64, max_norm: f32) -> f32 {
+        // Several learner ranks: the mean of their minibatches' gradients, the gradient of
+        // the whole group's minibatch (train/group.rs), so that every rank steps alike.
+        let ranks = crate::ranks::world().size;
+        if ranks > 1 {
+            profile::time("ranks.all_reduce", || crate::ranks::all_reduce_sum(grads));
+            grads.iter_mut().for_each(|g| *g /= ranks as f32);
+        }
         let norm = adam::clip_global_norm(&self.layout, grads, max_norm);
         self.adam.step(&mut self.params, grads, lr);
         self.packs = profile::time("fused.pack", || self.net().pack());
