@@ -44,6 +44,10 @@ pub fn binary(name: &str) -> PathBuf {
                 cmd.env_remove(key.as_ref());
             }
         }
+        // `cargo test -p recur-tests --features mpi`: the learner joins launchers' groups.
+        if cfg!(feature = "mpi") && name == "recur-learner" {
+            cmd.args(["--features", "recur-learner/mpi"]);
+        }
         if dir.file_name().is_some_and(|p| p == "release") {
             cmd.arg("--release");
         }

@@ -112,7 +112,7 @@ impl Actors {
                 chunk_bytes: slot_bytes,
                 weight_bytes: initial_blob.len(),
                 window: config.slots,
-                local_actors: config.actors,
+                local_actors: config.first_actor + config.actors,
                 tls,
             };
             let tcp = TcpTransport::start(expected, opts, initial_blob)?;
@@ -147,6 +147,7 @@ impl Actors {
             connect: names.control_socket(),
             actor_args: config.actor_args.clone(),
             actors: config.actors,
+            first_actor: config.first_actor,
             max_restarts: config.max_restarts,
             restart_window: config.restart_window,
             backoff: config.restart_backoff,

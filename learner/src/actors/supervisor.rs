@@ -25,6 +25,8 @@ pub struct SupervisorConfig {
     /// What every actor runs (env, policy, seed, exploration).
     pub actor_args: ActorArgs,
     pub actors: u32,
+    /// The first actor's id; the others follow.
+    pub first_actor: u32,
     /// Restarts allowed per actor within `restart_window` before the supervisor gives up on it.
     pub max_restarts: u32,
     /// The sliding window restarts are counted in (an actor that dies now and then over a long
@@ -79,7 +81,7 @@ impl Supervisor {
     pub fn start(config: SupervisorConfig) -> std::io::Result<(Self, Vec<ActorEvent>)> {
         let mut s = Supervisor {
             args: config.actor_args.to_json(),
-            slots: (0..config.actors)
+            slots: (config.first_actor..config.first_actor + config.actors)
                 .map(|actor_id| Slot {
                     actor_id,
                     incarnation: 0,
@@ -296,6 +298,7 @@ mod tests {
             connect: "/nonexistent/control.sock".into(),
             actor_args: ActorArgs::default(),
             actors: 2,
+            first_actor: 0,
             max_restarts,
             restart_window: Duration::from_secs(60),
             backoff: Duration::from_millis(10),

@@ -344,6 +344,7 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|| run_dir::default_path("collect"));
             let config = CollectConfig {
                 transport: TransportConfig {
+                    first_actor: 0,
                     actor_args: ActorArgs {
                         env: a.env,
                         envs: a.envs,

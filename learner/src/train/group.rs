@@ -37,6 +37,13 @@ pub fn rank_config(config: &TrainConfig, rank: Rank) -> anyhow::Result<TrainConf
         "run.algo = {:?}: only PPO trains on several learner ranks ({n} were started)",
         config.run.algo.name()
     );
+    if let Some(listen) = &config.run.listen {
+        anyhow::bail!(
+            "run.listen = {listen:?} on {n} learner ranks: in this version a group of ranks runs \
+             local actors only (each rank its share of run.actors); start one learner to take \
+             remote actors"
+        );
+    }
     let split = |key: &str, value: usize| -> anyhow::Result<usize> {
         anyhow::ensure!(
             value.is_multiple_of(n),
@@ -107,6 +114,15 @@ pub fn agree(state: &mut TrainState, agreed: &mut u64, wish: Option<bool>) -> Op
     state.frames = *agreed + sums[0];
     *agreed = state.frames;
     (sums[1] > 0).then_some(sums[2] > 0)
+}
+
+/// Logs the weights this rank ends with (their hash), for several ranks: every rank's line
+/// names the same hash (the integration tests compare them).
+pub fn log_final(blob: &[u8]) {
+    if ranks::world().size > 1 {
+        let hash = fnv1a(blob.iter().copied());
+        tracing::info!("{}: final weights {hash:016x}", ranks::world());
+    }
 }
 
 /// Checks, every [`WEIGHT_CHECK_EVERY`] updates, that every rank holds the same weights

@@ -97,6 +97,7 @@ impl Plan {
                 config.run.seed.wrapping_add(state.updates),
             ),
             actors: self.actors,
+            first_actor: crate::ranks::world().rank as u32 * self.actors,
             run_dir: opts.run_dir.clone(),
             actor_program: opts.actor_program.clone(),
             slots: c.ring_slots,

@@ -50,6 +50,9 @@ pub struct TransportConfig {
     /// Registering actors must report its `env`.
     pub actor_args: ActorArgs,
     pub actors: u32,
+    /// The first local actor's id (the others follow): 0, or this learner rank's first
+    /// ([`crate::ranks`]: actor ids are distinct across ranks).
+    pub first_actor: u32,
     pub run_dir: PathBuf,
     /// The `recur-actor` executable.
     pub actor_program: PathBuf,

@@ -1,0 +1,149 @@
+//! Learner ranks across real processes. Without the `mpi` feature: a learner launched as one
+//! of several ranks refuses to start. With it (`cargo test -p recur-tests --features mpi --test
+//! ranks`, Open MPI's `mpirun`): two ranks train one run (one summary, the same final weights on
+//! both, distinct actors), and a group that cannot form one run is refused naming why.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use recur_tests::{binary, run_with_deadline, temp_dir};
+
+/// A hang fails the test instead of CI; the runs take seconds.
+const DEADLINE: Duration = Duration::from_secs(300);
+
+fn text(out: &Output) -> (String, String) {
+    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (s(&out.stdout), s(&out.stderr))
+}
+
+/// `recur-learner train ARGS --quiet` on MaskedCartPole-v1 from the repository root.
+fn train_args(run_dir: &str, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "train",
+        "--config",
+        "configs/masked_cartpole.toml",
+        "--run-dir",
+        run_dir,
+        "--quiet",
+    ];
+    args.extend(extra);
+    args.into_iter().map(String::from).collect()
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn a_learner_launched_as_one_of_several_ranks_without_mpi_refuses_to_start() {
+    binary("recur-actor");
+    let dir = temp_dir("ranks-not-built").join("run");
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.args(train_args(&dir.to_string_lossy(), &["--frames", "1024"]))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .env("OMPI_COMM_WORLD_SIZE", "2");
+    let out = run_with_deadline(cmd, DEADLINE);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success(), "started as one of 2 ranks: {stderr}");
+    assert!(
+        stderr.contains("OMPI_COMM_WORLD_SIZE=2") && stderr.contains("--features mpi"),
+        "{stderr}"
+    );
+    assert!(!dir.exists(), "a refused rank wrote its run directory");
+}
+
+#[cfg(feature = "mpi")]
+mod mpi {
+    use super::*;
+
+    /// `mpirun -n N` over `ranks`, each rank's `recur-learner` arguments (MPMD: `A : B`).
+    fn mpirun(ranks: &[Vec<String>]) -> Output {
+        binary("recur-actor");
+        let learner = binary("recur-learner");
+        let mut cmd = Command::new("mpirun");
+        // CI runs as root; two ranks and their actors on two cores.
+        cmd.args(["--allow-run-as-root", "--oversubscribe"]);
+        for (i, args) in ranks.iter().enumerate() {
+            if i > 0 {
+                cmd.arg(":");
+            }
+            cmd.args(["-n", "1"]).arg(&learner).args(args);
+        }
+        cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .env("RUST_LOG", "info");
+        run_with_deadline(cmd, DEADLINE)
+    }
+
+    #[test]
+    fn two_ranks_train_one_run_to_the_same_weights() {
+        let dir = temp_dir("ranks-train");
+        let dir_s = dir.to_string_lossy().into_owned();
+        let args = train_args(&dir_s, &["--frames", "8192"]);
+        let out = mpirun(&[args.clone(), args]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        // One run: rank 0's summary alone, on stdout and in the run directory.
+        let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with('{')).collect();
+        assert_eq!(lines.len(), 1, "one summary line: {stdout}");
+        let summary: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(summary["world_size"], 2, "{summary}");
+        assert!(summary["frames"].as_u64().unwrap() >= 8192, "{summary}");
+        let updates = summary["updates"].as_u64().unwrap();
+        assert!(
+            updates >= 10,
+            "the weight check runs every 10 updates: {summary}"
+        );
+        let on_disk: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(on_disk["world_size"], 2);
+        assert!(dir.join("checkpoint").is_dir() && dir.join("metrics.csv").is_file());
+        // The same weights on both ranks at the end.
+        let finals: Vec<(&str, &str)> = (stderr.lines())
+            .filter_map(|l| l.split_once(": final weights "))
+            .map(|(who, hash)| (who.rsplit("INFO").next().unwrap_or(who), hash.trim()))
+            .collect();
+        assert_eq!(finals.len(), 2, "{stderr}");
+        assert_eq!(
+            finals[0].1, finals[1].1,
+            "the ranks' final weights differ: {finals:?}"
+        );
+        // Distinct actors: rank 0's is actor 0, rank 1's actor 1 (run.actors = 2 over 2).
+        for id in ["actor 0/0 started", "actor 1/0 started"] {
+            assert_eq!(stderr.matches(id).count(), 1, "{id}: {stderr}");
+        }
+        // Rank 1 ran in a scratch directory, removed at the end.
+        for line in stderr.lines().filter(|l| l.contains("run directory ")) {
+            let path = line.split("run directory ").nth(1).unwrap();
+            let path = path.trim_end_matches(" (locked)");
+            if path != dir_s {
+                assert!(!std::path::Path::new(path).exists(), "{path} left behind");
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_that_does_not_divide_over_the_ranks_is_refused_naming_the_key() {
+        let dir = temp_dir("ranks-divide").join("run");
+        let args = train_args(&dir.to_string_lossy(), &["--actors", "3"]);
+        let out = mpirun(&[args.clone(), args]);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success());
+        assert!(
+            stderr.contains("run.actors = 3 does not divide over 2 learner ranks"),
+            "{stderr}"
+        );
+    }
+
+    #[test]
+    fn ranks_with_different_configs_are_refused_naming_the_rank() {
+        let dir = temp_dir("ranks-config").join("run");
+        let dir_s = dir.to_string_lossy().into_owned();
+        let rank0 = train_args(&dir_s, &[]);
+        let rank1 = train_args(&dir_s, &["--set", "ppo.lr=0.001"]);
+        let out = mpirun(&[rank0, rank1]);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success());
+        assert!(
+            stderr.contains("rank 1 of 2: its resolved config differs from rank 0's"),
+            "{stderr}"
+        );
+    }
+}
