@@ -204,16 +204,6 @@ impl VecEnv {
         })
     }
 
-    /// The environment id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// `E`, the number of environments.
-    pub fn num_envs(&self) -> usize {
-        self.envs.len()
-    }
-
     /// `D`, the length of one observation.
     pub fn obs_dim(&self) -> usize {
         self.obs_dim
@@ -222,16 +212,6 @@ impl VecEnv {
     /// Values per action: 1 for a discrete space, the box's length otherwise.
     pub fn action_dim(&self) -> usize {
         self.action_dim
-    }
-
-    /// The space of one environment's observation.
-    pub fn observation_space(&self) -> Space {
-        self.observation_space.clone()
-    }
-
-    /// The space of one environment's action.
-    pub fn action_space(&self) -> Space {
-        self.action_space.clone()
     }
 
     /// Resets every env; the observations the policy sees first (`[E * obs_dim]`); all envs are at
@@ -328,61 +308,6 @@ impl VecEnv {
         }
         &self.last
     }
-
-    /// Every environment's state mid-episode with the vector's seed, episode counters and
-    /// running returns: what [`VecEnv::load_state`] needs to continue exactly. `None` when an
-    /// environment cannot be saved ([`Env::save_state`]).
-    pub fn save_state(&self) -> Option<Vec<u8>> {
-        let envs = self
-            .envs
-            .iter()
-            .map(|env| env.save_state())
-            .collect::<Option<Vec<_>>>()?;
-        Some(super::encode_state(&VecEnvState {
-            seed: self.seed,
-            episodes: self.episodes.clone(),
-            running_return: self.running_return.clone(),
-            running_length: self.running_length.clone(),
-            obs: self.last.obs.clone(),
-            is_init: self.last.is_init.clone(),
-            envs,
-        }))
-    }
-
-    /// Restores what [`VecEnv::save_state`] wrote, from a vector of the same id and size.
-    ///
-    /// # Errors
-    /// [`EnvError::State`] naming what does not fit.
-    pub fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
-        let saved: VecEnvState = super::decode_state(&self.id, state)?;
-        let e = self.envs.len();
-        if saved.envs.len() != e
-            || saved.episodes.len() != e
-            || saved.running_return.len() != e
-            || saved.running_length.len() != e
-            || saved.is_init.len() != e
-            || saved.obs.len() != e * self.obs_dim
-        {
-            return Err(EnvError::State {
-                id: self.id.clone(),
-                reason: format!(
-                    "saved for {} environments, this vector has {e}",
-                    saved.envs.len()
-                ),
-            });
-        }
-        for (env, bytes) in self.envs.iter_mut().zip(&saved.envs) {
-            env.load_state(bytes)?;
-        }
-        self.seed = saved.seed;
-        self.episodes = saved.episodes;
-        self.running_return = saved.running_return;
-        self.running_length = saved.running_length;
-        self.last.obs = saved.obs;
-        self.last.is_init = saved.is_init;
-        self.started = true;
-        Ok(())
-    }
 }
 
 /// What [`VecEnv::save_state`] writes.
@@ -459,16 +384,16 @@ pub trait VectorEnv: Send {
 
 impl VectorEnv for VecEnv {
     fn id(&self) -> &str {
-        VecEnv::id(self)
+        &self.id
     }
     fn num_envs(&self) -> usize {
-        VecEnv::num_envs(self)
+        self.envs.len()
     }
     fn observation_space(&self) -> Space {
-        VecEnv::observation_space(self)
+        self.observation_space.clone()
     }
     fn action_space(&self) -> Space {
-        VecEnv::action_space(self)
+        self.action_space.clone()
     }
     fn reset(&mut self) -> Result<&[f32], EnvError> {
         Ok(VecEnv::reset(self))
@@ -476,11 +401,53 @@ impl VectorEnv for VecEnv {
     fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError> {
         Ok(VecEnv::step(self, actions))
     }
+    /// Also the vector's seed, episode counters and running returns.
     fn save_state(&self) -> Option<Vec<u8>> {
-        VecEnv::save_state(self)
+        let envs = self
+            .envs
+            .iter()
+            .map(|env| env.save_state())
+            .collect::<Option<Vec<_>>>()?;
+        Some(super::encode_state(&VecEnvState {
+            seed: self.seed,
+            episodes: self.episodes.clone(),
+            running_return: self.running_return.clone(),
+            running_length: self.running_length.clone(),
+            obs: self.last.obs.clone(),
+            is_init: self.last.is_init.clone(),
+            envs,
+        }))
     }
+    /// The state must come from a vector of the same id and size.
     fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
-        VecEnv::load_state(self, state)
+        let saved: VecEnvState = super::decode_state(&self.id, state)?;
+        let e = self.envs.len();
+        if saved.envs.len() != e
+            || saved.episodes.len() != e
+            || saved.running_return.len() != e
+            || saved.running_length.len() != e
+            || saved.is_init.len() != e
+            || saved.obs.len() != e * self.obs_dim
+        {
+            return Err(EnvError::State {
+                id: self.id.clone(),
+                reason: format!(
+                    "saved for {} environments, this vector has {e}",
+                    saved.envs.len()
+                ),
+            });
+        }
+        for (env, bytes) in self.envs.iter_mut().zip(&saved.envs) {
+            env.load_state(bytes)?;
+        }
+        self.seed = saved.seed;
+        self.episodes = saved.episodes;
+        self.running_return = saved.running_return;
+        self.running_length = saved.running_length;
+        self.last.obs = saved.obs;
+        self.last.is_init = saved.is_init;
+        self.started = true;
+        Ok(())
     }
     /// One group: steps at once (Rust environments in this thread, nothing to overlap).
     fn begin_step(&mut self, group: usize, actions: VecActions<'_>) -> Result<(), EnvError> {
