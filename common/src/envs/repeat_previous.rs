@@ -49,12 +49,6 @@ impl RepeatPrevious {
         &self.suits
     }
 
-    /// Index of the latest card dealt: 0 after reset, `i` after step `i`.
-    #[cfg(test)]
-    pub fn cards_dealt(&self) -> usize {
-        self.dealt
-    }
-
     fn observation(&self) -> [f32; 4] {
         let mut one_hot = [0.0; 4];
         one_hot[usize::from(self.suits[self.dealt])] = 1.0;
@@ -214,7 +208,7 @@ mod tests {
         env.reset(9, &mut obs);
         for i in 1..=51 {
             env.step(ActionRef::Discrete(0), &mut obs);
-            assert_eq!(env.cards_dealt(), i);
+            assert_eq!(env.dealt, i);
             let suit = usize::from(env.suits()[i]);
             assert_eq!(obs[suit], 1.0);
             assert_eq!(obs.iter().sum::<f32>(), 1.0);
