@@ -306,11 +306,6 @@ impl DatasetWriter {
     pub fn bytes_written(&self) -> u64 {
         self.bytes
     }
-
-    /// Chunk files started.
-    pub fn files(&self) -> u32 {
-        self.file_index + 1
-    }
 }
 
 /// A dataset read back.
@@ -682,7 +677,7 @@ mod tests {
         for seq in 0..5 {
             w.append(&chunk(seq)).unwrap();
         }
-        assert_eq!(w.files(), 3);
+        assert_eq!(w.file_index + 1, 3, "chunk files started");
         drop(w);
         let data = read_dataset(&dir).unwrap();
         let seqs: Vec<u64> = data.chunks.iter().map(|c| c.meta.seq).collect();

@@ -204,16 +204,6 @@ impl VecEnv {
         })
     }
 
-    /// `D`, the length of one observation.
-    pub fn obs_dim(&self) -> usize {
-        self.obs_dim
-    }
-
-    /// Values per action: 1 for a discrete space, the box's length otherwise.
-    pub fn action_dim(&self) -> usize {
-        self.action_dim
-    }
-
     /// Resets every env; the observations the policy sees first (`[E * obs_dim]`); all envs are at
     /// an episode start ([`VecEnv::is_init`] is all true). Each call starts a new episode in
     /// every environment (seeded by [`episode_seed`]).
@@ -231,12 +221,6 @@ impl VecEnv {
         }
         last.after_reset();
         self.started = true;
-        &self.last.obs
-    }
-
-    /// `[E * D]` the observations the policy sees now (after [`VecEnv::reset`] or the last
-    /// step's [`VecStep::obs`]).
-    pub fn obs(&self) -> &[f32] {
         &self.last.obs
     }
 
@@ -501,7 +485,7 @@ mod tests {
             b.reset();
             step_with(&mut b, 5);
             b.load_state(&saved).unwrap();
-            assert_eq!(b.obs(), a.obs(), "{id}");
+            assert_eq!(b.last.obs, a.last.obs, "{id}");
             assert_eq!(b.is_init(), a.is_init(), "{id}");
             for t in 60..700 {
                 let (x, y) = (step_with(&mut a, t), step_with(&mut b, t));
@@ -521,8 +505,8 @@ mod tests {
     /// Replays a VecEnv against independently driven envs and checks every field.
     fn check_against_shadow(id: &str, e: usize, seed: u64, steps: usize) {
         let mut venv = VecEnv::new(id, e, seed).unwrap();
-        let d = venv.obs_dim();
-        let ad = venv.action_dim();
+        let d = venv.observation_space().dim();
+        let ad = venv.action_space().dim();
         let mut shadow: Vec<Box<dyn Env>> = (0..e).map(|_| make(id).unwrap()).collect();
         let mut episode = vec![0u64; e];
         let mut obs = vec![0.0f32; e * d];
@@ -585,7 +569,7 @@ mod tests {
                 }
                 assert_eq!(step.obs[range.clone()], obs[range]);
             }
-            assert_eq!(venv.obs(), &step.obs[..]);
+            assert_eq!(venv.last.obs, step.obs);
             assert_eq!(venv.is_init(), &step.is_init[..]);
         }
         assert!(
@@ -679,8 +663,8 @@ mod tests {
     fn spaces_and_dims() {
         let venv = VecEnv::new("Pendulum-v1", 3, 0).unwrap();
         assert_eq!(venv.num_envs(), 3);
-        assert_eq!(venv.obs_dim(), 3);
-        assert_eq!(venv.action_dim(), 1);
+        assert_eq!(venv.observation_space().dim(), 3);
+        assert_eq!(venv.action_space().dim(), 1);
         assert_eq!(
             venv.action_space(),
             make("Pendulum-v1").unwrap().action_space()
