@@ -22,7 +22,7 @@
 //! The format is documented for Python in `docs/dataset-format.md`.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -190,34 +190,21 @@ fn create_with(path: &Path, bytes: &[u8]) -> Result<BufWriter<File>, DatasetErro
 }
 
 impl DatasetWriter {
-    /// Creates `dir` (which must not hold a dataset already) and writes its metadata; chunk
-    /// files roll over at [`DEFAULT_MAX_FILE_BYTES`].
-    pub fn create(dir: &Path, env: &str, schema: &ChunkSchema) -> Result<Self, DatasetError> {
-        Self::create_with_file_size(dir, env, schema, DEFAULT_MAX_FILE_BYTES)
-    }
-
-    /// [`create`](Self::create), also recording the environment's imports, kwargs and seed.
+    /// Creates `dir` (which must not hold a dataset already) and writes its metadata, recording
+    /// the environment's imports, kwargs and seed; chunk files roll over at
+    /// [`DEFAULT_MAX_FILE_BYTES`].
     pub fn create_with_source(
         dir: &Path,
         env: &str,
         schema: &ChunkSchema,
         source: &EnvSource,
     ) -> Result<Self, DatasetError> {
-        Self::create_full(dir, env, schema, DEFAULT_MAX_FILE_BYTES, source)
+        Self::create_with_file_size(dir, env, schema, DEFAULT_MAX_FILE_BYTES, source)
     }
 
-    /// [`create`](Self::create) with chunk files of about `max_file_bytes` each (a file
-    /// always holds at least one chunk).
+    /// [`create_with_source`](Self::create_with_source) with chunk files of about
+    /// `max_file_bytes` each (a file always holds at least one chunk).
     pub fn create_with_file_size(
-        dir: &Path,
-        env: &str,
-        schema: &ChunkSchema,
-        max_file_bytes: u64,
-    ) -> Result<Self, DatasetError> {
-        Self::create_full(dir, env, schema, max_file_bytes, &EnvSource::default())
-    }
-
-    fn create_full(
         dir: &Path,
         env: &str,
         schema: &ChunkSchema,
@@ -318,11 +305,6 @@ impl DatasetWriter {
     /// Bytes of all chunk files.
     pub fn bytes_written(&self) -> u64 {
         self.bytes
-    }
-
-    /// Chunk files started.
-    pub fn files(&self) -> u32 {
-        self.file_index + 1
     }
 }
 
@@ -564,33 +546,6 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
     })
 }
 
-/// Reads the one chunk `entry` points at (random access through `index.bin`).
-pub fn read_chunk(
-    dir: &Path,
-    meta: &DatasetMeta,
-    entry: &IndexEntry,
-) -> Result<Chunk, DatasetError> {
-    let path = dir.join(chunk_file_name(entry.file));
-    let mut file = File::open(&path).map_err(io(&path))?;
-    use std::io::{Seek, SeekFrom};
-    file.seek(SeekFrom::Start(entry.offset))
-        .map_err(io(&path))?;
-    let length = usize::try_from(entry.length).map_err(|_| {
-        format_error(
-            &path,
-            format!("index length {} does not fit in memory", entry.length),
-        )
-    })?;
-    let mut bytes = vec![0u8; length];
-    file.read_exact(&mut bytes).map_err(io(&path))?;
-    Chunk::decode(&bytes, &meta.schema).map_err(|source| DatasetError::Chunk {
-        path,
-        index: 0,
-        offset: entry.offset as usize,
-        source,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -622,7 +577,13 @@ mod tests {
     fn a_write_cut_short_loses_only_the_partial_chunk() {
         let dir = std::env::temp_dir().join(format!("recur-dataset-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut w = DatasetWriter::create(&dir, "MaskedCartPole-v1", &schema()).unwrap();
+        let mut w = DatasetWriter::create_with_source(
+            &dir,
+            "MaskedCartPole-v1",
+            &schema(),
+            &EnvSource::default(),
+        )
+        .unwrap();
         for seq in 0..3 {
             w.append(&chunk(seq)).unwrap();
         }
@@ -689,12 +650,18 @@ mod tests {
         );
 
         // Recording into an existing dataset is refused.
-        assert!(DatasetWriter::create(&dir, "MaskedCartPole-v1", &schema()).is_err());
+        assert!(DatasetWriter::create_with_source(
+            &dir,
+            "MaskedCartPole-v1",
+            &schema(),
+            &EnvSource::default()
+        )
+        .is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
-    fn chunk_files_roll_over_and_the_index_gives_random_access() {
+    fn chunk_files_roll_over_and_the_index_locates_every_chunk() {
         let dir = std::env::temp_dir().join(format!("recur-dataset-roll-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let one = chunk(0).encode(&schema()).unwrap().len() as u64;
@@ -704,12 +671,13 @@ mod tests {
             "MaskedCartPole-v1",
             &schema(),
             16 + 2 * one,
+            &EnvSource::default(),
         )
         .unwrap();
         for seq in 0..5 {
             w.append(&chunk(seq)).unwrap();
         }
-        assert_eq!(w.files(), 3);
+        assert_eq!(w.file_index + 1, 3, "chunk files started");
         drop(w);
         let data = read_dataset(&dir).unwrap();
         let seqs: Vec<u64> = data.chunks.iter().map(|c| c.meta.seq).collect();
@@ -720,8 +688,6 @@ mod tests {
             index.iter().map(|e| (e.file, e.offset)).collect::<Vec<_>>(),
             [(0, 16), (0, 16 + one), (1, 16), (1, 16 + one), (2, 16)]
         );
-        let fourth = read_chunk(&dir, &data.meta, &index[3]).unwrap();
-        assert_eq!(fourth, data.chunks[3]);
 
         // A partial chunk in a file that is not the last one is corruption, not a crash.
         let first = dir.join(chunk_file_name(0));
@@ -745,7 +711,13 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("recur-dataset-corrupt-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut w = DatasetWriter::create(&dir, "MaskedCartPole-v1", &schema()).unwrap();
+        let mut w = DatasetWriter::create_with_source(
+            &dir,
+            "MaskedCartPole-v1",
+            &schema(),
+            &EnvSource::default(),
+        )
+        .unwrap();
         for seq in 0..80 {
             w.append(&chunk(seq)).unwrap();
         }

@@ -139,6 +139,7 @@ pub fn dataset_files() -> &'static [(String, Vec<u8>)] {
             "MaskedCartPole-v1",
             schema,
             chunk_bytes as u64,
+            &crate::dataset::EnvSource::default(),
         )
         .expect("a scratch dataset");
         for seq in 0..2 {
@@ -202,17 +203,9 @@ pub fn weights(data: &[u8]) {
 
 /// A saved actor state, restored into an actor of each target policy.
 pub fn actor_state(data: &[u8]) {
-    use crate::rollout::{Actor, ActorConfig, EpsilonSchedule, Exploration};
+    use crate::rollout::{Actor, ActorConfig};
     for (env, pc, schema) in policies() {
-        let config = ActorConfig {
-            env: (*env).into(),
-            num_envs: schema.envs,
-            steps: schema.steps,
-            seed: 0,
-            actor_id: 0,
-            incarnation: 0,
-            exploration: Exploration::Sample(EpsilonSchedule::constant(0.0)),
-        };
+        let config = ActorConfig::new(*env, schema.envs, schema.steps, 0);
         let policy = crate::policy::init_policy(pc, 0).expect("a policy");
         let mut actor = Actor::new(config, policy).expect("an actor");
         let _ = actor.restore(data);

@@ -16,11 +16,6 @@ pub struct RecurrentState<B: Backend, const D: usize> {
 }
 
 impl<B: Backend, const D: usize> RecurrentState<B, D> {
-    /// A GRU state (no cell state).
-    pub fn gru(rs_h: Tensor<B, D>) -> Self {
-        Self { rs_h, rs_c: None }
-    }
-
     /// An LSTM state.
     pub fn lstm(rs_h: Tensor<B, D>, rs_c: Tensor<B, D>) -> Self {
         Self {

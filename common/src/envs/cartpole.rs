@@ -197,11 +197,6 @@ impl MaskedCartPole {
         }
     }
 
-    /// The full float64 state `[x, x_dot, theta, theta_dot]`.
-    pub fn state(&self) -> [f64; 4] {
-        self.cartpole.state()
-    }
-
     /// The observation `[x, theta]` (float32).
     pub fn observation(&self) -> [f32; 2] {
         let full = self.cartpole.observation();
@@ -317,7 +312,7 @@ mod tests {
             let a = ActionRef::Discrete(t % 2);
             assert_eq!(full.step(a, &mut of), masked.step(a, &mut om));
             assert_eq!(om, [of[0], of[2]]);
-            assert_eq!(full.state(), masked.state());
+            assert_eq!(full.state(), masked.cartpole.state());
         }
         let space = masked.observation_space();
         assert_eq!(

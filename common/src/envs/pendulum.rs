@@ -163,11 +163,6 @@ impl MaskedPendulum {
         Self::default()
     }
 
-    /// The float64 state `[theta, theta_dot]`.
-    pub fn state(&self) -> [f64; 2] {
-        self.pendulum.state()
-    }
-
     /// `[cos theta, sin theta]` (float32).
     pub fn observation(&self) -> [f32; 2] {
         let [c, s, _] = self.pendulum.observation();
@@ -226,7 +221,7 @@ mod tests {
             let rb = masked.step(ActionRef::Continuous(&u), &mut b);
             assert_eq!(ra, rb);
             assert_eq!(b, [a[0], a[1]]);
-            assert_eq!(masked.state(), full.state());
+            assert_eq!(masked.pendulum.state(), full.state());
             assert!(masked.observation_space().contains_obs(&b));
         }
     }

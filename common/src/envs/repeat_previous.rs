@@ -43,18 +43,6 @@ impl RepeatPrevious {
         }
     }
 
-    /// The suit (`0..4`) of every card of this episode's deck, in dealing order (a test hook:
-    /// a policy reading it is perfect).
-    pub fn suits(&self) -> &[u8] {
-        &self.suits
-    }
-
-    /// Index of the latest card dealt: 0 after reset, `i` after step `i`.
-    #[cfg(test)]
-    pub fn cards_dealt(&self) -> usize {
-        self.dealt
-    }
-
     fn observation(&self) -> [f32; 4] {
         let mut one_hot = [0.0; 4];
         one_hot[usize::from(self.suits[self.dealt])] = 1.0;
@@ -167,7 +155,7 @@ mod tests {
 
     /// The suit the action at step `i` must name (any suit before step K).
     fn target(env: &RepeatPrevious, i: usize) -> u8 {
-        env.suits()[i.saturating_sub(RepeatPrevious::K)]
+        env.suits[i.saturating_sub(RepeatPrevious::K)]
     }
 
     #[test]
@@ -176,16 +164,16 @@ mod tests {
         let mut obs = [0.0f32; 4];
         env.reset(5, &mut obs);
         for s in 0..4 {
-            assert_eq!(env.suits().iter().filter(|&&x| x == s).count(), 13);
+            assert_eq!(env.suits.iter().filter(|&&x| x == s).count(), 13);
         }
-        let first = env.suits().to_vec();
+        let first = env.suits.to_vec();
         let mut one_hot = [0.0; 4];
         one_hot[usize::from(first[0])] = 1.0;
         assert_eq!(obs, one_hot);
         env.reset(5, &mut obs);
-        assert_eq!(env.suits(), first);
+        assert_eq!(env.suits.to_vec(), first);
         env.reset(6, &mut obs);
-        assert_ne!(env.suits(), first);
+        assert_ne!(env.suits.to_vec(), first);
     }
 
     #[test]
@@ -214,8 +202,8 @@ mod tests {
         env.reset(9, &mut obs);
         for i in 1..=51 {
             env.step(ActionRef::Discrete(0), &mut obs);
-            assert_eq!(env.cards_dealt(), i);
-            let suit = usize::from(env.suits()[i]);
+            assert_eq!(env.dealt, i);
+            let suit = usize::from(env.suits[i]);
             assert_eq!(obs[suit], 1.0);
             assert_eq!(obs.iter().sum::<f32>(), 1.0);
         }

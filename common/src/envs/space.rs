@@ -1,7 +1,5 @@
 //! Observation and action spaces, after gymnasium's `Box` and `Discrete`.
 
-use std::fmt::Write as _;
-
 /// The set of valid observations or actions of an environment.
 ///
 /// A 1-D box of `f32`, a discrete range, and (actions only) several discrete ranges.
@@ -112,34 +110,29 @@ impl Space {
         match self {
             Space::Discrete { n } => format!("Discrete({n})"),
             Space::MultiDiscrete { nvec } => format!("MultiDiscrete({nvec:?})"),
-            Space::Box { low, high } => {
-                let mut s = String::from("Box(low=");
-                write_bounds(&mut s, low);
-                s.push_str(", high=");
-                write_bounds(&mut s, high);
-                // Writing into a String cannot fail.
-                let _ = write!(s, ", shape=({},))", low.len());
-                s
-            }
+            Space::Box { low, high } => format!(
+                "Box(low={}, high={}, shape=({},))",
+                bounds(low),
+                bounds(high),
+                low.len()
+            ),
         }
     }
 }
 
-/// Writes `[a, b, ...]`, huge bounds (like `f32::MAX`) in exponent notation.
-fn write_bounds(s: &mut String, values: &[f32]) {
-    s.push('[');
-    for (i, v) in values.iter().enumerate() {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        // Writing into a String cannot fail.
-        let _ = if v.abs() >= 1e6 {
-            write!(s, "{v:e}")
-        } else {
-            write!(s, "{v}")
-        };
-    }
-    s.push(']');
+/// `[a, b, ...]`, huge bounds (like `f32::MAX`) in exponent notation.
+fn bounds(values: &[f32]) -> String {
+    let values: Vec<String> = values
+        .iter()
+        .map(|v| {
+            if v.abs() >= 1e6 {
+                format!("{v:e}")
+            } else {
+                format!("{v}")
+            }
+        })
+        .collect();
+    format!("[{}]", values.join(", "))
 }
 
 #[cfg(test)]

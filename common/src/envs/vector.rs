@@ -204,36 +204,6 @@ impl VecEnv {
         })
     }
 
-    /// The environment id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// `E`, the number of environments.
-    pub fn num_envs(&self) -> usize {
-        self.envs.len()
-    }
-
-    /// `D`, the length of one observation.
-    pub fn obs_dim(&self) -> usize {
-        self.obs_dim
-    }
-
-    /// Values per action: 1 for a discrete space, the box's length otherwise.
-    pub fn action_dim(&self) -> usize {
-        self.action_dim
-    }
-
-    /// The space of one environment's observation.
-    pub fn observation_space(&self) -> Space {
-        self.observation_space.clone()
-    }
-
-    /// The space of one environment's action.
-    pub fn action_space(&self) -> Space {
-        self.action_space.clone()
-    }
-
     /// Resets every env; the observations the policy sees first (`[E * obs_dim]`); all envs are at
     /// an episode start ([`VecEnv::is_init`] is all true). Each call starts a new episode in
     /// every environment (seeded by [`episode_seed`]).
@@ -251,12 +221,6 @@ impl VecEnv {
         }
         last.after_reset();
         self.started = true;
-        &self.last.obs
-    }
-
-    /// `[E * D]` the observations the policy sees now (after [`VecEnv::reset`] or the last
-    /// step's [`VecStep::obs`]).
-    pub fn obs(&self) -> &[f32] {
         &self.last.obs
     }
 
@@ -327,61 +291,6 @@ impl VecEnv {
             }
         }
         &self.last
-    }
-
-    /// Every environment's state mid-episode with the vector's seed, episode counters and
-    /// running returns: what [`VecEnv::load_state`] needs to continue exactly. `None` when an
-    /// environment cannot be saved ([`Env::save_state`]).
-    pub fn save_state(&self) -> Option<Vec<u8>> {
-        let envs = self
-            .envs
-            .iter()
-            .map(|env| env.save_state())
-            .collect::<Option<Vec<_>>>()?;
-        Some(super::encode_state(&VecEnvState {
-            seed: self.seed,
-            episodes: self.episodes.clone(),
-            running_return: self.running_return.clone(),
-            running_length: self.running_length.clone(),
-            obs: self.last.obs.clone(),
-            is_init: self.last.is_init.clone(),
-            envs,
-        }))
-    }
-
-    /// Restores what [`VecEnv::save_state`] wrote, from a vector of the same id and size.
-    ///
-    /// # Errors
-    /// [`EnvError::State`] naming what does not fit.
-    pub fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
-        let saved: VecEnvState = super::decode_state(&self.id, state)?;
-        let e = self.envs.len();
-        if saved.envs.len() != e
-            || saved.episodes.len() != e
-            || saved.running_return.len() != e
-            || saved.running_length.len() != e
-            || saved.is_init.len() != e
-            || saved.obs.len() != e * self.obs_dim
-        {
-            return Err(EnvError::State {
-                id: self.id.clone(),
-                reason: format!(
-                    "saved for {} environments, this vector has {e}",
-                    saved.envs.len()
-                ),
-            });
-        }
-        for (env, bytes) in self.envs.iter_mut().zip(&saved.envs) {
-            env.load_state(bytes)?;
-        }
-        self.seed = saved.seed;
-        self.episodes = saved.episodes;
-        self.running_return = saved.running_return;
-        self.running_length = saved.running_length;
-        self.last.obs = saved.obs;
-        self.last.is_init = saved.is_init;
-        self.started = true;
-        Ok(())
     }
 }
 
@@ -459,16 +368,16 @@ pub trait VectorEnv: Send {
 
 impl VectorEnv for VecEnv {
     fn id(&self) -> &str {
-        VecEnv::id(self)
+        &self.id
     }
     fn num_envs(&self) -> usize {
-        VecEnv::num_envs(self)
+        self.envs.len()
     }
     fn observation_space(&self) -> Space {
-        VecEnv::observation_space(self)
+        self.observation_space.clone()
     }
     fn action_space(&self) -> Space {
-        VecEnv::action_space(self)
+        self.action_space.clone()
     }
     fn reset(&mut self) -> Result<&[f32], EnvError> {
         Ok(VecEnv::reset(self))
@@ -476,11 +385,53 @@ impl VectorEnv for VecEnv {
     fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError> {
         Ok(VecEnv::step(self, actions))
     }
+    /// Also the vector's seed, episode counters and running returns.
     fn save_state(&self) -> Option<Vec<u8>> {
-        VecEnv::save_state(self)
+        let envs = self
+            .envs
+            .iter()
+            .map(|env| env.save_state())
+            .collect::<Option<Vec<_>>>()?;
+        Some(super::encode_state(&VecEnvState {
+            seed: self.seed,
+            episodes: self.episodes.clone(),
+            running_return: self.running_return.clone(),
+            running_length: self.running_length.clone(),
+            obs: self.last.obs.clone(),
+            is_init: self.last.is_init.clone(),
+            envs,
+        }))
     }
+    /// The state must come from a vector of the same id and size.
     fn load_state(&mut self, state: &[u8]) -> Result<(), EnvError> {
-        VecEnv::load_state(self, state)
+        let saved: VecEnvState = super::decode_state(&self.id, state)?;
+        let e = self.envs.len();
+        if saved.envs.len() != e
+            || saved.episodes.len() != e
+            || saved.running_return.len() != e
+            || saved.running_length.len() != e
+            || saved.is_init.len() != e
+            || saved.obs.len() != e * self.obs_dim
+        {
+            return Err(EnvError::State {
+                id: self.id.clone(),
+                reason: format!(
+                    "saved for {} environments, this vector has {e}",
+                    saved.envs.len()
+                ),
+            });
+        }
+        for (env, bytes) in self.envs.iter_mut().zip(&saved.envs) {
+            env.load_state(bytes)?;
+        }
+        self.seed = saved.seed;
+        self.episodes = saved.episodes;
+        self.running_return = saved.running_return;
+        self.running_length = saved.running_length;
+        self.last.obs = saved.obs;
+        self.last.is_init = saved.is_init;
+        self.started = true;
+        Ok(())
     }
     /// One group: steps at once (Rust environments in this thread, nothing to overlap).
     fn begin_step(&mut self, group: usize, actions: VecActions<'_>) -> Result<(), EnvError> {
@@ -534,7 +485,7 @@ mod tests {
             b.reset();
             step_with(&mut b, 5);
             b.load_state(&saved).unwrap();
-            assert_eq!(b.obs(), a.obs(), "{id}");
+            assert_eq!(b.last.obs, a.last.obs, "{id}");
             assert_eq!(b.is_init(), a.is_init(), "{id}");
             for t in 60..700 {
                 let (x, y) = (step_with(&mut a, t), step_with(&mut b, t));
@@ -554,8 +505,8 @@ mod tests {
     /// Replays a VecEnv against independently driven envs and checks every field.
     fn check_against_shadow(id: &str, e: usize, seed: u64, steps: usize) {
         let mut venv = VecEnv::new(id, e, seed).unwrap();
-        let d = venv.obs_dim();
-        let ad = venv.action_dim();
+        let d = venv.observation_space().dim();
+        let ad = venv.action_space().dim();
         let mut shadow: Vec<Box<dyn Env>> = (0..e).map(|_| make(id).unwrap()).collect();
         let mut episode = vec![0u64; e];
         let mut obs = vec![0.0f32; e * d];
@@ -618,7 +569,7 @@ mod tests {
                 }
                 assert_eq!(step.obs[range.clone()], obs[range]);
             }
-            assert_eq!(venv.obs(), &step.obs[..]);
+            assert_eq!(venv.last.obs, step.obs);
             assert_eq!(venv.is_init(), &step.is_init[..]);
         }
         assert!(
@@ -712,8 +663,8 @@ mod tests {
     fn spaces_and_dims() {
         let venv = VecEnv::new("Pendulum-v1", 3, 0).unwrap();
         assert_eq!(venv.num_envs(), 3);
-        assert_eq!(venv.obs_dim(), 3);
-        assert_eq!(venv.action_dim(), 1);
+        assert_eq!(venv.observation_space().dim(), 3);
+        assert_eq!(venv.action_space().dim(), 1);
         assert_eq!(
             venv.action_space(),
             make("Pendulum-v1").unwrap().action_space()

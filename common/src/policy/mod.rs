@@ -92,21 +92,6 @@ pub fn policy_config_for_spec(spec: &EnvSpec) -> PolicyConfig {
     )
 }
 
-impl PolicyConfig {
-    /// This policy on the spaces of `spec`: its observation and action sizes replaced by the
-    /// environment's, everything else kept (the same config when it was fitted to them).
-    pub fn fitted_to(self, spec: &EnvSpec) -> PolicyConfig {
-        let PolicyConfig {
-            obs_dim, action, ..
-        } = policy_config_for_spec(spec);
-        PolicyConfig {
-            obs_dim,
-            action,
-            ..self
-        }
-    }
-}
-
 /// The chunk layout of an actor running `policy` with `envs` environments and `steps` steps
 /// per chunk (the learner derives the run's schema the same way).
 pub fn chunk_schema(policy: &PolicyConfig, envs: usize, steps: usize) -> ChunkSchema {
@@ -264,6 +249,19 @@ pub fn init_policy(config: &PolicyConfig, seed: u64) -> Result<Policy<Cpu>, Recu
 }
 
 impl PolicyConfig {
+    /// This policy on the spaces of `spec`: its observation and action sizes replaced by the
+    /// environment's, everything else kept (the same config when it was fitted to them).
+    pub fn fitted_to(self, spec: &EnvSpec) -> PolicyConfig {
+        let PolicyConfig {
+            obs_dim, action, ..
+        } = policy_config_for_spec(spec);
+        PolicyConfig {
+            obs_dim,
+            action,
+            ..self
+        }
+    }
+
     /// Layers of the recurrent state an actor carries and a chunk stores: `num_layers`, twice
     /// that with a separate critic core.
     pub fn state_layers(&self) -> usize {

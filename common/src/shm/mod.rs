@@ -12,11 +12,7 @@
 //!     envs: 2, steps: 4, obs_dim: 3, action: ActionKind::Discrete,
 //!     cell: CellKind::Gru, num_layers: 1, hidden_size: 8,
 //! };
-//! let meta = ChunkMeta {
-//!     actor_id: 0, incarnation: 0, seq: 0, policy_version: 1,
-//!     schema_hash: 0, envs: 0, steps: 0, payload_len: 0, payload_crc32: 0,
-//! };
-//! let encoded = Chunk::zeros(&schema, meta).encode(&schema)?;
+//! let encoded = Chunk::zeros(&schema, ChunkMeta::new(0, 0, 0, 1)).encode(&schema)?;
 //!
 //! // Learner: create the actor's ring (removed again when `reader` is dropped).
 //! let name = format!("{SEGMENT_PREFIX}{}-ring-0", unique_run_id());

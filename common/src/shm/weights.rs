@@ -131,10 +131,6 @@ impl WeightPublisher {
         self.buffers.segment.name()
     }
 
-    pub fn max_bytes(&self) -> usize {
-        self.buffers.layout.max_bytes
-    }
-
     /// The last version published (0 = none).
     pub fn version(&self) -> u64 {
         self.last
@@ -195,7 +191,7 @@ impl std::fmt::Debug for WeightPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WeightPublisher")
             .field("name", &self.name())
-            .field("max_bytes", &self.max_bytes())
+            .field("max_bytes", &self.buffers.layout.max_bytes)
             .field("version", &self.last)
             .finish()
     }

@@ -72,58 +72,46 @@ use numpy_rng::Generator;
 
 use super::Env;
 
-/// The native POPGym ids, in popgym's own spelling, family by family (Easy, Medium, Hard).
-pub const POPGYM_IDS: &[&str] = &[
-    "popgym-RepeatFirstEasy-v0",
-    "popgym-RepeatFirstMedium-v0",
-    "popgym-RepeatFirstHard-v0",
-    "popgym-RepeatPreviousEasy-v0",
-    "popgym-RepeatPreviousMedium-v0",
-    "popgym-RepeatPreviousHard-v0",
-    "popgym-CountRecallEasy-v0",
-    "popgym-CountRecallMedium-v0",
-    "popgym-CountRecallHard-v0",
-    "popgym-AutoencodeEasy-v0",
-    "popgym-AutoencodeMedium-v0",
-    "popgym-AutoencodeHard-v0",
-    "popgym-HigherLowerEasy-v0",
-    "popgym-HigherLowerMedium-v0",
-    "popgym-HigherLowerHard-v0",
-    "popgym-MultiarmedBanditEasy-v0",
-    "popgym-MultiarmedBanditMedium-v0",
-    "popgym-MultiarmedBanditHard-v0",
-    "popgym-ConcentrationEasy-v0",
-    "popgym-ConcentrationMedium-v0",
-    "popgym-ConcentrationHard-v0",
-    "popgym-BattleshipEasy-v0",
-    "popgym-BattleshipMedium-v0",
-    "popgym-BattleshipHard-v0",
-    "popgym-MineSweeperEasy-v0",
-    "popgym-MineSweeperMedium-v0",
-    "popgym-MineSweeperHard-v0",
-    "popgym-PositionOnlyCartPoleEasy-v0",
-    "popgym-PositionOnlyCartPoleMedium-v0",
-    "popgym-PositionOnlyCartPoleHard-v0",
-    "popgym-NoisyPositionOnlyCartPoleEasy-v0",
-    "popgym-NoisyPositionOnlyCartPoleMedium-v0",
-    "popgym-NoisyPositionOnlyCartPoleHard-v0",
+/// The native POPGym families: `POPGYM_IDS` (`popgym-<family><level>-v0`, family by family,
+/// Easy, Medium, Hard) and the constructor `make` calls for each, from one list.
+macro_rules! families {
+    ($($family:literal => $make:path),+ $(,)?) => {
+        /// The native POPGym ids, in popgym's own spelling, family by family (Easy, Medium, Hard).
+        pub const POPGYM_IDS: &[&str] = &[$(
+            concat!("popgym-", $family, "Easy-v0"),
+            concat!("popgym-", $family, "Medium-v0"),
+            concat!("popgym-", $family, "Hard-v0"),
+        )+];
+
+        /// Family `family` at `level`; `None` for an unknown family.
+        fn make_family(family: &str, level: Difficulty) -> Option<Box<dyn Env>> {
+            Some(match family {
+                $($family => Box::new($make(level)),)+
+                _ => return None,
+            })
+        }
+    };
+}
+
+families! {
+    "RepeatFirst" => RepeatFirst::new,
+    "RepeatPrevious" => RepeatPrevious::new,
+    "CountRecall" => CountRecall::new,
+    "Autoencode" => Autoencode::new,
+    "HigherLower" => HigherLower::new,
+    "MultiarmedBandit" => MultiarmedBandit::new,
+    "Concentration" => Concentration::new,
+    "Battleship" => Battleship::new,
+    "MineSweeper" => MineSweeper::new,
+    "PositionOnlyCartPole" => PopgymCartPole::position_only,
+    "NoisyPositionOnlyCartPole" => PopgymCartPole::noisy_position_only,
     // popgym's own spelling, lower-case "pole".
-    "popgym-VelocityOnlyCartpoleEasy-v0",
-    "popgym-VelocityOnlyCartpoleMedium-v0",
-    "popgym-VelocityOnlyCartpoleHard-v0",
-    "popgym-PositionOnlyPendulumEasy-v0",
-    "popgym-PositionOnlyPendulumMedium-v0",
-    "popgym-PositionOnlyPendulumHard-v0",
-    "popgym-NoisyPositionOnlyPendulumEasy-v0",
-    "popgym-NoisyPositionOnlyPendulumMedium-v0",
-    "popgym-NoisyPositionOnlyPendulumHard-v0",
-    "popgym-LabyrinthEscapeEasy-v0",
-    "popgym-LabyrinthEscapeMedium-v0",
-    "popgym-LabyrinthEscapeHard-v0",
-    "popgym-LabyrinthExploreEasy-v0",
-    "popgym-LabyrinthExploreMedium-v0",
-    "popgym-LabyrinthExploreHard-v0",
-];
+    "VelocityOnlyCartpole" => PopgymCartPole::velocity_only,
+    "PositionOnlyPendulum" => PopgymPendulum::position_only,
+    "NoisyPositionOnlyPendulum" => PopgymPendulum::noisy_position_only,
+    "LabyrinthEscape" => Labyrinth::escape,
+    "LabyrinthExplore" => Labyrinth::explore,
+}
 
 /// The `Env` methods every family writes alike: `id` (the struct's `id` field), the two spaces
 /// (expressions over `$env`, bound to `&self`), and `save_state`/`load_state` for a struct that is
@@ -199,25 +187,7 @@ pub fn make(id: &str) -> Option<Box<dyn Env>> {
     let (family, level) = [Difficulty::Easy, Difficulty::Medium, Difficulty::Hard]
         .into_iter()
         .find_map(|level| rest.strip_suffix(level.name()).map(|f| (f, level)))?;
-    Some(match family {
-        "RepeatFirst" => Box::new(RepeatFirst::new(level)),
-        "RepeatPrevious" => Box::new(RepeatPrevious::new(level)),
-        "CountRecall" => Box::new(CountRecall::new(level)),
-        "Autoencode" => Box::new(Autoencode::new(level)),
-        "HigherLower" => Box::new(HigherLower::new(level)),
-        "MultiarmedBandit" => Box::new(MultiarmedBandit::new(level)),
-        "Concentration" => Box::new(Concentration::new(level)),
-        "Battleship" => Box::new(Battleship::new(level)),
-        "MineSweeper" => Box::new(MineSweeper::new(level)),
-        "PositionOnlyCartPole" => Box::new(PopgymCartPole::position_only(level)),
-        "NoisyPositionOnlyCartPole" => Box::new(PopgymCartPole::noisy_position_only(level)),
-        "VelocityOnlyCartpole" => Box::new(PopgymCartPole::velocity_only(level)),
-        "PositionOnlyPendulum" => Box::new(PopgymPendulum::position_only(level)),
-        "NoisyPositionOnlyPendulum" => Box::new(PopgymPendulum::noisy_position_only(level)),
-        "LabyrinthEscape" => Box::new(Labyrinth::escape(level)),
-        "LabyrinthExplore" => Box::new(Labyrinth::explore(level)),
-        _ => return None,
-    })
+    make_family(family, level)
 }
 
 /// `popgym-<family><level>-v0`, as a `&'static str` from [`POPGYM_IDS`].

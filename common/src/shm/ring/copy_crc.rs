@@ -62,23 +62,6 @@ impl Kernel {
         }
         Kernel::Blocks
     }
-
-    /// Every kernel this CPU can run (tests compare them all).
-    #[cfg(test)]
-    pub(super) fn available() -> Vec<Self> {
-        let mut all = vec![Kernel::Blocks];
-        #[cfg(target_arch = "x86_64")]
-        {
-            let best = Kernel::detect();
-            if best == Kernel::Avx512 {
-                all.push(Kernel::Avx512);
-            }
-            if best != Kernel::Blocks && std::arch::is_x86_feature_detected!("avx2") {
-                all.push(Kernel::Avx2);
-            }
-        }
-        all
-    }
 }
 
 /// Below this many bytes the fused kernels' setup is not worth it.
@@ -278,6 +261,22 @@ mod x86 {
 mod tests {
     use super::*;
 
+    /// Every kernel this CPU can run (tests compare them all).
+    fn available() -> Vec<Kernel> {
+        let mut all = vec![Kernel::Blocks];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let best = Kernel::detect();
+            if best == Kernel::Avx512 {
+                all.push(Kernel::Avx512);
+            }
+            if best != Kernel::Blocks && std::arch::is_x86_feature_detected!("avx2") {
+                all.push(Kernel::Avx2);
+            }
+        }
+        all
+    }
+
     /// Every kernel copies exactly and computes crc32fast's checksum, for lengths around
     /// every crossover and unaligned starts.
     #[test]
@@ -288,7 +287,7 @@ mod tests {
         let lens = [
             0usize, 1, 15, 16, 255, 256, 4095, 4096, 4097, 4224, 5000, 32768, 32769, 65536, 100_003,
         ];
-        for kernel in Kernel::available() {
+        for kernel in available() {
             for &len in &lens {
                 for pre in [0usize, 1, 68, 4096] {
                     // A "slot" whose first `pre` bytes are already in `out`.

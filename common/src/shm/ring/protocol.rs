@@ -18,13 +18,6 @@ pub struct RingConfig {
     pub slot_bytes: usize,
 }
 
-impl RingConfig {
-    /// Bytes of the segment body this configuration needs.
-    pub fn body_len(&self) -> Result<usize, ShmError> {
-        Layout::new(*self).map(|l| l.body_len)
-    }
-}
-
 // Slot states, the low two bits of a stamp.
 pub(super) const FREE: u64 = 0;
 pub(super) const WRITING: u64 = 1;

@@ -6,7 +6,9 @@
 //! `[G*H, H]`, inputs and outputs `[B, T, features]`, `start[b * T + t]` where a step takes
 //! its stored state (`t = 0` always does).
 
-use super::kernel::{self, CellOut, Dims, Keep, Packs, Params, Saved, Stored, Wanted};
+/// A layer call's shape.
+pub use super::kernel::Dims as LayerDims;
+use super::kernel::{self, CellOut, Keep, Packs, Params, Saved, Stored, Wanted};
 use super::simd::{gemm, vectorized, Level};
 use super::{keep_for, pool, threads, Mat};
 use crate::math::{tanh_in_place as tanh_with_fma, OneRounding};
@@ -114,33 +116,13 @@ pub struct LayerPacks(Packs);
 
 /// `p`'s weights packed for layers of shape `d` (any rows and steps).
 pub fn pack_layer(d: &LayerDims, p: &LayerParams<'_>) -> LayerPacks {
-    LayerPacks(Packs::new(&kernel_dims(d), &kernel_params(p), true, true))
-}
-
-/// A layer call's shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LayerDims {
-    pub cell: CellKind,
-    pub rows: usize,
-    pub steps: usize,
-    pub input: usize,
-    pub hidden: usize,
+    LayerPacks(Packs::new(d, &kernel_params(p), true, true))
 }
 
 /// What [`layer_forward`] kept for [`layer_backward`].
 pub struct Tape {
     dims: LayerDims,
     saved: Saved,
-}
-
-fn kernel_dims(d: &LayerDims) -> Dims {
-    Dims {
-        cell: d.cell,
-        rows: d.rows,
-        steps: d.steps,
-        input: d.input,
-        hidden: d.hidden,
-    }
 }
 
 fn kernel_params<'a>(p: &LayerParams<'a>) -> Params<'a> {
@@ -177,7 +159,7 @@ fn forward(
         ends_only: true,
     });
     kernel::forward(
-        &kernel_dims(d),
+        d,
         kernel_params(p),
         x,
         start,
@@ -280,7 +262,7 @@ pub fn layer_backward(
         dh.into()
     };
     let g = kernel::backward(
-        &kernel_dims(&d),
+        &d,
         kernel_params(p),
         x,
         start,

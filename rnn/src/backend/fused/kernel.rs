@@ -41,7 +41,7 @@ const MINGRU: &str = "minGRU runs in fused::mingru, not the LSTM/GRU kernel";
 
 /// Sizes of one layer call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Dims {
+pub struct Dims {
     pub cell: CellKind,
     /// Batch rows `B`.
     pub rows: usize,
