@@ -120,6 +120,65 @@ mod mpi {
     }
 
     #[test]
+    fn a_hung_rank_ends_the_group_within_the_timeout_and_the_run_resumes() {
+        binary("recur-actor");
+        let dir = temp_dir("ranks-hung");
+        let dir_s = dir.to_string_lossy().into_owned();
+        let args = train_args(&dir_s, &["--set", "run.checkpoint_every=2"]);
+        let mut cmd = Command::new("mpirun");
+        cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
+            .arg(binary("recur-learner"))
+            .args(&args)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .env("RUST_LOG", "info")
+            .env("RECUR_RANK_TIMEOUT_S", "5");
+        let run = recur_tests::Watched::spawn(cmd);
+        let line = run.wait_for("rank 1's pid", DEADLINE, |l| {
+            l.contains("rank 1 of 2 (pid ")
+        });
+        let pid: i32 = line
+            .split("(pid ")
+            .nth(1)
+            .unwrap()
+            .trim_end_matches(')')
+            .parse()
+            .unwrap();
+        // A checkpoint first (every 2 updates), then rank 1 hangs.
+        let checkpoint = dir.join("checkpoint");
+        let start = std::time::Instant::now();
+        while !checkpoint.is_dir() {
+            assert!(start.elapsed() < DEADLINE, "no checkpoint");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let stopped = std::time::Instant::now();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGSTOP).unwrap();
+        let (ok, _, lines) = run.finish(DEADLINE);
+        let waited = stopped.elapsed();
+        let stderr = lines.join("\n");
+        assert!(!ok, "the group went on without rank 1: {stderr}");
+        assert!(
+            stderr.contains("rank 0 of 2: waited 5 s in an all-reduce for the other ranks"),
+            "{stderr}"
+        );
+        // The bound: the timeout, plus the launcher ending the rest.
+        assert!(waited < Duration::from_secs(30), "{waited:?}");
+        // The last checkpoint is valid: the group resumes from it.
+        let resume = vec![
+            "train".to_string(),
+            "--resume".into(),
+            dir_s.clone(),
+            "--frames".into(),
+            "8192".into(),
+            "--quiet".into(),
+        ];
+        let out = mpirun(&[resume.clone(), resume]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("resum"), "{stderr}");
+        assert!(stdout.contains("\"world_size\":2"), "{stdout}");
+    }
+
+    #[test]
     fn a_batch_that_does_not_divide_over_the_ranks_is_refused_naming_the_key() {
         let dir = temp_dir("ranks-divide").join("run");
         let args = train_args(&dir.to_string_lossy(), &["--actors", "3"]);

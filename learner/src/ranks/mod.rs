@@ -15,6 +15,7 @@
 
 #[cfg(feature = "mpi")]
 mod mpi_world;
+pub mod watchdog;
 
 /// What a launcher says of the process group this process was started in: the environment
 /// variables Open MPI's `mpirun` (`OMPI_COMM_WORLD_SIZE`), a PMI launcher such as MPICH's
@@ -157,6 +158,8 @@ impl World {
                 }
                 .into());
             }
+            watchdog::start(rank, watchdog::timeout_from_env()?);
+            tracing::info!("{rank} (pid {})", std::process::id());
             JOINED.with(|j| *j.borrow_mut() = Some(Joined { rank, mpi }));
             Ok(World { rank })
         }
@@ -190,6 +193,7 @@ fn with_joined<T>(f: impl FnOnce(&Joined) -> T) -> Option<T> {
 #[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
 pub fn all_reduce_sum<T: Reducible>(buf: &mut [T]) {
     with_joined(|_j| {
+        let _wait = watchdog::waiting("an all-reduce");
         #[cfg(feature = "mpi")]
         _j.mpi.all_reduce_sum(buf);
     });
@@ -210,6 +214,7 @@ impl Reducible for u64 {}
 #[cfg_attr(not(feature = "mpi"), allow(unused_variables, clippy::ptr_arg))]
 pub fn broadcast(bytes: &mut Vec<u8>) {
     with_joined(|_j| {
+        let _wait = watchdog::waiting("a broadcast");
         #[cfg(feature = "mpi")]
         _j.mpi.broadcast(bytes);
     });
