@@ -188,3 +188,47 @@ fn resume_refuses_what_it_cannot_continue_and_errors_keep_their_shape() {
     );
     std::fs::remove_dir_all(&cwd).unwrap();
 }
+
+/// Help that cannot lag the code: `recur-actor --list-envs` prints the registry, `--help`
+/// names every id in it, `--actor-id` says what it is, and `train --help` names the algorithms,
+/// the config reference and the env list. An unknown id gets the closest one and that command,
+/// not all 53 ids, from the actor and from the learner's config check alike.
+#[test]
+fn help_lists_what_runs_and_an_unknown_id_gets_the_closest_one() {
+    let cwd = temp_dir("first-hour-help");
+    let run = |program: &str, args: &[&str]| {
+        let mut cmd = Command::new(binary(program));
+        cmd.args(args).current_dir(&cwd);
+        run_with_deadline(cmd, Duration::from_secs(60))
+    };
+    let stdout = |out: Output| String::from_utf8_lossy(&out.stdout).into_owned();
+    let list = stdout(run("recur-actor", &["--list-envs"]));
+    let ids: Vec<&str> = list.lines().collect();
+    assert!(ids.len() >= 53 && ids.contains(&"MaskedPendulum-v1"), "{list}");
+    let help = stdout(run("recur-actor", &["--help"]));
+    let named = help.split("a registered one (").nth(1).unwrap();
+    let named: Vec<&str> = named.split(')').next().unwrap().split(", ").collect();
+    assert_eq!(named, ids, "{help}");
+    let actor_id = help.split("--actor-id <ACTOR_ID>").nth(1).unwrap();
+    assert!(actor_id.trim_start().starts_with("This actor's number"), "{help}");
+    let help = stdout(run("recur-learner", &["train", "--help"]));
+    for needle in ["\"ppo\"", "\"dqn\"", "docs/config.md", "recur-actor --list-envs"] {
+        assert!(help.contains(needle), "no {needle} in\n{help}");
+    }
+
+    let hint = "did you mean \"MaskedCartPole-v1\"?";
+    for (program, args) in [
+        ("recur-actor", &["--check-env", "MaskedCartpole-v1"][..]),
+        (
+            "recur-learner",
+            &["train", "--set", "run.env=MaskedCartpole-v1", "--run-dir", "r"][..],
+        ),
+    ] {
+        let err = stderr(&run(program, args));
+        assert!(
+            err.contains(hint) && err.contains("--list-envs") && !err.contains("popgym"),
+            "{program}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&cwd).unwrap();
+}
