@@ -204,15 +204,26 @@ fn help_lists_what_runs_and_an_unknown_id_gets_the_closest_one() {
     let stdout = |out: Output| String::from_utf8_lossy(&out.stdout).into_owned();
     let list = stdout(run("recur-actor", &["--list-envs"]));
     let ids: Vec<&str> = list.lines().collect();
-    assert!(ids.len() >= 53 && ids.contains(&"MaskedPendulum-v1"), "{list}");
+    assert!(
+        ids.len() >= 53 && ids.contains(&"MaskedPendulum-v1"),
+        "{list}"
+    );
     let help = stdout(run("recur-actor", &["--help"]));
     let named = help.split("a registered one (").nth(1).unwrap();
     let named: Vec<&str> = named.split(')').next().unwrap().split(", ").collect();
     assert_eq!(named, ids, "{help}");
     let actor_id = help.split("--actor-id <ACTOR_ID>").nth(1).unwrap();
-    assert!(actor_id.trim_start().starts_with("This actor's number"), "{help}");
+    assert!(
+        actor_id.trim_start().starts_with("This actor's number"),
+        "{help}"
+    );
     let help = stdout(run("recur-learner", &["train", "--help"]));
-    for needle in ["\"ppo\"", "\"dqn\"", "docs/config.md", "recur-actor --list-envs"] {
+    for needle in [
+        "\"ppo\"",
+        "\"dqn\"",
+        "docs/config.md",
+        "recur-actor --list-envs",
+    ] {
         assert!(help.contains(needle), "no {needle} in\n{help}");
     }
 
@@ -221,7 +232,13 @@ fn help_lists_what_runs_and_an_unknown_id_gets_the_closest_one() {
         ("recur-actor", &["--check-env", "MaskedCartpole-v1"][..]),
         (
             "recur-learner",
-            &["train", "--set", "run.env=MaskedCartpole-v1", "--run-dir", "r"][..],
+            &[
+                "train",
+                "--set",
+                "run.env=MaskedCartpole-v1",
+                "--run-dir",
+                "r",
+            ][..],
         ),
     ] {
         let err = stderr(&run(program, args));

@@ -74,7 +74,9 @@ impl Actors {
         // run's leftovers, not this run's concern (debug level; counted in the summary).
         let reclaimed_segments = reclaim_stale();
         for name in &reclaimed_segments {
-            tracing::debug!("removed shared-memory segment {name}, left by another run that crashed");
+            tracing::debug!(
+                "removed shared-memory segment {name}, left by another run that crashed"
+            );
         }
         let mut summary = CollectSummary {
             env: config.actor_args.env.clone(),

@@ -11,7 +11,9 @@ use common::tls::TlsMode;
 use learner::actors::supervisor::{actor_program, default_actor_count};
 use learner::actors::transport::TransportConfig;
 use learner::collect::{run_collect, CollectConfig};
-use learner::config::{blame_flags, check_resume_overrides, Algo, Override, ReplayConfig, TrainConfig};
+use learner::config::{
+    blame_flags, check_resume_overrides, Algo, Override, ReplayConfig, TrainConfig,
+};
 use learner::replay::{replay, ReplayOptions};
 use learner::run::{dir as run_dir, signals};
 use learner::train::{train, TrainOptions};
@@ -253,7 +255,9 @@ fn main() -> anyhow::Result<()> {
                     (path, Some(dir.clone()))
                 }
                 None => (
-                    a.config.clone().map_or_else(|| repo_file(DEFAULT_CONFIG), Ok)?,
+                    a.config
+                        .clone()
+                        .map_or_else(|| repo_file(DEFAULT_CONFIG), Ok)?,
                     a.run_dir.clone(),
                 ),
             };
@@ -272,7 +276,8 @@ fn main() -> anyhow::Result<()> {
                     ("--frames", "run.frames"),
                 ],
             )?;
-            let run_dir = run_dir.unwrap_or_else(|| run_dir::default_path(&config.run.env, config.run.seed));
+            let run_dir =
+                run_dir.unwrap_or_else(|| run_dir::default_path(&config.run.env, config.run.seed));
             let program = actor_program(
                 a.actor_bin
                     .or_else(|| config.collector.actor_bin.as_ref().map(PathBuf::from)),

@@ -565,7 +565,13 @@ fn schema_keys<T: serde::de::DeserializeOwned + serde::Serialize>(
             .err()
             .unwrap()
             .to_string();
-        let expected = err.split("expected").nth(1).unwrap().lines().next().unwrap();
+        let expected = err
+            .split("expected")
+            .nth(1)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap();
         for key in expected.split('`').skip(1).step_by(2) {
             let default = match (keys.get(key), full[section].get(key)) {
                 (Some(_), _) => "required".to_string(),
@@ -590,7 +596,10 @@ fn docs_config_md_lists_every_key_with_its_default() {
         .filter_map(|l| {
             let cells: Vec<&str> = l.strip_prefix("| `")?.splitn(3, '|').collect();
             let key = cells[0].trim().trim_end_matches('`');
-            Some((key.to_string(), cells.get(1)?.trim().trim_matches('`').to_string()))
+            Some((
+                key.to_string(),
+                cells.get(1)?.trim().trim_matches('`').to_string(),
+            ))
         })
         .collect();
     let table: String = schema
@@ -598,7 +607,10 @@ fn docs_config_md_lists_every_key_with_its_default() {
         .filter(|(k, v)| documented.get(*k) != Some(v))
         .map(|(k, v)| format!("| `{k}` | `{v}` | |\n"))
         .collect();
-    let extra: Vec<&String> = documented.keys().filter(|k| !schema.contains_key(*k)).collect();
+    let extra: Vec<&String> = documented
+        .keys()
+        .filter(|k| !schema.contains_key(*k))
+        .collect();
     assert!(
         table.is_empty() && extra.is_empty(),
         "docs/config.md lacks (or has another default for) these rows:\n{table}and documents \

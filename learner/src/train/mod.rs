@@ -476,7 +476,10 @@ impl TrainSummary {
             self.updates,
             self.seconds
         );
-        let mean = format!("mean return (last 20 episodes) {:.2}", self.final_mean_return);
+        let mean = format!(
+            "mean return (last 20 episodes) {:.2}",
+            self.final_mean_return
+        );
         let train_target = match (self.target_return, self.frames_to_target) {
             (Some(t), Some(f)) => format!(
                 "; reached {t} after {} frames, {:.1} s",
@@ -531,7 +534,7 @@ fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
