@@ -99,8 +99,9 @@ pub struct Cli {
     /// Seeds the environments, the sampling and the initial weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// This actor's number in the run: the learner numbers the actors it starts; each actor
-    /// joining with --connect picks one no other actor of the run uses.
+    /// This actor's number in the run, stamped into its chunks (< 2048): the learner numbers
+    /// the actors it starts from 0; an actor joining with --connect takes one no other actor
+    /// of the run has, at least the learner's run.actors.
     #[arg(long, default_value_t = 0)]
     actor_id: u32,
     /// Restart count of this actor (set by the learner's supervisor).
