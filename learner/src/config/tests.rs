@@ -502,48 +502,18 @@ fn tensorboard_is_on_by_default_and_a_boolean() {
 
 /// The required keys of every section of the training and the replay config.
 const TRAIN_REQUIRED: &str = r#"
-[run]
-env = "CartPole-v1"
-frames = 1
-[collector]
-envs_per_actor = 1
-steps = 1
-[policy]
-cell = "lstm"
-hidden_size = 1
-[ppo]
-frames_per_update = 1
-epochs = 1
-slice_len = 1
-num_slices = 1
-lr = 1.0
-gamma = 1.0
-gae_lambda = 1.0
-clip_eps = 1.0
-value_coef = 1.0
-entropy_coef = 1.0
-max_grad_norm = 1.0
-[dqn]
-slice_len = 1
-num_slices = 1
-lr = 1.0
-gamma = 1.0
-max_grad_norm = 1.0
-[eval]
-every_frames = 1
+run = { env = "CartPole-v1", frames = 1 }
+collector = { envs_per_actor = 1, steps = 1 }
+policy = { cell = "lstm", hidden_size = 1 }
+ppo = { frames_per_update = 1, epochs = 1, slice_len = 1, num_slices = 1, lr = 1.0, gamma = 1.0,
+        gae_lambda = 1.0, clip_eps = 1.0, value_coef = 1.0, entropy_coef = 1.0, max_grad_norm = 1.0 }
+dqn = { slice_len = 1, num_slices = 1, lr = 1.0, gamma = 1.0, max_grad_norm = 1.0 }
+eval = { every_frames = 1 }
 "#;
 const REPLAY_REQUIRED: &str = r#"
-[replay]
-algo = "bc"
-updates = 1
-[policy]
-cell = "lstm"
-hidden_size = 1
-[bc]
-slice_len = 1
-num_slices = 1
-lr = 1.0
-max_grad_norm = 1.0
+replay = { algo = "bc", updates = 1 }
+policy = { cell = "lstm", hidden_size = 1 }
+bc = { slice_len = 1, num_slices = 1, lr = 1.0, max_grad_norm = 1.0 }
 "#;
 
 /// `SECTION.KEY` -> its default as docs/config.md shows it: `required`, `unset` (no value), or
