@@ -498,7 +498,7 @@ impl TrainSummary {
         };
         let eval_target = match (self.target_return, self.eval_frames_to_target) {
             (Some(t), Some(f)) => format!("; first >= {t} at {}", grouped(f)),
-            (Some(t), None) => format!("; none >= {t} yet"),
+            (Some(t), None) => format!("; target {t} not reached"),
             _ => String::new(),
         };
         let train_at = self
