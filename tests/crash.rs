@@ -122,7 +122,7 @@ fn attached_actors_at_the_end_of_a_run() {
     kill(Pid::from_raw(stubborn.child.id() as i32), Signal::SIGSTOP).unwrap();
     let asked = Instant::now();
     signal(&run, Signal::SIGTERM);
-    let (ok, stdout, lines) = run.finish(Duration::from_secs(30));
+    let (ok, stdout, lines) = run.finish_interrupted(Duration::from_secs(30));
     let took = asked.elapsed();
     assert!(ok, "{}", lines.join("\n"));
     assert!(took < Duration::from_secs(30), "the learner took {took:?}");
@@ -180,6 +180,14 @@ fn attached_actors_at_the_end_of_a_run() {
         std::thread::sleep(Duration::from_millis(10));
     };
     assert_eq!(code, Some(130));
+    // Its last line says how to continue the run.
+    let again = run.wait_for("the second signal's line", Duration::from_secs(5), |l| {
+        l.contains("SIGTERM again: exiting now")
+    });
+    assert!(
+        again.ends_with(&format!("continue it with --resume {}", run_dir.display())),
+        "{again}"
+    );
     kill(Pid::from_raw(stubborn.child.id() as i32), Signal::SIGCONT).unwrap();
     let _ = stubborn.finish(Duration::from_secs(20));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -193,7 +201,7 @@ fn no_update_soon(t: String) -> String {
 
 /// SIGTERM ends a run cleanly in every phase: during setup, before the first update, while
 /// training, and in the middle of a checkpoint write (raised by the fault seam between two of
-/// its filesystem steps). Each time: exit 0, `stopped_by_request`, a final checkpoint holding
+/// its filesystem steps). Each time: exit 130, `stopped_by_request`, a final checkpoint holding
 /// the last update, no orphans, no segments.
 #[test]
 fn sigterm_ends_the_run_cleanly_in_every_phase() {
@@ -237,7 +245,7 @@ fn sigterm_ends_the_run_cleanly_in_every_phase() {
                 });
             }
         }
-        let (ok, stdout, lines) = run.finish(Duration::from_secs(60));
+        let (ok, stdout, lines) = run.finish_interrupted(Duration::from_secs(60));
         assert!(ok, "{phase}: {}", lines.join("\n"));
         let s = last_json(&stdout);
         assert_eq!(s["stopped_by_request"], true, "{phase}: {s}");
@@ -482,7 +490,7 @@ fn a_run_directory_is_locked_and_never_clobbered() {
     let rows = metrics_updates(&run_dir).len();
     wait_rows(&run, &run_dir, rows + 2);
     signal(&run, Signal::SIGTERM);
-    let (ok, _, lines) = run.finish(Duration::from_secs(60));
+    let (ok, _, lines) = run.finish_interrupted(Duration::from_secs(60));
     assert!(ok, "{}", lines.join("\n"));
     let weights = std::fs::read(run_dir.join("checkpoint/weights.bin")).unwrap();
 
@@ -762,7 +770,7 @@ fn a_killed_and_resumed_sync_run_ends_bit_identical_to_the_uninterrupted_run() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `recur-learner replay` ends cleanly on SIGTERM too: exit 0 with its final checkpoint and
+/// `recur-learner replay` ends cleanly on SIGTERM too: exit 130 with its final checkpoint and
 /// summary, long before its updates are done.
 #[test]
 fn sigterm_ends_a_replay_run_cleanly() {
@@ -809,7 +817,7 @@ fn sigterm_ends_a_replay_run_cleanly() {
     let run = Watched::spawn(cmd);
     wait_rows(&run, &run_dir, 2);
     signal(&run, Signal::SIGTERM);
-    let (ok, _, lines) = run.finish(Duration::from_secs(120));
+    let (ok, _, lines) = run.finish_interrupted(Duration::from_secs(120));
     assert!(ok, "{}", lines.join("\n"));
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())

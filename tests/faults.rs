@@ -84,7 +84,7 @@ fn summary(run_dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap()).unwrap()
 }
 
-/// A resumed run continues from update `at`, adds two updates, ends on SIGTERM (exit 0), and
+/// A resumed run continues from update `at`, adds two updates, ends on SIGTERM (exit 130), and
 /// `metrics.csv` holds every update once, in order.
 fn resumes_from(run_dir: &Path, at: u64) {
     let run = Watched::spawn(resume(run_dir, &[]));
@@ -93,7 +93,7 @@ fn resumes_from(run_dir: &Path, at: u64) {
     });
     wait_update(&run, run_dir, at + 2);
     signal(run.child.id(), Signal::SIGTERM);
-    let (ok, _, lines) = run.finish(Duration::from_secs(60));
+    let (ok, _, lines) = run.finish_interrupted(Duration::from_secs(60));
     assert!(ok, "{}", lines.join("\n"));
     let updates = metrics_updates(run_dir);
     assert_eq!(
@@ -250,7 +250,7 @@ fn a_full_disk_under_the_metrics_and_events_stops_the_run_cleanly() {
     let run = Watched::spawn(new_run(&tiny_config(&dir), &run_dir, &[]));
     wait_update(&run, &run_dir, 2);
     signal(run.child.id(), Signal::SIGTERM);
-    let (ok, _, lines) = run.finish(Duration::from_secs(60));
+    let (ok, _, lines) = run.finish_interrupted(Duration::from_secs(60));
     assert!(ok, "{}", lines.join("\n"));
     for (tensorboard, names) in [
         ("false", &["metrics.csv"][..]),
@@ -411,7 +411,7 @@ fn a_stopped_local_actor_is_killed_and_restarted_and_training_goes_on() {
         "the stopped actor {pid} was not killed"
     );
     signal(run.child.id(), Signal::SIGTERM);
-    let (ok, _, lines) = run.finish(Duration::from_secs(60));
+    let (ok, _, lines) = run.finish_interrupted(Duration::from_secs(60));
     assert!(ok, "{}", lines.join("\n"));
     let s = summary(&run_dir);
     let t = &s["transport"];

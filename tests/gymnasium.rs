@@ -308,11 +308,15 @@ fn bridge_failures_are_clear_errors() {
             assert!(out.contains(n), "{args:?}: no {n:?} in\n{out}");
         }
     };
-    // Unknown id: the Python exception.
+    // Unknown id: the Python exception, first (the traceback's last line), then its frames.
     expect_failure(
         &["--env", "gymnasium:NoSuchEnv-v0", "--frames", "64"],
         &[],
-        &["gymnasium:NoSuchEnv-v0", "gymnasium.make", "NoSuchEnv"],
+        &[
+            "gymnasium:NoSuchEnv-v0: gymnasium.error.NameNotFound",
+            "gymnasium.make",
+            "Traceback",
+        ],
     );
     // A failing import: the module and the exception.
     expect_failure(

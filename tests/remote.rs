@@ -198,7 +198,7 @@ fn a_killed_actor_rejoins_and_a_cut_link_resumes_without_loss_or_duplicates() {
 
     // End the run: both actors are told to stop.
     kill(Pid::from_raw(run.child.id() as i32), Signal::SIGTERM).unwrap();
-    let (ok, _, lines) = run.finish(Duration::from_secs(60));
+    let (ok, _, lines) = run.finish_interrupted(Duration::from_secs(60));
     assert!(ok, "{}", lines.join("\n"));
     let s = summary(&run_dir);
     assert_eq!(s["corrupted"], 0, "{s}");
@@ -296,7 +296,7 @@ fn stalled_remote_links_are_dropped_by_the_learner_and_rejoin_when_they_return()
     }
 
     kill(Pid::from_raw(run.child.id() as i32), Signal::SIGTERM).unwrap();
-    let (ok, _, lines) = run.finish(Duration::from_secs(60));
+    let (ok, _, lines) = run.finish_interrupted(Duration::from_secs(60));
     assert!(ok, "{}", lines.join("\n"));
     let s = summary(&run_dir);
     assert_eq!(s["corrupted"], 0, "{s}");
@@ -376,7 +376,7 @@ fn bad_connections_are_refused_and_counted_beside_local_and_remote_actors() {
         "the learner died of bad input"
     );
     kill(Pid::from_raw(run.child.id() as i32), Signal::SIGTERM).unwrap();
-    let (ok, _, lines) = run.finish(Duration::from_secs(60));
+    let (ok, _, lines) = run.finish_interrupted(Duration::from_secs(60));
     assert!(ok, "{}", lines.join("\n"));
     let s = summary(&run_dir);
     assert_eq!(s["refused_registrations"], 4, "{s}");

@@ -150,7 +150,21 @@ impl Watched {
 
     /// Waits for the process to exit; returns (success, stdout, stderr lines). Kills it after
     /// `deadline`.
-    pub fn finish(mut self, deadline: Duration) -> (bool, String, Vec<String>) {
+    pub fn finish(self, deadline: Duration) -> (bool, String, Vec<String>) {
+        let (status, stdout, lines) = self.finish_status(deadline);
+        (status.success(), stdout, lines)
+    }
+
+    /// [`finish`](Self::finish) of a run a signal ended cleanly: `true` when it exited 130.
+    pub fn finish_interrupted(self, deadline: Duration) -> (bool, String, Vec<String>) {
+        let (status, stdout, lines) = self.finish_status(deadline);
+        (status.code() == Some(130), stdout, lines)
+    }
+
+    fn finish_status(
+        mut self,
+        deadline: Duration,
+    ) -> (std::process::ExitStatus, String, Vec<String>) {
         let start = Instant::now();
         let status = loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
@@ -178,7 +192,7 @@ impl Watched {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-        (status.success(), stdout, self.lines())
+        (status, stdout, self.lines())
     }
 }
 

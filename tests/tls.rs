@@ -225,7 +225,7 @@ fn a_capture_of_a_tls_run_shows_no_token_or_chunk_and_replays_and_wrong_pins_are
     let first_chunk = |l: &str| l.contains("remote actor 0/0: chunk ") && l.contains("received");
     let stop = |run: Watched| {
         kill(Pid::from_raw(run.child.id() as i32), Signal::SIGTERM).unwrap();
-        let (ok, _, lines) = run.finish(Duration::from_secs(60));
+        let (ok, _, lines) = run.finish_interrupted(Duration::from_secs(60));
         assert!(ok, "{}", lines.join("\n"));
     };
 
@@ -421,7 +421,7 @@ fn the_65th_pending_connection_is_refused_and_counted() {
         l.contains("remote actor 0/0: chunk ") && l.contains("received")
     });
     kill(Pid::from_raw(run.child.id() as i32), Signal::SIGTERM).unwrap();
-    let (ok, _, lines) = run.finish(Duration::from_secs(60));
+    let (ok, _, lines) = run.finish_interrupted(Duration::from_secs(60));
     assert!(ok, "{}", lines.join("\n"));
     assert_eq!(summary(&run_dir)["refused_registrations"], 65);
     let (ok, lines) = exits_within(good, Duration::from_secs(30), "the actor");

@@ -241,7 +241,7 @@ fn sync_mode_has_zero_lag_and_ctrl_c_ends_the_run_with_a_checkpoint() {
         std::thread::sleep(Duration::from_millis(100));
     }
     kill(Pid::from_raw(run.child.id() as i32), Signal::SIGINT).unwrap();
-    let (ok, stdout, lines) = run.finish(Duration::from_secs(60));
+    let (ok, stdout, lines) = run.finish_interrupted(Duration::from_secs(60));
     assert!(ok, "{}", lines.join("\n"));
     let s = last_json(&stdout);
     assert_eq!(s["stopped_by_request"], true, "{s}");

@@ -308,7 +308,7 @@ fn an_actor_with_another_schema_is_refused_clearly() {
     );
     // SIGTERM ends the run cleanly, with a summary.
     kill(Pid::from_raw(run.child.id() as i32), Signal::SIGTERM).unwrap();
-    let (ok, stdout, _) = run.finish(Duration::from_secs(60));
+    let (ok, stdout, _) = run.finish_interrupted(Duration::from_secs(60));
     assert!(ok);
     let s = summary(&stdout);
     assert_eq!(s["refused_registrations"], 1, "{s}");

@@ -55,10 +55,13 @@ pub struct Cli {
     /// JSON line and exit (the learner asks its actor binary this before a run).
     #[arg(long, conflicts_with_all = ["record", "check_env"])]
     describe_env: bool,
-    /// Environment id: a registered one (built in: CartPole-v1, MaskedCartPole-v1,
-    /// Pendulum-v1, RepeatPrevious-v0) or gymnasium:<id> (the gymnasium bridge).
+    /// Environment id: a registered one (--list-envs; all are named in --help) or
+    /// gymnasium:<id> (the gymnasium bridge).
     #[arg(long, default_value = "MaskedCartPole-v1")]
     env: String,
+    /// Print every registered environment id, one a line, and exit.
+    #[arg(long, exclusive = true)]
+    list_envs: bool,
     /// Python module imported before gymnasium.make (gymnasium ids; repeatable).
     #[arg(long = "env-import", value_name = "MODULE")]
     env_imports: Vec<String>,
@@ -96,6 +99,9 @@ pub struct Cli {
     /// Seeds the environments, the sampling and the initial weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// This actor's number in the run, stamped into its chunks (< 2048): the learner numbers
+    /// the actors it starts from 0; an actor joining with --connect takes one no other actor
+    /// of the run has, at least the learner's run.actors.
     #[arg(long, default_value_t = 0)]
     actor_id: u32,
     /// Restart count of this actor (set by the learner's supervisor).
@@ -140,6 +146,20 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// The command line of `recur-actor` with `registry`'s ids in `--env`'s long help (so the
+    /// help cannot lag the environments), parsed; a bad one exits with clap's message.
+    pub fn parse_for(registry: &Registry) -> Cli {
+        use clap::{CommandFactory, FromArgMatches};
+        let ids = registry.ids().join(", ");
+        let command = Cli::command().mut_arg("env", |a| {
+            a.long_help(format!(
+                "Environment id: a registered one ({ids}) or gymnasium:<id> (the gymnasium \
+                 bridge)"
+            ))
+        });
+        Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
+    }
+
     /// What the flags say the actor runs: `--actor-args` parsed and checked, or the flags
     /// from `--env` to `--epsilon` (`--check-env ENV` in place of `--env`).
     pub fn actor_args(&self) -> anyhow::Result<ActorArgs> {
@@ -247,6 +267,10 @@ fn protection(
 
 /// Runs what `cli` asks for with the environments of `registry` (and gymnasium ids).
 pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
+    if cli.list_envs {
+        println!("{}", registry.ids().join("\n"));
+        return Ok(());
+    }
     if let Some(addr) = cli.connect.as_deref().and_then(tcp_address) {
         let token_file = cli.token_file.as_ref().with_context(|| {
             format!("--connect tcp://{addr} needs --token-file (the learner's RUN_DIR/token)")

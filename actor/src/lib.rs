@@ -32,6 +32,9 @@ pub use common::rollout::{Actor, ActorConfig, ActorError, Episode};
 /// }
 /// ```
 pub fn main_with(registry: Registry) -> anyhow::Result<()> {
-    use clap::Parser;
-    cli::run_with(cli::Cli::parse(), registry)
+    // A user error prints its message and causes, no backtrace, even with RUST_BACKTRACE=1;
+    // RECUR_BACKTRACE=1 asks for them (panics keep RUST_BACKTRACE's).
+    let trace = std::env::var_os("RECUR_BACKTRACE").is_some_and(|v| v == "1");
+    std::env::set_var("RUST_LIB_BACKTRACE", if trace { "1" } else { "0" });
+    cli::run_with(cli::Cli::parse_for(&registry), registry)
 }

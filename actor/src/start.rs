@@ -66,9 +66,11 @@ pub fn start(
     let registry = registry_for(args, registry);
     let env = &args.env;
     if !registry.contains(env) {
+        let hint = common::envs::did_you_mean(env, &registry.ids());
         bail!(
-            "--env {env:?}: unknown environment; this actor knows {:?} and gymnasium:<id>",
-            registry.ids()
+            "--env {env:?}: unknown environment{}; --list-envs lists the ones this actor knows \
+             (and gymnasium:<id> runs any gymnasium id)",
+            hint.map_or(String::new(), |h| format!("; {h}"))
         );
     }
     let (actor_bits, incarnation_bits) = (id.actor_id as u64, id.incarnation as u64);

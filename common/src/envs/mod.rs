@@ -160,7 +160,11 @@ pub fn decode_state<T: serde::de::DeserializeOwned>(id: &str, bytes: &[u8]) -> R
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
     /// [`make`] got an id it does not know.
-    #[error("unknown environment id {id:?}; expected one of {known:?} or gymnasium:<id>")]
+    #[error(
+        "unknown environment id {id:?}{}; `recur-actor --list-envs` lists them all (or \
+         gymnasium:<id>)",
+        did_you_mean(id, known).map_or(String::new(), |m| format!("; {m}"))
+    )]
     UnknownId {
         /// The id asked for.
         id: String,
@@ -240,7 +244,7 @@ pub fn max_episode_steps(id: &str) -> Result<u64, EnvError> {
 /// themselves). Call [`Env::reset`] before the first step.
 ///
 /// # Errors
-/// [`EnvError::UnknownId`] naming `id` and the known ids.
+/// [`EnvError::UnknownId`] naming `id` and the closest known ids.
 pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
     if let Some(env) = popgym::make(id) {
         // popgym ends its episodes itself: no TimeLimit, as the package registers them.
@@ -255,6 +259,39 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
         "RepeatPrevious-v0" => Box::new(TimeLimit::new(RepeatPrevious::new(), limit)?),
         _ => return Err(unknown(id)),
     })
+}
+
+/// `did you mean "A" or "B"?`: the one or two of `known` nearest to `id` (edit distance,
+/// case-insensitive), when they are near enough to be a slip (a case or a `-v0`/`-v1` one).
+pub fn did_you_mean(id: &str, known: &[String]) -> Option<String> {
+    let id = id.to_lowercase();
+    let mut near: Vec<(usize, &String)> = known
+        .iter()
+        .map(|k| (edit_distance(&id, &k.to_lowercase()), k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 5))
+        .collect();
+    near.sort();
+    match near.as_slice() {
+        [] => None,
+        [(_, a)] => Some(format!("did you mean {a:?}?")),
+        [(_, a), (_, b), ..] => Some(format!("did you mean {a:?} or {b:?}?")),
+    }
+}
+
+/// Levenshtein distance of `a` and `b` (in chars).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
 }
 
 fn unknown(id: &str) -> EnvError {
@@ -298,13 +335,18 @@ mod tests {
     }
 
     #[test]
-    fn unknown_id_names_it_and_the_known_ones() {
-        let err = make("CartPole-v0").err().expect("an error");
-        let msg = err.to_string();
-        assert!(msg.contains("\"CartPole-v0\""), "{msg}");
-        for id in ENV_IDS {
-            assert!(msg.contains(id), "{msg}");
+    fn unknown_id_names_it_and_the_closest_known_ones() {
+        for (id, hint) in [
+            ("CartPole-v0", "; did you mean \"CartPole-v1\"?"),
+            ("MaskedCartpole-v1", "; did you mean \"MaskedCartPole-v1\"?"),
+            ("maskedpendulum-v0", "; did you mean \"MaskedPendulum-v1\"?"),
+            ("xyzzy", "; `recur-actor --list-envs`"),
+        ] {
+            let msg = make(id).err().expect("an error").to_string();
+            assert!(msg.contains(&format!("{id:?}{hint}")), "{msg}");
+            assert!(msg.contains("--list-envs") && !msg.contains("RepeatPrevious-v0"));
         }
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert!(matches!(
             max_episode_steps("nope"),
             Err(EnvError::UnknownId { .. })

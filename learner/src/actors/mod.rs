@@ -70,10 +70,13 @@ impl Actors {
         initial_blob: &[u8],
     ) -> anyhow::Result<Self> {
         let start = Instant::now();
-        // Segments of runs whose owner died are removed before this run creates its own.
+        // Segments of runs whose owner died are removed before this run creates its own: another
+        // run's leftovers, not this run's concern (debug level; counted in the summary).
         let reclaimed_segments = reclaim_stale();
         for name in &reclaimed_segments {
-            tracing::warn!("removed shared-memory segment {name} left by a crashed run");
+            tracing::debug!(
+                "removed shared-memory segment {name}, left by another run that crashed"
+            );
         }
         let mut summary = CollectSummary {
             env: config.actor_args.env.clone(),

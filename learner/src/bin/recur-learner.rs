@@ -11,9 +11,11 @@ use common::tls::TlsMode;
 use learner::actors::supervisor::{actor_program, default_actor_count};
 use learner::actors::transport::TransportConfig;
 use learner::collect::{run_collect, CollectConfig};
-use learner::config::{blame_flags, Algo, Override, ReplayConfig, TrainConfig};
+use learner::config::{
+    blame_flags, check_resume_overrides, Algo, Override, ReplayConfig, TrainConfig,
+};
 use learner::replay::{replay, ReplayOptions};
-use learner::run::dir as run_dir;
+use learner::run::{dir as run_dir, signals};
 use learner::train::{train, TrainOptions};
 use recur_rnn::CellKind;
 
@@ -31,8 +33,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Train a recurrent PPO policy with actor processes (the main job): writes the run
-    /// directory (config.toml, metrics.csv, tb/, learning_curve.png, checkpoint/, summary.json).
+    /// Train a recurrent policy with actor processes (the main job): run.algo = "ppo"
+    /// (recurrent PPO) or "dqn" (R2D2-style DQN; "bc" is replay's). Writes the run directory
+    /// (config.toml, metrics.csv, tb/, learning_curve.png, checkpoint/, summary.json) and
+    /// prints the summary as one JSON line. Config keys: docs/config.md; environments:
+    /// `recur-actor --list-envs`.
     Train(TrainArgs),
     /// Learner-only training from a recorded dataset (no actors, no shared memory): DQN,
     /// behaviour cloning or PPO; greedy evaluation episodes run in-process.
@@ -98,9 +103,10 @@ impl TlsFlags {
 
 #[derive(clap::Args)]
 struct TrainArgs {
-    /// Training config (TOML).
-    #[arg(long, default_value = "configs/masked_cartpole.toml")]
-    config: PathBuf,
+    /// Training config (TOML; every key in docs/config.md) [default:
+    /// configs/masked_cartpole.toml of the repository this binary was built from].
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Override a config value: SECTION.KEY=VALUE, VALUE read as TOML (a bare word that is not
     /// TOML as a string), applied to the file before it is checked; repeatable, in order.
     /// The flags below win over a --set of the same key.
@@ -125,11 +131,14 @@ struct TrainArgs {
     /// End the run after this many seconds (with a final checkpoint).
     #[arg(long)]
     max_seconds: Option<f64>,
-    /// Run directory [default: runs/<env>-<unix time>].
+    /// Run directory [default: runs/<env>-<unix time>-s<seed>-<4 hex digits>, in the current
+    /// directory].
     #[arg(long, conflicts_with = "resume")]
     run_dir: Option<PathBuf>,
-    /// Continue the run in RUN_DIR from its checkpoint (its config.toml is used).
-    #[arg(long, value_name = "RUN_DIR")]
+    /// Continue the run in RUN_DIR from its checkpoint, with its own config.toml: --config is
+    /// refused, a --set may change what a resume can (not run.env*, run.algo, policy.*; each
+    /// logged); --frames, --actors, --seed, --listen and --max-seconds apply.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with = "config")]
     resume: Option<PathBuf>,
     /// No progress bar (log lines only).
     #[arg(long)]
@@ -164,7 +173,7 @@ struct ReplayArgs {
     /// Seed [default: replay.seed].
     #[arg(long)]
     seed: Option<u64>,
-    /// Run directory [default: runs/replay-<algo>-<unix time>].
+    /// Run directory [default: runs/replay-<algo>-<unix time>-s<seed>-<4 hex digits>].
     #[arg(long)]
     run_dir: Option<PathBuf>,
     /// End the run after this many seconds (with a final evaluation and checkpoint).
@@ -202,7 +211,8 @@ struct CollectArgs {
     hidden: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Run directory (created; mode 0700) [default: runs/collect-<unix time>].
+    /// Run directory (created; mode 0700) [default: runs/collect-<unix time>-s<seed>-<4 hex
+    /// digits>].
     #[arg(long)]
     run_dir: Option<PathBuf>,
     /// Ring slots per actor.
@@ -223,6 +233,10 @@ struct CollectArgs {
 }
 
 fn main() -> anyhow::Result<()> {
+    // A user error prints its message and causes, no backtrace, even with RUST_BACKTRACE=1 in
+    // the shell; RECUR_BACKTRACE=1 asks for them (panics keep RUST_BACKTRACE's).
+    let trace = std::env::var_os("RECUR_BACKTRACE").is_some_and(|v| v == "1");
+    std::env::set_var("RUST_LIB_BACKTRACE", if trace { "1" } else { "0" });
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -241,10 +255,21 @@ fn main() -> anyhow::Result<()> {
     }
     match command {
         Command::Train(a) => {
-            // A resumed run reads its own config; a new one the given file.
+            // A resumed run reads its own config (--set may change what a resume can); a new
+            // one the given file.
             let (config_path, run_dir) = match &a.resume {
-                Some(dir) => (dir.join("config.toml"), Some(dir.clone())),
-                None => (a.config.clone(), a.run_dir.clone()),
+                Some(dir) => {
+                    run_dir::check_resumable(dir)?;
+                    let path = dir.join("config.toml");
+                    check_resume_overrides(&a.set, &path.display().to_string())?;
+                    (path, Some(dir.clone()))
+                }
+                None => (
+                    a.config
+                        .clone()
+                        .map_or_else(|| repo_file(DEFAULT_CONFIG), Ok)?,
+                    a.run_dir.clone(),
+                ),
             };
             let mut config = TrainConfig::load_with(&config_path, &a.set)?;
             config.run.actors = a.actors.or(config.run.actors);
@@ -261,7 +286,8 @@ fn main() -> anyhow::Result<()> {
                     ("--frames", "run.frames"),
                 ],
             )?;
-            let run_dir = run_dir.unwrap_or_else(|| run_dir::default_path(&config.run.env));
+            let run_dir =
+                run_dir.unwrap_or_else(|| run_dir::default_path(&config.run.env, config.run.seed));
             let program = actor_program(
                 a.actor_bin
                     .or_else(|| config.collector.actor_bin.as_ref().map(PathBuf::from)),
@@ -275,32 +301,25 @@ fn main() -> anyhow::Result<()> {
                 max_seconds: a.max_seconds,
                 save_replay: a.save_replay,
             };
+            let resume = format!("continue it with --resume {}", run_dir.display());
+            signals::set_exit_hint(resume.clone());
             let summary = train(&opts).context("training run")?;
             if !rank.is_root() {
                 return Ok(());
             }
             println!("{}", serde_json::to_string(&summary)?);
-            tracing::info!(
-                "{} frames, {} updates in {:.1} s; mean return (last 20 episodes) {:.2}{}; results in {}",
-                summary.frames,
-                summary.updates,
-                summary.seconds,
-                summary.final_mean_return,
-                match (summary.target_return, summary.frames_to_target, summary.seconds_to_target) {
-                    (Some(t), Some(f), Some(s)) => format!("; reached {t} after {f} frames, {s:.1} s"),
-                    (Some(t), _, _) => format!("; did not reach {t}"),
-                    _ => String::new(),
-                },
-                run_dir.display()
-            );
+            let ended = format!("{}; results in {}", summary.headline(), run_dir.display());
+            exit_if_signalled(&format!("{ended}; {resume}"));
+            tracing::info!("{ended}");
         }
         Command::Replay(a) => {
-            let config_path = a.config.clone().unwrap_or_else(|| {
-                PathBuf::from(format!(
+            let config_path = match a.config.clone() {
+                Some(path) => path,
+                None => repo_file(&format!(
                     "configs/replay/{}.toml",
                     a.algo.unwrap_or(Algo::Dqn).name()
-                ))
-            });
+                ))?,
+            };
             let mut config = ReplayConfig::load_with(&config_path, &a.set)?;
             config.replay.algo = a.algo.unwrap_or(config.replay.algo);
             config.replay.updates = a.updates.unwrap_or(config.replay.updates);
@@ -314,7 +333,8 @@ fn main() -> anyhow::Result<()> {
                 ],
             )?;
             let run_dir = a.run_dir.unwrap_or_else(|| {
-                run_dir::default_path(&format!("replay-{}", config.replay.algo.name()))
+                let name = format!("replay-{}", config.replay.algo.name());
+                run_dir::default_path(&name, config.replay.seed)
             });
             let summary = replay(&ReplayOptions {
                 dataset: a.dataset,
@@ -325,7 +345,7 @@ fn main() -> anyhow::Result<()> {
             })
             .context("replay run")?;
             println!("{}", serde_json::to_string(&summary)?);
-            tracing::info!(
+            let ended = format!(
                 "{} {} updates on {} dataset frames in {:.1} s ({:.1} updates/s, {:.0} trained frames/s); greedy return {:.1} (best {:.1}); results in {}",
                 summary.algo,
                 summary.updates,
@@ -337,11 +357,13 @@ fn main() -> anyhow::Result<()> {
                 summary.best_eval_return,
                 run_dir.display()
             );
+            exit_if_signalled(&ended);
+            tracing::info!("{ended}");
         }
         Command::Collect(a) => {
             let run_dir = a
                 .run_dir
-                .unwrap_or_else(|| run_dir::default_path("collect"));
+                .unwrap_or_else(|| run_dir::default_path("collect", a.seed));
             let config = CollectConfig {
                 transport: TransportConfig {
                     first_actor: 0,
@@ -377,7 +399,7 @@ fn main() -> anyhow::Result<()> {
             config.validate()?;
             let summary = run_collect(&config).context("collect run")?;
             println!("{}", serde_json::to_string(&summary)?);
-            tracing::info!(
+            let ended = format!(
                 "{} frames in {} chunks from {} actor incarnations in {:.1} s; {} corrupted, {} rejected; summary in {}",
                 summary.frames,
                 summary.chunks,
@@ -387,6 +409,8 @@ fn main() -> anyhow::Result<()> {
                 summary.rejected,
                 run_dir.join("summary.json").display()
             );
+            exit_if_signalled(&ended);
+            tracing::info!("{ended}");
         }
         Command::Eval(a) => {
             let line = learner::eval::evaluate_checkpoint(
@@ -407,4 +431,30 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The training config `--config` defaults to.
+const DEFAULT_CONFIG: &str = "configs/masked_cartpole.toml";
+
+/// `rel` in the repository this binary was built from (the default configs are found there
+/// from any directory); an error names where it looked.
+fn repo_file(rel: &str) -> anyhow::Result<PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent();
+    let path = root.map_or_else(|| PathBuf::from(rel), |r| r.join(rel));
+    anyhow::ensure!(
+        path.is_file(),
+        "no --config given, and the default {rel} is not at {} (in the repository this binary \
+         was built from): pass --config FILE",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// A run a signal ended exits 130, as a shell's Ctrl-C does (so `train && next` stops there),
+/// its last line saying so.
+fn exit_if_signalled(line: &str) {
+    if signals::raised() {
+        tracing::warn!("interrupted by a signal: {line}");
+        std::process::exit(130);
+    }
 }

@@ -52,9 +52,11 @@ impl Checker<'_> {
                     "run.env",
                     format!("{env:?}"),
                     &format!(
-                        "one of {:?} (each also with the +prev-action suffix), gymnasium:<id>, \
-                         or an id registered by the actor named in collector.actor_bin",
-                        known.ids()
+                        "{}a registered id (`recur-actor --list-envs` lists them, each also with \
+                         the +prev-action suffix), gymnasium:<id>, or an id registered by the \
+                         actor named in collector.actor_bin",
+                        common::envs::did_you_mean(env, &known.ids())
+                            .map_or(String::new(), |m| format!("{m} Expected "))
                     ),
                 );
             }

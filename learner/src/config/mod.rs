@@ -18,7 +18,7 @@ mod resources;
 mod schema;
 mod validate;
 
-pub use overrides::{blame_flags, Override};
+pub use overrides::{blame_flags, check_resume_overrides, Override};
 pub use policy::{fit_policy, fit_policy_spec};
 pub use schema::{
     Algo, AlgoConfig, BcSection, CollectorMode, CollectorSection, DqnSection, EvalSection,
@@ -29,12 +29,8 @@ pub use schema::{
 /// A config that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("config {path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("config {path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("config {path}: {message}")]
     Parse { path: String, message: String },
     #[error("command-line flag {flag} {value}: `{key}` = {value} is invalid: {expected} (the flag overrides {path})")]
@@ -72,9 +68,9 @@ macro_rules! config_file {
 
             /// Reads `path`, applies `overrides` in order to its TOML and validates the result.
             pub fn load_with(path: &Path, overrides: &[Override]) -> Result<Self, ConfigError> {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+                let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
                     path: path.display().to_string(),
-                    source,
+                    error,
                 })?;
                 Self::parse_with(&text, &path.display().to_string(), overrides)
             }

@@ -151,7 +151,8 @@ pub(super) fn merged<T: DeserializeOwned>(
 ) -> Result<T, ConfigError> {
     let file_error = |e: toml::de::Error| ConfigError::Parse {
         path: origin.to_string(),
-        message: e.to_string().trim().replace('\n', " "),
+        // toml's caret diagram keeps its lines.
+        message: e.to_string().trim_end().to_string(),
     };
     let mut table: toml::Table = toml::from_str(text).map_err(file_error)?;
     let mut deserialized = table.clone().try_into::<T>().is_ok();
@@ -173,6 +174,32 @@ pub(super) fn merged<T: DeserializeOwned>(
             file_error,
         )
     })
+}
+
+/// What a resumed run keeps whatever `--set` says: what its checkpoint was built for.
+const FIXED_ON_RESUME: [&str; 5] = [
+    "run.env",
+    "run.env_imports",
+    "run.env_kwargs",
+    "run.algo",
+    "policy",
+];
+
+/// `--set` with `--resume`: an override of a key the checkpoint was built for (the
+/// environment, the algorithm, the policy) is refused; the others change the run's config from
+/// here on, each said in the log.
+pub fn check_resume_overrides(overrides: &[Override], origin: &str) -> Result<(), ConfigError> {
+    for o in overrides {
+        if let Some(key) = FIXED_ON_RESUME.iter().find(|k| o.sets(k)) {
+            let why = format!(
+                "a resumed run keeps `{key}` (its checkpoint was built for it); start a new run \
+                 to change it"
+            );
+            return Err(o.error(origin, why));
+        }
+        tracing::info!("--resume: --set {} changes {origin} from here on", o.text);
+    }
+    Ok(())
 }
 
 /// Validation after `--set`: an invalid value an override set is blamed on the override (the

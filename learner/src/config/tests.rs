@@ -499,3 +499,91 @@ fn tensorboard_is_on_by_default_and_a_boolean() {
             .tensorboard
     );
 }
+
+/// The required keys of every section of the training and the replay config.
+const TRAIN_REQUIRED: &str = r#"
+run = { env = "CartPole-v1", frames = 1 }
+collector = { envs_per_actor = 1, steps = 1 }
+policy = { cell = "lstm", hidden_size = 1 }
+ppo = { frames_per_update = 1, epochs = 1, slice_len = 1, num_slices = 1, lr = 1.0, gamma = 1.0,
+        gae_lambda = 1.0, clip_eps = 1.0, value_coef = 1.0, entropy_coef = 1.0, max_grad_norm = 1.0 }
+dqn = { slice_len = 1, num_slices = 1, lr = 1.0, gamma = 1.0, max_grad_norm = 1.0 }
+eval = { every_frames = 1 }
+"#;
+const REPLAY_REQUIRED: &str = r#"
+replay = { algo = "bc", updates = 1 }
+policy = { cell = "lstm", hidden_size = 1 }
+bc = { slice_len = 1, num_slices = 1, lr = 1.0, max_grad_norm = 1.0 }
+"#;
+
+/// `SECTION.KEY` -> its default as docs/config.md shows it: `required`, `unset` (no value), or
+/// the TOML value. The keys are serde's own list (the error an unknown key gets), so a key
+/// added to the schema shows up here.
+fn schema_keys<T: serde::de::DeserializeOwned + serde::Serialize>(
+    required: &str,
+    rows: &mut std::collections::BTreeMap<String, String>,
+) {
+    let given: toml::Table = toml::from_str(required).unwrap();
+    let full = toml::Table::try_from(toml::from_str::<T>(required).unwrap()).unwrap();
+    for (section, keys) in &given {
+        let mut probe = given.clone();
+        probe[section]
+            .as_table_mut()
+            .unwrap()
+            .insert("zz_probe".into(), 0.into());
+        let err = toml::from_str::<T>(&toml::to_string(&probe).unwrap())
+            .err()
+            .unwrap()
+            .to_string();
+        let expected = err
+            .split("expected")
+            .nth(1)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap();
+        for key in expected.split('`').skip(1).step_by(2) {
+            let default = match (keys.get(key), full[section].get(key)) {
+                (Some(_), _) => "required".to_string(),
+                (None, Some(toml::Value::Float(f))) => format!("{:?}", *f as f32),
+                (None, Some(v)) => v.to_string(),
+                (None, None) => "unset".to_string(),
+            };
+            rows.insert(format!("{section}.{key}"), default);
+        }
+    }
+}
+
+/// docs/config.md lists every key of the schema with its default, and no other.
+#[test]
+fn docs_config_md_lists_every_key_with_its_default() {
+    let mut schema = std::collections::BTreeMap::new();
+    schema_keys::<TrainConfig>(TRAIN_REQUIRED, &mut schema);
+    schema_keys::<ReplayConfig>(REPLAY_REQUIRED, &mut schema);
+    let docs = include_str!("../../../docs/config.md");
+    let documented: std::collections::BTreeMap<String, String> = docs
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.strip_prefix("| `")?.splitn(3, '|').collect();
+            let key = cells[0].trim().trim_end_matches('`');
+            Some((
+                key.to_string(),
+                cells.get(1)?.trim().trim_matches('`').to_string(),
+            ))
+        })
+        .collect();
+    let table: String = schema
+        .iter()
+        .filter(|(k, v)| documented.get(*k) != Some(v))
+        .map(|(k, v)| format!("| `{k}` | `{v}` | |\n"))
+        .collect();
+    let extra: Vec<&String> = documented
+        .keys()
+        .filter(|k| !schema.contains_key(*k))
+        .collect();
+    assert!(
+        table.is_empty() && extra.is_empty(),
+        "docs/config.md lacks (or has another default for) these rows:\n{table}and documents \
+         keys the schema does not have: {extra:?}"
+    );
+}

@@ -287,10 +287,51 @@ pub fn progress_bar(show: bool, len: u64, count: &str) -> ProgressBar {
     bar
 }
 
-/// The default run directory of a new run: `runs/<name>-<unix time>`.
-pub fn default_path(name: &str) -> PathBuf {
-    let t = std::time::SystemTime::now()
+/// The default run directory of a new run, in the current directory:
+/// `runs/<name>-<unix time>-s<seed>-<4 hex digits>`. The digits (from the clock's nanoseconds
+/// and the pid) keep runs started in the same second apart, a seed sweep's included.
+pub fn default_path(name: &str, seed: u64) -> PathBuf {
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    PathBuf::from(format!("runs/{name}-{t}"))
+        .unwrap_or_default();
+    let mixed = (now.subsec_nanos() ^ std::process::id().rotate_left(16)) as u64;
+    let tag = (mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48) as u16;
+    PathBuf::from(format!("runs/{name}-{}-s{seed}-{tag:04x}", now.as_secs()))
+}
+
+/// Checks that `path` holds a run `--resume` can continue, before anything there is touched:
+/// its `config.toml` is there ("not a run directory" otherwise), and a run whose
+/// `summary.json` says it ended (not by a failed write) still has a checkpoint: resuming it
+/// from update 0 would drop its `metrics.csv`.
+pub fn check_resumable(path: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        path.join("config.toml").is_file(),
+        "--resume {}: not a run directory ({}); a new run takes --run-dir",
+        path.display(),
+        if path.is_dir() {
+            "it holds no config.toml"
+        } else {
+            "no such directory"
+        }
+    );
+    if ["checkpoint", "checkpoint.old"]
+        .iter()
+        .any(|c| path.join(c).exists())
+    {
+        return Ok(());
+    }
+    let summary: Option<serde_json::Value> = std::fs::read(path.join("summary.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    if let Some(s) = summary.filter(|s| s["failed"].is_null() && s["updates"].as_u64() > Some(0)) {
+        anyhow::bail!(
+            "--resume {}: the run ended ({} frames, {} updates in summary.json) but its \
+             checkpoint/ and checkpoint.old/ are gone: there is nothing to continue from, and \
+             starting over would drop its metrics.csv; start a new run with --run-dir",
+            path.display(),
+            s["frames"],
+            s["updates"]
+        );
+    }
+    Ok(())
 }

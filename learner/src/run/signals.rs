@@ -1,6 +1,6 @@
 //! SIGINT and SIGTERM: the first ends the run cleanly (the run loop sees [`StopFlag::raised`],
 //! writes its final checkpoint and summary, stops its actors), a second one ends the process at
-//! once (exit code 130; segments it leaves are reclaimed by the next run, its actors exit when
+//! once (exit code 130, its last line saying how to continue: [`set_exit_hint`]; segments it leaves are reclaimed by the next run, its actors exit when
 //! they notice the learner is gone).
 //!
 //! The handlers are installed once per process, on their own thread, by the first
@@ -22,6 +22,18 @@ impl StopFlag {
 }
 
 static FLAG: Mutex<Option<StopFlag>> = Mutex::new(None);
+static EXIT_HINT: Mutex<String> = Mutex::new(String::new());
+
+/// Whether a signal asked this process's run to stop (a run it ended exits 130).
+pub fn raised() -> bool {
+    let flag = FLAG.lock().unwrap_or_else(|e| e.into_inner());
+    flag.as_ref().is_some_and(StopFlag::raised)
+}
+
+/// What the exit on a second signal adds to its line (how to continue the run).
+pub fn set_exit_hint(hint: String) {
+    *EXIT_HINT.lock().unwrap_or_else(|e| e.into_inner()) = hint;
+}
 
 /// Installs the SIGINT/SIGTERM handlers (once per process) and returns the flag they set.
 pub fn install() -> anyhow::Result<StopFlag> {
@@ -62,7 +74,11 @@ pub fn install() -> anyhow::Result<StopFlag> {
                         _ = term.recv() => "SIGTERM",
                     };
                     if raised.swap(true, Ordering::SeqCst) {
-                        tracing::error!("{name} again: exiting now, without a final checkpoint");
+                        let hint = EXIT_HINT.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                        tracing::error!(
+                            "{name} again: exiting now, without a final checkpoint{}{hint}",
+                            if hint.is_empty() { "" } else { "; " }
+                        );
                         std::process::exit(130);
                     }
                     tracing::warn!(

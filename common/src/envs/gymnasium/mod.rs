@@ -119,7 +119,11 @@ impl GymVecEnv {
                         python: options.python.clone(),
                         error: h.error.trim().to_string(),
                     },
-                    _ => err(h.error.trim_end().to_string()),
+                    // The exception (the traceback's last line) first, the frames below.
+                    _ => err(match h.error.trim_end().rsplit_once('\n') {
+                        Some((frames, last)) => format!("{}\n{frames}", last.trim()),
+                        None => h.error.trim_end().to_string(),
+                    }),
                 });
             }
             hello.get_or_insert(h);
