@@ -179,6 +179,34 @@ mod mpi {
     }
 
     #[test]
+    fn sigint_to_mpirun_stops_every_rank_after_the_same_update() {
+        binary("recur-actor");
+        let dir = temp_dir("ranks-sigint");
+        let args = train_args(&dir.to_string_lossy(), &["--frames", "100000000"]);
+        let mut cmd = Command::new("mpirun");
+        cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
+            .arg(binary("recur-learner"))
+            .args(&args)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .env("RUST_LOG", "info");
+        let run = recur_tests::Watched::spawn(cmd);
+        run.wait_for("update 20", DEADLINE, |l| l.contains("update 20:"));
+        let pid = nix::unistd::Pid::from_raw(run.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::SIGINT).unwrap();
+        let (_, _, lines) = run.finish(DEADLINE);
+        let stderr = lines.join("\n");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["stopped_by_request"], true, "{summary}");
+        let finals: Vec<&str> = (stderr.lines())
+            .filter_map(|l| l.split_once(": final weights ").map(|(_, h)| h.trim()))
+            .collect();
+        assert_eq!(finals.len(), 2, "{stderr}");
+        assert_eq!(finals[0], finals[1], "{stderr}");
+    }
+
+    #[test]
     fn a_batch_that_does_not_divide_over_the_ranks_is_refused_naming_the_key() {
         let dir = temp_dir("ranks-divide").join("run");
         let args = train_args(&dir.to_string_lossy(), &["--actors", "3"]);
