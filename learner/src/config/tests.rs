@@ -321,11 +321,12 @@ fn dqn_and_replay_errors_name_the_key() {
 
 #[test]
 fn own_environments_are_accepted_where_an_actor_can_build_them() {
-    // Unknown ids: refused with the known ones, unless a custom actor builds them.
+    // Unknown ids: refused pointing at the list of known ones, unless a custom actor builds
+    // them.
     let err = train_err(&GOOD.replace("MaskedCartPole-v1", "TMaze-v0"));
     assert!(
         err.contains("`run.env` = \"TMaze-v0\"")
-            && err.contains("CartPole-v1")
+            && err.contains("recur-actor --list-envs")
             && err.contains("collector.actor_bin"),
         "{err}"
     );
