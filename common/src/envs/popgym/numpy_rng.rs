@@ -110,25 +110,12 @@ impl SeedSequence {
         SeedSequence { pool: mixer }
     }
 
-    /// `SeedSequence(seed)` for a non-negative Python int: the int is split
-    /// into little-endian 32-bit words, lowest word first, with no trailing
-    /// zero words (`_int_to_uint32_array`; `0` becomes the single word `[0]`).
-    pub fn from_u128(seed: u128) -> Self {
-        let mut words = Vec::with_capacity(4);
-        let mut n = seed;
-        if n == 0 {
-            words.push(0);
-        }
-        while n > 0 {
-            words.push((n & 0xFFFF_FFFF) as u32);
-            n >>= 32;
-        }
-        Self::from_entropy_words(&words)
-    }
-
-    /// `SeedSequence(seed)` for a non-negative int that fits in 64 bits.
+    /// `SeedSequence(seed)` for a non-negative int that fits in 64 bits: the int is split
+    /// into little-endian 32-bit words, lowest word first, with no trailing zero words
+    /// (`_int_to_uint32_array`; `0` becomes the single word `[0]`).
     pub fn from_u64(seed: u64) -> Self {
-        Self::from_u128(u128::from(seed))
+        let words = [seed as u32, (seed >> 32) as u32];
+        Self::from_entropy_words(&words[..1 + usize::from(seed >> 32 != 0)])
     }
 
     /// `SeedSequence.pool` (the mixed entropy pool, 4 `uint32` words).
