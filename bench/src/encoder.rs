@@ -254,7 +254,8 @@ impl EncoderBench {
                 enc.forward_train(&obs, case.frames, &mut tape)
                     .expect("bench shapes");
                 grads.zero();
-                enc.backward(&tape, &grad, &mut grads).expect("a fresh tape");
+                enc.backward(&tape, &grad, &mut grads)
+                    .expect("a fresh tape");
                 std::hint::black_box(&grads);
             }
         };
@@ -302,11 +303,17 @@ impl EncoderBench {
             String::from_utf8_lossy(&output.stderr)
         );
         let mut samples = vec![[Vec::new(), Vec::new()]; cases.len()];
-        for line in output.stdout.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        for line in output
+            .stdout
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+        {
             let v: serde_json::Value = serde_json::from_slice(line)?;
             let id = v["id"].as_u64().unwrap_or(u64::MAX) as usize;
             let slot = usize::from(v["format"] == "channels_last");
-            let times = v["samples_ms"].as_array().map(|a| a.iter().filter_map(|x| x.as_f64()));
+            let times = v["samples_ms"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|x| x.as_f64()));
             match (samples.get_mut(id), times) {
                 (Some(s), Some(times)) => s[slot].extend(times),
                 _ => anyhow::bail!("torch's side printed an unexpected line: {v}"),

@@ -26,20 +26,27 @@ pub(crate) fn forward(
         let x = &input[f * in_len..(f + 1) * in_len];
         let y = &mut out[f * out_len..(f + 1) * out_len];
         let arg = &mut argmax[f * out_len..(f + 1) * out_len];
-        for oh in 0..oh_n {
-            for ow in 0..ow_n {
-                let o = (oh * ow_n + ow) * c;
-                let (y, arg) = (&mut y[o..o + c], &mut arg[o..o + c]);
-                for kh in 0..kernel {
-                    for kw in 0..kernel {
-                        let at = ((oh * kernel + kh) * w + ow * kernel + kw) * c;
-                        let first = kh == 0 && kw == 0;
-                        for (ch, (yv, av)) in y.iter_mut().zip(arg.iter_mut()).enumerate() {
-                            let v = x[at + ch];
-                            if first || v > *yv || v.is_nan() {
-                                *yv = v;
-                                *av = (at + ch) as u32;
-                            }
+        let windows = y.chunks_exact_mut(c).zip(arg.chunks_exact_mut(c));
+        for (o, (y, arg)) in windows.enumerate() {
+            let (oh, ow) = (o / ow_n, o % ow_n);
+            let corner = (oh * kernel * w + ow * kernel) * c;
+            y.copy_from_slice(&x[corner..corner + c]);
+            for (a, at) in arg.iter_mut().zip(corner..) {
+                *a = at as u32;
+            }
+            for kh in 0..kernel {
+                for kw in 0..kernel {
+                    if kh == 0 && kw == 0 {
+                        continue;
+                    }
+                    let at = corner + (kh * w + kw) * c;
+                    let xs = &x[at..at + c];
+                    for ((yv, av), (&v, i)) in
+                        y.iter_mut().zip(arg.iter_mut()).zip(xs.iter().zip(at..))
+                    {
+                        if v > *yv || v.is_nan() {
+                            *yv = v;
+                            *av = i as u32;
                         }
                     }
                 }

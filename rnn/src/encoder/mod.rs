@@ -150,6 +150,49 @@ impl Tape {
     pub fn frames(&self) -> usize {
         self.frames
     }
+
+    /// Sizes every buffer for `frames` frames of `plan` (kept allocations are reused).
+    fn prepare(&mut self, plan: &Plan, frames: usize, version: u64) {
+        self.frames = frames;
+        self.version = version;
+        let stages = plan.stages.len();
+        self.outs.resize_with(stages, Vec::new);
+        self.argmax.resize_with(stages, Vec::new);
+        for (i, s) in plan.stages.iter().enumerate() {
+            self.outs[i].resize(frames * s.output.len(), 0.0);
+            let pooled = matches!(s.op, Op::Maxpool { .. });
+            self.argmax[i].resize(if pooled { frames * s.output.len() } else { 0 }, 0);
+        }
+        self.features.resize(frames * plan.features, 0.0);
+    }
+
+    /// Each frame block's rows of every buffer.
+    fn blocks(&mut self, plan: &Plan, parts: &[(usize, usize)]) -> Vec<BlockActs<'_>> {
+        let lens = |per: usize| parts.iter().map(move |&(_, n)| n * per);
+        let mut outs: Vec<_> = (self.outs.iter_mut().zip(&plan.stages))
+            .map(|(buf, s)| split_mut(buf, lens(s.output.len())).into_iter())
+            .collect();
+        let mut args: Vec<_> = (self.argmax.iter_mut().zip(&plan.stages))
+            .map(|(buf, s)| {
+                let per = if buf.is_empty() { 0 } else { s.output.len() };
+                split_mut(buf, lens(per)).into_iter()
+            })
+            .collect();
+        split_mut(&mut self.features, lens(plan.features))
+            .into_iter()
+            .map(|features| BlockActs {
+                outs: outs
+                    .iter_mut()
+                    .map(|o| o.next().expect("a block each"))
+                    .collect(),
+                argmax: args
+                    .iter_mut()
+                    .map(|a| a.next().expect("a block each"))
+                    .collect(),
+                features,
+            })
+            .collect()
+    }
 }
 
 /// Gradients of every parameter, in the encoder's parameter order and torch's layouts.
@@ -297,16 +340,15 @@ impl Encoder {
         Ok(())
     }
 
-    /// Packs of the current parameters, built if stale.
-    fn packs(&mut self, backward: bool) -> &Packs {
+    /// Packs the current parameters if the packs are stale (with the backward's if asked).
+    fn ensure_packs(&mut self, backward: bool) {
         if self.packs.as_ref().is_none_or(|(v, _)| *v != self.version) {
             self.packs = Some((self.version, Packs::new(&self.plan, &self.params)));
         }
-        let packs = &mut self.packs.as_mut().expect("just built").1;
         if backward {
+            let packs = &mut self.packs.as_mut().expect("just built").1;
             packs.with_backward(&self.plan, &self.params);
         }
-        packs
     }
 
     /// Contiguous frame blocks, one per thread the call's work is worth.
@@ -341,49 +383,14 @@ impl Encoder {
     }
 
     fn run_forward(&mut self, obs: &[u8], frames: usize, tape: &mut Tape) {
+        self.ensure_packs(false);
         let parts = self.split(frames);
-        let plan = &self.plan;
-        tape.frames = frames;
-        tape.version = self.version;
-        let stages = plan.stages.len();
-        tape.outs.resize_with(stages, Vec::new);
-        tape.argmax.resize_with(stages, Vec::new);
-        for (i, s) in plan.stages.iter().enumerate() {
-            tape.outs[i].resize(frames * s.output.len(), 0.0);
-            let pooled = matches!(s.op, Op::Maxpool { .. });
-            tape.argmax[i].resize(if pooled { frames * s.output.len() } else { 0 }, 0);
-        }
-        tape.features.resize(frames * plan.features, 0.0);
         self.scratch.resize_with(parts.len(), Scratch::default);
-        // Each block's rows of every buffer.
-        let mut acts: Vec<BlockActs<'_>> = Vec::with_capacity(parts.len());
-        let lens = |per: usize| parts.iter().map(move |&(_, n)| n * per);
-        let mut outs: Vec<_> = (0..stages).map(|_| Vec::new()).collect();
-        for (i, (buf, s)) in tape.outs.iter_mut().zip(&plan.stages).enumerate() {
-            outs[i] = split_mut(buf, lens(s.output.len()));
-        }
-        let mut args: Vec<_> = (0..stages).map(|_| Vec::new()).collect();
-        for (i, (buf, s)) in tape.argmax.iter_mut().zip(&plan.stages).enumerate() {
-            let per = if buf.is_empty() { 0 } else { s.output.len() };
-            args[i] = split_mut(buf, lens(per));
-        }
-        let mut features = split_mut(&mut tape.features, lens(plan.features)).into_iter();
-        for _ in &parts {
-            acts.push(BlockActs {
-                outs: outs.iter_mut().map(|o| o.remove(0)).collect(),
-                argmax: args.iter_mut().map(|a| a.remove(0)).collect(),
-                features: features.next().expect("a features block per part"),
-            });
-        }
+        tape.prepare(&self.plan, frames, self.version);
+        let acts = tape.blocks(&self.plan, &parts);
         let (plan, params) = (&self.plan, &self.params);
+        let packs = &self.packs.as_ref().expect("built above").1;
         let in_len = plan.input.len();
-        let packs = {
-            let version = self.version;
-            if self.packs.as_ref().is_none_or(|(v, _)| *v != version) {
-                self.packs = Some((version, Packs::new(plan, params)));
-            }
-            &self.packs.as_ref().expect("just built").1
-        };
         let jobs: Vec<_> = parts
             .iter()
             .zip(acts)
@@ -427,7 +434,7 @@ impl Encoder {
             });
         }
         let parts = self.split(frames);
-        self.packs(true);
+        self.ensure_packs(true);
         self.scratch.resize_with(parts.len(), Scratch::default);
         let plan = &self.plan;
         let packs = &self.packs.as_ref().expect("built above").1;
