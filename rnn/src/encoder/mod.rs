@@ -347,7 +347,7 @@ impl Encoder {
         }
         if backward {
             let packs = &mut self.packs.as_mut().expect("just built").1;
-            packs.with_backward(&self.plan, &self.params);
+            packs.with_backward(&self.plan);
         }
     }
 
@@ -470,9 +470,24 @@ impl Encoder {
     }
 
     /// Sums the threads' gradients into `grads`, from the GEMMs' layouts to torch's.
-    fn add_grads(&self, parts: usize, grads: &mut EncoderGrads) {
+    fn add_grads(&mut self, parts: usize, grads: &mut EncoderGrads) {
         let plan = &self.plan;
-        let scratch = &self.scratch[..parts];
+        // The other threads' sums into the first's (contiguous), then one reordering pass.
+        let (sum, rest) = self.scratch[..parts]
+            .split_first_mut()
+            .expect("a backward runs on at least one thread");
+        let sum = &mut sum.grads;
+        for t in rest {
+            for (acc, part) in (sum.conv_w.iter_mut().chain(&mut sum.conv_b))
+                .chain([&mut sum.linear_w, &mut sum.linear_b])
+                .zip(
+                    (t.grads.conv_w.iter().chain(&t.grads.conv_b))
+                        .chain([&t.grads.linear_w, &t.grads.linear_b]),
+                )
+            {
+                add_to(acc, part);
+            }
+        }
         for (i, s) in plan.stages.iter().enumerate() {
             let Op::Conv { kernel, .. } = s.op else {
                 continue;
@@ -481,45 +496,31 @@ impl Encoder {
             let (c, o) = (s.input.channels, s.output.channels);
             let kk = kernel * kernel;
             let dw = &mut grads.values[slot];
-            for t in scratch {
-                // dW^T [(kh, kw, c), o] -> dW [o, c, kh, kw]
-                for (r, row) in t.grads.conv_w[i].chunks_exact(o).enumerate() {
-                    let (khw, ch) = (r / c, r % c);
-                    for (oo, &v) in row.iter().enumerate() {
-                        dw[(oo * c + ch) * kk + khw] += v;
-                    }
+            // dW^T [(kh, kw, c), o] -> dW [o, c, kh, kw]
+            for (r, row) in sum.conv_w[i].chunks_exact(o).enumerate() {
+                let (khw, ch) = (r / c, r % c);
+                for (oo, &v) in row.iter().enumerate() {
+                    dw[(oo * c + ch) * kk + khw] += v;
                 }
             }
-            add_all(
-                &mut grads.values[slot + 1],
-                scratch.iter().map(|t| &t.grads.conv_b[i]),
-            );
+            add_to(&mut grads.values[slot + 1], &sum.conv_b[i]);
         }
         let slot = net::linear_slot(plan);
         let perm = net::chw_of_hwc(plan);
         let (nf, flat) = (plan.features, plan.flat);
-        let dw = &mut grads.values[slot];
-        for t in scratch {
-            // dW^T [(h, w, c), F] -> dW [F, (c, h, w)]
-            for (r, row) in t.grads.linear_w.chunks_exact(nf).enumerate() {
-                let col = perm[r];
-                for (f, &v) in row.iter().enumerate() {
-                    dw[f * flat + col] += v;
-                }
+        // dW^T [(h, w, c), F] -> dW [F, (c, h, w)]
+        for (f, dw) in grads.values[slot].chunks_exact_mut(flat).enumerate() {
+            for (&col, v) in perm.iter().zip(sum.linear_w.iter().skip(f).step_by(nf)) {
+                dw[col] += v;
             }
         }
-        add_all(
-            &mut grads.values[slot + 1],
-            scratch.iter().map(|t| &t.grads.linear_b),
-        );
+        add_to(&mut grads.values[slot + 1], &sum.linear_b);
     }
 }
 
-fn add_all<'a>(acc: &mut [f32], parts: impl Iterator<Item = &'a Vec<f32>>) {
-    for p in parts {
-        for (a, v) in acc.iter_mut().zip(p) {
-            *a += v;
-        }
+fn add_to(acc: &mut [f32], part: &[f32]) {
+    for (a, v) in acc.iter_mut().zip(part) {
+        *a += v;
     }
 }
 

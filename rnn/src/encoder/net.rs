@@ -67,21 +67,27 @@ pub(crate) struct Packs {
     bwd: Vec<Option<Packed>>,
     linear_fwd: Packed,
     linear_bwd: Option<Packed>,
+    /// Per stage: a conv's `W` as `[out, K]` (`(kh, kw, c)` columns), for the backward pack.
+    conv_rows: Vec<Option<Vec<f32>>>,
+    /// The linear weight with `(h, w, c)` columns, for the backward pack.
+    linear_rows: Vec<f32>,
 }
 
 /// `W` `[out, in, k, k]` (torch) as `[out, (kh, kw, in)]`.
 fn conv_rows(w: &[f32], out: usize, input: usize, k: usize) -> Vec<f32> {
     let mut r = vec![0.0; w.len()];
-    for o in 0..out {
-        for c in 0..input {
-            for kh in 0..k {
-                for kw in 0..k {
-                    r[o * k * k * input + (kh * k + kw) * input + c] =
-                        w[((o * input + c) * k + kh) * k + kw];
-                }
+    let kk = k * k;
+    for (dst, src) in r
+        .chunks_exact_mut(kk * input)
+        .zip(w.chunks_exact(kk * input))
+    {
+        for (c, kernel) in src.chunks_exact(kk).enumerate() {
+            for (khw, &v) in kernel.iter().enumerate() {
+                dst[khw * input + c] = v;
             }
         }
     }
+    debug_assert_eq!(r.len(), out * kk * input);
     r
 }
 
@@ -104,30 +110,32 @@ impl Packs {
     /// The forward packs of `params` (torch layouts, the encoder's order).
     pub fn new(plan: &Plan, params: &[Vec<f32>]) -> Self {
         let level = SimdLevel::current();
-        let fwd = plan
-            .stages
-            .iter()
-            .enumerate()
+        let conv_rows: Vec<_> = (plan.stages.iter().enumerate())
             .map(|(i, s)| {
                 let g = geometry(s)?;
-                let out = g.output.channels;
-                let rows = conv_rows(
-                    &params[param_slot(plan, i)],
-                    out,
-                    g.input.channels,
-                    g.kernel,
-                );
-                Some(Packed::new(Mat::rows(&rows, out, g.k()).t(), level))
+                let w = &params[param_slot(plan, i)];
+                Some(conv_rows(w, g.output.channels, g.input.channels, g.kernel))
             })
             .collect();
-        let wp = Self::linear_rows(plan, &params[linear_slot(plan)]);
-        let linear_fwd = Packed::new(Mat::rows(&wp, plan.features, plan.flat).t(), level);
+        let fwd = (plan.stages.iter().zip(&conv_rows))
+            .map(|(s, rows)| {
+                let (g, rows) = (geometry(s)?, rows.as_ref()?);
+                Some(Packed::new(
+                    Mat::rows(rows, g.output.channels, g.k()).t(),
+                    level,
+                ))
+            })
+            .collect();
+        let linear_rows = Self::linear_rows(plan, &params[linear_slot(plan)]);
+        let linear_fwd = Packed::new(Mat::rows(&linear_rows, plan.features, plan.flat).t(), level);
         Packs {
             level,
             fwd,
             bwd: Vec::new(),
             linear_fwd,
             linear_bwd: None,
+            conv_rows,
+            linear_rows,
         }
     }
 
@@ -148,30 +156,23 @@ impl Packs {
 
     /// Adds the backward packs (a conv's `W` for its input gradient, the linear weight) if
     /// they are not there yet.
-    pub fn with_backward(&mut self, plan: &Plan, params: &[Vec<f32>]) {
+    pub fn with_backward(&mut self, plan: &Plan) {
         if self.linear_bwd.is_some() {
             return;
         }
         let level = self.level;
-        self.bwd = plan
-            .stages
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
+        self.bwd = (plan.stages.iter().zip(&self.conv_rows).enumerate())
+            .map(|(i, (s, rows))| {
                 // The first layer's input is the frames: no gradient, no pack.
                 let g = geometry(s).filter(|_| i > 0)?;
-                let out = g.output.channels;
-                let rows = conv_rows(
-                    &params[param_slot(plan, i)],
-                    out,
-                    g.input.channels,
-                    g.kernel,
-                );
-                Some(Packed::new(Mat::rows(&rows, out, g.k()), level))
+                Some(Packed::new(
+                    Mat::rows(rows.as_ref()?, g.output.channels, g.k()),
+                    level,
+                ))
             })
             .collect();
-        let wp = Self::linear_rows(plan, &params[linear_slot(plan)]);
-        self.linear_bwd = Some(Packed::new(Mat::rows(&wp, plan.features, plan.flat), level));
+        let rows = Mat::rows(&self.linear_rows, plan.features, plan.flat);
+        self.linear_bwd = Some(Packed::new(rows, level));
     }
 }
 
