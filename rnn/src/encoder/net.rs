@@ -244,7 +244,7 @@ pub(crate) fn forward_block(
                     frames,
                     &done[i - 1][..],
                     out,
-                    &mut argmax[i],
+                    argmax[i],
                 );
             }
         }
