@@ -229,6 +229,12 @@ fn threads_and_accumulation_agree() {
         let (f1, g1) = fused::single_threaded(|| run(&mut enc));
         let (f2, g2) = run(&mut enc);
         assert_eq!(f1, f2, "{name}: features do not depend on the split");
+        // Every copy's features are the reference's (each frame is computed, whatever its
+        // sub-batch and thread).
+        let want = floats(&file["features_out"]).1;
+        for (j, copy) in f2.chunks_exact(want.len()).enumerate() {
+            assert_eq!(mismatch(&format!("copy {j}"), copy, &want), None, "{name}");
+        }
         // The copies' gradient is `copies` times the reference's, accumulated twice = 2x.
         let mut twice = EncoderGrads::zeros(&enc);
         let mut tape = Tape::default();
