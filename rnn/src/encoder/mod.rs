@@ -343,7 +343,8 @@ impl Encoder {
     /// Packs the current parameters if the packs are stale (with the backward's if asked).
     fn ensure_packs(&mut self, backward: bool) {
         if self.packs.as_ref().is_none_or(|(v, _)| *v != self.version) {
-            self.packs = Some((self.version, Packs::new(&self.plan, &self.params)));
+            let old = self.packs.take().map(|(_, p)| p);
+            self.packs = Some((self.version, Packs::new(&self.plan, &self.params, old)));
         }
         if backward {
             let packs = &mut self.packs.as_mut().expect("just built").1;
