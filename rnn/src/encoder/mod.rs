@@ -57,7 +57,8 @@ mod im2col;
 mod maxpool;
 mod net;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 pub use config::{EncoderConfig, EncoderLayer, ImageShape, Op, Plan, Stage, PRESETS};
 use net::{BlockActs, BlockTape, Packs, Scratch};
@@ -67,6 +68,13 @@ use crate::fused::{blocks, parallel, threads};
 /// Forward FLOPs per thread below which a call runs on the calling thread alone (a wake-up of
 /// a pool worker costs tens of microseconds in a VM; see `fused::host::MIN_ROW_STEPS_PER_THREAD`).
 pub const MIN_FLOPS_PER_THREAD: usize = 4_000_000;
+
+/// Chunks of frames per thread of a multi-threaded call, taken in turn: with one block per
+/// thread, a core that another process held made the whole call wait for its half.
+pub const CHUNKS_PER_THREAD: usize = 4;
+
+/// The fewest frames in a chunk (the linear layer's GEMM streams its weights once a chunk).
+pub const MIN_CHUNK_FRAMES: usize = 8;
 
 /// What went wrong building or calling an encoder; each names the field and the value.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -352,10 +360,17 @@ impl Encoder {
         }
     }
 
-    /// Contiguous frame blocks, one per thread the call's work is worth.
-    fn split(&self, frames: usize) -> Vec<(usize, usize)> {
+    /// The threads a call over `frames` frames is worth, and its frames in contiguous chunks
+    /// that those threads take in turn (several per thread: a thread that another process
+    /// slows takes fewer).
+    fn split(&self, frames: usize) -> (usize, Vec<(usize, usize)>) {
         let flops = frames * self.plan.flops_per_frame();
-        blocks(frames, threads().min(flops / MIN_FLOPS_PER_THREAD).max(1))
+        let workers = threads().min(flops / MIN_FLOPS_PER_THREAD).max(1);
+        if workers == 1 {
+            return (1, blocks(frames, 1));
+        }
+        let chunks = (workers * CHUNKS_PER_THREAD).min(frames / MIN_CHUNK_FRAMES);
+        (workers, blocks(frames, chunks.max(workers)))
     }
 
     /// Features `[N, features]` of `frames` frames `obs` (`[N, H, W, C]` bytes), inference
@@ -385,20 +400,25 @@ impl Encoder {
 
     fn run_forward(&mut self, obs: &[u8], frames: usize, tape: &mut Tape) {
         self.ensure_packs(false);
-        let parts = self.split(frames);
-        self.scratch.resize_with(parts.len(), Scratch::default);
+        let (workers, chunks) = self.split(frames);
+        self.scratch.resize_with(workers, Scratch::default);
         tape.prepare(&self.plan, frames, self.version);
-        let acts = tape.blocks(&self.plan, &parts);
+        let slots: Vec<_> = (tape.blocks(&self.plan, &chunks).into_iter())
+            .map(|acts| Mutex::new(Some(acts)))
+            .collect();
         let (plan, params) = (&self.plan, &self.params);
         let packs = &self.packs.as_ref().expect("built above").1;
         let in_len = plan.input.len();
-        let jobs: Vec<_> = parts
-            .iter()
-            .zip(acts)
-            .zip(self.scratch.iter_mut())
-            .map(|((&(first, n), acts), scratch)| {
-                let obs = &obs[first * in_len..(first + n) * in_len];
-                move || net::forward_block(plan, packs, params, obs, n, acts, &mut scratch.col)
+        let (next, chunks, slots) = (&AtomicUsize::new(0), &chunks, &slots);
+        let jobs: Vec<_> = (self.scratch.iter_mut().take(workers))
+            .map(|scratch| {
+                move || {
+                    while let Some((i, &(first, n))) = take_chunk(next, chunks) {
+                        let acts = lock(&slots[i]).take().expect("each chunk is taken once");
+                        let obs = &obs[first * in_len..(first + n) * in_len];
+                        net::forward_block(plan, packs, params, obs, n, acts, &mut scratch.col);
+                    }
+                }
             })
             .collect();
         parallel(jobs);
@@ -434,51 +454,60 @@ impl Encoder {
                 problem: format!("gradients of other parameters than {:?}", self.names),
             });
         }
-        let parts = self.split(frames);
+        let (workers, chunks) = self.split(frames);
         self.ensure_packs(true);
-        self.scratch.resize_with(parts.len(), Scratch::default);
+        self.scratch.resize_with(workers, Scratch::default);
         let plan = &self.plan;
         let packs = &self.packs.as_ref().expect("built above").1;
         let in_len = plan.input.len();
-        let jobs: Vec<_> = parts
-            .iter()
-            .zip(self.scratch.iter_mut())
-            .map(|(&(first, n), scratch)| {
-                fn rows(buf: &[f32], range: (usize, usize), per: usize) -> &[f32] {
-                    &buf[range.0 * per..(range.0 + range.1) * per]
-                }
-                let range = (first, n);
-                let block = BlockTape {
-                    obs: &tape.obs[first * in_len..(first + n) * in_len],
-                    outs: (plan.stages.iter().zip(&tape.outs))
-                        .map(|(s, o)| rows(o, range, s.output.len()))
-                        .collect(),
-                    argmax: (plan.stages.iter().zip(&tape.argmax))
-                        .map(|(s, a)| match a.is_empty() {
-                            true => &a[..],
-                            false => &a[first * s.output.len()..(first + n) * s.output.len()],
-                        })
-                        .collect(),
-                    features: rows(&tape.features, range, plan.features),
-                };
-                let g = rows(grad_features, range, plan.features);
-                move || net::backward_block(plan, packs, block, n, g, scratch)
+        fn rows(buf: &[f32], (first, n): (usize, usize), per: usize) -> &[f32] {
+            &buf[first * per..(first + n) * per]
+        }
+        let blocks: Vec<_> = (chunks.iter())
+            .map(|&(first, n)| BlockTape {
+                obs: &tape.obs[first * in_len..(first + n) * in_len],
+                outs: (plan.stages.iter().zip(&tape.outs))
+                    .map(|(s, o)| rows(o, (first, n), s.output.len()))
+                    .collect(),
+                argmax: (plan.stages.iter().zip(&tape.argmax))
+                    .map(|(s, a)| match a.is_empty() {
+                        true => &a[..],
+                        false => &a[first * s.output.len()..(first + n) * s.output.len()],
+                    })
+                    .collect(),
+                features: rows(&tape.features, (first, n), plan.features),
             })
             .collect();
-        parallel(jobs);
-        self.add_grads(parts.len(), grads);
+        let (next, chunks, blocks) = (&AtomicUsize::new(0), &chunks, &blocks);
+        let jobs: Vec<_> = (self.scratch.iter_mut().take(workers))
+            .map(|scratch| {
+                move || {
+                    let mut ran = false;
+                    while let Some((i, &(first, n))) = take_chunk(next, chunks) {
+                        let g = rows(grad_features, (first, n), plan.features);
+                        net::backward_block(plan, packs, blocks[i].clone(), n, g, scratch, ran);
+                        ran = true;
+                    }
+                    ran
+                }
+            })
+            .collect();
+        let ran = parallel(jobs);
+        self.add_grads(&ran, grads);
         Ok(())
     }
 
     /// Sums the threads' gradients into `grads`, from the GEMMs' layouts to torch's.
-    fn add_grads(&mut self, parts: usize, grads: &mut EncoderGrads) {
+    /// `ran[t]`: whether thread `t` took a chunk (its gradients count).
+    fn add_grads(&mut self, ran: &[bool], grads: &mut EncoderGrads) {
         let plan = &self.plan;
         // The other threads' sums into the first's (contiguous), then one reordering pass.
-        let (sum, rest) = self.scratch[..parts]
-            .split_first_mut()
-            .expect("a backward runs on at least one thread");
+        let mut took = (self.scratch.iter_mut().zip(ran)).filter_map(|(s, &r)| r.then_some(s));
+        let Some(sum) = took.next() else {
+            return; // no frames
+        };
         let sum = &mut sum.grads;
-        for t in rest {
+        for t in took {
             for (acc, part) in (sum.conv_w.iter_mut().chain(&mut sum.conv_b))
                 .chain([&mut sum.linear_w, &mut sum.linear_b])
                 .zip(
@@ -517,6 +546,20 @@ impl Encoder {
         }
         add_to(&mut grads.values[slot + 1], &sum.linear_b);
     }
+}
+
+/// The next chunk not yet taken (index and chunk), if any.
+fn take_chunk<'a>(
+    next: &AtomicUsize,
+    chunks: &'a [(usize, usize)],
+) -> Option<(usize, &'a (usize, usize))> {
+    let i = next.fetch_add(1, Ordering::Relaxed);
+    chunks.get(i).map(|c| (i, c))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in another chunk propagates out of `parallel`; the slot itself stays valid.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn add_to(acc: &mut [f32], part: &[f32]) {

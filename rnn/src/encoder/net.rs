@@ -387,6 +387,7 @@ pub(crate) struct Scratch {
 }
 
 /// One block's activations as the forward left them.
+#[derive(Clone)]
 pub(crate) struct BlockTape<'a> {
     pub obs: &'a [u8],
     pub outs: Vec<&'a [f32]>,
@@ -395,7 +396,8 @@ pub(crate) struct BlockTape<'a> {
 }
 
 /// The parameter gradients of `sum(features * grad_features)` over one block of `frames`
-/// frames, into `scratch.grads` (overwritten). Needs the backward packs.
+/// frames, into `scratch.grads` (added with `accumulate`, else overwritten). Needs the
+/// backward packs.
 pub(crate) fn backward_block(
     plan: &Plan,
     packs: &Packs,
@@ -403,8 +405,10 @@ pub(crate) fn backward_block(
     frames: usize,
     grad_features: &[f32],
     scratch: &mut Scratch,
+    accumulate: bool,
 ) {
     let level = packs.level;
+    let beta = if accumulate { 1.0 } else { 0.0 };
     let Scratch {
         col,
         dcol,
@@ -435,12 +439,14 @@ pub(crate) fn backward_block(
     gemm_packed(
         Mat::rows(x, frames, flat).t(),
         &dz_pack,
-        0.0,
+        beta,
         &mut grads.linear_w,
         nf,
     );
     drop(dz_pack);
-    grads.linear_b.clear();
+    if !accumulate {
+        grads.linear_b.clear();
+    }
     grads.linear_b.resize(nf, 0.0);
     add_column_sums(level, &mut grads.linear_b, dz);
     let linear_bwd = packs.linear_bwd.as_ref().expect("backward packs are built");
@@ -460,7 +466,9 @@ pub(crate) fn backward_block(
             Some(g) => {
                 relu_backward(level, dy, tape.outs[i]);
                 let (w, b) = (&mut grads.conv_w[i], &mut grads.conv_b[i]);
-                b.clear();
+                if !accumulate {
+                    b.clear();
+                }
                 b.resize(g.output.channels, 0.0);
                 add_column_sums(level, b, dy);
                 w.resize(g.k() * g.output.channels, 0.0);
@@ -470,10 +478,10 @@ pub(crate) fn backward_block(
                         obs: tape.obs,
                         scale: plan.scale,
                     };
-                    conv_backward(&g, pack, &src, frames, dy, w, dx, col, dcol);
+                    conv_backward(&g, pack, &src, frames, dy, (w, beta), dx, col, dcol);
                 } else {
                     let src: &[f32] = tape.outs[i - 1];
-                    conv_backward(&g, pack, src, frames, dy, w, dx, col, dcol);
+                    conv_backward(&g, pack, src, frames, dy, (w, beta), dx, col, dcol);
                 }
             }
             None => {
@@ -486,7 +494,7 @@ pub(crate) fn backward_block(
     }
 }
 
-/// A conv's weight gradient `dW^T += col^T dy` (overwritten by the first sub-batch) and, with
+/// A conv's weight gradient `dW^T = beta0 dW^T + col^T dy` and, with
 /// `dx`, its input gradient (`col2im(dy W)`, `dx` zeroed first).
 #[allow(clippy::too_many_arguments)]
 fn conv_backward<S: Source + ?Sized>(
@@ -495,7 +503,7 @@ fn conv_backward<S: Source + ?Sized>(
     src: &S,
     frames: usize,
     dy: &[f32],
-    dw: &mut [f32],
+    (dw, beta0): (&mut [f32], f32),
     mut dx: Option<&mut [f32]>,
     col: &mut Vec<f32>,
     dcol: &mut Vec<f32>,
@@ -514,7 +522,7 @@ fn conv_backward<S: Source + ?Sized>(
         let dy = &dy[f0 * rows_per_frame * out_c..(f0 + fs) * rows_per_frame * out_c];
         im2col::im2col(g, src, f0, fs, col);
         let dy_pack = Packed::new(Mat::rows(dy, rows, out_c), level);
-        let beta = if f0 == 0 { 0.0 } else { 1.0 };
+        let beta = if f0 == 0 { beta0 } else { 1.0 };
         gemm_packed(
             Mat::rows(&col[..rows * k], rows, k).t(),
             &dy_pack,
