@@ -321,3 +321,63 @@ fn ppo_rows_name_their_update_path_and_train_runs_the_whole_loop_on_both() {
         "{fused}"
     );
 }
+
+#[test]
+fn encoder_bench_prints_a_row_per_preset_pass_and_shape() {
+    // --no-torch: this test needs no Python; the torch side is the same rows' other half.
+    let rows = bench_rows(&[
+        "encoder",
+        "--no-torch",
+        "--presets",
+        "minigrid,nature",
+        "--actor-frames",
+        "3",
+        "--learner-batches",
+        "2x2",
+        "--rounds",
+        "1",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+    ]);
+    let got: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| {
+            assert_eq!(r["bench"], "encoder");
+            for field in ["recur_ms", "frames_per_s", "fwd_gflop"] {
+                assert!(r[field].as_f64().unwrap() > 0.0, "{field} in {r}");
+            }
+            for field in ["torch_ms", "vs_torch", "torch_format"] {
+                assert!(r[field].is_null(), "{field} without torch in {r}");
+            }
+            assert!(r["cpu"].as_str().is_some_and(|c| !c.is_empty()), "{r}");
+            assert_eq!(r["threads"], 1);
+            let s = |k: &str| r[k].as_str().unwrap().to_string();
+            (s("preset"), s("pass"), s("shape"))
+        })
+        .collect();
+    let want = [
+        ("minigrid", "fwd", "3"),
+        ("minigrid", "fwdbwd", "2x2"),
+        ("nature", "fwd", "3"),
+        ("nature", "fwdbwd", "2x2"),
+    ];
+    assert_eq!(
+        got,
+        want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    );
+    assert_eq!(rows[1]["frames"], 4);
+
+    let mut cmd = Command::new(binary("recur-bench"));
+    cmd.args(["encoder", "--learner-batches", "8*32"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--learner-batches") && err.contains("8*32"),
+        "{err}"
+    );
+}

@@ -1,7 +1,8 @@
 //! Benchmarks behind `recur-bench`. Each prints one JSON object per line (a contract: field
 //! names stay stable), so results can be compared across runs and against peers.
 //!
-//! One module per subcommand: [`rnn`] (recurrent-mode throughput per backend), [`actor`] (one
+//! One module per subcommand: [`rnn`] (recurrent-mode throughput per backend), [`encoder`]
+//! (the convolutional encoder beside torch's CPU convolution), [`actor`] (one
 //! actor's env-steps/s), [`learner`] (learner-only training on replayed data, with the
 //! `learner` library's algorithms), [`train`] (whole `recur-learner train` runs, end to end)
 //! and [`transport`] (ring bandwidth from producer processes and weight latency), with
@@ -12,6 +13,7 @@
 
 pub mod actor;
 mod chunks;
+pub mod encoder;
 pub mod latency;
 pub mod learner;
 pub mod rnn;

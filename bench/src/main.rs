@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 use bench::actor::ActorBench;
+use bench::encoder::EncoderBench;
 use bench::learner::LearnerBench;
 use bench::rnn::RnnBench;
 use bench::set_threads;
@@ -31,6 +32,9 @@ struct Cli {
 enum Command {
     /// Recurrent-mode LSTM/GRU throughput per backend on TorchRL's anchor workload.
     Rnn(RnnBench),
+    /// The convolutional encoder (forward for the actor's E frames, forward+backward for the
+    /// learner's B x T) beside torch's CPU convolution at the same thread count: `vs_torch`.
+    Encoder(EncoderBench),
     /// Env-steps/s of one actor on one thread, per env, number of envs and policy cell.
     Actor(ActorBench),
     /// Learner-only training throughput (DQN, BC and PPO updates on replayed data): trained
@@ -101,6 +105,7 @@ fn main() -> anyhow::Result<()> {
         Command::Learner(b) => threaded!(b),
         Command::Actor(b) => threaded!(b),
         Command::Rnn(b) => threaded!(b),
+        Command::Encoder(b) => threaded!(b),
     }
     Ok(())
 }

@@ -64,6 +64,9 @@
 //!   [`burn_backend::CpuAutodiff`], and the CubeCL kernels on burn's CUDA and wgpu backends in
 //!   a build with the `cuda` or `wgpu` feature ([`fused_kernels`] says which).
 //! - [`burn_backend`]: the burn backends recur runs on, and a fast host read of their tensors.
+//! - [`encoder`]: a convolutional image encoder on host `f32` (`uint8` frames in, im2col into
+//!   the fused backend's SIMD GEMM, a hand-written backward), with the `nature` and
+//!   `minigrid` presets.
 //! - [`math`]: the cells' element-wise math on host `f32`, shared with the actor's inference
 //!   path outside burn.
 //!
@@ -117,6 +120,7 @@ pub(crate) mod backend;
 pub mod burn_backend;
 mod cell;
 mod config;
+pub mod encoder;
 mod error;
 mod layer;
 pub mod math;
