@@ -64,10 +64,7 @@ pub fn unsupported<B: Backend>(model: &Policy<B>) -> Option<String> {
         return Some("a continuous (Box) action space".to_string());
     }
     let dropout = core.config().dropout;
-    if dropout != 0.0 {
-        return Some(format!("dropout {dropout} between the core's layers"));
-    }
-    None
+    (dropout != 0.0).then(|| format!("dropout {dropout} between the core's layers"))
 }
 
 /// The choices per component of a (multi-)discrete action.
@@ -247,10 +244,8 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
         let (value, next_h, next_c) = self.values(t, obs, &start, rs_h, rs_c, None);
         let boot = (!rows.is_empty()).then(|| {
             let obs = gather(&chunk.next_observation, rows, d);
-            let (h, c) = (
-                gather(&next_h, rows, lh),
-                next_c.map(|c| gather(&c, rows, lh)),
-            );
+            let h = gather(&next_h, rows, lh);
+            let c = next_c.map(|c| gather(&c, rows, lh));
             self.values(1, &obs, &vec![true; rows.len()], &h, c.as_deref(), None)
                 .0
         });
