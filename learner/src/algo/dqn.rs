@@ -235,7 +235,7 @@ impl<B: AutodiffBackend> Dqn<B> {
         sb: &SliceBatch,
         inputs: &SliceInputs,
     ) -> (Vec<f32>, Vec<f32>) {
-        let out = inputs.forward(net, 0, None);
+        let out = inputs.forward(net, 0..inputs.len, None);
         let q = host(out.head);
         let (rows, len) = (sb.rows, sb.len);
         let pc = net.config();
@@ -484,7 +484,7 @@ mod tests {
         let b = batch();
         let sb = SliceBatch::new(&dqn.trainer.storage, &b, 8);
         let inputs = sb.inputs(InitialState::Stored, 1, 8, true);
-        let full = host(inputs.forward(&dqn.trainer.inference, 0, None).head);
+        let full = host(inputs.forward(&dqn.trainer.inference, 0..inputs.len, None).head);
         let learn = host(
             inputs
                 .forward_learn(dqn.model(), &dqn.trainer.inference, 4)
@@ -529,7 +529,7 @@ mod tests {
         // By hand on the learned steps: logsumexp of the Q-values minus the taken one.
         let sb = SliceBatch::new(&d.trainer.storage, &b, 8);
         let inputs = sb.inputs(InitialState::Stored, 1, 8, true);
-        let q = host(inputs.forward(&d.trainer.inference, 0, None).head);
+        let q = host(inputs.forward(&d.trainer.inference, 0..inputs.len, None).head);
         let actions = sb.gather(&d.trainer.storage.action, 1);
         let mut gap = 0.0f32;
         for r in 0..2 {

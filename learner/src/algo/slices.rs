@@ -2,6 +2,8 @@
 //! replay storage ([`SliceTrainer`]), a sampled batch of slices as tensors `[rows, slice_len, ..]`,
 //! the recurrent-mode forward of a slice with burn-in, and the step at a trajectory's cut.
 
+use std::ops::Range;
+
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::backend::to_vec as host;
@@ -321,22 +323,20 @@ impl SliceInputs {
         columns(v, self.rows, self.len, w, from, to)
     }
 
-    /// Recurrent mode over columns `from..len` of `net`, each row starting at column `from`
-    /// from `start` (`[rows, L, H]` per state entry; `None`: the stored state at `from`).
+    /// Recurrent mode over columns `cols` of `net`, each row starting at column `cols.start`
+    /// from `start` (`[rows, L, H]` per state entry; `None`: the stored state there).
     pub fn forward<M: Backend>(
         &self,
         net: &Policy<M>,
-        from: usize,
+        cols: Range<usize>,
         start: Option<(&[f32], Option<&[f32]>)>,
     ) -> PolicyOutput<M, 3, 4> {
-        let (rows, t, lh) = (self.rows, self.len - from, self.l * self.h);
+        let (rows, t, lh) = (self.rows, cols.len(), self.l * self.h);
+        let (from, to) = (cols.start, cols.end);
         let device = net.policy_head.weight.val().device();
-        let mut is_init = self.columns(&self.is_init, 1, from, self.len);
-        let mut rs_h = self.columns(&self.rs_h, lh, from, self.len);
-        let mut rs_c = self
-            .rs_c
-            .as_ref()
-            .map(|c| self.columns(c, lh, from, self.len));
+        let mut is_init = self.columns(&self.is_init, 1, from, to);
+        let mut rs_h = self.columns(&self.rs_h, lh, from, to);
+        let mut rs_c = self.rs_c.as_ref().map(|c| self.columns(c, lh, from, to));
         if let Some((h0, c0)) = start {
             for r in 0..rows {
                 // A trajectory that starts exactly here keeps its stored state.
@@ -356,10 +356,7 @@ impl SliceInputs {
         let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
         net.forward_batch(
             Tensor::from_data(
-                TensorData::new(
-                    self.columns(&self.obs, self.d, from, self.len),
-                    [rows, t, self.d],
-                ),
+                TensorData::new(self.columns(&self.obs, self.d, from, to), [rows, t, self.d]),
                 &device,
             ),
             Tensor::<M, 2, Bool>::from_data(TensorData::new(is_init, [rows, t]), &device),
@@ -381,26 +378,15 @@ impl SliceInputs {
         burn_in: usize,
     ) -> PolicyOutput<B, 3, 4> {
         if burn_in == 0 {
-            return self.forward(model, 0, None);
+            return self.forward(model, 0..self.len, None);
         }
         let lh = self.l * self.h;
-        let prefix = SliceInputs {
-            rows: self.rows,
-            len: burn_in,
-            d: self.d,
-            l: self.l,
-            h: self.h,
-            obs: self.columns(&self.obs, self.d, 0, burn_in),
-            is_init: self.columns(&self.is_init, 1, 0, burn_in),
-            rs_h: self.columns(&self.rs_h, lh, 0, burn_in),
-            rs_c: self.rs_c.as_ref().map(|c| self.columns(c, lh, 0, burn_in)),
-        };
-        let out = prefix.forward(inference, 0, None);
+        let out = self.forward(inference, 0..burn_in, None);
         // The post-step state of each row's last burn-in column.
         let last = |v: Vec<f32>| columns(&v, self.rows, burn_in, lh, burn_in - 1, burn_in);
         let h0 = last(host(out.next.rs_h));
         let c0 = out.next.rs_c.map(|c| last(host(c)));
-        self.forward(model, burn_in, Some((&h0, c0.as_deref())))
+        self.forward(model, burn_in..self.len, Some((&h0, c0.as_deref())))
     }
 }
 

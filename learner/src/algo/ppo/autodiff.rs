@@ -86,7 +86,7 @@ pub(crate) fn loss<B: AutodiffBackend>(
     let adv_t = t3(s.adv);
     let mask_t = t3(s.mask);
 
-    let out = s.inputs.forward(&trainee.model, 0, None);
+    let out = s.inputs.forward(&trainee.model, 0..s.inputs.len, None);
     let action = trainee.model.action();
     let logp = sb.log_prob(action, out.head.clone(), 0, &device);
     let entropy = match action {
