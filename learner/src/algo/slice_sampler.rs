@@ -164,21 +164,12 @@ impl SliceSampler {
         if config.batch_size == 0 {
             return bad("batch_size", "0".into(), "at least 1");
         }
+        let one = "exactly one of slice_len and num_slices";
         let (slice_len, num_slices) = match (config.slice_len, config.num_slices) {
             (Some(_), Some(_)) => {
-                return bad(
-                    "slice_len",
-                    "set together with num_slices".into(),
-                    "exactly one of slice_len and num_slices",
-                )
+                return bad("slice_len", "set together with num_slices".into(), one)
             }
-            (None, None) => {
-                return bad(
-                    "slice_len",
-                    "unset, and num_slices too".into(),
-                    "exactly one of slice_len and num_slices",
-                )
-            }
+            (None, None) => return bad("slice_len", "unset, and num_slices too".into(), one),
             (Some(0), _) => return bad("slice_len", "0".into(), "at least 1"),
             (_, Some(0)) => return bad("num_slices", "0".into(), "at least 1"),
             (Some(l), None) => (l, config.batch_size / l),

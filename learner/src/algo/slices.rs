@@ -42,7 +42,24 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
         sampler_seed: u64,
         device: &B::Device,
     ) -> anyhow::Result<Self> {
-        check_initial_state(slices.initial_state, policy, schema)?;
+        // With `stored` slice-start states, the policy's recurrent state has the data's shape.
+        if slices.initial_state == InitialState::Stored
+            && (policy.cell != schema.cell
+                || policy.state_layers() != schema.num_layers
+                || policy.hidden_size != schema.hidden_size)
+        {
+            anyhow::bail!(
+                "initial_state = \"stored\" needs the data's recurrent state shape: the data has \
+                 {} x {} layers x {} units, the policy {} x {} x {}; use initial_state = \"zeros\" \
+                 (with burn_in) or match [policy]",
+                schema.cell.name(),
+                schema.num_layers,
+                schema.hidden_size,
+                policy.cell.name(),
+                policy.state_layers(),
+                policy.hidden_size
+            );
+        }
         let trainee = Trainee::new(policy, seed, device)?;
         Ok(SliceTrainer {
             inference: trainee.inference(),
@@ -118,32 +135,6 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
     }
 }
 
-/// With `stored` slice-start states, the learner's recurrent state must have the data's shape.
-fn check_initial_state(
-    initial: InitialState,
-    policy: &PolicyConfig,
-    schema: &ChunkSchema,
-) -> anyhow::Result<()> {
-    if initial == InitialState::Stored
-        && (policy.cell != schema.cell
-            || policy.state_layers() != schema.num_layers
-            || policy.hidden_size != schema.hidden_size)
-    {
-        anyhow::bail!(
-            "initial_state = \"stored\" needs the data's recurrent state shape: the data has \
-             {} x {} layers x {} units, the policy {} x {} x {}; use initial_state = \"zeros\" \
-             (with burn_in) or match [policy]",
-            schema.cell.name(),
-            schema.num_layers,
-            schema.hidden_size,
-            policy.cell.name(),
-            policy.state_layers(),
-            policy.hidden_size
-        );
-    }
-    Ok(())
-}
-
 /// One padded batch of `rows` slices of `len` steps, read out of the storage.
 pub struct SliceBatch<'a> {
     pub storage: &'a ReplayStorage,
@@ -216,14 +207,8 @@ impl<'a> SliceBatch<'a> {
             ),
             ActionSpec::Continuous { low, high } => {
                 let (rows, len, a) = (self.rows, self.len, low.len());
-                let acts = columns(
-                    &self.gather(&self.storage.action, a),
-                    rows,
-                    len,
-                    a,
-                    from,
-                    len,
-                );
+                let all = self.gather(&self.storage.action, a);
+                let acts = columns(&all, rows, len, a, from, len);
                 let acts = tensor3(acts, rows, len - from, a, device);
                 squashed_gaussian_log_prob_tensor(head, acts, low, high)
             }
