@@ -123,13 +123,8 @@ impl EvalWorker {
                 let mut rows = Vec::new();
                 for (frames, wall_s, blob) in rx {
                     let (policy, version) = from_blob(init_policy(&plan.policy, 0)?, &blob)?;
-                    let e = evaluate(
-                        policy.clone(),
-                        &plan.registry,
-                        &plan.env,
-                        plan.episodes,
-                        plan.seed,
-                    )?;
+                    let EvalPlan { registry, env, .. } = &plan;
+                    let e = evaluate(policy.clone(), registry, env, plan.episodes, plan.seed)?;
                     let row = EvalRow {
                         frames,
                         wall_s,
