@@ -355,14 +355,11 @@ pub fn evaluate(
     seed: u64,
 ) -> anyhow::Result<Evaluation> {
     let envs = registry.make_vec(env, episodes, seed)?;
-    let mut actor = Actor::with_envs(
-        ActorConfig {
-            exploration: Exploration::Greedy(EpsilonSchedule::constant(0.0)),
-            ..ActorConfig::new(env, episodes, STEPS, seed)
-        },
-        policy,
-        envs,
-    )?;
+    let config = ActorConfig {
+        exploration: Exploration::Greedy(EpsilonSchedule::constant(0.0)),
+        ..ActorConfig::new(env, episodes, STEPS, seed)
+    };
+    let mut actor = Actor::with_envs(config, policy, envs)?;
     // The first episode of every environment: no bias towards short episodes.
     let mut first: Vec<Option<f64>> = vec![None; episodes];
     for _ in 0..MAX_CHUNKS {
