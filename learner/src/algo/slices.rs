@@ -61,17 +61,13 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
             );
         }
         let trainee = Trainee::new(policy, seed, device)?;
+        let (len, n) = (slices.slice_len, slices.num_slices);
         Ok(SliceTrainer {
             inference: trainee.inference(),
             trainee,
             slices,
             storage: ReplayStorage::new(schema, capacity),
-            sampler: SliceSampler::new(SliceSamplerConfig::padded(
-                slices.slice_len,
-                slices.num_slices,
-                true,
-                sampler_seed,
-            ))?,
+            sampler: SliceSampler::new(SliceSamplerConfig::padded(len, n, true, sampler_seed))?,
         })
     }
 

@@ -72,16 +72,14 @@ impl Plan {
         if let AlgoConfig::Ppo(ppo) = &mut algo {
             ppo.frames_per_update = self.frames_per_update;
         }
-        algo::build::<B>(
-            &LearnerSpec {
-                algo: &algo,
-                policy: &self.policy,
-                schema: &self.schema,
-                capacity: config.dqn.as_ref().map_or(0, |d| d.buffer_size),
-                seed: config.run.seed,
-            },
-            device,
-        )
+        let spec = LearnerSpec {
+            algo: &algo,
+            policy: &self.policy,
+            schema: &self.schema,
+            capacity: config.dqn.as_ref().map_or(0, |d| d.buffer_size),
+            seed: config.run.seed,
+        };
+        algo::build::<B>(&spec, device)
     }
 
     /// The actors: the collector section, the learner's policy architecture, the algorithm's
