@@ -176,10 +176,8 @@ impl LearnerBench {
     /// replay storage for DQN and BC.
     fn data(&self, slice_len: usize, batch: usize) -> anyhow::Result<Vec<Chunk>> {
         let pc = fit_policy(&self.env, &self.policy(RecurrentBackend::Auto)?)?;
-        let mut actor = Actor::new(
-            ActorConfig::new(&self.env, batch, slice_len, self.seed),
-            init_policy(&pc, self.seed)?,
-        )?;
+        let config = ActorConfig::new(&self.env, batch, slice_len, self.seed);
+        let mut actor = Actor::new(config, init_policy(&pc, self.seed)?)?;
         (0..(self.warmup + self.iters).max(8))
             .map(|_| Ok(actor.collect()?))
             .collect()

@@ -237,13 +237,9 @@ impl<B: AutodiffBackend> Dqn<B> {
         let last: Vec<usize> = (0..rows).map(|r| r * len + sb.valid[r] - 1).collect();
         let stored: Vec<usize> = last.iter().map(|&p| sb.batch.positions[p]).collect();
         let next_obs = gather(&self.trainer.storage.next_observation, &stored, d);
-        let cut = step_at_cut(
-            net,
-            next_obs,
-            gather(&host(out.next.rs_h), &last, lh),
-            out.next.rs_c.map(|c| gather(&host(c), &last, lh)),
-        )
-        .expect("the batch matches the network");
+        let h = gather(&host(out.next.rs_h), &last, lh);
+        let c = out.next.rs_c.map(|c| gather(&host(c), &last, lh));
+        let cut = step_at_cut(net, next_obs, h, c).expect("the batch matches the network");
         (q, host(cut.head))
     }
 }

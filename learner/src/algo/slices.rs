@@ -81,12 +81,8 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
     pub fn inputs<'a>(&'a self, batch: &'a SampledBatch) -> (SliceBatch<'a>, SliceInputs) {
         let sb = SliceBatch::new(&self.storage, batch, self.slices.slice_len);
         let pc = self.inference.config();
-        let inputs = sb.inputs(
-            self.slices.initial_state,
-            pc.state_layers(),
-            pc.hidden_size,
-            pc.cell.has_cell_state(),
-        );
+        let (l, h) = (pc.state_layers(), pc.hidden_size);
+        let inputs = sb.inputs(self.slices.initial_state, l, h, pc.cell.has_cell_state());
         (sb, inputs)
     }
 

@@ -88,12 +88,9 @@ impl Plan {
     pub fn transport_config(&self, opts: &TrainOptions, state: &TrainState) -> TransportConfig {
         let config = &opts.config;
         let c = &config.collector;
+        let seed = config.run.seed.wrapping_add(state.updates);
         TransportConfig {
-            actor_args: actor_args(
-                config,
-                &self.policy,
-                config.run.seed.wrapping_add(state.updates),
-            ),
+            actor_args: actor_args(config, &self.policy, seed),
             actors: self.actors,
             run_dir: opts.run_dir.clone(),
             actor_program: opts.actor_program.clone(),

@@ -236,24 +236,16 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
         let start: Vec<bool> = (chunk.is_init.iter().enumerate())
             .map(|(p, &x)| x == 1 || p % t == 0)
             .collect();
-        let (value, next_h, next_c) = self.values(
-            t,
-            &chunk.observation,
-            &start,
-            &chunk.rs_h,
-            chunk.rs_c.as_deref(),
-            None,
-        );
+        let (obs, rs_h, rs_c) = (&chunk.observation, &chunk.rs_h, chunk.rs_c.as_deref());
+        let (value, next_h, next_c) = self.values(t, obs, &start, rs_h, rs_c, None);
         let boot = (!rows.is_empty()).then(|| {
-            self.values(
-                1,
-                &gather(&chunk.next_observation, rows, d),
-                &vec![true; rows.len()],
-                &gather(&next_h, rows, lh),
-                next_c.map(|c| gather(&c, rows, lh)).as_deref(),
-                None,
-            )
-            .0
+            let obs = gather(&chunk.next_observation, rows, d);
+            let (h, c) = (
+                gather(&next_h, rows, lh),
+                next_c.map(|c| gather(&c, rows, lh)),
+            );
+            self.values(1, &obs, &vec![true; rows.len()], &h, c.as_deref(), None)
+                .0
         });
         (value, boot)
     }
