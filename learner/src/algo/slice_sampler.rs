@@ -134,12 +134,9 @@ impl SliceSampler {
     /// Where the sampler stands (its generator's position, the rest of the current epoch):
     /// saved in a checkpoint so that a resumed run draws the slices the uninterrupted one would.
     pub fn state(&self) -> SamplerState {
+        let rng = &self.rng;
         SamplerState {
-            rng: (
-                self.rng.get_seed(),
-                self.rng.get_stream(),
-                self.rng.get_word_pos(),
-            ),
+            rng: (rng.get_seed(), rng.get_stream(), rng.get_word_pos()),
             epoch: self.epoch.clone(),
         }
     }

@@ -173,10 +173,8 @@ impl<'a> SliceBatch<'a> {
             .map(|a| a as i64)
             .collect();
         let idx = columns(&idx, self.rows, self.len, k, from, self.len);
-        Tensor::from_data(
-            TensorData::new(idx, [self.rows, self.len - from, k]),
-            device,
-        )
+        let shape = [self.rows, self.len - from, k];
+        Tensor::from_data(TensorData::new(idx, shape), device)
     }
 
     /// The log-probability `[rows, len - from, 1]` of the stored actions of columns
