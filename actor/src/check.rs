@@ -96,35 +96,24 @@ impl Checker {
         let s = actor.schema();
         let (e, t_len, d, lh) = (s.envs, s.steps, s.obs_dim, s.num_layers * s.hidden_size);
         let primer = actor.policy().primer();
-        for entry in &primer.entries {
-            if entry.shape != [s.num_layers, s.hidden_size] {
-                return Err(self.mismatch(
-                    entry.key,
-                    0,
-                    0,
-                    format!("{:?}", [s.num_layers, s.hidden_size]),
-                    format!("{:?}", entry.shape),
-                ));
-            }
+        // What holds for the whole chunk (named at env 0, step 0).
+        let whole = |field: &str, expected: String, observed: String| {
+            self.mismatch(field, 0, 0, expected, observed)
+        };
+        let shape = [s.num_layers, s.hidden_size];
+        if let Some(entry) = primer.entries.iter().find(|e| e.shape != shape) {
+            let observed = format!("{:?}", entry.shape);
+            return Err(whole(entry.key, format!("{shape:?}"), observed));
         }
-        if chunk.rs_c.is_some() != primer.entry("rs_c").is_some() {
-            return Err(self.mismatch(
-                "rs_c",
-                0,
-                0,
-                format!("present = {}", primer.entry("rs_c").is_some()),
-                format!("present = {}", chunk.rs_c.is_some()),
-            ));
+        let (expected, observed) = (primer.entry("rs_c").is_some(), chunk.rs_c.is_some());
+        if expected != observed {
+            let present = |p: bool| format!("present = {p}");
+            return Err(whole("rs_c", present(expected), present(observed)));
         }
-        chunk.validate(s).map_err(|err| {
-            self.mismatch(
-                "chunk",
-                0,
-                0,
-                "a chunk of the run's schema".into(),
-                err.to_string(),
-            )
-        })?;
+        let schema = "a chunk of the run's schema";
+        chunk
+            .validate(s)
+            .map_err(|e| whole("chunk", schema.into(), e.to_string()))?;
         // Recompute ("next", state) of every step with the policy to check the carry.
         let nexts = next_states(actor.policy(), chunk, s.envs, s.steps);
         for env in 0..e {
@@ -286,13 +275,8 @@ pub fn next_states(
     let device = cpu_device();
     let obs =
         Tensor::<Cpu, 2>::from_data(TensorData::new(chunk.observation.clone(), [n, d]), &device);
-    let is_init = Tensor::<Cpu, 1, Bool>::from_data(
-        TensorData::new(
-            chunk.is_init.iter().map(|&x| x == 1).collect::<Vec<_>>(),
-            [n],
-        ),
-        &device,
-    );
+    let is_init: Vec<bool> = chunk.is_init.iter().map(|&x| x == 1).collect();
+    let is_init = Tensor::<Cpu, 1, Bool>::from_data(TensorData::new(is_init, [n]), &device);
     let state =
         |v: &Vec<f32>| Tensor::<Cpu, 3>::from_data(TensorData::new(v.clone(), [n, l, h]), &device);
     let out = policy

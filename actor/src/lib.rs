@@ -19,7 +19,6 @@ pub mod outlet;
 pub mod start;
 
 pub use common::envs::Registry;
-pub use common::rollout::{Actor, ActorConfig, ActorError, Episode};
 
 /// The `recur-actor` program with the environments of `registry`: parses the command line and
 /// runs it. A user crate registers its own [`Env`](common::envs::Env)s and calls this from

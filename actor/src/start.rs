@@ -72,6 +72,8 @@ pub fn start(
         );
     }
     let (actor_bits, incarnation_bits) = (id.actor_id as u64, id.incarnation as u64);
+    // Every actor and every restart explores differently.
+    let seed = args.seed ^ (actor_bits << 32) ^ (incarnation_bits << 48);
     // Seed contract of the gymnasium bridge: env i of actor a first reset with
     // seed + a * envs + i (a restarted incarnation shifts by incarnation << 32).
     let env_seed = if is_gymnasium(env) {
@@ -79,7 +81,7 @@ pub fn start(
             .wrapping_add(actor_bits * args.envs as u64)
             .wrapping_add(incarnation_bits << 32)
     } else {
-        args.seed ^ (actor_bits << 32) ^ (incarnation_bits << 48)
+        seed
     };
     let envs = registry.make_vec(env, args.envs, env_seed)?;
     let spec = finite_bounds(EnvSpec {
@@ -113,8 +115,7 @@ pub fn start(
         env: env.clone(),
         num_envs: args.envs,
         steps: args.steps,
-        // Every actor and every restart explores differently.
-        seed: args.seed ^ (actor_bits << 32) ^ (incarnation_bits << 48),
+        seed,
         actor_id: id.actor_id,
         incarnation: id.incarnation,
         exploration: args.exploration,

@@ -7,16 +7,13 @@
 //! `us_per_step` is the time of one batched step of all `envs` environments (policy call,
 //! sampling, env steps and chunk filling) and `steps_per_s` counts environment steps.
 //!
-//! A `gymnasium:<id>` env runs through the bridge (one Python worker), and gets two more rows
-//! per E, gymnasium's own `SyncVectorEnv` and `AsyncVectorEnv` stepping the same E envs with
-//! random actions in the same run (`cell` = `"gymnasium_sync"` / `"gymnasium_async"`, `hidden`
-//! 0), then one `{"bench":"actor_ratio","env":..,"envs":..,"cell":..,"vs":..,"ratio":..}` row
-//! per bridge row and baseline: the bridge's steps/s over the baseline's (also on stderr).
+//! A `gymnasium:<id>` env runs through the bridge, with rows of gymnasium's own vector envs and
+//! the bridge's ratios to them beside it (`gymnasium_baselines`; docs/recur-bench.md).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::envs::{is_gymnasium, GymnasiumOptions, Registry, Space, VecActions, VectorEnv};
+use common::envs::{is_gymnasium, GymnasiumOptions, Space, VecActions, VectorEnv};
 use common::policy::{init_policy, policy_config_for_spec};
 use common::rollout::{Actor, ActorConfig};
 use rand::rngs::StdRng;
@@ -211,7 +208,7 @@ impl ActorBench {
                 iters: self.iters,
                 threads: self.threads,
             };
-            writeln!(out, "{}", serde_json::to_string(&row)?)?;
+            emit(out, &row)?;
             for b in rows.iter().filter(|r| r.env == env && r.envs == e) {
                 let ratio = b.steps_per_s / steps_per_s;
                 eprintln!(
@@ -222,9 +219,8 @@ impl ActorBench {
                     "bench": "actor_ratio", "env": env, "envs": e, "cell": b.cell,
                     "vs": cell, "ratio": ratio,
                 });
-                writeln!(out, "{line}")?;
+                emit(out, &line)?;
             }
-            out.flush()?;
             baselines.push(row);
         }
         rows.extend(baselines);
@@ -255,10 +251,7 @@ impl Runner {
         cell: Option<CellKind>,
         bench: &ActorBench,
     ) -> anyhow::Result<Self> {
-        let registry = Registry::builtin().with_gymnasium(GymnasiumOptions {
-            imports: bench.env_imports.clone(),
-            ..GymnasiumOptions::default()
-        });
+        let registry = learner::eval::env_registry(&bench.env_imports, None);
         let mut venv = registry.make_vec(env, e, bench.seed)?;
         Ok(match cell {
             Some(cell) => {

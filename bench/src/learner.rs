@@ -164,27 +164,20 @@ impl LearnerBench {
         Ok(rows)
     }
 
-    fn policy(&self, backend: RecurrentBackend) -> PolicySection {
-        PolicySection {
-            cell: self.cell,
-            hidden_size: self.hidden,
-            num_layers: 1,
-            encoder: vec![64],
-            backend,
-            obs_norm: false,
-            obs_clip: 10.0,
-            critic_core: Default::default(),
-        }
+    /// The `[policy]` section as a config file would hold it (the keys left out take their
+    /// defaults: one layer, a 64-unit encoder, no observation normalizer).
+    fn policy(&self, backend: RecurrentBackend) -> anyhow::Result<PolicySection> {
+        let (cell, hidden, backend) = (self.cell.name(), self.hidden, backend.name());
+        let section = format!("cell = \"{cell}\"\nhidden_size = {hidden}\nbackend = \"{backend}\"");
+        Ok(toml::from_str(&section)?)
     }
 
     /// Chunks of `batch` envs x `slice_len` steps: enough for every timed PPO update and a
     /// replay storage for DQN and BC.
     fn data(&self, slice_len: usize, batch: usize) -> anyhow::Result<Vec<Chunk>> {
-        let pc = fit_policy(&self.env, &self.policy(RecurrentBackend::Auto))?;
-        let mut actor = Actor::new(
-            ActorConfig::new(&self.env, batch, slice_len, self.seed),
-            init_policy(&pc, self.seed)?,
-        )?;
+        let pc = fit_policy(&self.env, &self.policy(RecurrentBackend::Auto)?)?;
+        let config = ActorConfig::new(&self.env, batch, slice_len, self.seed);
+        let mut actor = Actor::new(config, init_policy(&pc, self.seed)?)?;
         (0..(self.warmup + self.iters).max(8))
             .map(|_| Ok(actor.collect()?))
             .collect()
@@ -202,7 +195,7 @@ impl LearnerBench {
             // The fused update runs on the fused kernels only: no row for other backends.
             return Ok(None);
         }
-        let pc = fit_policy(&self.env, &self.policy(backend))?;
+        let pc = fit_policy(&self.env, &self.policy(backend)?)?;
         let schema = chunk_schema(&pc, batch, slice_len);
         let frames = batch * slice_len;
         // Each section as a config file would hold it (keys left out take their defaults).

@@ -233,7 +233,7 @@ impl RnnBench {
             median_ms: peak_time.as_secs_f64() * 1e3,
             simd: fused::SimdLevel::current().name(),
         };
-        writeln!(out, "{}", serde_json::to_string(&gemm)?)?;
+        emit(out, &gemm)?;
         let mut rows = Vec::new();
         for &cell in &self.cells {
             for &backend in &self.backends {
@@ -322,7 +322,11 @@ impl RnnBench {
                     let (median_ms, min_ms, max_ms) = summarize(&samples);
                     let gflop = self.gemm_gflop(cell, steps, pass, recompute);
                     let gflop_per_s = gflop / (median_ms / 1e3);
-                    let resolved = module.backend();
+                    let (b, h, l) = (self.batch, self.hidden, self.layers);
+                    let fused_bwd =
+                        module.backend() == RecurrentBackend::Fused && pass == Pass::FwdBwd;
+                    let saved_bytes =
+                        fused_bwd.then(|| fused::saved_bytes(cell, b, steps, h, l, recompute));
                     let row = RnnRow {
                         bench: "rnn",
                         cell: cell.name(),
@@ -348,17 +352,7 @@ impl RnnBench {
                         device: self.device.to_string(),
                         matmul_precision: self.matmul_precision.resolve().name(),
                         first_call_ms: first_call.as_secs_f64() * 1e3,
-                        saved_bytes: (resolved == RecurrentBackend::Fused && pass == Pass::FwdBwd)
-                            .then(|| {
-                                fused::saved_bytes(
-                                    cell,
-                                    self.batch,
-                                    steps,
-                                    self.hidden,
-                                    self.layers,
-                                    recompute,
-                                )
-                            }),
+                        saved_bytes,
                     };
                     emit(out, &row)?;
                     rows.push(row);

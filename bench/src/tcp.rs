@@ -235,30 +235,26 @@ fn join(
             Box::new(rustls::StreamOwned::new(conn, socket))
         }
     };
-    write_message(
-        &mut stream,
-        &ActorMsg::Hello {
-            token,
-            actor_id,
-            resume: None,
-            pid: std::process::id(),
-            host: "bench".into(),
-        },
-    )?;
+    let hello = ActorMsg::Hello {
+        token,
+        actor_id,
+        resume: None,
+        pid: std::process::id(),
+        host: "bench".into(),
+    };
+    write_message(&mut stream, &hello)?;
     let limits = Limits::messages(0);
     let weight_bytes = match read_frame(&mut stream, &limits)?.message::<LearnerMsg>()? {
         LearnerMsg::Welcome { weight_bytes, .. } => weight_bytes as usize,
         other => bail!("expected a welcome, got {other:?}"),
     };
-    write_message(
-        &mut stream,
-        &ActorMsg::Register {
-            env: "bench".into(),
-            observation_space: Space::Discrete { n: 2 },
-            action_space: Space::Discrete { n: 2 },
-            schema: bench_schema(chunk_bytes)?,
-        },
-    )?;
+    let register = ActorMsg::Register {
+        env: "bench".into(),
+        observation_space: Space::Discrete { n: 2 },
+        action_space: Space::Discrete { n: 2 },
+        schema: bench_schema(chunk_bytes)?,
+    };
+    write_message(&mut stream, &register)?;
     match read_frame(&mut stream, &limits)?.message::<LearnerMsg>()? {
         LearnerMsg::Registered { .. } => Ok((stream, weight_bytes)),
         other => bail!("expected registered, got {other:?}"),

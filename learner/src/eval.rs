@@ -123,13 +123,8 @@ impl EvalWorker {
                 let mut rows = Vec::new();
                 for (frames, wall_s, blob) in rx {
                     let (policy, version) = from_blob(init_policy(&plan.policy, 0)?, &blob)?;
-                    let e = evaluate(
-                        policy.clone(),
-                        &plan.registry,
-                        &plan.env,
-                        plan.episodes,
-                        plan.seed,
-                    )?;
+                    let EvalPlan { registry, env, .. } = &plan;
+                    let e = evaluate(policy.clone(), registry, env, plan.episodes, plan.seed)?;
                     let row = EvalRow {
                         frames,
                         wall_s,
@@ -360,14 +355,11 @@ pub fn evaluate(
     seed: u64,
 ) -> anyhow::Result<Evaluation> {
     let envs = registry.make_vec(env, episodes, seed)?;
-    let mut actor = Actor::with_envs(
-        ActorConfig {
-            exploration: Exploration::Greedy(EpsilonSchedule::constant(0.0)),
-            ..ActorConfig::new(env, episodes, STEPS, seed)
-        },
-        policy,
-        envs,
-    )?;
+    let config = ActorConfig {
+        exploration: Exploration::Greedy(EpsilonSchedule::constant(0.0)),
+        ..ActorConfig::new(env, episodes, STEPS, seed)
+    };
+    let mut actor = Actor::with_envs(config, policy, envs)?;
     // The first episode of every environment: no bias towards short episodes.
     let mut first: Vec<Option<f64>> = vec![None; episodes];
     for _ in 0..MAX_CHUNKS {

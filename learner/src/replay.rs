@@ -155,13 +155,8 @@ fn replay_on<B: AutodiffBackend>(
         );
     }
     summary.timed(run.elapsed(), train_s);
-    run.save_checkpoint(
-        &*learner,
-        r.algo.name(),
-        &summary,
-        Default::default(),
-        summary.updates,
-    )?;
+    let u = summary.updates;
+    run.save_checkpoint(&*learner, r.algo.name(), &summary, Default::default(), u)?;
     let title = format!(
         "{} replay ({} {}-{})",
         summary.env,

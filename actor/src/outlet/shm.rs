@@ -116,12 +116,8 @@ impl Outlet for ShmOutlet {
 
     fn beat(&mut self, progress: Progress) -> anyhow::Result<Option<End>> {
         let beat = self.heartbeat_request(progress);
-        Ok(check_learner(
-            &mut self.stream,
-            &self.weights,
-            &mut self.last_beat,
-            &beat,
-        ))
+        let end = check_learner(&mut self.stream, &self.weights, &mut self.last_beat, &beat);
+        Ok(end)
     }
 
     /// While the ring is full the push asks `alive` about every 100 ms: the learner must still

@@ -16,6 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 
+use crate::actors::lock;
+
 /// A registration waiting for the main loop's answer.
 pub struct Registration {
     pub request: Register,
@@ -141,19 +143,12 @@ async fn connection(
                 incarnation,
                 ..
             }) => {
-                let mut beats = shared.heartbeats.lock().unwrap_or_else(|e| e.into_inner());
-                beats.insert((actor_id, incarnation), Instant::now());
+                lock(&shared.heartbeats).insert((actor_id, incarnation), Instant::now());
                 Response::Ack {
                     shutdown: shared.shutdown.load(Ordering::SeqCst),
                 }
             }
-            Ok(Request::Stats) => Response::Stats(
-                shared
-                    .stats
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone(),
-            ),
+            Ok(Request::Stats) => Response::Stats(lock(&shared.stats).clone()),
             Ok(Request::Shutdown) => {
                 shared.stop_requested.store(true, Ordering::SeqCst);
                 Response::Ack { shutdown: true }

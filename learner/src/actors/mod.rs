@@ -30,6 +30,11 @@ use crate::actors::transport::{
 };
 use crate::run::dir::RunNames;
 
+/// Locks `m`, poisoned or not (a thread that panicked leaves counters and maps usable).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// How long the end of a run waits for its actors to stop before it kills its own children and
 /// leaves attached and remote actors (which it does not own) to notice on their own.
 const FINISH_GRACE: Duration = Duration::from_secs(10);

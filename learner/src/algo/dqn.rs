@@ -97,12 +97,11 @@ impl<B: AutodiffBackend> Dqn<B> {
         seed: u64,
         device: &B::Device,
     ) -> anyhow::Result<Self> {
-        if !matches!(policy.action, ActionSpec::Discrete { .. }) {
-            anyhow::bail!(
-                "dqn needs a discrete action space; this one is {:?} (use ppo or bc)",
-                policy.action
-            );
-        }
+        anyhow::ensure!(
+            matches!(policy.action, ActionSpec::Discrete { .. }),
+            "dqn needs a discrete action space; this one is {:?} (use ppo or bc)",
+            policy.action
+        );
         let sampler_seed = seed ^ 0xd9_5a1ce;
         let trainer = SliceTrainer::new(
             policy,
@@ -188,13 +187,8 @@ impl<B: AutodiffBackend> Dqn<B> {
         let actions = sb.action_indices(burn, 1, &device);
         let q_taken = out.head.clone().gather(2, actions);
         let (mask, count) = t.learn_mask(&sb);
-        let target = tensor3(
-            columns(&targets, rows, len, 1, burn, len),
-            rows,
-            len - burn,
-            1,
-            &device,
-        );
+        let target = columns(&targets, rows, len, 1, burn, len);
+        let target = tensor3(target, rows, len - burn, 1, &device);
         let err = q_taken.clone() - target;
         let per_step = if c.huber_delta > 0.0 {
             let abs = err.abs();
@@ -235,7 +229,7 @@ impl<B: AutodiffBackend> Dqn<B> {
         sb: &SliceBatch,
         inputs: &SliceInputs,
     ) -> (Vec<f32>, Vec<f32>) {
-        let out = inputs.forward(net, 0, None);
+        let out = inputs.forward(net, 0..inputs.len, None);
         let q = host(out.head);
         let (rows, len) = (sb.rows, sb.len);
         let pc = net.config();
@@ -243,13 +237,9 @@ impl<B: AutodiffBackend> Dqn<B> {
         let last: Vec<usize> = (0..rows).map(|r| r * len + sb.valid[r] - 1).collect();
         let stored: Vec<usize> = last.iter().map(|&p| sb.batch.positions[p]).collect();
         let next_obs = gather(&self.trainer.storage.next_observation, &stored, d);
-        let cut = step_at_cut(
-            net,
-            next_obs,
-            gather(&host(out.next.rs_h), &last, lh),
-            out.next.rs_c.map(|c| gather(&host(c), &last, lh)),
-        )
-        .expect("the batch matches the network");
+        let h = gather(&host(out.next.rs_h), &last, lh);
+        let c = out.next.rs_c.map(|c| gather(&host(c), &last, lh));
+        let cut = step_at_cut(net, next_obs, h, c).expect("the batch matches the network");
         (q, host(cut.head))
     }
 }
@@ -484,7 +474,11 @@ mod tests {
         let b = batch();
         let sb = SliceBatch::new(&dqn.trainer.storage, &b, 8);
         let inputs = sb.inputs(InitialState::Stored, 1, 8, true);
-        let full = host(inputs.forward(&dqn.trainer.inference, 0, None).head);
+        let full = host(
+            inputs
+                .forward(&dqn.trainer.inference, 0..inputs.len, None)
+                .head,
+        );
         let learn = host(
             inputs
                 .forward_learn(dqn.model(), &dqn.trainer.inference, 4)
@@ -529,7 +523,11 @@ mod tests {
         // By hand on the learned steps: logsumexp of the Q-values minus the taken one.
         let sb = SliceBatch::new(&d.trainer.storage, &b, 8);
         let inputs = sb.inputs(InitialState::Stored, 1, 8, true);
-        let q = host(inputs.forward(&d.trainer.inference, 0, None).head);
+        let q = host(
+            inputs
+                .forward(&d.trainer.inference, 0..inputs.len, None)
+                .head,
+        );
         let actions = sb.gather(&d.trainer.storage.action, 1);
         let mut gap = 0.0f32;
         for r in 0..2 {

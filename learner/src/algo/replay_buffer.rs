@@ -89,11 +89,6 @@ impl ReplayStorage {
         self.len = 0;
     }
 
-    /// Storage positions in insertion order (oldest first).
-    pub fn positions(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.len).map(move |i| self.position(i))
-    }
-
     /// Appends a chunk, env row by env row (overwriting the oldest steps when full).
     pub fn extend(&mut self, chunk: &Chunk) {
         let (t_len, (d, a, lh)) = (self.schema.steps, widths(&self.schema));
@@ -135,16 +130,14 @@ impl ReplayStorage {
     }
 
     /// The runs of the storage: `(first position in insertion order, length)`; a run never
-    /// crosses a change of trajectory id, a `done`, or the oldest/newest boundary.
-    pub fn runs(&self) -> Vec<(usize, usize)> {
-        let order: Vec<usize> = self.positions().collect();
+    /// crosses a change of trajectory id, a step for which `ends(position)` holds (its last), or
+    /// the oldest/newest boundary.
+    pub fn runs(&self, ends: impl Fn(usize) -> bool) -> Vec<(usize, usize)> {
         let mut runs = Vec::new();
         let mut start = 0;
-        for i in 1..=order.len() {
-            let boundary = i == order.len()
-                || self.traj_ids[order[i]] != self.traj_ids[order[i - 1]]
-                || self.next_done[order[i - 1]];
-            if boundary {
+        for i in 1..=self.len {
+            let (p, q) = (self.position(i - 1), self.position(i % self.len));
+            if i == self.len || self.traj_ids[q] != self.traj_ids[p] || ends(p) {
                 runs.push((start, i - start));
                 start = i;
             }

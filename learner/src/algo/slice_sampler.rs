@@ -134,12 +134,9 @@ impl SliceSampler {
     /// Where the sampler stands (its generator's position, the rest of the current epoch):
     /// saved in a checkpoint so that a resumed run draws the slices the uninterrupted one would.
     pub fn state(&self) -> SamplerState {
+        let rng = &self.rng;
         SamplerState {
-            rng: (
-                self.rng.get_seed(),
-                self.rng.get_stream(),
-                self.rng.get_word_pos(),
-            ),
+            rng: (rng.get_seed(), rng.get_stream(), rng.get_word_pos()),
             epoch: self.epoch.clone(),
         }
     }
@@ -164,21 +161,12 @@ impl SliceSampler {
         if config.batch_size == 0 {
             return bad("batch_size", "0".into(), "at least 1");
         }
+        let one = "exactly one of slice_len and num_slices";
         let (slice_len, num_slices) = match (config.slice_len, config.num_slices) {
             (Some(_), Some(_)) => {
-                return bad(
-                    "slice_len",
-                    "set together with num_slices".into(),
-                    "exactly one of slice_len and num_slices",
-                )
+                return bad("slice_len", "set together with num_slices".into(), one)
             }
-            (None, None) => {
-                return bad(
-                    "slice_len",
-                    "unset, and num_slices too".into(),
-                    "exactly one of slice_len and num_slices",
-                )
-            }
+            (None, None) => return bad("slice_len", "unset, and num_slices too".into(), one),
             (Some(0), _) => return bad("slice_len", "0".into(), "at least 1"),
             (_, Some(0)) => return bad("num_slices", "0".into(), "at least 1"),
             (Some(l), None) => (l, config.batch_size / l),
@@ -200,14 +188,6 @@ impl SliceSampler {
         })
     }
 
-    pub fn slice_len(&self) -> usize {
-        self.slice_len
-    }
-
-    pub fn num_slices(&self) -> usize {
-        self.num_slices
-    }
-
     /// Runs (in insertion order) under this sampler's end key; with `pack`, the stored env
     /// rows (`T` steps each: the storage holds whole rows).
     fn runs(&self, storage: &ReplayStorage) -> Vec<(usize, usize)> {
@@ -216,26 +196,9 @@ impl SliceSampler {
             return (0..storage.len() / t).map(|r| (r * t, t)).collect();
         }
         match self.config.end_key {
-            EndKey::Done => storage.runs(),
+            EndKey::Done => storage.runs(|p| storage.next_done[p]),
             EndKey::TerminatedOrTruncated => {
-                let n = storage.len();
-                let mut runs = Vec::new();
-                let mut start = 0;
-                for i in 1..=n {
-                    let (p, q) = (
-                        storage.position(i.saturating_sub(1)),
-                        storage.position(i % n.max(1)),
-                    );
-                    let boundary = i == n
-                        || storage.traj_ids[q] != storage.traj_ids[p]
-                        || storage.next_terminated[p]
-                        || storage.next_truncated[p];
-                    if boundary {
-                        runs.push((start, i - start));
-                        start = i;
-                    }
-                }
-                runs
+                storage.runs(|p| storage.next_terminated[p] || storage.next_truncated[p])
             }
         }
     }
@@ -461,7 +424,7 @@ mod tests {
         c.slice_len = None;
         c.num_slices = Some(6);
         let mut s = SliceSampler::new(c).unwrap();
-        assert_eq!((s.slice_len(), s.num_slices()), (10, 6));
+        assert_eq!((s.slice_len, s.num_slices), (10, 6));
         assert_eq!(s.sample(&st).unwrap().positions.len(), 60);
         let err = SliceSampler::new(SliceSamplerConfig::with_slice_len(7, 60))
             .err()
@@ -537,7 +500,7 @@ mod tests {
                     seen[p] += 1;
                 }
             }
-            let runs = st.runs();
+            let runs = st.runs(|p| st.next_done[p]);
             if strict {
                 let expected: usize = runs.iter().map(|r| r.1 / 8 * 8).sum();
                 assert_eq!(seen.iter().filter(|&&n| n == 1).count(), expected);

@@ -2,6 +2,8 @@
 //! replay storage ([`SliceTrainer`]), a sampled batch of slices as tensors `[rows, slice_len, ..]`,
 //! the recurrent-mode forward of a slice with burn-in, and the step at a trajectory's cut.
 
+use std::ops::Range;
+
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::backend::to_vec as host;
@@ -40,19 +42,32 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
         sampler_seed: u64,
         device: &B::Device,
     ) -> anyhow::Result<Self> {
-        check_initial_state(slices.initial_state, policy, schema)?;
+        // With `stored` slice-start states, the policy's recurrent state has the data's shape.
+        if slices.initial_state == InitialState::Stored
+            && (policy.cell != schema.cell
+                || policy.state_layers() != schema.num_layers
+                || policy.hidden_size != schema.hidden_size)
+        {
+            anyhow::bail!(
+                "initial_state = \"stored\" needs the data's recurrent state shape: the data has \
+                 {} x {} layers x {} units, the policy {} x {} x {}; use initial_state = \"zeros\" \
+                 (with burn_in) or match [policy]",
+                schema.cell.name(),
+                schema.num_layers,
+                schema.hidden_size,
+                policy.cell.name(),
+                policy.state_layers(),
+                policy.hidden_size
+            );
+        }
         let trainee = Trainee::new(policy, seed, device)?;
+        let (len, n) = (slices.slice_len, slices.num_slices);
         Ok(SliceTrainer {
             inference: trainee.inference(),
             trainee,
             slices,
             storage: ReplayStorage::new(schema, capacity),
-            sampler: SliceSampler::new(SliceSamplerConfig::padded(
-                slices.slice_len,
-                slices.num_slices,
-                true,
-                sampler_seed,
-            ))?,
+            sampler: SliceSampler::new(SliceSamplerConfig::padded(len, n, true, sampler_seed))?,
         })
     }
 
@@ -66,12 +81,8 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
     pub fn inputs<'a>(&'a self, batch: &'a SampledBatch) -> (SliceBatch<'a>, SliceInputs) {
         let sb = SliceBatch::new(&self.storage, batch, self.slices.slice_len);
         let pc = self.inference.config();
-        let inputs = sb.inputs(
-            self.slices.initial_state,
-            pc.state_layers(),
-            pc.hidden_size,
-            pc.cell.has_cell_state(),
-        );
+        let (l, h) = (pc.state_layers(), pc.hidden_size);
+        let inputs = sb.inputs(self.slices.initial_state, l, h, pc.cell.has_cell_state());
         (sb, inputs)
     }
 
@@ -114,32 +125,6 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
         self.inference = self.trainee.inference();
         Ok(())
     }
-}
-
-/// With `stored` slice-start states, the learner's recurrent state must have the data's shape.
-fn check_initial_state(
-    initial: InitialState,
-    policy: &PolicyConfig,
-    schema: &ChunkSchema,
-) -> anyhow::Result<()> {
-    if initial == InitialState::Stored
-        && (policy.cell != schema.cell
-            || policy.state_layers() != schema.num_layers
-            || policy.hidden_size != schema.hidden_size)
-    {
-        anyhow::bail!(
-            "initial_state = \"stored\" needs the data's recurrent state shape: the data has \
-             {} x {} layers x {} units, the policy {} x {} x {}; use initial_state = \"zeros\" \
-             (with burn_in) or match [policy]",
-            schema.cell.name(),
-            schema.num_layers,
-            schema.hidden_size,
-            policy.cell.name(),
-            policy.state_layers(),
-            policy.hidden_size
-        );
-    }
-    Ok(())
 }
 
 /// One padded batch of `rows` slices of `len` steps, read out of the storage.
@@ -188,10 +173,8 @@ impl<'a> SliceBatch<'a> {
             .map(|a| a as i64)
             .collect();
         let idx = columns(&idx, self.rows, self.len, k, from, self.len);
-        Tensor::from_data(
-            TensorData::new(idx, [self.rows, self.len - from, k]),
-            device,
-        )
+        let shape = [self.rows, self.len - from, k];
+        Tensor::from_data(TensorData::new(idx, shape), device)
     }
 
     /// The log-probability `[rows, len - from, 1]` of the stored actions of columns
@@ -214,14 +197,8 @@ impl<'a> SliceBatch<'a> {
             ),
             ActionSpec::Continuous { low, high } => {
                 let (rows, len, a) = (self.rows, self.len, low.len());
-                let acts = columns(
-                    &self.gather(&self.storage.action, a),
-                    rows,
-                    len,
-                    a,
-                    from,
-                    len,
-                );
+                let all = self.gather(&self.storage.action, a);
+                let acts = columns(&all, rows, len, a, from, len);
                 let acts = tensor3(acts, rows, len - from, a, device);
                 squashed_gaussian_log_prob_tensor(head, acts, low, high)
             }
@@ -321,22 +298,20 @@ impl SliceInputs {
         columns(v, self.rows, self.len, w, from, to)
     }
 
-    /// Recurrent mode over columns `from..len` of `net`, each row starting at column `from`
-    /// from `start` (`[rows, L, H]` per state entry; `None`: the stored state at `from`).
+    /// Recurrent mode over columns `cols` of `net`, each row starting at column `cols.start`
+    /// from `start` (`[rows, L, H]` per state entry; `None`: the stored state there).
     pub fn forward<M: Backend>(
         &self,
         net: &Policy<M>,
-        from: usize,
+        cols: Range<usize>,
         start: Option<(&[f32], Option<&[f32]>)>,
     ) -> PolicyOutput<M, 3, 4> {
-        let (rows, t, lh) = (self.rows, self.len - from, self.l * self.h);
+        let (rows, t, lh) = (self.rows, cols.len(), self.l * self.h);
+        let (from, to) = (cols.start, cols.end);
         let device = net.policy_head.weight.val().device();
-        let mut is_init = self.columns(&self.is_init, 1, from, self.len);
-        let mut rs_h = self.columns(&self.rs_h, lh, from, self.len);
-        let mut rs_c = self
-            .rs_c
-            .as_ref()
-            .map(|c| self.columns(c, lh, from, self.len));
+        let mut is_init = self.columns(&self.is_init, 1, from, to);
+        let mut rs_h = self.columns(&self.rs_h, lh, from, to);
+        let mut rs_c = self.rs_c.as_ref().map(|c| self.columns(c, lh, from, to));
         if let Some((h0, c0)) = start {
             for r in 0..rows {
                 // A trajectory that starts exactly here keeps its stored state.
@@ -356,10 +331,7 @@ impl SliceInputs {
         let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
         net.forward_batch(
             Tensor::from_data(
-                TensorData::new(
-                    self.columns(&self.obs, self.d, from, self.len),
-                    [rows, t, self.d],
-                ),
+                TensorData::new(self.columns(&self.obs, self.d, from, to), [rows, t, self.d]),
                 &device,
             ),
             Tensor::<M, 2, Bool>::from_data(TensorData::new(is_init, [rows, t]), &device),
@@ -381,26 +353,15 @@ impl SliceInputs {
         burn_in: usize,
     ) -> PolicyOutput<B, 3, 4> {
         if burn_in == 0 {
-            return self.forward(model, 0, None);
+            return self.forward(model, 0..self.len, None);
         }
         let lh = self.l * self.h;
-        let prefix = SliceInputs {
-            rows: self.rows,
-            len: burn_in,
-            d: self.d,
-            l: self.l,
-            h: self.h,
-            obs: self.columns(&self.obs, self.d, 0, burn_in),
-            is_init: self.columns(&self.is_init, 1, 0, burn_in),
-            rs_h: self.columns(&self.rs_h, lh, 0, burn_in),
-            rs_c: self.rs_c.as_ref().map(|c| self.columns(c, lh, 0, burn_in)),
-        };
-        let out = prefix.forward(inference, 0, None);
+        let out = self.forward(inference, 0..burn_in, None);
         // The post-step state of each row's last burn-in column.
         let last = |v: Vec<f32>| columns(&v, self.rows, burn_in, lh, burn_in - 1, burn_in);
         let h0 = last(host(out.next.rs_h));
         let c0 = out.next.rs_c.map(|c| last(host(c)));
-        self.forward(model, burn_in, Some((&h0, c0.as_deref())))
+        self.forward(model, burn_in..self.len, Some((&h0, c0.as_deref())))
     }
 }
 

@@ -171,18 +171,13 @@ fn render(loaded: &Loaded) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
     let config = policy.config();
     let tensors = named_tensors(policy);
 
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
-        .iter()
-        .map(|t| {
-            let raw = t.values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            (t.name.clone(), t.shape.clone(), raw)
-        })
+    let raw: Vec<Vec<u8>> = (tensors.iter())
+        .map(|t| t.values.iter().flat_map(|v| v.to_le_bytes()).collect())
         .collect();
-    let views = bytes
-        .iter()
-        .map(|(name, shape, raw)| {
-            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), raw)
-                .map(|v| (name.clone(), v))
+    let views = (tensors.iter().zip(&raw))
+        .map(|(t, raw)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, t.shape.clone(), raw)
+                .map(|v| (t.name.clone(), v))
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| path_error(Path::new(SAFETENSORS_FILE), e))?;
@@ -194,13 +189,7 @@ fn render(loaded: &Loaded) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
         .map_err(|e| path_error(Path::new(SAFETENSORS_FILE), e))?;
 
     let onnx = onnx::step_model(&onnx::StepModel {
-        obs_dim: config.obs_dim,
-        cell: config.cell,
-        hidden: config.hidden_size,
-        num_layers: config.num_layers,
-        encoder_layers: config.encoder.len(),
-        critic_core: config.critic_core,
-        action: &config.action,
+        config,
         tensors: &tensors,
         producer_version: env!("CARGO_PKG_VERSION"),
     });
@@ -261,16 +250,6 @@ pub fn export(checkpoint: &Path, out: &Path) -> anyhow::Result<Exported> {
     })
 }
 
-/// `out` with `.tmp` appended to its last component.
-fn temp_beside(out: &Path) -> anyhow::Result<PathBuf> {
-    let name = out
-        .file_name()
-        .ok_or_else(|| path_error(out, "has no final component to name a directory"))?;
-    let mut tmp = name.to_os_string();
-    tmp.push(".tmp");
-    Ok(out.with_file_name(tmp))
-}
-
 /// Writes `files` into the new directory `out`: all of them, or (on an error) none.
 fn write_dir(out: &Path, files: &[(&str, Vec<u8>)]) -> anyhow::Result<()> {
     if out.exists() {
@@ -285,7 +264,12 @@ fn write_dir(out: &Path, files: &[(&str, Vec<u8>)]) -> anyhow::Result<()> {
             ));
         }
     }
-    let tmp = temp_beside(out)?;
+    // `out` with `.tmp` appended to its last component.
+    let mut tmp = (out.file_name())
+        .ok_or_else(|| path_error(out, "has no final component to name a directory"))?
+        .to_os_string();
+    tmp.push(".tmp");
+    let tmp = out.with_file_name(tmp);
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|e| {
             path_error(

@@ -18,7 +18,7 @@
 
 use prost::Message;
 
-use common::policy::{ActionSpec, CriticCore};
+use common::policy::{ActionSpec, CriticCore, PolicyConfig};
 use recur_rnn::CellKind;
 
 use super::onnx_proto::*;
@@ -32,13 +32,7 @@ const IR_VERSION: i64 = 8;
 
 /// What the graph is built from: the architecture and the named tensors (PyTorch names).
 pub struct StepModel<'a> {
-    pub obs_dim: usize,
-    pub cell: CellKind,
-    pub hidden: usize,
-    pub num_layers: usize,
-    pub encoder_layers: usize,
-    pub critic_core: CriticCore,
-    pub action: &'a ActionSpec,
+    pub config: &'a PolicyConfig,
     pub tensors: &'a [Named],
     pub producer_version: &'a str,
 }
@@ -196,17 +190,10 @@ fn stack_layers(g: &mut Graph, layers: &[String], axis_one: &str) -> String {
 
 /// Splits `x` `[B, sizes.sum()]` along axis 1.
 fn split(g: &mut Graph, x: &str, sizes: &[usize], name: &str) -> Vec<String> {
-    let sizes_name = g.i64_tensor(
-        name,
-        &[sizes.len()],
-        &sizes.iter().map(|&s| s as i64).collect::<Vec<_>>(),
-    );
-    g.op_n(
-        "Split",
-        &[x, &sizes_name],
-        sizes.len(),
-        vec![int_attr("axis", 1)],
-    )
+    let values: Vec<i64> = sizes.iter().map(|&s| s as i64).collect();
+    let sizes_name = g.i64_tensor(name, &[sizes.len()], &values);
+    let axis = vec![int_attr("axis", 1)];
+    g.op_n("Split", &[x, &sizes_name], sizes.len(), axis)
 }
 
 #[derive(Default)]
@@ -226,10 +213,10 @@ fn core(
     reset: &str,
     zero: &str,
 ) -> CoreOut {
-    let h_dim = m.hidden;
+    let h_dim = m.config.hidden_size;
     let mut x = x.to_string();
     let mut out = CoreOut::default();
-    for k in 0..m.num_layers {
+    for k in 0..m.config.num_layers {
         let h = layer_state(g, "rs_h", offset + k, reset, zero);
         let p = |n: &str| format!("{prefix}.{n}_l{k}");
         // `xa W_a^T + b_a`, `xb W_b^T + b_b` from the layer's `weight_{a,b}`, `bias_{a,b}`
@@ -244,7 +231,7 @@ fn core(
                 gemm(g, xb, &w_b, b_b.as_deref()),
             )
         };
-        let h_next = match m.cell {
+        let h_next = match m.config.cell {
             CellKind::Lstm => {
                 let c = layer_state(g, "rs_c", offset + k, reset, zero);
                 let (gx, gh) = gemm2(g, ["ih", "hh"], [&x, &h]);
@@ -306,7 +293,7 @@ fn core(
 /// The ONNX model of `m`'s sequential-mode step, encoded.
 pub fn step_model(m: &StepModel) -> Vec<u8> {
     let mut g = Graph::default();
-    let t = m.tensors;
+    let (pc, t) = (m.config, m.tensors);
     // The incoming state of a layer is zeroed where is_init.
     let axis_one = g.i64_tensor("const.axis_1", &[1], &[1]);
     let reset = g.op("Unsqueeze", &["is_init", &axis_one]);
@@ -326,7 +313,7 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
     let mut x = g.op("Min", &[&lower, &clip]);
 
     // Encoder.
-    for i in 0..m.encoder_layers {
+    for i in 0..pc.encoder.len() {
         let w = init(&mut g, t, &format!("encoder.{i}.weight"));
         let b = init_opt(&mut g, t, &format!("encoder.{i}.bias"));
         let y = gemm(&mut g, &x, &w, b.as_deref());
@@ -335,37 +322,28 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
 
     // Cores.
     let actor = core(&mut g, m, ("core", 0), &x, &reset, &zero);
-    let critic = (m.critic_core == CriticCore::Separate)
-        .then(|| core(&mut g, m, ("critic_core", m.num_layers), &x, &reset, &zero));
+    let critic = (pc.critic_core == CriticCore::Separate)
+        .then(|| core(&mut g, m, ("critic_core", pc.num_layers), &x, &reset, &zero));
 
     // Heads.
     let w = init(&mut g, t, "policy_head.weight");
     let b = init_opt(&mut g, t, "policy_head.bias");
     let head = gemm(&mut g, &actor.features, &w, b.as_deref());
-    match m.action {
+    match &pc.action {
         ActionSpec::Discrete { .. } => {
             g.op("Identity", &[&head]);
             g.name_last("logits");
-            g.op_attr(
-                "ArgMax",
-                &["logits"],
-                vec![int_attr("axis", 1), int_attr("keepdims", 0)],
-            );
+            let attrs = vec![int_attr("axis", 1), int_attr("keepdims", 0)];
+            g.op_attr("ArgMax", &["logits"], attrs);
             g.name_last("action");
         }
         ActionSpec::MultiDiscrete { nvec } => {
             g.op("Identity", &[&head]);
             g.name_last("logits");
             let parts = split(&mut g, "logits", nvec, "const.nvec");
-            let picks: Vec<String> = parts
-                .iter()
-                .map(|p| {
-                    g.op_attr(
-                        "ArgMax",
-                        &[p],
-                        vec![int_attr("axis", 1), int_attr("keepdims", 1)],
-                    )
-                })
+            let attrs = || vec![int_attr("axis", 1), int_attr("keepdims", 1)];
+            let picks: Vec<String> = (parts.iter())
+                .map(|p| g.op_attr("ArgMax", &[p], attrs()))
                 .collect();
             let refs: Vec<&str> = picks.iter().map(String::as_str).collect();
             g.op_attr("Concat", &refs, vec![int_attr("axis", 1)]);
@@ -413,7 +391,7 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
     }
     stack_layers(&mut g, &next_h, &axis_one);
     g.name_last("next_rs_h");
-    if m.cell.has_cell_state() {
+    if pc.cell.has_cell_state() {
         stack_layers(&mut g, &next_c, &axis_one);
         g.name_last("next_rs_c");
     }
@@ -422,32 +400,31 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
     let mut seen = std::collections::HashSet::new();
     g.initializers.retain(|t| seen.insert(t.name.clone()));
 
-    let state_layers = match m.critic_core {
-        CriticCore::Shared => m.num_layers,
-        CriticCore::Separate => 2 * m.num_layers,
-    };
     let batch = || DimensionValue::DimParam("batch".into());
     let fixed = |n: usize| DimensionValue::DimValue(n as i64);
-    let state_dims = || vec![batch(), fixed(state_layers), fixed(m.hidden)];
+    let state_dims = || vec![batch(), fixed(pc.state_layers()), fixed(pc.hidden_size)];
     // The type and shape of each input and output, by name.
     let info = |name: String| {
-        let (elem, dims) = match (name.as_str(), m.action) {
-            ("obs", _) => (DataType::Float, vec![batch(), fixed(m.obs_dim)]),
+        let (elem, dims) = match (name.as_str(), &pc.action) {
+            ("obs", _) => (DataType::Float, vec![batch(), fixed(pc.obs_dim)]),
             ("is_init", _) => (DataType::Bool, vec![batch()]),
             ("value", _) => (DataType::Float, vec![batch()]),
             ("rs_h" | "rs_c" | "next_rs_h" | "next_rs_c", _) => (DataType::Float, state_dims()),
-            ("logits", _) => (DataType::Float, vec![batch(), fixed(m.action.head_size())]),
+            ("logits", _) => (DataType::Float, vec![batch(), fixed(pc.action.head_size())]),
             ("action", ActionSpec::Discrete { .. }) => (DataType::Int64, vec![batch()]),
             ("action", ActionSpec::MultiDiscrete { nvec }) => {
                 (DataType::Int64, vec![batch(), fixed(nvec.len())])
             }
             // A box's mean, log_std and action.
-            _ => (DataType::Float, vec![batch(), fixed(m.action.action_dim())]),
+            _ => (
+                DataType::Float,
+                vec![batch(), fixed(pc.action.action_dim())],
+            ),
         };
         value_info(&name, elem, dims)
     };
-    let inputs = input_names(m.cell).into_iter().map(info).collect();
-    let outputs = output_names(m.cell, m.action)
+    let inputs = input_names(pc.cell).into_iter().map(info).collect();
+    let outputs = output_names(pc.cell, &pc.action)
         .into_iter()
         .map(info)
         .collect();
@@ -464,7 +441,6 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
             node: g.nodes,
             name: "recur_policy_step".into(),
             initializer: g.initializers,
-            doc_string: String::new(),
             input: inputs,
             output: outputs,
         }),
@@ -474,7 +450,7 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
         }],
         metadata_props: vec![StringStringEntryProto {
             key: "recur.cell".into(),
-            value: m.cell.name().into(),
+            value: pc.cell.name().into(),
         }],
     };
     model.encode_to_vec()
@@ -494,7 +470,6 @@ fn value_info(name: &str, elem: DataType, dims: Vec<DimensionValue>) -> ValueInf
                 }),
             }),
         }),
-        doc_string: String::new(),
     }
 }
 
@@ -509,13 +484,7 @@ mod tests {
         let policy = config.init_seeded::<Cpu>(3, &cpu_device()).unwrap();
         let tensors = named_tensors(&policy);
         let bytes = step_model(&StepModel {
-            obs_dim: config.obs_dim,
-            cell: config.cell,
-            hidden: config.hidden_size,
-            num_layers: config.num_layers,
-            encoder_layers: config.encoder.len(),
-            critic_core: config.critic_core,
-            action: &config.action,
+            config,
             tensors: &tensors,
             producer_version: "test",
         });

@@ -66,8 +66,6 @@ pub struct GraphProto {
     pub name: String,
     #[prost(message, repeated, tag = "5")]
     pub initializer: Vec<TensorProto>,
-    #[prost(string, tag = "10")]
-    pub doc_string: String,
     #[prost(message, repeated, tag = "11")]
     pub input: Vec<ValueInfoProto>,
     #[prost(message, repeated, tag = "12")]
@@ -119,8 +117,6 @@ pub struct ValueInfoProto {
     pub name: String,
     #[prost(message, optional, tag = "2")]
     pub r#type: Option<TypeProto>,
-    #[prost(string, tag = "3")]
-    pub doc_string: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

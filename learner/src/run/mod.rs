@@ -89,15 +89,12 @@ impl Run {
         let signals = crate::run::signals::install()?;
         let dir = RunDir::create(opts.path, opts.resume)?;
         tracing::info!("run directory {} (locked)", opts.path.display());
+        let template = format!("{{pos:>8}}/{{len}} {}", opts.unit);
         Ok(Run {
             dir,
             signals,
             metrics: None,
-            bar: progress_bar(
-                opts.progress,
-                opts.total,
-                &format!("{{pos:>8}}/{{len}} {}", opts.unit),
-            ),
+            bar: progress_bar(opts.progress, opts.total, &template),
             total: opts.total,
             started: Instant::now(),
             earlier_s: 0.0,

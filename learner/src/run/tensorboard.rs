@@ -250,20 +250,11 @@ impl EventFile {
         unreachable!("some number is free")
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Appends one event as one record, with one `write` (nothing is buffered).
     fn write(&mut self, event: &Event) -> std::io::Result<()> {
         self.file
             .write_all(&record(&event.encode_to_vec()))
             .map_err(|e| named(&self.path, e))
-    }
-
-    /// `values` as scalars at `step` (non-finite ones left out).
-    pub fn scalars(&mut self, step: u64, values: &[(&str, f64)]) -> std::io::Result<()> {
-        self.write(&scalars(now(), step, values))
     }
 }
 
@@ -287,12 +278,8 @@ impl TensorBoard {
         let mut file = EventFile::create(&run_dir.join("tb"))?;
         // A `SessionLog START`: TensorBoard drops the events of earlier files from that step on.
         file.write(&session_start(now(), after.saturating_add(1)))?;
-        file.write(&text(
-            now(),
-            after,
-            CONFIG_TAG,
-            &config_markdown(config_toml),
-        ))?;
+        let config = text(now(), after, CONFIG_TAG, &config_markdown(config_toml));
+        file.write(&config)?;
         Ok(TensorBoard {
             file: Arc::new(Mutex::new(file)),
         })
@@ -302,14 +289,7 @@ impl TensorBoard {
     pub fn scalars(&self, step: u64, values: &[(&str, f64)]) -> std::io::Result<()> {
         // A thread that panicked while writing left at most a torn record behind.
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        file.scalars(step, values)
-    }
-
-    /// The event file's path.
-    #[cfg(test)]
-    pub fn path(&self) -> PathBuf {
-        let file = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        file.path().to_path_buf()
+        file.write(&scalars(now(), step, values))
     }
 }
 
@@ -392,7 +372,7 @@ mod tests {
             .unwrap();
         tb.scalars(768, &[("train/loss", 0.5), ("time/fps", 1e3)])
             .unwrap();
-        let path = tb.path();
+        let path = tb.file.lock().unwrap().path.clone();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
             name.starts_with("events.out.tfevents.")
@@ -403,7 +383,7 @@ mod tests {
         );
         // A second file in the same second of the same process gets the next number.
         let second = EventFile::create(&dir.join("tb")).unwrap();
-        assert_ne!(second.path(), path);
+        assert_ne!(second.path, path);
         let events = read_records(&std::fs::read(&path).unwrap());
         let whats: Vec<(i64, &What)> = events
             .iter()
@@ -437,7 +417,9 @@ mod tests {
             file: File::options().write(true).open("/dev/full").unwrap(),
             path: PathBuf::from("/run/tb/events.out.tfevents.x"),
         };
-        let err = file.scalars(1, &[("train/loss", 1.0)]).unwrap_err();
+        let err = file
+            .write(&scalars(WALL, 1, &[("train/loss", 1.0)]))
+            .unwrap_err();
         assert!(
             err.to_string().contains("events.out.tfevents.x")
                 && err.to_string().contains("No space left on device"),

@@ -72,16 +72,14 @@ impl Plan {
         if let AlgoConfig::Ppo(ppo) = &mut algo {
             ppo.frames_per_update = self.frames_per_update;
         }
-        algo::build::<B>(
-            &LearnerSpec {
-                algo: &algo,
-                policy: &self.policy,
-                schema: &self.schema,
-                capacity: config.dqn.as_ref().map_or(0, |d| d.buffer_size),
-                seed: config.run.seed,
-            },
-            device,
-        )
+        let spec = LearnerSpec {
+            algo: &algo,
+            policy: &self.policy,
+            schema: &self.schema,
+            capacity: config.dqn.as_ref().map_or(0, |d| d.buffer_size),
+            seed: config.run.seed,
+        };
+        algo::build::<B>(&spec, device)
     }
 
     /// The actors: the collector section, the learner's policy architecture, the algorithm's
@@ -90,12 +88,9 @@ impl Plan {
     pub fn transport_config(&self, opts: &TrainOptions, state: &TrainState) -> TransportConfig {
         let config = &opts.config;
         let c = &config.collector;
+        let seed = config.run.seed.wrapping_add(state.updates);
         TransportConfig {
-            actor_args: actor_args(
-                config,
-                &self.policy,
-                config.run.seed.wrapping_add(state.updates),
-            ),
+            actor_args: actor_args(config, &self.policy, seed),
             actors: self.actors,
             run_dir: opts.run_dir.clone(),
             actor_program: opts.actor_program.clone(),

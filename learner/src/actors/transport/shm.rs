@@ -16,6 +16,7 @@ use super::{
     Channel, Expected, Ledger, Received, SavedStates, Stalled, Transport, TransportConfig,
 };
 use crate::actors::control_server::{ControlServer, Registration};
+use crate::actors::lock;
 use crate::actors::supervisor::ActorEvent;
 use crate::run::dir::RunNames;
 
@@ -207,12 +208,7 @@ impl Transport for ShmTransport {
         self.drain(ledger, out);
         // Rings of dead actors were drained by the pass above; drop them.
         self.drop_dead(ledger);
-        let mut stats = self
-            .server
-            .shared
-            .stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut stats = lock(&self.server.shared.stats);
         stats.chunks = ledger.chunks;
         stats.frames = ledger.frames;
         stats.corrupted = ledger.corrupted;
@@ -246,12 +242,7 @@ impl Transport for ShmTransport {
     /// Heartbeats arrive on the control thread (each actor beats every 250 ms while it waits
     /// and after every chunk); chunks through the rings.
     fn stalled(&mut self, bound: Duration) -> Vec<Stalled> {
-        let beats = self
-            .server
-            .shared
-            .heartbeats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let beats = lock(&self.server.shared.heartbeats);
         let mut out = Vec::new();
         for ring in &mut self.rings {
             if let Some(&at) = beats.get(&(ring.actor_id, ring.incarnation)) {

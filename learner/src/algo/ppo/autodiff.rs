@@ -44,13 +44,11 @@ impl<B: AutodiffBackend> Update<B> for AutodiffUpdate<B> {
         let (d, lh) = (s.obs_dim, s.num_layers * s.hidden_size);
         let out = (self.critic.forward_chunk(chunk, s)).expect("chunks match the policy");
         let boot = (!rows.is_empty()).then(|| {
-            let boot = step_at_cut(
-                &self.critic,
-                gather(&chunk.next_observation, rows, d),
-                gather(&host(out.next.rs_h), rows, lh),
-                out.next.rs_c.map(|c| gather(&host(c), rows, lh)),
-            );
-            host(boot.expect("chunks match the policy").value)
+            let obs = gather(&chunk.next_observation, rows, d);
+            let h = gather(&host(out.next.rs_h), rows, lh);
+            let c = out.next.rs_c.map(|c| gather(&host(c), rows, lh));
+            let boot = step_at_cut(&self.critic, obs, h, c).expect("chunks match the policy");
+            host(boot.value)
         });
         (host(out.value), boot)
     }
@@ -86,7 +84,7 @@ pub(crate) fn loss<B: AutodiffBackend>(
     let adv_t = t3(s.adv);
     let mask_t = t3(s.mask);
 
-    let out = s.inputs.forward(&trainee.model, 0, None);
+    let out = s.inputs.forward(&trainee.model, 0..s.inputs.len, None);
     let action = trainee.model.action();
     let logp = sb.log_prob(action, out.head.clone(), 0, &device);
     let entropy = match action {

@@ -147,11 +147,6 @@ impl<B: AutodiffBackend> Ppo<B> {
         })
     }
 
-    /// The update path minibatches run on: `burn` or `fused`.
-    pub fn path_name(&self) -> &'static str {
-        self.path.name()
-    }
-
     /// The critic's value of every position of `chunk` (recurrent mode over `[E, T]` from its
     /// stored states) and, where a trajectory is cut but did not terminate, the value of the
     /// next observation (one sequential step from the post-step state; 0 elsewhere).
@@ -426,7 +421,7 @@ mod tests {
             pack_slices: update == UpdatePath::Fused,
         };
         let mut ppo = Ppo::<CpuAutodiff>::new(&pc, &config, &schema, 1, &cpu_device()).unwrap();
-        assert_eq!(ppo.path_name(), update.name());
+        assert_eq!(ppo.path.name(), update.name());
         let actor_config = ActorConfig::new("MatchTwo-v0", envs, steps, 5);
         let venv = registry.make_vec("MatchTwo-v0", envs, 5).unwrap();
         let mut actor = Actor::with_envs(actor_config, init_policy(&pc, 1).unwrap(), venv).unwrap();

@@ -1,10 +1,8 @@
 //! What PPO's two update paths share: the interface they implement ([`Update`]: the critic's
 //! pass, a minibatch's optimizer step, the end of an update, the checkpoint bytes), the
 //! frames an update trains on ([`Rollout`]) and the minibatch a step takes ([`Minibatch`]).
-//!
-//! The paths: burn's autodiff ([`super::autodiff::AutodiffUpdate`], `ppo.update = "burn"`)
-//! and the flat update ([`super::flat::FlatUpdate`], `"fused"`), one chosen when PPO is built.
-//! burn's module ([`Trainee`]: the model and burn's Adam) stays the model of record on both.
+//! burn's module ([`Trainee`]: the model and burn's Adam) stays the model of record on both
+//! paths.
 
 use burn::tensor::backend::AutodiffBackend;
 use common::chunk::{Chunk, ChunkSchema};
@@ -123,17 +121,17 @@ impl<'a> Minibatch<'a> {
         let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
         let count: f32 = mask.iter().sum();
         let adv_raw = sb.gather(&self.rollout.advantage, 1);
-        let mean = adv_raw.iter().zip(&mask).map(|(x, m)| x * m).sum::<f32>() / count;
-        let var = adv_raw
-            .iter()
-            .zip(&mask)
-            .map(|(x, m)| (x - mean).powi(2) * m)
-            .sum::<f32>()
-            / count;
-        let adv: Vec<f32> = adv_raw
-            .iter()
-            .map(|x| (x - mean) / (var.sqrt() + 1e-8))
-            .collect();
+        let masked_mean = |f: &dyn Fn(f32) -> f32| {
+            adv_raw
+                .iter()
+                .zip(&mask)
+                .map(|(&x, m)| f(x) * m)
+                .sum::<f32>()
+                / count
+        };
+        let mean = masked_mean(&|x| x);
+        let std = masked_mean(&|x| (x - mean).powi(2)).sqrt();
+        let adv = adv_raw.iter().map(|x| (x - mean) / (std + 1e-8)).collect();
         let has_cell = s.cell.has_cell_state();
         Slices {
             inputs: sb.inputs(InitialState::Stored, s.num_layers, s.hidden_size, has_cell),

@@ -39,6 +39,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::actors::lock;
+
 /// How long a new connection has to present the token (TLS handshake included).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections accepted and not yet past the token check, at most; more are refused.
@@ -362,11 +364,7 @@ async fn session(
         return End::Refused(format!("actor id {actor_id}: at most 2047"));
     }
     let incarnation = {
-        let mut next = ctx
-            .shared
-            .incarnations
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut next = lock(&ctx.shared.incarnations);
         let next = next.entry(actor_id).or_insert(0);
         match resume {
             Some(i) if i < *next => i,

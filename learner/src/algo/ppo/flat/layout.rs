@@ -73,11 +73,11 @@ impl Builder {
 
     fn dense<B: Backend>(&mut self, l: &burn::nn::Linear<B>) -> DenseSlots {
         let weight = self.slot(&l.weight);
-        let bias = self.slot(
-            l.bias
-                .as_ref()
-                .expect("the policy's linear layers have biases"),
-        );
+        let bias = l
+            .bias
+            .as_ref()
+            .expect("the policy's linear layers have biases");
+        let bias = self.slot(bias);
         DenseSlots {
             input: weight.shape[0],
             output: weight.shape[1],

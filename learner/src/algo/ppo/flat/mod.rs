@@ -129,19 +129,11 @@ impl FlatUpdate {
         }
     }
 
-    /// The loss of one minibatch and its gradients (no step), over blocks of its rows (see
-    /// [`by_row_blocks`]) whose gradients add up.
-    pub fn loss(&self, batch: &Batch<'_>, cfg: LossConfig) -> Outcome {
-        self.loss_in_blocks(batch, cfg, threads_for(batch.rows, batch.len))
-    }
-
-    /// [`loss`](Self::loss) over `blocks` blocks of rows.
-    pub(crate) fn loss_in_blocks(
-        &self,
-        batch: &Batch<'_>,
-        cfg: LossConfig,
-        blocks: usize,
-    ) -> Outcome {
+    /// The loss of one minibatch and its gradients (no step), over `blocks` blocks of its rows
+    /// (see [`by_row_blocks`]) whose gradients add up; `None`: one per thread where the rows
+    /// allow several.
+    pub fn loss(&self, batch: &Batch<'_>, cfg: LossConfig, blocks: Option<usize>) -> Outcome {
+        let blocks = blocks.unwrap_or_else(|| threads_for(batch.rows, batch.len));
         let net = self.net();
         let count = batch.mask.iter().filter(|&&m| m).count() as f32;
         let mut parts = by_row_blocks(batch.rows, blocks, |first, rows| {
@@ -224,7 +216,7 @@ impl FlatUpdate {
             adv: &s.adv,
             mask: s.sb.mask(),
         };
-        self.loss(&batch, mb.loss)
+        self.loss(&batch, mb.loss, None)
     }
 }
 
@@ -244,24 +236,16 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
         let start: Vec<bool> = (chunk.is_init.iter().enumerate())
             .map(|(p, &x)| x == 1 || p % t == 0)
             .collect();
-        let (value, next_h, next_c) = self.values(
-            t,
-            &chunk.observation,
-            &start,
-            &chunk.rs_h,
-            chunk.rs_c.as_deref(),
-            None,
-        );
+        let (obs, rs_h, rs_c) = (&chunk.observation, &chunk.rs_h, chunk.rs_c.as_deref());
+        let (value, next_h, next_c) = self.values(t, obs, &start, rs_h, rs_c, None);
         let boot = (!rows.is_empty()).then(|| {
-            self.values(
-                1,
-                &gather(&chunk.next_observation, rows, d),
-                &vec![true; rows.len()],
-                &gather(&next_h, rows, lh),
-                next_c.map(|c| gather(&c, rows, lh)).as_deref(),
-                None,
-            )
-            .0
+            let obs = gather(&chunk.next_observation, rows, d);
+            let (h, c) = (
+                gather(&next_h, rows, lh),
+                next_c.map(|c| gather(&c, rows, lh)),
+            );
+            self.values(1, &obs, &vec![true; rows.len()], &h, c.as_deref(), None)
+                .0
         });
         (value, boot)
     }

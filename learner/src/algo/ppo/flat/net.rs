@@ -183,6 +183,7 @@ impl Net<'_> {
         let layers = layout.core.len();
         // Forward. acts[k] is encoder layer k's input; the last is the core's input.
         let acts = self.encode(b.obs, n);
+        let core_in = acts.last().expect("non-empty");
         let stored = StoredStates {
             h: b.rs_h,
             c: b.rs_c,
@@ -191,11 +192,7 @@ impl Net<'_> {
         let mut outs: Vec<Vec<f32>> = Vec::with_capacity(layers);
         let mut tapes: Vec<Tape> = Vec::with_capacity(layers);
         for (l, c) in layout.core.iter().enumerate() {
-            let input = if l == 0 {
-                acts.last().expect("non-empty")
-            } else {
-                &outs[l - 1]
-            };
+            let input = if l == 0 { core_in } else { &outs[l - 1] };
             let mut out = vec![0.0f32; n * h];
             let tape = layer_forward(
                 &self.dims(c, b.rows, b.len),
@@ -303,19 +300,17 @@ impl Net<'_> {
             row.iter_mut().zip(wv).for_each(|(d, &w)| *d += dv * w);
         }
         for (l, (c, tape)) in layout.core.iter().zip(tapes).enumerate().rev() {
-            let input = if l == 0 {
-                acts.last().expect("non-empty")
-            } else {
-                &outs[l - 1]
-            };
+            let input = if l == 0 { core_in } else { &outs[l - 1] };
             let want_x = l > 0 || !layout.encoder.is_empty();
             let g = layer_backward(tape, &self.core_params(l), input, b.start, &dh, want_x);
-            grads[c.w_ih.range()].copy_from_slice(&g.w_ih);
-            grads[c.w_hh.range()].copy_from_slice(&g.w_hh);
-            if let (Some(s), Some(v)) = (&c.b_ih, &g.b_ih) {
-                grads[s.range()].copy_from_slice(v);
-            }
-            if let (Some(s), Some(v)) = (&c.b_hh, &g.b_hh) {
+            let biases = [(&c.b_ih, &g.b_ih), (&c.b_hh, &g.b_hh)];
+            let biases = biases
+                .into_iter()
+                .filter_map(|(s, v)| s.as_ref().zip(v.as_ref()));
+            for (s, v) in [(&c.w_ih, &g.w_ih), (&c.w_hh, &g.w_hh)]
+                .into_iter()
+                .chain(biases)
+            {
                 grads[s.range()].copy_from_slice(v);
             }
             if let Some(dx) = g.x {

@@ -42,7 +42,7 @@ fn chunks(env: &str, pc: &PolicyConfig, n: usize) -> Vec<Chunk> {
 fn ppo(pc: &PolicyConfig, update: UpdatePath) -> Ppo<CpuAutodiff> {
     let schema = chunk_schema(pc, ENVS, STEPS);
     let ppo = Ppo::new(pc, &ppo_config(update), &schema, 3, &cpu_device()).unwrap();
-    assert_eq!(ppo.path_name(), update.name());
+    assert_eq!(ppo.path.name(), update.name());
     ppo
 }
 
@@ -301,7 +301,7 @@ fn fused_refuses_what_it_cannot_run_and_auto_falls_back() {
         &cpu_device(),
     )
     .unwrap();
-    assert_eq!(auto.path_name(), "burn");
+    assert_eq!(auto.path.name(), "burn");
     let lstm = masked(CellKind::Lstm, 1, vec![16]);
     let schema = chunk_schema(&lstm, ENVS, STEPS);
     let auto = Ppo::<CpuAutodiff>::new(
@@ -313,7 +313,7 @@ fn fused_refuses_what_it_cannot_run_and_auto_falls_back() {
     )
     .unwrap();
     assert_eq!(
-        auto.path_name(),
+        auto.path.name(),
         "fused",
         "auto picks the fused update for a CPU LSTM policy"
     );
@@ -401,8 +401,8 @@ fn row_blocks_add_up_to_the_whole_minibatch() {
         value_coef: 0.5,
         entropy_coef: 0.01,
     };
-    let whole = fused.loss_in_blocks(&batch, cfg, 1);
-    let split = fused.loss_in_blocks(&batch, cfg, 3);
+    let whole = fused.loss(&batch, cfg, Some(1));
+    let split = fused.loss(&batch, cfg, Some(3));
     let stats = |o: &super::net::Outcome| {
         let s = &o.stats;
         [
