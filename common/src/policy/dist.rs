@@ -111,18 +111,13 @@ pub fn multi_categorical_log_prob<B: Backend, const D: usize>(
     actions: Tensor<B, D, Int>,
     nvec: &[usize],
 ) -> Tensor<B, D> {
-    let mut at = 0;
-    (nvec.iter().enumerate())
-        .map(|(j, &n)| {
-            let part = categorical_log_prob(
-                logits.clone().narrow(D - 1, at, n),
-                actions.clone().narrow(D - 1, j, 1),
-            );
-            at += n;
-            part
-        })
-        .reduce(|total, part| total + part)
-        .expect("at least one component")
+    (logits
+        .split_with_sizes(nvec.to_vec(), D - 1)
+        .into_iter()
+        .enumerate())
+    .map(|(j, part)| categorical_log_prob(part, actions.clone().narrow(D - 1, j, 1)))
+    .reduce(|total, part| total + part)
+    .expect("at least one component")
 }
 
 /// Entropy of the factorized categorical `logits` `[.., sum(nvec)]`: the sum of the
@@ -131,13 +126,8 @@ pub fn multi_categorical_entropy<B: Backend, const D: usize>(
     logits: Tensor<B, D>,
     nvec: &[usize],
 ) -> Tensor<B, D> {
-    let mut at = 0;
-    (nvec.iter())
-        .map(|&n| {
-            let part = categorical_entropy(logits.clone().narrow(D - 1, at, n));
-            at += n;
-            part
-        })
+    (logits.split_with_sizes(nvec.to_vec(), D - 1).into_iter())
+        .map(categorical_entropy)
         .reduce(|total, part| total + part)
         .expect("at least one component")
 }

@@ -30,11 +30,8 @@ impl ProcessId {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             _ => {
-                use nix::errno::Errno;
-                match nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), None) {
-                    Err(Errno::ESRCH) => false,
-                    Ok(()) | Err(_) => true,
-                }
+                let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+                nix::sys::signal::kill(pid, None) != Err(nix::errno::Errno::ESRCH)
             }
         }
     }

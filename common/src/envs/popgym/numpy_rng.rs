@@ -110,25 +110,12 @@ impl SeedSequence {
         SeedSequence { pool: mixer }
     }
 
-    /// `SeedSequence(seed)` for a non-negative Python int: the int is split
-    /// into little-endian 32-bit words, lowest word first, with no trailing
-    /// zero words (`_int_to_uint32_array`; `0` becomes the single word `[0]`).
-    pub fn from_u128(seed: u128) -> Self {
-        let mut words = Vec::with_capacity(4);
-        let mut n = seed;
-        if n == 0 {
-            words.push(0);
-        }
-        while n > 0 {
-            words.push((n & 0xFFFF_FFFF) as u32);
-            n >>= 32;
-        }
-        Self::from_entropy_words(&words)
-    }
-
-    /// `SeedSequence(seed)` for a non-negative int that fits in 64 bits.
+    /// `SeedSequence(seed)` for a non-negative int that fits in 64 bits: the int is split
+    /// into little-endian 32-bit words, lowest word first, with no trailing zero words
+    /// (`_int_to_uint32_array`; `0` becomes the single word `[0]`).
     pub fn from_u64(seed: u64) -> Self {
-        Self::from_u128(u128::from(seed))
+        let words = [seed as u32, (seed >> 32) as u32];
+        Self::from_entropy_words(&words[..1 + usize::from(seed >> 32 != 0)])
     }
 
     /// `SeedSequence.pool` (the mixed entropy pool, 4 `uint32` words).
@@ -192,16 +179,12 @@ pub struct Pcg64 {
 
 impl Pcg64 {
     /// `PCG64(seed_seq)`: `val = seed_seq.generate_state(4, np.uint64)`, then
-    /// `pcg64_set_seed(state, &val[0], &val[2])` with an empty uint32 buffer.
+    /// `pcg64_set_seed(state, &val[0], &val[2])` (`pcg_setseq_128_srandom_r(rng, initstate,
+    /// initseq)`) with an empty uint32 buffer.
     pub fn new(seed_seq: &SeedSequence) -> Self {
         let val = seed_seq.generate_state_u64(4);
         let initstate = (u128::from(val[0]) << 64) | u128::from(val[1]);
         let initseq = (u128::from(val[2]) << 64) | u128::from(val[3]);
-        Self::from_seed_and_increment(initstate, initseq)
-    }
-
-    /// `pcg64_set_seed` / `pcg_setseq_128_srandom_r(rng, initstate, initseq)`.
-    pub fn from_seed_and_increment(initstate: u128, initseq: u128) -> Self {
         let mut rng = Pcg64 {
             state: 0,
             inc: (initseq << 1) | 1,
@@ -279,12 +262,7 @@ impl Generator {
     /// `numpy.random.default_rng(seed)` for a non-negative integer seed, i.e.
     /// `Generator(PCG64(SeedSequence(seed)))`.
     pub fn from_seed(seed: u64) -> Self {
-        Self::from_seed_sequence(&SeedSequence::from_u64(seed))
-    }
-
-    /// `Generator(PCG64(seed_seq))`.
-    pub fn from_seed_sequence(seed_seq: &SeedSequence) -> Self {
-        Self::new(Pcg64::new(seed_seq))
+        Self::new(Pcg64::new(&SeedSequence::from_u64(seed)))
     }
 
     /// `Generator(bit_generator)`.

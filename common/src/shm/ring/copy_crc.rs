@@ -179,16 +179,7 @@ mod x86 {
         });
         // The running CRC enters as the complemented register xor-ed into the first bytes.
         v[0] = _mm512_xor_si512(v[0], _mm512_castsi128_si512(_mm_cvtsi32_si128(!crc as i32)));
-        let k = _mm512_set_epi64(
-            K_2048_HIGH,
-            K_2048_LOW,
-            K_2048_HIGH,
-            K_2048_LOW,
-            K_2048_HIGH,
-            K_2048_LOW,
-            K_2048_HIGH,
-            K_2048_LOW,
-        );
+        let k = _mm512_broadcast_i32x4(_mm_set_epi64x(K_2048_HIGH, K_2048_LOW));
         let fold = |a: __m512i, b: __m512i| {
             let t1 = _mm512_clmulepi64_epi128(a, k, 0x00);
             let t2 = _mm512_clmulepi64_epi128(a, k, 0x11);

@@ -66,13 +66,6 @@ impl RingReader {
         self.ring.segment.name()
     }
 
-    pub fn config(&self) -> RingConfig {
-        RingConfig {
-            slots: self.ring.layout.slots,
-            slot_bytes: self.ring.layout.slot_bytes,
-        }
-    }
-
     /// Receives the next chunk, without blocking.
     ///
     /// - `Ok(Some(len))`: the next chunk in order was published and verified; its bytes are
@@ -245,9 +238,10 @@ impl Drop for RingReader {
 
 impl std::fmt::Debug for RingReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (slots, slot_bytes) = (self.ring.layout.slots, self.ring.layout.slot_bytes);
         f.debug_struct("RingReader")
             .field("name", &self.name())
-            .field("config", &self.config())
+            .field("config", &RingConfig { slots, slot_bytes })
             .field("position", &self.position)
             .field("stats", &self.stats)
             .finish()
