@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context};
+use anyhow::{ensure, Context};
 use common::actor_args::ActorArgs;
 use common::checkpoint::load_checkpoint_policy;
 use common::envs::{is_gymnasium, EnvSpec, GymnasiumOptions, Registry, Space};
@@ -65,12 +65,11 @@ pub fn start(
     }
     let registry = registry_for(args, registry);
     let env = &args.env;
-    if !registry.contains(env) {
-        bail!(
-            "--env {env:?}: unknown environment; this actor knows {:?} and gymnasium:<id>",
-            registry.ids()
-        );
-    }
+    ensure!(
+        registry.contains(env),
+        "--env {env:?}: unknown environment; this actor knows {:?} and gymnasium:<id>",
+        registry.ids()
+    );
     let (actor_bits, incarnation_bits) = (id.actor_id as u64, id.incarnation as u64);
     // Every actor and every restart explores differently.
     let seed = args.seed ^ (actor_bits << 32) ^ (incarnation_bits << 48);

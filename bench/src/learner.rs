@@ -19,13 +19,8 @@ use super::{at_least_one, each_at_least_one, emit, summarize};
 #[derive(Clone, Debug, clap::Args)]
 pub struct LearnerBench {
     /// Algorithms: dqn, bc, ppo.
-    #[arg(
-        long = "algo",
-        value_name = "ALGO",
-        value_delimiter = ',',
-        default_value = "dqn,ppo,bc"
-    )]
-    pub algos: Vec<Algo>,
+    #[arg(long, value_delimiter = ',', default_value = "dqn,ppo,bc")]
+    pub algo: Vec<Algo>,
     /// Recurrent-mode backends of the policy (pad, scan, auto, ...); rows name the resolved one.
     #[arg(long, value_delimiter = ',', default_value = "scan,auto")]
     pub backends: Vec<RecurrentBackend>,
@@ -36,33 +31,18 @@ pub struct LearnerBench {
     #[arg(long, default_value_t = 64)]
     pub hidden: usize,
     /// Steps per slice.
-    #[arg(
-        long = "slice-len",
-        value_name = "SLICE_LEN",
-        value_delimiter = ',',
-        default_value = "16,64"
-    )]
-    pub slice_lens: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "16,64")]
+    pub slice_len: Vec<usize>,
     /// Slices per gradient step.
-    #[arg(
-        long = "batch",
-        value_name = "BATCH",
-        value_delimiter = ',',
-        default_value = "32"
-    )]
-    pub batches: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "32")]
+    pub batch: Vec<usize>,
     /// Burn-in steps of DQN and BC slices.
     #[arg(long, default_value_t = 0)]
     pub burn_in: usize,
     /// PPO's update paths (`ppo.update`): `burn` (burn's autodiff) and `fused` (the fused
     /// update), one row each; DQN and BC rows run burn's.
-    #[arg(
-        long = "update",
-        value_name = "UPDATE",
-        value_delimiter = ',',
-        default_value = "burn,fused"
-    )]
-    pub updates: Vec<UpdatePath>,
+    #[arg(long, value_delimiter = ',', default_value = "burn,fused")]
+    pub update: Vec<UpdatePath>,
     /// PPO's `ppo.pack_slices` settings, one row each (`false,true` for both).
     #[arg(
         long = "pack-slices",
@@ -115,20 +95,20 @@ impl LearnerBench {
     pub fn checked(self) -> anyhow::Result<Self> {
         at_least_one("--threads", self.threads)?;
         at_least_one("--iters", self.iters)?;
-        each_at_least_one("--slice-len", "value", &self.slice_lens)?;
-        each_at_least_one("--batch", "value", &self.batches)?;
+        each_at_least_one("--slice-len", "value", &self.slice_len)?;
+        each_at_least_one("--batch", "value", &self.batch)?;
         anyhow::ensure!(
-            self.slice_lens.iter().all(|&t| self.burn_in < t),
+            self.slice_len.iter().all(|&t| self.burn_in < t),
             "--burn-in {} must be less than every --slice-len {:?}",
             self.burn_in,
-            self.slice_lens
+            self.slice_len
         );
         if !self.quick {
             return Ok(self);
         }
         Ok(LearnerBench {
-            slice_lens: vec![16],
-            batches: vec![8],
+            slice_len: vec![16],
+            batch: vec![8],
             iters: 3,
             warmup: 1,
             ..self
@@ -138,13 +118,13 @@ impl LearnerBench {
     /// Runs every algo x slice_len x batch row, printing each line as it completes.
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<LearnerRow>> {
         let mut rows = Vec::new();
-        for &slice_len in &self.slice_lens {
-            for &batch in &self.batches {
+        for &slice_len in &self.slice_len {
+            for &batch in &self.batch {
                 let data = self.data(slice_len, batch)?;
                 for &backend in &self.backends {
-                    for &algo in &self.algos {
+                    for &algo in &self.algo {
                         let (updates, packs) = match algo {
-                            Algo::Ppo => (self.updates.clone(), self.pack_slices.clone()),
+                            Algo::Ppo => (self.update.clone(), self.pack_slices.clone()),
                             _ => (vec![UpdatePath::Burn], vec![false]),
                         };
                         for (pack, update) in packs

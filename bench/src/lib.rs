@@ -91,11 +91,8 @@ pub fn summarize(samples: &[Duration]) -> (f64, f64, f64) {
     let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
     ms.sort_by(|a, b| a.total_cmp(b));
     let n = ms.len();
-    let median = if n % 2 == 1 {
-        ms[n / 2]
-    } else {
-        (ms[n / 2 - 1] + ms[n / 2]) / 2.0
-    };
+    // Odd n: the middle sample twice, halved (exact).
+    let median = (ms[(n - 1) / 2] + ms[n / 2]) / 2.0;
     (median, ms[0], ms[n - 1])
 }
 

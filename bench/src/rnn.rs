@@ -43,13 +43,8 @@ pub struct RnnBench {
     pub backends: Vec<RecurrentBackend>,
     /// Activation memory of the fused backward: none (save gates) and/or full (recompute
     /// them); pad/scan rows always run with none, fwd rows only with none.
-    #[arg(
-        long = "recompute",
-        value_name = "RECOMPUTE",
-        value_delimiter = ',',
-        default_value = "none"
-    )]
-    pub recomputes: Vec<Recompute>,
+    #[arg(long, value_delimiter = ',', default_value = "none")]
+    pub recompute: Vec<Recompute>,
     /// Passes: fwd (no autodiff) and/or fwdbwd (forward + backward of sum(features)).
     #[arg(long, value_delimiter = ',', default_value = "fwd,fwdbwd")]
     pub passes: Vec<Pass>,
@@ -206,7 +201,7 @@ impl RnnBench {
         }
         each_at_least_one("--steps", "T", &self.steps)?;
         anyhow::ensure!(
-            !self.recomputes.is_empty(),
+            !self.recompute.is_empty(),
             "--recompute: give at least one of none, full"
         );
         if !self.quick {
@@ -239,7 +234,7 @@ impl RnnBench {
             for &backend in &self.backends {
                 // recompute matters only where the backward is the fused one (on the CPU).
                 let recomputes = if backend.resolve() == RecurrentBackend::Fused {
-                    self.recomputes.clone()
+                    self.recompute.clone()
                 } else {
                     vec![Recompute::None]
                 };

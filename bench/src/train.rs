@@ -19,27 +19,16 @@ pub const BEST_SEED: u64 = 2_000_000;
 pub struct TrainBench {
     /// Training configs (TOML), each run as it is but for the frames, seed and update path.
     #[arg(
-        long = "config",
-        value_name = "CONFIG",
+        long,
         value_delimiter = ',',
         default_value = "configs/masked_cartpole.toml,configs/popgym/RepeatPreviousEasy.toml,configs/popgym/PositionOnlyCartPoleEasy.toml"
     )]
-    pub configs: Vec<PathBuf>,
+    pub config: Vec<PathBuf>,
     /// PPO's update paths, one run each per config and seed.
-    #[arg(
-        long = "update",
-        value_name = "UPDATE",
-        value_delimiter = ',',
-        default_value = "burn,fused"
-    )]
-    pub updates: Vec<UpdatePath>,
-    #[arg(
-        long = "seed",
-        value_name = "SEED",
-        value_delimiter = ',',
-        default_value = "0,1,2"
-    )]
-    pub seeds: Vec<u64>,
+    #[arg(long, value_delimiter = ',', default_value = "burn,fused")]
+    pub update: Vec<UpdatePath>,
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
+    pub seed: Vec<u64>,
     /// Frames per run (`run.frames`).
     #[arg(long, default_value_t = 50_000)]
     pub frames: u64,
@@ -83,9 +72,9 @@ pub struct TrainSummaryRow {
 impl TrainBench {
     pub fn checked(self) -> anyhow::Result<Self> {
         at_least_one("--frames", self.frames as usize)?;
-        anyhow::ensure!(!self.seeds.is_empty(), "--seed: at least one seed");
-        anyhow::ensure!(!self.updates.is_empty(), "--update: at least one path");
-        for c in &self.configs {
+        anyhow::ensure!(!self.seed.is_empty(), "--seed: at least one seed");
+        anyhow::ensure!(!self.update.is_empty(), "--update: at least one path");
+        for c in &self.config {
             anyhow::ensure!(c.is_file(), "--config {}: no such file", c.display());
         }
         Ok(self)
@@ -107,11 +96,11 @@ impl TrainBench {
             }
         };
         let mut rows = Vec::new();
-        for config in &self.configs {
+        for config in &self.config {
             let mut medians: Vec<(UpdatePath, usize, f64)> = Vec::new();
-            for &update in &self.updates {
+            for &update in &self.update {
                 let mut rates = Vec::new();
-                for &seed in &self.seeds {
+                for &seed in &self.seed {
                     let row = self.one(&learner, &dir, config, update, seed)?;
                     emit(out, &row)?;
                     rates.push(row.frames_per_s);

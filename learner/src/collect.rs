@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::envs::Registry;
-use common::policy::chunk_schema;
-use common::policy::init_policy;
+use common::policy::{chunk_schema, init_policy};
 use common::weights::to_blob;
 
 use crate::actors::transport::{CollectSummary, TransportConfig};

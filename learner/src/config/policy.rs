@@ -3,8 +3,7 @@
 //! actor binary describes), for training and replay configs alike.
 
 use common::envs::EnvSpec;
-use common::policy::PolicyConfig;
-use common::policy::{policy_config_for, policy_config_for_spec};
+use common::policy::{policy_config_for, policy_config_for_spec, PolicyConfig};
 
 use super::PolicySection;
 

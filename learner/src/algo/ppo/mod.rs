@@ -34,8 +34,7 @@ use common::chunk::{Chunk, ChunkSchema};
 use common::policy::PolicyConfig;
 use std::collections::HashMap;
 
-use crate::algo::optim::{decode, encode};
-use crate::algo::optim::{Model, Trainee};
+use crate::algo::optim::{decode, encode, Model, Trainee};
 use crate::algo::ppo::autodiff::AutodiffUpdate;
 use crate::algo::ppo::flat::{unsupported, FlatUpdate};
 use crate::algo::ppo::gae::{gae, needs_bootstrap, GaeInput};

@@ -64,10 +64,7 @@ pub fn unsupported<B: Backend>(model: &Policy<B>) -> Option<String> {
         return Some("a continuous (Box) action space".to_string());
     }
     let dropout = core.config().dropout;
-    if dropout != 0.0 {
-        return Some(format!("dropout {dropout} between the core's layers"));
-    }
-    None
+    (dropout != 0.0).then(|| format!("dropout {dropout} between the core's layers"))
 }
 
 /// The choices per component of a (multi-)discrete action.
