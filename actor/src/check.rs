@@ -158,11 +158,8 @@ impl Checker {
                         chunk.sample_log_prob[p].to_string(),
                     ));
                 }
-                let (term, trunc, done) = (
-                    chunk.next_terminated[p],
-                    chunk.next_truncated[p],
-                    chunk.next_done[p],
-                );
+                let (term, trunc) = (chunk.next_terminated[p], chunk.next_truncated[p]);
+                let done = chunk.next_done[p];
                 if done != (term | trunc) || term > 1 || trunc > 1 {
                     return Err(at(
                         "next.done",

@@ -306,10 +306,8 @@ impl Runner {
                         if t > 0 {
                             std::hint::black_box(env.end_step(g)?);
                         }
-                        let (discrete, continuous) = (
-                            &mut discrete[r.start * k..r.end * k],
-                            &mut continuous[r.start * k..r.end * k],
-                        );
+                        let discrete = &mut discrete[r.start * k..r.end * k];
+                        let continuous = &mut continuous[r.start * k..r.end * k];
                         let actions = match &*space {
                             Space::Discrete { n } => {
                                 discrete

@@ -237,10 +237,8 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
         let (value, next_h, next_c) = self.values(t, obs, &start, rs_h, rs_c, None);
         let boot = (!rows.is_empty()).then(|| {
             let obs = gather(&chunk.next_observation, rows, d);
-            let (h, c) = (
-                gather(&next_h, rows, lh),
-                next_c.map(|c| gather(&c, rows, lh)),
-            );
+            let h = gather(&next_h, rows, lh);
+            let c = next_c.map(|c| gather(&c, rows, lh));
             self.values(1, &obs, &vec![true; rows.len()], &h, c.as_deref(), None)
                 .0
         });
