@@ -552,6 +552,17 @@ mod tests {
     use crate::chunk::{ActionKind, ChunkMeta};
     use recur_rnn::CellKind;
 
+    /// A MaskedCartPole-v1 dataset writer of [`schema`] in `dir`.
+    fn writer(dir: &Path) -> DatasetWriter {
+        DatasetWriter::create_with_source(
+            dir,
+            "MaskedCartPole-v1",
+            &schema(),
+            &EnvSource::default(),
+        )
+        .unwrap()
+    }
+
     fn schema() -> ChunkSchema {
         ChunkSchema {
             envs: 2,
@@ -577,13 +588,7 @@ mod tests {
     fn a_write_cut_short_loses_only_the_partial_chunk() {
         let dir = std::env::temp_dir().join(format!("recur-dataset-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut w = DatasetWriter::create_with_source(
-            &dir,
-            "MaskedCartPole-v1",
-            &schema(),
-            &EnvSource::default(),
-        )
-        .unwrap();
+        let mut w = writer(&dir);
         for seq in 0..3 {
             w.append(&chunk(seq)).unwrap();
         }
@@ -711,13 +716,7 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("recur-dataset-corrupt-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut w = DatasetWriter::create_with_source(
-            &dir,
-            "MaskedCartPole-v1",
-            &schema(),
-            &EnvSource::default(),
-        )
-        .unwrap();
+        let mut w = writer(&dir);
         for seq in 0..80 {
             w.append(&chunk(seq)).unwrap();
         }
