@@ -303,14 +303,12 @@ impl Net<'_> {
             let input = if l == 0 { core_in } else { &outs[l - 1] };
             let want_x = l > 0 || !layout.encoder.is_empty();
             let g = layer_backward(tape, &self.core_params(l), input, b.start, &dh, want_x);
-            let biases = [(&c.b_ih, &g.b_ih), (&c.b_hh, &g.b_hh)];
-            let biases = biases
-                .into_iter()
-                .filter_map(|(s, v)| s.as_ref().zip(v.as_ref()));
-            for (s, v) in [(&c.w_ih, &g.w_ih), (&c.w_hh, &g.w_hh)]
-                .into_iter()
-                .chain(biases)
-            {
+            grads[c.w_ih.range()].copy_from_slice(&g.w_ih);
+            grads[c.w_hh.range()].copy_from_slice(&g.w_hh);
+            if let (Some(s), Some(v)) = (&c.b_ih, &g.b_ih) {
+                grads[s.range()].copy_from_slice(v);
+            }
+            if let (Some(s), Some(v)) = (&c.b_hh, &g.b_hh) {
                 grads[s.range()].copy_from_slice(v);
             }
             if let Some(dx) = g.x {
