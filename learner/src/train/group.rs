@@ -116,11 +116,11 @@ pub fn agree(state: &mut TrainState, agreed: &mut u64, wish: Option<bool>) -> Op
     (sums[1] > 0).then_some(sums[2] > 0)
 }
 
-/// Logs the weights this rank ends with (their hash), for several ranks: every rank's line
-/// names the same hash (the integration tests compare them).
-pub fn log_final(blob: &[u8]) {
+/// Logs the weights this rank ends with (the hash of `blob()`, made only then), for several
+/// ranks: every rank's line names the same hash (the integration tests compare them).
+pub fn log_final(blob: impl FnOnce() -> Vec<u8>) {
     if ranks::world().size > 1 {
-        let hash = fnv1a(blob.iter().copied());
+        let hash = fnv1a(blob());
         tracing::info!("{}: final weights {hash:016x}", ranks::world());
     }
 }

@@ -437,7 +437,7 @@ impl<B: AutodiffBackend> Training<B> {
                 failed.get_or_insert(e);
             }
         }
-        group::log_final(&to_blob(self.learner.model(), self.version));
+        group::log_final(|| to_blob(self.learner.model(), self.version));
         let (transport_summary, tail) = self.actors.finish(stopped_by_request)?;
         if failed
             .as_ref()
