@@ -53,8 +53,9 @@ fn a_learner_launched_as_one_of_several_ranks_without_mpi_refuses_to_start() {
 mod mpi {
     use super::*;
 
-    /// `mpirun -n N` over `ranks`, each rank's `recur-learner` arguments (MPMD: `A : B`).
-    fn mpirun(ranks: &[Vec<String>]) -> Output {
+    /// `mpirun -n N` over `ranks`, each rank's `recur-learner` arguments (MPMD: `A : B`), from
+    /// the repository root.
+    fn mpirun_command(ranks: &[Vec<String>]) -> Command {
         binary("recur-actor");
         let learner = binary("recur-learner");
         let mut cmd = Command::new("mpirun");
@@ -68,7 +69,12 @@ mod mpi {
         }
         cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .env("RUST_LOG", "info");
-        run_with_deadline(cmd, DEADLINE)
+        cmd
+    }
+
+    /// [`mpirun_command`] run to its end.
+    fn mpirun(ranks: &[Vec<String>]) -> Output {
+        run_with_deadline(mpirun_command(ranks), DEADLINE)
     }
 
     #[test]
@@ -121,17 +127,11 @@ mod mpi {
 
     #[test]
     fn a_hung_rank_ends_the_group_within_the_timeout_and_the_run_resumes() {
-        binary("recur-actor");
         let dir = temp_dir("ranks-hung");
         let dir_s = dir.to_string_lossy().into_owned();
         let args = train_args(&dir_s, &["--set", "run.checkpoint_every=2"]);
-        let mut cmd = Command::new("mpirun");
-        cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
-            .arg(binary("recur-learner"))
-            .args(&args)
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .env("RUST_LOG", "info")
-            .env("RECUR_RANK_TIMEOUT_S", "5");
+        let mut cmd = mpirun_command(&[args.clone(), args]);
+        cmd.env("RECUR_RANK_TIMEOUT_S", "5");
         let run = recur_tests::Watched::spawn(cmd);
         let line = run.wait_for("rank 1's pid", DEADLINE, |l| {
             l.contains("rank 1 of 2 (pid ")
@@ -180,16 +180,9 @@ mod mpi {
 
     #[test]
     fn sigint_to_mpirun_stops_every_rank_after_the_same_update() {
-        binary("recur-actor");
         let dir = temp_dir("ranks-sigint");
         let args = train_args(&dir.to_string_lossy(), &["--frames", "100000000"]);
-        let mut cmd = Command::new("mpirun");
-        cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
-            .arg(binary("recur-learner"))
-            .args(&args)
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .env("RUST_LOG", "info");
-        let run = recur_tests::Watched::spawn(cmd);
+        let run = recur_tests::Watched::spawn(mpirun_command(&[args.clone(), args]));
         run.wait_for("update 20", DEADLINE, |l| l.contains("update 20:"));
         let pid = nix::unistd::Pid::from_raw(run.child.id() as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::SIGINT).unwrap();
