@@ -328,6 +328,7 @@ impl Runner {
                                 }
                                 VecActions::Continuous(continuous)
                             }
+                            other => unreachable!("{} is not an action space", other.describe()),
                         };
                         env.begin_step(g, actions)?;
                     }

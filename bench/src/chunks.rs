@@ -24,6 +24,7 @@ pub fn bench_schema(chunk_bytes: usize) -> anyhow::Result<ChunkSchema> {
         cell: CellKind::Gru,
         num_layers: 1,
         hidden_size: (1024 - fixed - 4) / 4,
+        images: Vec::new(),
     })
 }
 

@@ -155,6 +155,7 @@ impl ActorArgs {
 struct PolicyConfigDef {
     obs_dim: usize,
     action: ActionSpec,
+    images: Vec<crate::envs::ImagePart>,
     encoder: Vec<usize>,
     cell: CellKind,
     hidden_size: usize,
@@ -239,6 +240,10 @@ mod tests {
                     low: vec![-2.0, 0.1],
                     high: vec![2.0, 0.7],
                 },
+                images: vec![crate::envs::ImagePart {
+                    key: "image".into(),
+                    shape: [7, 5, 3],
+                }],
                 encoder: vec![],
                 cell: CellKind::MinGru,
                 hidden_size: 12,

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::chunk::ChunkSchema;
 use crate::envs::Space;
 
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 pub const MAX_FRAME: usize = 1 << 20;
 
 /// What an actor asks.
@@ -187,7 +187,16 @@ pub fn schema_mismatch(expected: &ChunkSchema, got: &ChunkSchema) -> Option<Stri
             }
         )*};
     }
-    fields!(envs, steps, obs_dim, action, cell, num_layers, hidden_size);
+    fields!(
+        envs,
+        steps,
+        obs_dim,
+        images,
+        action,
+        cell,
+        num_layers,
+        hidden_size
+    );
     (!diffs.is_empty()).then(|| format!("schema mismatch: {}", diffs.join(", ")))
 }
 
@@ -206,6 +215,7 @@ mod tests {
             cell: CellKind::Lstm,
             num_layers: 1,
             hidden_size: 64,
+            images: Vec::new(),
         }
     }
 

@@ -572,6 +572,7 @@ mod tests {
             cell: CellKind::Gru,
             num_layers: 1,
             hidden_size: 4,
+            images: Vec::new(),
         }
     }
 

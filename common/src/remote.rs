@@ -36,7 +36,7 @@ use crate::tls::{hex_bytes, Fingerprint};
 
 /// Bumped whenever a message changes shape (2: `Welcome` carries an [`ActorArgs`]; 3: its
 /// policy is the learner's fitted policy config, whole).
-pub const REMOTE_PROTOCOL_VERSION: u32 = 3;
+pub const REMOTE_PROTOCOL_VERSION: u32 = 4;
 /// The largest frame the learner reads before a connection has presented the token.
 pub const HELLO_MAX: usize = 4096;
 /// The largest message frame either side reads (chunks and weights have their own limits,

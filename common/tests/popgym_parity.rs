@@ -129,6 +129,7 @@ fn replay(trace: &Value) -> usize {
                     let a: Vec<f32> = action.iter().map(|&b| f32::from_bits(b as u32)).collect();
                     env.step(ActionRef::Continuous(&a), &mut obs)
                 }
+                other => unreachable!("{} is not an action space", other.describe()),
             };
             assert_eq!(bits(&obs), dense(&step[1], dim), "{ctx}: observation");
             let want = f64::from_bits(step[2].as_u64().unwrap());
@@ -204,7 +205,11 @@ fn the_bridge_and_the_native_ids_are_interchangeable() {
         let mut native = registry.make(id).unwrap();
         let mut obs = vec![0.0f32; native_spec.observation_space.dim()];
         native.reset(seed, &mut obs);
-        assert_eq!(bits(bridged.reset().unwrap()), bits(&obs), "{id}: reset");
+        assert_eq!(
+            bits(&bridged.reset().unwrap().obs),
+            bits(&obs),
+            "{id}: reset"
+        );
         let mut rng = popgym::numpy_rng::Generator::from_seed(99);
         for t in 0.. {
             let (r, b) = match &native_spec.action_space {
@@ -228,6 +233,7 @@ fn the_bridge_and_the_native_ids_are_interchangeable() {
                     let r = native.step(ActionRef::Continuous(&action), &mut obs);
                     (r, bridged.step(VecActions::Continuous(&action)).unwrap())
                 }
+                other => unreachable!("{} is not an action space", other.describe()),
             };
             let ctx = format!("{id} step {t}");
             assert_eq!(bits(&b.next_obs), bits(&obs), "{ctx}: observation");

@@ -55,6 +55,7 @@ fn schemas() -> Vec<ChunkSchema> {
         cell,
         num_layers: 1,
         hidden_size,
+        images: Vec::new(),
     };
     vec![
         s(1, 2, 1, ActionKind::Discrete, CellKind::Gru, 2),

@@ -10,6 +10,8 @@ pub(super) enum PerStep {
     Scalar,
     /// `[obs_dim]`.
     Obs,
+    /// `[P]` bytes, only in chunks of a schema with images.
+    Pixels,
     /// One index (discrete) or `[dim]` f32 (continuous).
     Action,
     /// `[L, H]`.
@@ -31,7 +33,11 @@ pub(super) struct Field {
 impl Field {
     /// Whether `schema`'s chunks hold this column.
     pub(super) fn present(&self, schema: &ChunkSchema) -> bool {
-        self.per_step != PerStep::CellState || schema.cell.has_cell_state()
+        match self.per_step {
+            PerStep::CellState => schema.cell.has_cell_state(),
+            PerStep::Pixels => schema.pixels() > 0,
+            _ => true,
+        }
     }
 
     /// The element type and per-step shape in `s`'s chunks, `None` where they do not hold it.
@@ -44,6 +50,7 @@ impl Field {
             }
             (PerStep::Scalar | PerStep::Action, _) => Some((self.dtype, vec![])),
             (PerStep::Obs, _) => Some((self.dtype, vec![s.obs_dim])),
+            (PerStep::Pixels, _) => Some((self.dtype, vec![s.pixels()])),
             (PerStep::State | PerStep::CellState, _) => {
                 Some((self.dtype, vec![s.num_layers, s.hidden_size]))
             }
@@ -51,8 +58,18 @@ impl Field {
     }
 }
 
-/// A [`Field`] held in a plain vector of [`Chunk`].
+/// A [`Field`] held in a plain vector of [`Chunk`] (a pixels column: only where the schema has
+/// images, the vector empty elsewhere).
 macro_rules! field {
+    ($key:literal, Pixels, $member:ident) => {
+        Field {
+            key: $key,
+            dtype: ColumnType::U8,
+            per_step: PerStep::Pixels,
+            get: |c| (!c.$member.is_empty()).then_some(Column::U8(&c.$member)),
+            get_mut: |c| (!c.$member.is_empty()).then_some(ColumnMut::U8(&mut c.$member)),
+        }
+    };
     ($key:literal, $per_step:ident, $dtype:ident, $member:ident) => {
         Field {
             key: $key,
@@ -66,8 +83,9 @@ macro_rules! field {
 
 /// The chunk's columns in encoding order: the one list that the schema's fields, validation,
 /// encoding and decoding walk.
-pub(super) const FIELDS: [Field; 13] = [
+pub(super) const FIELDS: [Field; 15] = [
     field!("observation", Obs, F32, observation),
+    field!("pixels", Pixels, pixels),
     Field {
         key: "action",
         dtype: ColumnType::I64,
@@ -97,6 +115,7 @@ pub(super) const FIELDS: [Field; 13] = [
         get_mut: |c| c.rs_c.as_deref_mut().map(ColumnMut::F32),
     },
     field!("next.observation", Obs, F32, next_observation),
+    field!("next.pixels", Pixels, next_pixels),
     field!("next.reward", Scalar, F32, next_reward),
     field!("next.terminated", Scalar, U8, next_terminated),
     field!("next.truncated", Scalar, U8, next_truncated),

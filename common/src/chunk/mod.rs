@@ -5,7 +5,8 @@
 //!
 //! | key | dtype | per step |
 //! | --- | --- | --- |
-//! | `observation` | f32 | `[obs_dim]` |
+//! | `observation` | f32 | `[obs_dim]` (the values lane, `common::envs::Space`) |
+//! | `pixels` | u8 | `[P]`: the images of the pixels lane, each `[H, W, C]`, back to back (only with images) |
 //! | `action` | i64 (discrete) / f32 (box) | `[]` / `[action_dim]` |
 //! | `sample_log_prob` | f32 | `[]` |
 //! | `state_value` | f32 | `[]` |
@@ -13,6 +14,7 @@
 //! | `rs_h` | f32 | `[L, H]` (the state fed to the policy at that step) |
 //! | `rs_c` | f32 | `[L, H]` (LSTM only) |
 //! | `next.observation` | f32 | `[obs_dim]` |
+//! | `next.pixels` | u8 | `[P]` (only with images) |
 //! | `next.reward` | f32 | `[]` |
 //! | `next.terminated`, `next.truncated`, `next.done` | u8 | `[]` |
 //! | `collector.traj_ids` | i64 | `[]` (see [`traj_id`]) |
@@ -38,6 +40,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::envs::ImagePart;
 use crate::hash::fnv1a;
 use recur_rnn::CellKind;
 
@@ -72,6 +75,9 @@ pub struct ChunkSchema {
     pub cell: CellKind,
     pub num_layers: usize,
     pub hidden_size: usize,
+    /// The images of an observation's pixels lane (the `pixels` columns), empty without.
+    #[serde(default)]
+    pub images: Vec<ImagePart>,
 }
 
 /// Element type of a column.
@@ -137,6 +143,11 @@ impl ChunkSchema {
         })
     }
 
+    /// Bytes of one step's pixels (`P`): the images' sizes summed.
+    pub fn pixels(&self) -> usize {
+        self.images.iter().map(ImagePart::bytes).sum()
+    }
+
     /// Steps in a chunk, `E * T`.
     pub fn frames(&self) -> usize {
         self.envs * self.steps
@@ -156,6 +167,10 @@ impl ChunkSchema {
         let mut text = format!("v{LAYOUT_VERSION};E={};T={};", self.envs, self.steps);
         for f in self.fields() {
             text.push_str(&format!("{}:{}:{:?};", f.key, f.dtype.name(), f.per_step));
+        }
+        // Only schemas with images say so: the hashes of the others stay as they were.
+        for image in &self.images {
+            text.push_str(&format!("image:{:?}:{:?};", image.key, image.shape));
         }
         fnv1a(text.bytes())
     }
@@ -210,6 +225,8 @@ pub enum ActionColumn {
 pub struct Chunk {
     pub meta: ChunkMeta,
     pub observation: Vec<f32>,
+    /// `[E, T, P]`, empty in a schema without images.
+    pub pixels: Vec<u8>,
     pub action: ActionColumn,
     pub sample_log_prob: Vec<f32>,
     pub state_value: Vec<f32>,
@@ -217,6 +234,7 @@ pub struct Chunk {
     pub rs_h: Vec<f32>,
     pub rs_c: Option<Vec<f32>>,
     pub next_observation: Vec<f32>,
+    pub next_pixels: Vec<u8>,
     pub next_reward: Vec<f32>,
     pub next_terminated: Vec<u8>,
     pub next_truncated: Vec<u8>,
@@ -274,6 +292,7 @@ impl Chunk {
         Chunk {
             meta,
             observation: vec![0.0; n * schema.obs_dim],
+            pixels: vec![0; n * schema.pixels()],
             action: match schema.action {
                 ActionKind::Discrete => ActionColumn::Discrete(vec![0; n]),
                 ActionKind::Continuous { dim } => ActionColumn::Continuous(vec![0.0; n * dim]),
@@ -285,6 +304,7 @@ impl Chunk {
             rs_h: vec![0.0; state],
             rs_c: schema.cell.has_cell_state().then(|| vec![0.0; state]),
             next_observation: vec![0.0; n * schema.obs_dim],
+            next_pixels: vec![0; n * schema.pixels()],
             next_reward: vec![0.0; n],
             next_terminated: vec![0; n],
             next_truncated: vec![0; n],
@@ -558,6 +578,7 @@ mod tests {
             cell,
             num_layers: 2,
             hidden_size: 5,
+            images: Vec::new(),
         }
     }
 
@@ -602,6 +623,73 @@ mod tests {
                 assert_eq!(back.meta.schema_hash, s.hash());
             }
         }
+    }
+
+    /// A schema whose observation is MiniGrid's: a `[7, 7, 3]` image beside 4 values.
+    fn image_schema() -> ChunkSchema {
+        ChunkSchema {
+            obs_dim: 4,
+            images: vec![ImagePart {
+                key: "image".into(),
+                shape: [7, 7, 3],
+            }],
+            ..schema(CellKind::Gru, ActionKind::Discrete)
+        }
+    }
+
+    #[test]
+    fn an_image_costs_one_byte_a_pixel_and_round_trips() {
+        let plain = ChunkSchema {
+            obs_dim: 4,
+            ..schema(CellKind::Gru, ActionKind::Discrete)
+        };
+        let s = image_schema();
+        assert_eq!(s.pixels(), 147);
+        // `pixels` and `next.pixels`: one byte per pixel per step, nothing else added.
+        assert_eq!(s.payload_len() - plain.payload_len(), 2 * 147 * s.frames());
+        assert_ne!(s.hash(), plain.hash());
+        let other = ChunkSchema {
+            images: vec![ImagePart {
+                key: "image".into(),
+                shape: [7, 3, 7],
+            }],
+            ..image_schema()
+        };
+        assert_ne!(other.hash(), s.hash(), "an image's shape is in the hash");
+        let mut c = filled(&plain);
+        assert!(c.pixels.is_empty());
+        c = Chunk {
+            pixels: (0..s.frames() * 147).map(|i| (i * 7 % 256) as u8).collect(),
+            next_pixels: (0..s.frames() * 147).map(|i| (i * 3 % 251) as u8).collect(),
+            ..c
+        };
+        let bytes = c.encode(&s).unwrap();
+        assert_eq!(bytes.len(), Chunk::encoded_len(&bytes).unwrap());
+        let back = Chunk::decode(&bytes, &s).unwrap();
+        assert_eq!(
+            back,
+            Chunk {
+                meta: back.meta.clone(),
+                ..c.clone()
+            }
+        );
+        // A chunk without its pixels, or a plain chunk read as one with images, is refused.
+        let no_pixels = Chunk {
+            pixels: Vec::new(),
+            ..c.clone()
+        };
+        assert!(matches!(
+            no_pixels.encode(&s),
+            Err(ChunkError::Length {
+                field: "pixels",
+                ..
+            })
+        ));
+        let plain_bytes = filled(&plain).encode(&plain).unwrap();
+        assert!(matches!(
+            Chunk::decode(&plain_bytes, &s),
+            Err(ChunkError::Schema { .. })
+        ));
     }
 
     #[test]

@@ -16,8 +16,12 @@ Needs only gymnasium and numpy. Protocol (the actor is the only peer):
    order, so the actor may queue a second group's step while the first one runs (it then
    touches only the rows of groups it holds the answer for).
 
-Observations are flattened into float32: Box (any shape, C order), Discrete (one-hot),
-MultiDiscrete (concatenated one-hots), Tuple and Dict (their parts in order).
+Observations travel in two lanes (common/src/envs/space.rs): images, a uint8 Box of shape
+(H, W, C) or (H, W), keep their shape and go to the pixels lane (one byte a pixel); everything
+else is flattened into float32 in the values lane: Box (any shape, C order), Discrete (one-hot),
+MultiDiscrete (concatenated one-hots), Tuple and Dict (their parts in order). A Dict at the top
+level is reported part by part, its keys sorted (the config's `keys` keep some of them); an image
+anywhere else is not supported. Every step checks an image's shape and dtype.
 """
 
 import json
@@ -78,15 +82,92 @@ def describe(space):
     return repr(space)
 
 
+def is_image(space):
+    """A uint8 Box of shape (H, W, C) or (H, W): an image, kept whole in the pixels lane."""
+    return (isinstance(space, spaces.Box) and space.dtype == np.uint8
+            and len(space.shape) in (2, 3) and all(int(n) > 0 for n in space.shape))
+
+
+def image_shape(space):
+    shape = tuple(int(n) for n in space.shape)
+    return shape if len(shape) == 3 else shape + (1,)
+
+
+def lanes(space, keys=None):
+    """The observation space as the two lanes: (description for the actor, values size, pixels
+    size, write(value, values_row, pixels_row)). `keys`: the Dict keys to keep (None: all)."""
+    if is_image(space):
+        shape, size = image_shape(space), int(np.prod(space.shape))
+
+        def write(v, _values, pixels, key="the observation"):
+            a = np.asarray(v)
+            if a.dtype != np.uint8 or a.shape != space.shape:
+                raise ValueError("%s: expected an image of shape %s and dtype uint8, received "
+                                 "shape %s and dtype %s" % (key, tuple(space.shape), a.shape, a.dtype))
+            pixels[:] = a.reshape(-1)
+
+        return {"kind": "image", "shape": shape}, 0, size, write
+    if isinstance(space, spaces.Dict):
+        all_keys = sorted(space.spaces.keys())
+        if keys is None:
+            keys = all_keys
+        else:
+            missing = [k for k in keys if k not in space.spaces]
+            if missing:
+                raise Unsupported("%s: no key %r; its keys are %s (run.env_keys)"
+                                  % (describe(space), missing[0], all_keys))
+            keys = sorted(keys)
+        parts, writers, v_at, p_at = [], [], 0, 0
+        for k in keys:
+            sub = space.spaces[k]
+            try:
+                if is_image(sub):
+                    desc, dv, dp, w = lanes(sub)
+                else:
+                    size, low, high, w = flattener(sub)
+                    desc, dv, dp = {"kind": "box", "low": low, "high": high}, size, 0
+            except Unsupported:
+                kept = [x for x in all_keys if x != k]
+                raise Unsupported("%s: key %r (%s) cannot be fed to the policy; keep the others "
+                                  "with run.env_keys = %s (recur-actor --env-keys %s)"
+                                  % (describe(space), k, describe(sub), json.dumps(kept),
+                                     ",".join(kept)))
+            parts.append([k, desc])
+            writers.append((k, w, v_at, v_at + dv, p_at, p_at + dp))
+            v_at, p_at = v_at + dv, p_at + dp
+
+        def write(v, values, pixels):
+            for k, w, v0, v1, p0, p1 in writers:
+                if is_image(space.spaces[k]):
+                    w(v[k], None, pixels[p0:p1], key="key %r" % k)
+                else:
+                    w(v[k], values[v0:v1])
+
+        return {"kind": "dict", "parts": parts}, v_at, p_at, write
+    if keys is not None:
+        raise Unsupported("%s is not a Dict, so run.env_keys does not apply" % describe(space))
+    size, low, high, w = flattener(space)
+    return {"kind": "box", "low": low, "high": high}, size, 0, lambda v, values, _p: w(v, values)
+
+
 def flattener(space):
-    """(size, low, high, write(value, out_view)) for an observation space."""
+    """(size, low, high, write(value, out_view)) for an observation space without images."""
+    if is_image(space):
+        raise Unsupported(describe(space) + " (an image is supported alone or as a key of a "
+                          "top-level Dict)")
     if isinstance(space, spaces.Box):
         size = int(np.prod(space.shape)) if space.shape else 1
         low = [clamp(x) for x in np.broadcast_to(space.low, space.shape).reshape(-1)]
         high = [clamp(x) for x in np.broadcast_to(space.high, space.shape).reshape(-1)]
 
+        shape = tuple(space.shape)
+
         def write(v, out):
-            out[:] = np.asarray(v, dtype=np.float32).reshape(-1)
+            a = np.asarray(v, dtype=np.float32)
+            if a.shape != shape:
+                raise ValueError("expected an observation of shape %s, received shape %s"
+                                 % (shape, a.shape))
+            out[:] = a.reshape(-1)
 
         return size, low, high, write
     if isinstance(space, spaces.Discrete):
@@ -198,10 +279,11 @@ def main():
     except Exception:  # noqa: BLE001
         fail("make", "gymnasium.make(%r, **%r) failed:\n%s" % (env_id, kwargs, traceback.format_exc()))
     try:
-        obs_size, low, high, write_obs = flattener(envs[0].observation_space)
+        obs_desc, obs_size, px_size, write_lanes = lanes(envs[0].observation_space,
+                                                         config.get("keys"))
     except Unsupported as e:
         fail("space", "observation space %s is not supported (Box, Discrete, MultiDiscrete, "
-             "Tuple and Dict of these are)" % e)
+             "Tuple and Dict of these are, and uint8 images alone or as keys of a Dict)" % e)
     try:
         action_desc, decode = action_codec(envs[0].action_space)
     except Unsupported as e:
@@ -210,7 +292,7 @@ def main():
     spec = envs[0].spec
     send({
         "ok": True,
-        "observation_space": {"low": low, "high": high},
+        "observation_space": obs_desc,
         "action_space": action_desc,
         "max_episode_steps": spec.max_episode_steps if spec is not None else None,
         "observation_space_repr": describe(envs[0].observation_space),
@@ -240,14 +322,22 @@ def main():
     act_f = view(np.float32, "actions_f32", num_envs * a_dim).reshape(num_envs, a_dim)
     obs = view(np.float32, "obs", num_envs * obs_size).reshape(num_envs, obs_size)
     next_obs = view(np.float32, "next_obs", num_envs * obs_size).reshape(num_envs, obs_size)
+    obs_px = view(np.uint8, "obs_pixels", num_envs * px_size).reshape(num_envs, px_size)
+    next_px = view(np.uint8, "next_obs_pixels", num_envs * px_size).reshape(num_envs, px_size)
+
+    def write_obs(o, i, values, pixels):
+        write_lanes(o, values[i], pixels[i])
+
     reward = view(np.float64, "reward", num_envs)
     terminated = view(np.uint8, "terminated", num_envs)
     truncated = view(np.uint8, "truncated", num_envs)
     seeds = layout.get("seeds")
     steps = [env.step for env in envs]
     resets = [env.reset for env in envs]
-    # A Box observation space: a group's observations are written with one assignment.
-    box_obs = isinstance(envs[0].observation_space, spaces.Box)
+    # A Box observation space of float values: a group's observations are written with one
+    # assignment (its shape checked once for the group).
+    box_obs = obs_desc["kind"] == "box" and isinstance(envs[0].observation_space, spaces.Box)
+    box_shape = tuple(envs[0].observation_space.shape) if box_obs else None
 
     def step(lo, hi):
         """Steps envs lo..hi with their actions; autoreset where an episode ended."""
@@ -260,17 +350,22 @@ def main():
             if term or trunc:
                 done.append(j)
         if box_obs:
-            next_obs[lo:hi] = np.asarray(outs, dtype=np.float32).reshape(n, obs_size)
+            batch = np.asarray(outs, dtype=np.float32)
+            if batch.shape != (n,) + box_shape:
+                for j in range(n):  # names the env whose observation is off
+                    write_obs(outs[j], lo + j, next_obs, next_px)
+            next_obs[lo:hi] = batch.reshape(n, obs_size)
         else:
             for j in range(n):
-                write_obs(outs[j], next_obs[lo + j])
+                write_obs(outs[j], lo + j, next_obs, next_px)
         reward[lo:hi] = rewards
         terminated[lo:hi] = terms
         truncated[lo:hi] = truncs
         obs[lo:hi] = next_obs[lo:hi]
+        obs_px[lo:hi] = next_px[lo:hi]
         for j in done:
             o, _ = resets[lo + j]()
-            write_obs(o, obs[lo + j])
+            write_obs(o, lo + j, obs, obs_px)
 
     unpack = struct.Struct("<II").unpack
     while True:
@@ -286,7 +381,7 @@ def main():
             elif cmd == b"R":
                 for i, env in enumerate(envs):
                     o, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
-                    write_obs(o, obs[i])
+                    write_obs(o, i, obs, obs_px)
                 seeds = None
             else:
                 raise ValueError("unknown command %r" % cmd)

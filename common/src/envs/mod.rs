@@ -74,7 +74,7 @@ pub use popgym::POPGYM_IDS;
 pub use previous_action::{PreviousAction, PREVIOUS_ACTION_SUFFIX};
 pub use registry::Registry;
 pub use repeat_previous::RepeatPrevious;
-pub use space::{ActionRef, Space};
+pub use space::{ActionRef, ImagePart, Space};
 pub use spec::EnvSpec;
 pub use time_limit::TimeLimit;
 pub use vector::{episode_seed, VecActions, VecEnv, VecStep, VectorEnv};
@@ -120,6 +120,13 @@ pub trait Env: Send {
     /// On an action outside [`Env::action_space`] (the caller validates actions beforehand) or
     /// an `obs` buffer of the wrong length.
     fn step(&mut self, action: ActionRef<'_>, obs: &mut [f32]) -> StepResult;
+    /// Writes the pixels lane of the current observation (the one the last
+    /// [`Env::reset`] or [`Env::step`] wrote the values of) into `out`, of length
+    /// `observation_space().pixels()` (see [`Space`]). The default, for an environment
+    /// without images, writes nothing.
+    fn pixels(&self, out: &mut [u8]) {
+        debug_assert!(out.is_empty(), "{} has no pixels", self.id());
+    }
     /// The environment's state mid-episode as bytes, so that a resumed run continues the
     /// episode exactly ([`Env::load_state`] restores it). `None` (the default): this
     /// environment cannot be saved, and a resumed run starts new episodes.

@@ -35,6 +35,14 @@ pub fn appended_space(id: &str, observation: &Space, action: &Space) -> Result<S
             supported: "Box (the previous action is appended to it)",
         });
     };
+    if !action.is_action_space() {
+        return Err(EnvError::UnsupportedSpace {
+            id: id.to_string(),
+            which: "action",
+            space: action.describe(),
+            supported: "Discrete, Box, MultiDiscrete",
+        });
+    }
     let (mut low, mut high) = (low.clone(), high.clone());
     // One-hot values: one per index (of every component of a multi-discrete action).
     let one_hot = match action {
@@ -49,6 +57,7 @@ pub fn appended_space(id: &str, observation: &Space, action: &Space) -> Result<S
             high.extend(a_high.iter().map(|h| h.max(0.0)));
             0
         }
+        Space::Image { .. } | Space::Dict { .. } => unreachable!("checked above"),
     };
     low.extend(std::iter::repeat_n(0.0, one_hot));
     high.extend(std::iter::repeat_n(1.0, one_hot));
@@ -113,6 +122,10 @@ impl Env for PreviousAction {
 
     // The appended values are the last action, which the caller's observation holds: the
     // wrapped environment's state is the whole state.
+    fn pixels(&self, out: &mut [u8]) {
+        self.env.pixels(out);
+    }
+
     fn save_state(&self) -> Option<Vec<u8>> {
         self.env.save_state()
     }

@@ -170,6 +170,15 @@ impl Registry {
             return refuse("already registered");
         }
         let probe = make();
+        if let Err(e) = probe.observation_space().check_observation() {
+            return refuse(&format!("its observation space: {e}"));
+        }
+        if !probe.action_space().is_action_space() {
+            return refuse(&format!(
+                "its action space {} is not Discrete, Box or MultiDiscrete",
+                probe.action_space().describe()
+            ));
+        }
         let spec = EnvSpec {
             id: id.to_string(),
             observation_space: probe.observation_space(),
@@ -369,8 +378,8 @@ mod tests {
                     assert_eq!(w_prev, expected, "{id} env {j}");
                 }
             };
-            let first = plain.reset().unwrap().to_vec();
-            check(&first, wrapped.reset().unwrap(), None, &[true; 3]);
+            let first = plain.reset().unwrap().obs.clone();
+            check(&first, &wrapped.reset().unwrap().obs, None, &[true; 3]);
             let mut x = 7u64;
             let mut actions = vec![0i64; e * nvec.len()];
             let (mut saved, mut after) = (None, None);

@@ -1,4 +1,12 @@
-//! Observation and action spaces, after gymnasium's `Box` and `Discrete`.
+//! Observation and action spaces, after gymnasium's `Box`, `Discrete`, `MultiDiscrete` and
+//! `Dict`.
+//!
+//! An observation travels in two lanes, each in its own element type: the **values** (`f32`:
+//! every [`Space::Box`], a [`Space::Discrete`] index, a [`Space::MultiDiscrete`]'s indices) and
+//! the **pixels** (`u8`: every [`Space::Image`], one byte a pixel). A [`Space::Dict`] puts each
+//! part in its lane, parts in key order; [`Space::dim`] and [`Space::pixels`] are the lanes'
+//! lengths. Chunks, rings, TCP frames and datasets store the lanes as the columns
+//! `observation` and `pixels` (docs/images.md).
 
 /// The set of valid observations or actions of an environment.
 ///
@@ -23,6 +31,33 @@ pub enum Space {
         /// Choices per component.
         nvec: Vec<usize>,
     },
+    /// An image of `u8` pixels, `[H, W, C]` row-major (gymnasium's
+    /// `Box(0, 255, (H, W, C), uint8)`; a grayscale image has `C = 1`). Observations only.
+    Image {
+        /// `[H, W, C]`.
+        shape: [usize; 3],
+    },
+    /// Named parts (gymnasium's `Dict`), in key order; observations only, and no part is itself
+    /// a `Dict`.
+    Dict {
+        /// `(key, space)` pairs, sorted by key.
+        parts: Vec<(String, Space)>,
+    },
+}
+
+/// One image of an observation's pixels lane: its key in a [`Space::Dict`] (`""` for a bare
+/// [`Space::Image`]) and its shape `[H, W, C]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct ImagePart {
+    pub key: String,
+    pub shape: [usize; 3],
+}
+
+impl ImagePart {
+    /// Its bytes, `H * W * C`.
+    pub fn bytes(&self) -> usize {
+        self.shape.iter().product()
+    }
 }
 
 /// One action handed to [`super::Env::step`], borrowed from the caller's buffer.
@@ -53,20 +88,103 @@ impl Space {
         }
     }
 
-    /// Number of `f32` values one element occupies in a flat buffer: the box's length, or 1 for
-    /// a discrete space (one index).
+    /// Number of `f32` values one element occupies in the values lane: the box's length, 1 for
+    /// a discrete space (one index), 0 for an image, the sum over a dict's parts.
     pub fn dim(&self) -> usize {
         match self {
             Space::Box { low, .. } => low.len(),
             Space::Discrete { .. } => 1,
             Space::MultiDiscrete { nvec } => nvec.len(),
+            Space::Image { .. } => 0,
+            Space::Dict { parts } => parts.iter().map(|(_, s)| s.dim()).sum(),
         }
     }
 
-    /// Whether `x` is an element of this space: for a box, `dim` values each within its bounds
-    /// (NaN never is); for a discrete space, one value that is an integer in `0..n`.
+    /// Whether actions can lie in this space (a [`Space::Image`] or [`Space::Dict`] cannot).
+    pub fn is_action_space(&self) -> bool {
+        matches!(
+            self,
+            Space::Box { .. } | Space::Discrete { .. } | Space::MultiDiscrete { .. }
+        )
+    }
+
+    /// Number of bytes one element occupies in the pixels lane: `H * W * C` for an image, the
+    /// sum over a dict's parts, 0 for every other space.
+    pub fn pixels(&self) -> usize {
+        match self {
+            Space::Image { shape } => shape.iter().product(),
+            Space::Dict { parts } => parts.iter().map(|(_, s)| s.pixels()).sum(),
+            _ => 0,
+        }
+    }
+
+    /// The images of the pixels lane in order, with their keys (`""` for a bare image).
+    pub fn images(&self) -> Vec<ImagePart> {
+        let part = |key: &str, shape: &[usize; 3]| ImagePart {
+            key: key.to_owned(),
+            shape: *shape,
+        };
+        match self {
+            Space::Image { shape } => vec![part("", shape)],
+            Space::Dict { parts } => parts
+                .iter()
+                .filter_map(|(k, s)| match s {
+                    Space::Image { shape } => Some(part(k, shape)),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether this space is valid as an observation space: no dict inside a dict, no empty
+    /// image or dict, dict keys unique and sorted. The error names the part.
+    pub fn check_observation(&self) -> Result<(), String> {
+        match self {
+            Space::Image { shape } if shape.contains(&0) => {
+                Err(format!("image of shape {shape:?} has no pixels"))
+            }
+            Space::Dict { parts } if parts.is_empty() => Err("a Dict with no keys".into()),
+            Space::Dict { parts } => {
+                for w in parts.windows(2) {
+                    if w[0].0 >= w[1].0 {
+                        return Err(format!(
+                            "Dict keys must be unique and sorted: {:?} before {:?}",
+                            w[0].0, w[1].0
+                        ));
+                    }
+                }
+                for (k, s) in parts {
+                    if matches!(s, Space::Dict { .. }) {
+                        return Err(format!("key {k:?}: a Dict inside a Dict is not supported"));
+                    }
+                    s.check_observation()
+                        .map_err(|e| format!("key {k:?}: {e}"))?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `x` (the values lane) is an element of this space: for a box, `dim` values each
+    /// within its bounds (NaN never is); for a discrete space, one value that is an integer in
+    /// `0..n`; for an image, no values; for a dict, each part's slice in turn. Pixels are
+    /// always valid.
     pub fn contains_obs(&self, x: &[f32]) -> bool {
         match self {
+            Space::Image { .. } => x.is_empty(),
+            Space::Dict { parts } => {
+                if x.len() != self.dim() {
+                    return false;
+                }
+                let mut at = 0;
+                parts.iter().all(|(_, s)| {
+                    let d = s.dim();
+                    at += d;
+                    s.contains_obs(&x[at - d..at])
+                })
+            }
             Space::Box { low, high } => {
                 x.len() == low.len()
                     && x.iter()
@@ -110,6 +228,19 @@ impl Space {
         match self {
             Space::Discrete { n } => format!("Discrete({n})"),
             Space::MultiDiscrete { nvec } => format!("MultiDiscrete({nvec:?})"),
+            Space::Image { shape } => {
+                format!(
+                    "Box(0, 255, ({}, {}, {}), uint8)",
+                    shape[0], shape[1], shape[2]
+                )
+            }
+            Space::Dict { parts } => {
+                let parts: Vec<String> = parts
+                    .iter()
+                    .map(|(k, s)| format!("{k:?}: {}", s.describe()))
+                    .collect();
+                format!("Dict({{{}}})", parts.join(", "))
+            }
             Space::Box { low, high } => format!(
                 "Box(low={}, high={}, shape=({},))",
                 bounds(low),
@@ -187,6 +318,39 @@ mod tests {
         assert!(!s.contains_action(ActionRef::MultiDiscrete(&[0])));
         assert!(!s.contains_action(ActionRef::Discrete(0)));
         assert_eq!(s.describe(), "MultiDiscrete([2, 3])");
+    }
+
+    #[test]
+    fn dict_lanes_and_membership() {
+        let s = Space::Dict {
+            parts: vec![
+                ("direction".into(), Space::Discrete { n: 4 }),
+                ("image".into(), Space::Image { shape: [7, 7, 3] }),
+                ("pos".into(), unit_box()),
+            ],
+        };
+        assert_eq!((s.dim(), s.pixels()), (3, 147));
+        let image = ImagePart {
+            key: "image".into(),
+            shape: [7, 7, 3],
+        };
+        assert_eq!(s.images(), vec![image]);
+        assert!(s.check_observation().is_ok());
+        assert!(s.contains_obs(&[3.0, 0.5, 1.0]));
+        assert!(!s.contains_obs(&[4.0, 0.5, 1.0]), "direction out of range");
+        assert!(!s.contains_obs(&[3.0, 1.5, 1.0]), "pos out of bounds");
+        assert!(!s.contains_obs(&[3.0, 0.5]));
+        assert_eq!(
+            s.describe(),
+            "Dict({\"direction\": Discrete(4), \"image\": Box(0, 255, (7, 7, 3), uint8), \
+             \"pos\": Box(low=[-1, 0], high=[1, 3.4028235e38], shape=(2,))})"
+        );
+        let unsorted = Space::Dict {
+            parts: vec![("b".into(), unit_box()), ("a".into(), unit_box())],
+        };
+        assert!(unsorted.check_observation().unwrap_err().contains("\"a\""));
+        let empty = Space::Image { shape: [0, 4, 1] };
+        assert!(empty.check_observation().unwrap_err().contains("no pixels"));
     }
 
     #[test]

@@ -67,6 +67,10 @@ impl<E: Env> Env for TimeLimit<E> {
         r
     }
 
+    fn pixels(&self, out: &mut [u8]) {
+        self.env.pixels(out);
+    }
+
     fn save_state(&self) -> Option<Vec<u8>> {
         let inner = self.env.save_state()?;
         Some(super::encode_state(&(self.elapsed_steps, inner)))

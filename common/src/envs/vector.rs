@@ -35,6 +35,8 @@ pub enum VecActions<'a> {
 pub struct VecStep {
     /// `[E * D]` observation after the step: the terminal one where the episode ended.
     pub next_obs: Vec<f32>,
+    /// `[E * P]` the pixels lane of `next_obs` (`P` = [`Space::pixels`], empty without images).
+    pub next_pixels: Vec<u8>,
     /// `[E]` reward of the step.
     pub reward: Vec<f32>,
     /// `[E]` the episode reached a terminal state.
@@ -46,6 +48,8 @@ pub struct VecStep {
     /// `[E * D]` what the policy sees at the following step: the reset observation where
     /// `done`, else `next_obs`.
     pub obs: Vec<f32>,
+    /// `[E * P]` the pixels lane of `obs`.
+    pub pixels: Vec<u8>,
     /// `[E]` true where the environment was reset, so `obs` starts an episode and recurrent
     /// state must be zeroed before the following step (the `is_init` contract); equals `done`.
     pub is_init: Vec<bool>,
@@ -71,9 +75,11 @@ impl VecActions<'_> {
 }
 
 impl VecStep {
-    pub(crate) fn new(num_envs: usize, obs_dim: usize) -> Self {
+    pub(crate) fn new(num_envs: usize, obs_dim: usize, pixels: usize) -> Self {
         Self {
             next_obs: vec![0.0; num_envs * obs_dim],
+            next_pixels: vec![0; num_envs * pixels],
+            pixels: vec![0; num_envs * pixels],
             reward: vec![0.0; num_envs],
             terminated: vec![false; num_envs],
             truncated: vec![false; num_envs],
@@ -89,6 +95,7 @@ impl VecStep {
     /// observations): no transition yet, `is_init` everywhere.
     pub(crate) fn after_reset(&mut self) {
         self.next_obs.fill(0.0);
+        self.next_pixels.fill(0);
         self.reward.fill(0.0);
         self.terminated.fill(false);
         self.truncated.fill(false);
@@ -151,6 +158,8 @@ pub struct VecEnv {
     observation_space: Space,
     action_space: Space,
     obs_dim: usize,
+    /// Bytes of one observation's pixels lane ([`Space::pixels`]).
+    pixels: usize,
     action_dim: usize,
     /// Episodes started per environment (the next episode's index).
     episodes: Vec<u64>,
@@ -187,6 +196,7 @@ impl VecEnv {
         let observation_space = envs[0].observation_space();
         let action_space = envs[0].action_space();
         let obs_dim = observation_space.dim();
+        let pixels = observation_space.pixels();
         let action_dim = action_space.dim();
         Ok(Self {
             id: id.to_owned(),
@@ -195,33 +205,36 @@ impl VecEnv {
             observation_space,
             action_space,
             obs_dim,
+            pixels,
             action_dim,
             episodes: vec![0; num_envs],
             running_return: vec![0.0; num_envs],
             running_length: vec![0; num_envs],
             started: false,
-            last: VecStep::new(num_envs, obs_dim),
+            last: VecStep::new(num_envs, obs_dim, pixels),
         })
     }
 
-    /// Resets every env; the observations the policy sees first (`[E * obs_dim]`); all envs are at
-    /// an episode start ([`VecEnv::is_init`] is all true). Each call starts a new episode in
-    /// every environment (seeded by [`episode_seed`]).
-    pub fn reset(&mut self) -> &[f32] {
-        let d = self.obs_dim;
+    /// Resets every env; the record whose `obs` (`[E * obs_dim]`) and `pixels` hold the
+    /// observations the policy sees first; all envs are at an episode start
+    /// ([`VecEnv::is_init`] is all true). Each call starts a new episode in every environment
+    /// (seeded by [`episode_seed`]).
+    pub fn reset(&mut self) -> &VecStep {
+        let (d, p) = (self.obs_dim, self.pixels);
         let last = &mut self.last;
         for (j, env) in self.envs.iter_mut().enumerate() {
             env.reset(
                 episode_seed(self.seed, j as u64, self.episodes[j]),
                 &mut last.obs[j * d..(j + 1) * d],
             );
+            env.pixels(&mut last.pixels[j * p..(j + 1) * p]);
             self.episodes[j] += 1;
             self.running_return[j] = 0.0;
             self.running_length[j] = 0;
         }
         last.after_reset();
         self.started = true;
-        &self.last.obs
+        &self.last
     }
 
     /// `[E]` whether each environment's current observation starts an episode: all true after
@@ -244,7 +257,7 @@ impl VecEnv {
             self.id
         );
         let e = self.envs.len();
-        let (d, ad) = (self.obs_dim, self.action_dim);
+        let (d, p, ad) = (self.obs_dim, self.pixels, self.action_dim);
         match (actions, &self.action_space) {
             (VecActions::Discrete(a), Space::Discrete { .. }) => assert_eq!(
                 a.len(),
@@ -277,17 +290,25 @@ impl VecEnv {
                 VecActions::Continuous(a) => ActionRef::Continuous(&a[j * ad..(j + 1) * ad]),
             };
             let obs_range = j * d..(j + 1) * d;
+            let px_range = j * p..(j + 1) * p;
             let r = env.step(action, &mut last.next_obs[obs_range.clone()]);
+            env.pixels(&mut last.next_pixels[px_range.clone()]);
             let running = (&mut self.running_return[j], &mut self.running_length[j]);
             if last.record(j, r.reward, (r.terminated, r.truncated), running) {
                 env.reset(
                     episode_seed(self.seed, j as u64, self.episodes[j]),
                     &mut last.obs[obs_range],
                 );
+                env.pixels(&mut last.pixels[px_range]);
                 self.episodes[j] += 1;
             } else {
                 let (next, obs) = (&last.next_obs[obs_range.clone()], &mut last.obs[obs_range]);
                 obs.copy_from_slice(next);
+                let (next, px) = (
+                    &last.next_pixels[px_range.clone()],
+                    &mut last.pixels[px_range],
+                );
+                px.copy_from_slice(next);
             }
         }
         &self.last
@@ -320,16 +341,20 @@ pub trait VectorEnv: Send {
     fn observation_space(&self) -> Space;
     /// The space of one environment's action.
     fn action_space(&self) -> Space;
-    /// Resets every environment; the first observations `[E * D]` (all `is_init`).
+    /// Resets every environment; the record whose `obs` `[E * D]` and `pixels` `[E * P]` hold
+    /// the first observations (all `is_init`).
     ///
     /// # Errors
     /// A gymnasium worker that fails, crashes or does not answer in time.
-    fn reset(&mut self) -> Result<&[f32], EnvError>;
+    fn reset(&mut self) -> Result<&VecStep, EnvError>;
     /// Steps environment `j` with action `j`; ended episodes are reset at once.
     ///
     /// # Errors
     /// As [`VectorEnv::reset`].
     fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError>;
+    /// `[E * P]` the pixels lane of the observations the policy sees next (after a reset, a
+    /// step or [`VectorEnv::load_state`]).
+    fn pixels(&self) -> &[u8];
     /// Every environment's state mid-episode, for an exact resume; `None` (the default) when
     /// an environment cannot be saved (the gymnasium bridge's cannot).
     fn save_state(&self) -> Option<Vec<u8>> {
@@ -379,11 +404,14 @@ impl VectorEnv for VecEnv {
     fn action_space(&self) -> Space {
         self.action_space.clone()
     }
-    fn reset(&mut self) -> Result<&[f32], EnvError> {
+    fn reset(&mut self) -> Result<&VecStep, EnvError> {
         Ok(VecEnv::reset(self))
     }
     fn step(&mut self, actions: VecActions<'_>) -> Result<&VecStep, EnvError> {
         Ok(VecEnv::step(self, actions))
+    }
+    fn pixels(&self) -> &[u8] {
+        &self.last.pixels
     }
     /// Also the vector's seed, episode counters and running returns.
     fn save_state(&self) -> Option<Vec<u8>> {
@@ -421,8 +449,12 @@ impl VectorEnv for VecEnv {
                 ),
             });
         }
-        for (env, bytes) in self.envs.iter_mut().zip(&saved.envs) {
+        let p = self.pixels;
+        for (j, (env, bytes)) in self.envs.iter_mut().zip(&saved.envs).enumerate() {
             env.load_state(bytes)?;
+            // An environment's state is the one its current observation came from (the reset
+            // one where the last step ended an episode): its pixels are drawn again.
+            env.pixels(&mut self.last.pixels[j * p..(j + 1) * p]);
         }
         self.seed = saved.seed;
         self.episodes = saved.episodes;
@@ -517,7 +549,7 @@ mod tests {
             );
             episode[j] = 1;
         }
-        assert_eq!(venv.reset(), &obs[..]);
+        assert_eq!(venv.reset().obs, obs);
         assert_eq!(venv.is_init(), vec![true; e]);
         let (mut ret, mut len) = (vec![0.0f64; e], vec![0u64; e]);
         let mut ends = 0;
@@ -530,7 +562,7 @@ mod tests {
             let actions = match venv.action_space() {
                 Space::Discrete { .. } => VecActions::Discrete(&discrete),
                 Space::Box { .. } => VecActions::Continuous(&continuous),
-                Space::MultiDiscrete { .. } => unreachable!("no built-in multi-discrete env"),
+                _ => unreachable!("no built-in multi-discrete env"),
             };
             let step = venv.step(actions).clone();
             for (j, env) in shadow.iter_mut().enumerate() {
@@ -597,7 +629,7 @@ mod tests {
     /// The first `steps` step records of a VecEnv under a fixed action pattern.
     fn rollout(seed: u64, steps: usize) -> Vec<(Vec<f32>, Vec<f32>, Vec<bool>)> {
         let mut venv = VecEnv::new("CartPole-v1", 4, seed).unwrap();
-        let first = venv.reset().to_vec();
+        let first = venv.reset().obs.clone();
         let mut out = vec![(first, vec![], vec![])];
         for t in 0..steps {
             let a: Vec<i64> = (0..4).map(|j| ((t / 3 + j) % 2) as i64).collect();
@@ -616,8 +648,8 @@ mod tests {
     #[test]
     fn repeated_resets_start_new_episodes() {
         let mut venv = VecEnv::new("Pendulum-v1", 2, 0).unwrap();
-        let a = venv.reset().to_vec();
-        let b = venv.reset().to_vec();
+        let a = venv.reset().obs.clone();
+        let b = venv.reset().obs.clone();
         assert_ne!(a, b);
         assert_ne!(a[..3], a[3..], "environments share a seed");
     }

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{cpu_device, Cpu};
 use crate::chunk::{ActionKind, Chunk, ChunkSchema};
-use crate::envs::{EnvError, EnvSpec, Registry, Space};
+use crate::envs::{EnvError, EnvSpec, ImagePart, Registry, Space};
 use recur_rnn::{
     set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentError,
     RecurrentMode, RecurrentOutput, RecurrentState,
@@ -75,6 +75,12 @@ pub fn action_spec(space: &Space) -> ActionSpec {
             high: high.clone(),
         },
         Space::MultiDiscrete { nvec } => ActionSpec::MultiDiscrete { nvec: nvec.clone() },
+        Space::Image { .. } | Space::Dict { .. } => {
+            unreachable!(
+                "registration refuses {} as an action space",
+                space.describe()
+            )
+        }
     }
 }
 
@@ -90,6 +96,7 @@ pub fn policy_config_for_spec(spec: &EnvSpec) -> PolicyConfig {
         spec.observation_space.dim(),
         action_spec(&spec.action_space),
     )
+    .with_images(spec.observation_space.images())
 }
 
 /// The chunk layout of an actor running `policy` with `envs` environments and `steps` steps
@@ -107,6 +114,7 @@ pub fn chunk_schema(policy: &PolicyConfig, envs: usize, steps: usize) -> ChunkSc
         cell: policy.cell,
         num_layers: policy.state_layers(),
         hidden_size: policy.hidden_size,
+        images: policy.images.clone(),
     }
 }
 
@@ -116,6 +124,9 @@ pub struct PolicyConfig {
     /// Observation features.
     pub obs_dim: usize,
     pub action: ActionSpec,
+    /// The images of the observation's pixels lane ([`Space::images`]), empty without.
+    #[config(default = "Vec::new()")]
+    pub images: Vec<ImagePart>,
     /// Widths of the encoder MLP's hidden layers (tanh after each); empty = no encoder.
     #[config(default = "vec![64]")]
     pub encoder: Vec<usize>,

@@ -129,6 +129,8 @@ pub struct Actor {
     schema: ChunkSchema,
     /// What the policy sees at the current step, `[E, D]`.
     obs: Vec<f32>,
+    /// Its pixels lane, `[E, P]` (empty without images).
+    pixels: Vec<u8>,
     /// `[E]`: the current step is an episode start.
     is_init: Vec<bool>,
     /// The recurrent state fed to the policy at the current step, `[E, L, H]`.
@@ -196,6 +198,14 @@ impl Actor {
                 observation_space.dim()
             )));
         }
+        if pc.images != observation_space.images() {
+            return Err(mismatch(format!(
+                "policy images = {:?}, observation space {} has {:?}",
+                pc.images,
+                observation_space.describe(),
+                observation_space.images()
+            )));
+        }
         let wanted = action_spec(&action_space);
         if pc.action != wanted {
             return Err(mismatch(format!(
@@ -204,7 +214,8 @@ impl Actor {
             )));
         }
         let schema = chunk_schema(pc, config.num_envs, config.steps);
-        let obs = env.reset()?.to_vec();
+        let first = env.reset()?;
+        let (obs, pixels) = (first.obs.clone(), first.pixels.clone());
         let e = config.num_envs;
         let groups = env.step_groups();
         assert!(
@@ -244,6 +255,7 @@ impl Actor {
             policy,
             schema,
             obs,
+            pixels,
         })
     }
 
@@ -343,6 +355,7 @@ impl Actor {
         self.env.load_state(&state.envs)?;
         self.steps_taken = state.steps_taken;
         self.obs = state.obs;
+        self.pixels.copy_from_slice(self.env.pixels());
         self.is_init = state.is_init;
         self.rs_h = state.rs_h;
         self.rs_c = state.rs_c;
@@ -426,7 +439,7 @@ impl Actor {
     /// Records what the policy saw and did at step `t` for group `g`'s environments.
     fn record(&self, g: usize, t: usize, chunk: &mut Chunk) {
         let s = &self.schema;
-        let (t_len, d, k) = (s.steps, s.obs_dim, s.action_dim());
+        let (t_len, d, k, px) = (s.steps, s.obs_dim, s.action_dim(), s.pixels());
         let lh = s.num_layers * s.hidden_size;
         let r = self.groups[g].clone();
         let out = &self.outs[g];
@@ -434,6 +447,8 @@ impl Actor {
             let p = env * t_len + t;
             chunk.observation[p * d..(p + 1) * d]
                 .copy_from_slice(&self.obs[env * d..(env + 1) * d]);
+            chunk.pixels[p * px..(p + 1) * px]
+                .copy_from_slice(&self.pixels[env * px..(env + 1) * px]);
             chunk.is_init[p] = self.is_init[env] as u8;
             chunk.rs_h[p * lh..(p + 1) * lh].copy_from_slice(&self.rs_h[env * lh..(env + 1) * lh]);
             if let (Some(dst), Some(src)) = (&mut chunk.rs_c, &self.rs_c) {
@@ -463,6 +478,7 @@ impl Actor {
     fn end_group(&mut self, g: usize, t: usize, chunk: &mut Chunk) -> Result<(), ActorError> {
         let s = &self.schema;
         let (t_len, d, lh) = (s.steps, s.obs_dim, s.num_layers * s.hidden_size);
+        let px = s.pixels();
         let r = self.groups[g].clone();
         self.pending[g] = false;
         let out = self.env.end_step(g)?;
@@ -486,6 +502,8 @@ impl Actor {
             let p = env * t_len + t;
             chunk.next_observation[p * d..(p + 1) * d]
                 .copy_from_slice(&out.next_obs[env * d..(env + 1) * d]);
+            chunk.next_pixels[p * px..(p + 1) * px]
+                .copy_from_slice(&out.next_pixels[env * px..(env + 1) * px]);
             chunk.next_reward[p] = out.reward[env];
             chunk.next_terminated[p] = out.terminated[env] as u8;
             chunk.next_truncated[p] = out.truncated[env] as u8;
@@ -512,6 +530,8 @@ impl Actor {
             }
         }
         self.obs[r.start * d..r.end * d].copy_from_slice(&out.obs[r.start * d..r.end * d]);
+        self.pixels[r.start * px..r.end * px]
+            .copy_from_slice(&out.pixels[r.start * px..r.end * px]);
         self.is_init[r.clone()].copy_from_slice(&out.is_init[r]);
         Ok(())
     }

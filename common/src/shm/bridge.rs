@@ -22,6 +22,8 @@ use super::segment::{Segment, ShmError, HEADER_LEN, SHM_DIR};
 pub struct BridgeLayout {
     pub envs: usize,
     pub obs_dim: usize,
+    /// Bytes of one observation's pixels lane (`Space::pixels`; 0 without images).
+    pub pixels: usize,
     /// Values per action (1 for Discrete, the box's length, the number of MultiDiscrete
     /// components).
     pub action_dim: usize,
@@ -33,6 +35,10 @@ pub struct BridgeLayout {
     pub obs: usize,
     /// `[E, obs_dim]` f32: the observation the step produced (the true final one at a done).
     pub next_obs: usize,
+    /// `[E, pixels]` u8: `obs`'s pixels lane.
+    pub obs_pixels: usize,
+    /// `[E, pixels]` u8: `next_obs`'s pixels lane.
+    pub next_obs_pixels: usize,
     /// `[E]` f64.
     pub reward: usize,
     /// `[E]` u8.
@@ -46,9 +52,9 @@ pub struct BridgeLayout {
 }
 
 impl BridgeLayout {
-    /// The layout for `envs` environments of `obs_dim` observation values and `action_dim`
-    /// action values.
-    pub fn new(envs: usize, obs_dim: usize, action_dim: usize) -> Self {
+    /// The layout for `envs` environments of `obs_dim` observation values, `pixels` bytes of
+    /// pixels and `action_dim` action values.
+    pub fn new(envs: usize, obs_dim: usize, pixels: usize, action_dim: usize) -> Self {
         let mut at = 0usize;
         let mut take = |bytes: usize| {
             let start = at;
@@ -59,17 +65,22 @@ impl BridgeLayout {
         let actions_f32 = take(envs * action_dim * 4);
         let obs = take(envs * obs_dim * 4);
         let next_obs = take(envs * obs_dim * 4);
+        let obs_pixels = take(envs * pixels);
+        let next_obs_pixels = take(envs * pixels);
         let reward = take(envs * 8);
         let terminated = take(envs);
         let truncated = take(envs);
         BridgeLayout {
             envs,
             obs_dim,
+            pixels,
             action_dim,
             actions_i64,
             actions_f32,
             obs,
             next_obs,
+            obs_pixels,
+            next_obs_pixels,
             reward,
             terminated,
             truncated,
@@ -164,21 +175,25 @@ impl BridgeArrays {
     }
 
     /// Reads what the worker wrote for the last step command of environments `lo..lo + n`
-    /// (`n = reward.len()`): `obs`, `next_obs` (`[n * D]`), rewards and flags (`[n]`).
+    /// (`n = reward.len()`): `obs`, `next_obs` (`[n * D]`), their pixels (`[n * P]`), rewards
+    /// and flags (`[n]`).
+    #[allow(clippy::too_many_arguments)]
     pub fn read_step(
         &self,
         lo: usize,
-        obs: &mut [f32],
-        next_obs: &mut [f32],
+        (obs, next_obs): (&mut [f32], &mut [f32]),
+        (pixels, next_pixels): (&mut [u8], &mut [u8]),
         reward: &mut [f64],
         terminated: &mut [u8],
         truncated: &mut [u8],
     ) {
-        let (n, d) = (reward.len(), self.layout.obs_dim);
+        let (n, d, p) = (reward.len(), self.layout.obs_dim, self.layout.pixels);
         assert!(
             lo + n <= self.layout.envs
                 && obs.len() == n * d
                 && next_obs.len() == n * d
+                && pixels.len() == n * p
+                && next_pixels.len() == n * p
                 && terminated.len() == n
                 && truncated.len() == n,
             "internal: bridge read of envs {lo}..{} of {}",
@@ -189,6 +204,8 @@ impl BridgeArrays {
         fence(Ordering::Acquire);
         self.read(self.layout.obs + lo * d * 4, obs);
         self.read(self.layout.next_obs + lo * d * 4, next_obs);
+        self.read(self.layout.obs_pixels + lo * p, pixels);
+        self.read(self.layout.next_obs_pixels + lo * p, next_pixels);
         self.read(self.layout.reward + lo * 8, reward);
         self.read(self.layout.terminated + lo, terminated);
         self.read(self.layout.truncated + lo, truncated);
@@ -206,10 +223,11 @@ impl BridgeArrays {
         );
     }
 
-    /// Reads the observations `[E * D]` after a reset.
-    pub fn read_obs(&self, obs: &mut [f32]) {
+    /// Reads the observations `[E * D]` and their pixels `[E * P]` after a reset.
+    pub fn read_obs(&self, obs: &mut [f32], pixels: &mut [u8]) {
         fence(Ordering::Acquire);
         self.read(self.layout.obs, obs);
+        self.read(self.layout.obs_pixels, pixels);
     }
 }
 
@@ -220,12 +238,14 @@ mod tests {
 
     #[test]
     fn layout_is_aligned_and_disjoint() {
-        let l = BridgeLayout::new(3, 5, 2);
+        let l = BridgeLayout::new(3, 5, 7, 2);
         let offsets = [
             l.actions_i64,
             l.actions_f32,
             l.obs,
             l.next_obs,
+            l.obs_pixels,
+            l.next_obs_pixels,
             l.reward,
             l.terminated,
             l.truncated,
@@ -238,7 +258,7 @@ mod tests {
     #[test]
     fn arrays_round_trip_through_the_file() {
         let name = format!("recur-{}-bridge-test", unique_run_id());
-        let mut a = BridgeArrays::create(&name, BridgeLayout::new(2, 3, 1)).unwrap();
+        let mut a = BridgeArrays::create(&name, BridgeLayout::new(2, 3, 2, 1)).unwrap();
         a.write_actions_i64(0, &[4, -1]);
         a.write_actions_i64(1, &[9]);
         // The file another process maps holds the bytes at body_offset + offset.
@@ -246,8 +266,8 @@ mod tests {
         let at = a.layout().body_offset + a.layout().actions_i64;
         assert_eq!(&bytes[at..at + 8], &4i64.to_le_bytes());
         assert_eq!(&bytes[at + 8..at + 16], &9i64.to_le_bytes());
-        let mut obs = vec![1.0f32; 6];
-        a.read_obs(&mut obs);
-        assert_eq!(obs, [0.0; 6]);
+        let (mut obs, mut pixels) = (vec![1.0f32; 6], vec![1u8; 4]);
+        a.read_obs(&mut obs, &mut pixels);
+        assert_eq!((obs, pixels), (vec![0.0; 6], vec![0; 4]));
     }
 }

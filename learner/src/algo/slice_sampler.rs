@@ -336,6 +336,7 @@ mod tests {
             cell: CellKind::Gru,
             num_layers: 1,
             hidden_size: 2,
+            images: Vec::new(),
         }
     }
 

@@ -138,18 +138,22 @@ impl GymVecEnv {
             ActionDesc::Multidiscrete { nvec } => Space::MultiDiscrete { nvec },
         };
         let action_dim = action_space.dim();
+        let observation_space = obs.space();
+        observation_space
+            .check_observation()
+            .map_err(|e| err(format!("the worker reported an observation space that {e}")))?;
         let spec = EnvSpec {
             id: id.to_string(),
-            observation_space: Space::Box {
-                low: obs.low,
-                high: obs.high,
-            },
+            observation_space,
             action_space,
             max_episode_steps: hello.max_episode_steps,
         };
-        let d = spec.observation_space.dim();
+        let (d, p) = (
+            spec.observation_space.dim(),
+            spec.observation_space.pixels(),
+        );
         for worker in &mut workers {
-            let layout = BridgeLayout::new(worker.envs.len(), d, action_dim);
+            let layout = BridgeLayout::new(worker.envs.len(), d, p, action_dim);
             let name = format!(
                 "recur-{}-gym-{}",
                 unique_run_id(),
@@ -183,7 +187,7 @@ impl GymVecEnv {
             started: false,
             group_steps: vec![0; groups.len()],
             groups,
-            last: VecStep::new(num_envs, d),
+            last: VecStep::new(num_envs, d, p),
             reward64: vec![0.0; num_envs],
             flags: (vec![0; num_envs], vec![0; num_envs]),
             running_return: vec![0.0; num_envs],
@@ -191,7 +195,8 @@ impl GymVecEnv {
         })
     }
 
-    /// The spaces the workers reported (observation flattened to a Box).
+    /// The spaces the workers reported (the observation's values flattened, its images kept;
+    /// see `gym_worker.py`).
     pub fn spec(&self) -> &EnvSpec {
         &self.spec
     }
@@ -246,7 +251,10 @@ impl GymVecEnv {
     /// Waits for the answers to [`GymVecEnv::begin_range`]`(envs)` and reads those rows into
     /// `self.last`. Ranges end in the order they began.
     fn end_range(&mut self, envs: Range<usize>, what: What) -> Result<(), EnvError> {
-        let d = self.spec.observation_space.dim();
+        let (d, p) = (
+            self.spec.observation_space.dim(),
+            self.spec.observation_space.pixels(),
+        );
         let last = &mut self.last;
         let (term, trunc) = &mut self.flags;
         for worker in &mut self.workers {
@@ -264,8 +272,14 @@ impl GymVecEnv {
             let lo = r.start - worker.envs.start;
             worker.arrays().read_step(
                 lo,
-                &mut last.obs[r.start * d..r.end * d],
-                &mut last.next_obs[r.start * d..r.end * d],
+                (
+                    &mut last.obs[r.start * d..r.end * d],
+                    &mut last.next_obs[r.start * d..r.end * d],
+                ),
+                (
+                    &mut last.pixels[r.start * p..r.end * p],
+                    &mut last.next_pixels[r.start * p..r.end * p],
+                ),
                 &mut self.reward64[r.clone()],
                 &mut term[r.clone()],
                 &mut trunc[r],
@@ -296,7 +310,7 @@ impl VectorEnv for GymVecEnv {
         self.spec.action_space.clone()
     }
 
-    fn reset(&mut self) -> Result<&[f32], EnvError> {
+    fn reset(&mut self) -> Result<&VecStep, EnvError> {
         // One command to every worker (they run in parallel), then every answer.
         for worker in &mut self.workers {
             assert!(
@@ -310,18 +324,22 @@ impl VectorEnv for GymVecEnv {
             worker.answer(&self.id, What::Reset, self.timeout, Duration::ZERO)?;
         }
         let last = &mut self.last;
-        let d = self.spec.observation_space.dim();
+        let (d, p) = (
+            self.spec.observation_space.dim(),
+            self.spec.observation_space.pixels(),
+        );
         for worker in &self.workers {
             let r = &worker.envs;
-            worker
-                .arrays()
-                .read_obs(&mut last.obs[r.start * d..r.end * d]);
+            worker.arrays().read_obs(
+                &mut last.obs[r.start * d..r.end * d],
+                &mut last.pixels[r.start * p..r.end * p],
+            );
         }
         last.after_reset();
         self.running_return.fill(0.0);
         self.running_length.fill(0);
         self.started = true;
-        Ok(&self.last.obs)
+        Ok(&self.last)
     }
 
     /// All environments at once (every worker in parallel), whatever the groups.
@@ -332,6 +350,10 @@ impl VectorEnv for GymVecEnv {
         self.begin_range(all.clone(), actions, what)?;
         self.end_range(all, what)?;
         Ok(&self.last)
+    }
+
+    fn pixels(&self) -> &[u8] {
+        &self.last.pixels
     }
 
     fn step_groups(&self) -> Vec<Range<usize>> {

@@ -60,6 +60,9 @@ pub struct GymnasiumOptions {
     pub imports: Vec<String>,
     /// Keyword arguments of `gymnasium.make` (a JSON object).
     pub kwargs: Option<serde_json::Value>,
+    /// The keys of a `Dict` observation to keep (`run.env_keys`, `recur-actor --env-keys`);
+    /// `None` keeps them all.
+    pub keys: Option<Vec<String>>,
     /// How long a worker may take to answer one command, `RECUR_GYM_TIMEOUT_S` seconds, default
     /// 60.
     pub timeout: Duration,
@@ -91,6 +94,7 @@ impl Default for GymnasiumOptions {
             python: std::env::var("RECUR_PYTHON").unwrap_or_else(|_| DEFAULT_PYTHON.into()),
             imports: Vec::new(),
             kwargs: None,
+            keys: None,
             timeout: Duration::from_secs_f64(timeout),
             start_timeout: Duration::from_secs_f64(
                 seconds_var("RECUR_GYM_START_TIMEOUT_S")

@@ -26,15 +26,32 @@ pub(super) struct Hello {
     pub(super) kind: String,
     #[serde(default)]
     pub(super) error: String,
-    pub(super) observation_space: Option<BoxBounds>,
+    pub(super) observation_space: Option<ObsDesc>,
     pub(super) action_space: Option<ActionDesc>,
     pub(super) max_episode_steps: Option<u64>,
 }
 
+/// An observation space as the worker reports it: the values lane's parts flattened to boxes,
+/// images kept whole, a dict's parts by key.
 #[derive(Deserialize)]
-pub(super) struct BoxBounds {
-    pub(super) low: Vec<f32>,
-    pub(super) high: Vec<f32>,
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub(super) enum ObsDesc {
+    Box { low: Vec<f32>, high: Vec<f32> },
+    Image { shape: [usize; 3] },
+    Dict { parts: Vec<(String, ObsDesc)> },
+}
+
+impl ObsDesc {
+    pub(super) fn space(self) -> super::Space {
+        use super::Space;
+        match self {
+            ObsDesc::Box { low, high } => Space::Box { low, high },
+            ObsDesc::Image { shape } => Space::Image { shape },
+            ObsDesc::Dict { parts } => Space::Dict {
+                parts: parts.into_iter().map(|(k, d)| (k, d.space())).collect(),
+            },
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -69,6 +86,7 @@ impl Worker {
             "id": gym_id,
             "imports": options.imports,
             "kwargs": options.kwargs.clone().unwrap_or(serde_json::json!({})),
+            "keys": options.keys,
             "num_envs": envs.len(),
             "spin_us": options.worker_spin.as_micros() as u64,
         });

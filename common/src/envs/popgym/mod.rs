@@ -377,6 +377,7 @@ mod tests {
                         .map(|(&l, &h)| rng.uniform(l.into(), h.into()) as f32)
                         .collect(),
                 ),
+                other => unreachable!("{} is not an action space", other.describe()),
             }
         };
         let play = |env: &mut dyn Env, actions: &[(Vec<i64>, Vec<f32>)], obs: &mut Vec<f32>| {
@@ -386,6 +387,7 @@ mod tests {
                     Space::Discrete { .. } => ActionRef::Discrete(d[0]),
                     Space::MultiDiscrete { .. } => ActionRef::MultiDiscrete(d),
                     Space::Box { .. } => ActionRef::Continuous(c),
+                    other => unreachable!("{} is not an action space", other.describe()),
                 };
                 let r = env.step(action, obs);
                 trace.push((r.reward.to_bits(), r.terminated, r.truncated, obs.clone()));
@@ -450,6 +452,7 @@ mod tests {
                                     .collect();
                                 env.step(ActionRef::Continuous(&a), &mut obs)
                             }
+                            other => unreachable!("{} is not an action space", other.describe()),
                         };
                         assert!(space.contains_obs(&obs), "{id}: {obs:?}");
                         trace.push((r.reward.to_bits(), obs.clone()));
