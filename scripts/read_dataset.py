@@ -3,6 +3,9 @@
 
     python3 scripts/read_dataset.py DIR      # prints a summary
     chunks = read_dataset("DIR")              # list of dicts of numpy arrays
+
+Each chunk holds every column as `[E, T, ...]`; with images, also `images` and `next.images`:
+{key: uint8 array [E, T, H, W, C]} cut from the `pixels` columns (a bare image's key is "").
 """
 import json
 import struct
@@ -12,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+VERSION = 3
 HEADER = struct.Struct("<IIQQQIIQI")  # actor_id, incarnation, seq, policy_version, schema_hash, envs, steps, payload_len, crc
 
 
@@ -19,7 +23,10 @@ def columns(schema):
     """(key, dtype, per-step shape) in encoding order."""
     obs, state = (schema["obs_dim"],), (schema["num_layers"], schema["hidden_size"])
     action = schema["action"]
+    pixels = sum(int(np.prod(im["shape"])) for im in schema.get("images", []))
     cols = [("observation", "<f4", obs)]
+    if pixels:
+        cols.append(("pixels", "u1", (pixels,)))
     if action == "discrete":
         cols.append(("action", "<i8", ()))
     elif "multidiscrete" in action:
@@ -30,16 +37,27 @@ def columns(schema):
     if schema["cell"] == "lstm":
         cols.append(("rs_c", "<f4", state))
     cols += [
-        ("next.observation", "<f4", obs), ("next.reward", "<f4", ()), ("next.terminated", "u1", ()),
+        ("next.observation", "<f4", obs)]
+    if pixels:
+        cols.append(("next.pixels", "u1", (pixels,)))
+    cols += [("next.reward", "<f4", ()), ("next.terminated", "u1", ()),
         ("next.truncated", "u1", ()), ("next.done", "u1", ()), ("collector.traj_ids", "<i8", ()),
     ]
     return cols
 
 
+def images(schema, pixels):
+    """{key: [E, T, H, W, C] uint8} cut from a `pixels` column `[E, T, P]`."""
+    out, at = {}, 0
+    for im in schema.get("images", []):
+        size = int(np.prod(im["shape"]))
+        out[im["key"]] = pixels[:, :, at:at + size].reshape(pixels.shape[:2] + tuple(im["shape"]))
+        at += size
+    return out
+
+
 def chunk_files(path, meta):
-    """The chunk files in order: chunks-00000.bin, chunks-00001.bin, ... (version 1: chunks.bin)."""
-    if meta["version"] == 1:
-        return [path / "chunks.bin"]
+    """The chunk files in order: chunks-00000.bin, chunks-00001.bin, ..."""
     files, i = [], 0
     while (path / f"chunks-{i:05d}.bin").exists():
         files.append(path / f"chunks-{i:05d}.bin")
@@ -82,6 +100,9 @@ def decode_chunk(data, off, meta):
         arr = np.frombuffer(payload, dtype=dtype, count=count, offset=pos)
         chunk[key] = arr.reshape((e, t) + shape)
         pos += arr.nbytes
+    if "pixels" in chunk:
+        chunk["images"] = images(schema, chunk["pixels"])
+        chunk["next.images"] = images(schema, chunk["next.pixels"])
     return chunk, start + plen
 
 
@@ -89,6 +110,11 @@ def read_dataset(path):
     """(meta, chunks, ignored tail bytes of the last file): every complete chunk, file by file."""
     path = Path(path)
     meta = json.loads((path / "dataset.json").read_text())
+    if meta.get("format") != "recur-dataset" or meta.get("version") != VERSION:
+        raise ValueError(f"{path}: format {meta.get('format')!r} version {meta.get('version')}, "
+                         f"this reader reads recur-dataset version {VERSION}"
+                         + (" (an earlier recur's: record the dataset again)"
+                            if isinstance(meta.get("version"), int) and meta["version"] < VERSION else ""))
     chunks, tail = [], 0
     for f in chunk_files(path, meta):
         data = f.read_bytes()

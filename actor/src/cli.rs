@@ -24,10 +24,11 @@ use crate::outlet::{self, Outlet};
 use crate::start::{finite_bounds, registry_for, start, Identity};
 
 /// The flags that [`ActorArgs`] holds: `--actor-args` replaces them all.
-const ACTOR_ARGS_FLAGS: [&str; 13] = [
+const ACTOR_ARGS_FLAGS: [&str; 14] = [
     "env",
     "env_imports",
     "env_kwargs",
+    "env_keys",
     "envs",
     "steps",
     "cell",
@@ -68,6 +69,10 @@ pub struct Cli {
     /// Keyword arguments of gymnasium.make, a JSON object (gymnasium ids).
     #[arg(long, value_name = "JSON")]
     env_kwargs: Option<String>,
+    /// The keys of a Dict observation to keep, comma-separated (gymnasium ids; e.g.
+    /// `image,direction` for MiniGrid, whose `mission` string a policy cannot take).
+    #[arg(long, value_name = "KEY,...", value_delimiter = ',')]
+    env_keys: Option<Vec<String>>,
     /// Environments stepped together.
     #[arg(long, default_value_t = 64)]
     envs: usize,
@@ -175,6 +180,7 @@ impl Cli {
             env: self.check_env.clone().unwrap_or_else(|| self.env.clone()),
             env_imports: self.env_imports.clone(),
             env_kwargs: env_kwargs.transpose()?,
+            env_keys: self.env_keys.clone(),
             envs: self.envs,
             steps: self.steps,
             // The flags' architecture on the default environment's spaces: the actor runs it
@@ -334,6 +340,7 @@ pub fn run_with(cli: Cli, registry: Registry) -> anyhow::Result<()> {
     let source = EnvSource {
         imports: args.env_imports.clone(),
         kwargs: args.env_kwargs.clone().map(serde_json::Value::Object),
+        keys: args.env_keys.clone(),
         seed: Some(args.seed),
     };
     run_standalone(actor, &cli, &source)

@@ -42,6 +42,7 @@ pub fn registry_for(args: &ActorArgs, registry: Registry) -> Registry {
     registry.with_gymnasium(GymnasiumOptions {
         imports: args.env_imports.clone(),
         kwargs: args.env_kwargs.clone().map(serde_json::Value::Object),
+        keys: args.env_keys.clone(),
         ..GymnasiumOptions::default()
     })
 }

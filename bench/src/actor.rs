@@ -251,7 +251,7 @@ impl Runner {
         cell: Option<CellKind>,
         bench: &ActorBench,
     ) -> anyhow::Result<Self> {
-        let registry = learner::eval::env_registry(&bench.env_imports, None);
+        let registry = learner::eval::env_registry(&bench.env_imports, None, None);
         let mut venv = registry.make_vec(env, e, bench.seed)?;
         Ok(match cell {
             Some(cell) => {

@@ -33,6 +33,13 @@ fn main() -> anyhow::Result<()> {
         n += 1;
         Ok(())
     };
+    // A chunk with images (the `pixels` columns), alone and in a TCP frame.
+    let images = common::fuzz::image_schema();
+    let bytes = common::fuzz::sample_chunk(&images, 0).encode(&images)?;
+    put("chunk", "images", &bytes)?;
+    let mut frame = data_head(KIND_CHUNK, bytes.len()).to_vec();
+    frame.extend_from_slice(&bytes);
+    put("remote_frame", "chunk-images", &frame)?;
     for (env, cell, layers) in [
         ("MaskedCartPole-v1", CellKind::Lstm, 1),
         ("Pendulum-v1", CellKind::Gru, 2),

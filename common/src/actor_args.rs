@@ -43,6 +43,8 @@ pub struct ActorArgs {
     /// text in bincode (which cannot carry a self-describing value).
     #[serde(with = "json_object")]
     pub env_kwargs: Option<Map<String, Value>>,
+    /// The keys of a gymnasium `Dict` observation to keep (`None`: all of them).
+    pub env_keys: Option<Vec<String>>,
     /// Environments stepped together (`E`).
     pub envs: usize,
     /// Steps per chunk (`T`).
@@ -71,6 +73,7 @@ impl Default for ActorArgs {
             env: "MaskedCartPole-v1".into(),
             env_imports: Vec::new(),
             env_kwargs: None,
+            env_keys: None,
             envs: 64,
             steps: 32,
             policy: policy_config_for("MaskedCartPole-v1").expect("a built-in environment"),
@@ -232,6 +235,7 @@ mod tests {
             env: "gymnasium:RecurTest/Faulty-v0".into(),
             env_imports: vec!["popgym".into(), "recur_test_envs".into()],
             env_kwargs: Some(kwargs),
+            env_keys: Some(vec!["direction".into(), "image".into()]),
             envs: 3,
             steps: 17,
             policy: PolicyConfig {

@@ -15,7 +15,11 @@
 //! index record was not written yet is still read. Anything else that does not read (a
 //! corrupted length, header or payload inside the data) is an error naming the file, the chunk
 //! and the byte; so is a `dataset.json` that disagrees with its chunks or its environment.
-//! Version 1 datasets (one `chunks.bin`, no index) are read too.
+//!
+//! Version 3 (this one) stores an observation's images as `u8` columns (`pixels`,
+//! `next.pixels`, with their shapes in the schema's `images`) and records episodes under one
+//! seed contract for every environment path (docs/dataset-format.md). Datasets of versions 1
+//! and 2 are refused, naming their version: record them again.
 //!
 //! A dataset directory recur creates has mode 0700, its files 0600 (like a run directory).
 //!
@@ -31,11 +35,9 @@ use crate::chunk::{Chunk, ChunkError, ChunkSchema, PREFIX_LEN};
 
 pub const FILE_MAGIC: [u8; 8] = *b"RECURDS1";
 pub const INDEX_MAGIC: [u8; 8] = *b"RECURIX1";
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 pub const META_FILE: &str = "dataset.json";
 pub const INDEX_FILE: &str = "index.bin";
-/// The single chunk file of version 1 datasets.
-pub const V1_CHUNKS_FILE: &str = "chunks.bin";
 /// Bytes of a chunk or index file header.
 pub const FILE_HEADER: usize = 16;
 /// Bytes of one index record.
@@ -70,6 +72,9 @@ pub struct DatasetMeta {
     /// Keyword arguments of `gymnasium.make` (gymnasium ids).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_kwargs: Option<serde_json::Value>,
+    /// The keys of a gymnasium `Dict` observation that were kept (`run.env_keys`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_keys: Option<Vec<String>>,
     /// The run seed: gymnasium env `i` of actor `a` was first reset with
     /// `seed + a * schema.envs + i`, later without a seed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,6 +86,7 @@ pub struct DatasetMeta {
 pub struct EnvSource {
     pub imports: Vec<String>,
     pub kwargs: Option<serde_json::Value>,
+    pub keys: Option<Vec<String>>,
     pub seed: Option<u64>,
 }
 
@@ -239,6 +245,7 @@ impl DatasetWriter {
             max_file_bytes,
             env_imports: source.imports.clone(),
             env_kwargs: source.kwargs.clone(),
+            env_keys: source.keys.clone(),
             seed: source.seed,
         };
         let index = create_with(&dir.join(INDEX_FILE), &file_header(INDEX_MAGIC))?;
@@ -330,11 +337,18 @@ pub fn read_meta(dir: &Path) -> Result<DatasetMeta, DatasetError> {
     let text = std::fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
     let meta: DatasetMeta =
         serde_json::from_str(&text).map_err(|e| format_error(&meta_path, e.to_string()))?;
-    if meta.format != "recur-dataset" || !(1..=FORMAT_VERSION).contains(&meta.version) {
+    if meta.format != "recur-dataset" || meta.version != FORMAT_VERSION {
+        let older = if meta.format == "recur-dataset" && meta.version < FORMAT_VERSION {
+            " (an earlier recur's: version 3 added image columns and one seed contract for \
+             every environment path; record the dataset again)"
+        } else {
+            ""
+        };
         return Err(format_error(
             &meta_path,
             format!(
-                "format {:?} version {}, this build reads \"recur-dataset\" versions 1 to {FORMAT_VERSION}",
+                "format {:?} version {}, this build reads \"recur-dataset\" version \
+                 {FORMAT_VERSION}{older}",
                 meta.format, meta.version
             ),
         ));
@@ -359,6 +373,7 @@ fn check_meta(path: &Path, meta: &DatasetMeta) -> Result<(), DatasetError> {
     let registry = crate::envs::Registry::builtin().with_gymnasium(crate::envs::GymnasiumOptions {
         imports: meta.env_imports.clone(),
         kwargs: meta.env_kwargs.clone(),
+        keys: meta.env_keys.clone(),
         ..Default::default()
     });
     let policy = registry
@@ -366,13 +381,19 @@ fn check_meta(path: &Path, meta: &DatasetMeta) -> Result<(), DatasetError> {
         .map(|spec| crate::policy::policy_config_for_spec(&spec))
         .map_err(|e| refuse(format!("env {:?}: {e}", meta.env)))?;
     let env_schema = crate::policy::chunk_schema(&policy, meta.schema.envs, meta.schema.steps);
-    if env_schema.obs_dim != meta.schema.obs_dim || env_schema.action != meta.schema.action {
+    if env_schema.obs_dim != meta.schema.obs_dim
+        || env_schema.images != meta.schema.images
+        || env_schema.action != meta.schema.action
+    {
         return Err(refuse(format!(
-            "env {:?} has observations of {} and actions {:?}, the schema {} and {:?}",
+            "env {:?} has observations of {} values and images {:?} and actions {:?}, the \
+             schema {} and {:?} and {:?}",
             meta.env,
             env_schema.obs_dim,
+            env_schema.images,
             env_schema.action,
             meta.schema.obs_dim,
+            meta.schema.images,
             meta.schema.action
         )));
     }
@@ -421,14 +442,10 @@ fn check_file_header(
 /// with the files is an error naming the file, chunk and offset.
 pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
     let meta = read_meta(dir)?;
-    let files: Vec<(u32, PathBuf)> = if meta.version == 1 {
-        vec![(0, dir.join(V1_CHUNKS_FILE))]
-    } else {
-        (0u32..)
-            .map(|i| (i, dir.join(chunk_file_name(i))))
-            .take_while(|(_, p)| p.exists())
-            .collect()
-    };
+    let files: Vec<(u32, PathBuf)> = (0u32..)
+        .map(|i| (i, dir.join(chunk_file_name(i))))
+        .take_while(|(_, p)| p.exists())
+        .collect();
     if files.is_empty() {
         return Err(format_error(
             &dir.join(chunk_file_name(0)),
@@ -501,41 +518,38 @@ pub fn read_dataset(dir: &Path) -> Result<Dataset, DatasetError> {
         }
         ignored_tail_bytes = bytes.len() - offset;
     }
-    let (mut unindexed_chunks, mut index_records_past_data) = (0, 0);
-    if meta.version >= 2 {
-        let index = read_index(dir)?;
-        // Records beyond the data may only point past the last complete chunk.
-        let end = locations
-            .last()
-            .map_or((0, FILE_HEADER as u64), |l| (l.file, l.offset + l.length));
-        if let Some(bad) = index[locations.len().min(index.len())..]
-            .iter()
-            .find(|e| (e.file, e.offset) < end)
-        {
-            return Err(format_error(
-                &dir.join(INDEX_FILE),
-                format!(
-                    "lists {} chunks, the chunk files hold {} complete ones, and record {bad:?} \
-                     points inside the data",
-                    index.len(),
-                    locations.len()
-                ),
-            ));
-        }
-        index_records_past_data = index.len().saturating_sub(locations.len());
-        if let Some((i, (want, got))) = index
-            .iter()
-            .zip(&locations)
-            .enumerate()
-            .find(|(_, (a, b))| a != b)
-        {
-            return Err(format_error(
-                &dir.join(INDEX_FILE),
-                format!("record {i} says {want:?}, the files hold {got:?}"),
-            ));
-        }
-        unindexed_chunks = locations.len().saturating_sub(index.len());
+    let index = read_index(dir)?;
+    // Records beyond the data may only point past the last complete chunk.
+    let end = locations
+        .last()
+        .map_or((0, FILE_HEADER as u64), |l| (l.file, l.offset + l.length));
+    if let Some(bad) = index[locations.len().min(index.len())..]
+        .iter()
+        .find(|e| (e.file, e.offset) < end)
+    {
+        return Err(format_error(
+            &dir.join(INDEX_FILE),
+            format!(
+                "lists {} chunks, the chunk files hold {} complete ones, and record {bad:?} \
+                 points inside the data",
+                index.len(),
+                locations.len()
+            ),
+        ));
     }
+    let index_records_past_data = index.len().saturating_sub(locations.len());
+    if let Some((i, (want, got))) = index
+        .iter()
+        .zip(&locations)
+        .enumerate()
+        .find(|(_, (a, b))| a != b)
+    {
+        return Err(format_error(
+            &dir.join(INDEX_FILE),
+            format!("record {i} says {want:?}, the files hold {got:?}"),
+        ));
+    }
+    let unindexed_chunks = locations.len().saturating_sub(index.len());
     Ok(Dataset {
         meta,
         chunks,
@@ -781,6 +795,17 @@ mod tests {
         .unwrap();
         let err = read_dataset(&dir).unwrap_err().to_string();
         assert!(err.contains("schema_hash"), "{err}");
+        // An earlier version's dataset is refused, naming its version.
+        std::fs::write(
+            &meta_path,
+            meta.replace(&format!("\"version\": {FORMAT_VERSION}"), "\"version\": 2"),
+        )
+        .unwrap();
+        let err = read_dataset(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("version 2") && err.contains("record the dataset again"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -60,12 +60,31 @@ fn policies() -> &'static [(&'static str, PolicyConfig, ChunkSchema)] {
     })
 }
 
-/// A chunk in any of the targets' schemas (and its framing read alone).
+/// The schema of a chunk with images: MiniGrid's observation (a `[7, 7, 3]` image beside four
+/// values) with a GRU, the `pixels` columns' layout.
+pub fn image_schema() -> ChunkSchema {
+    let (_, pc, _) = &policies()[0];
+    let pc = PolicyConfig {
+        obs_dim: 4,
+        ..pc.clone()
+    }
+    .with_cell(CellKind::Gru)
+    .with_images(vec![crate::envs::ImagePart {
+        key: "image".into(),
+        shape: [7, 7, 3],
+    }]);
+    chunk_schema(&pc, 2, 4)
+}
+
+/// A chunk in any of the targets' schemas, one with images among them (and its framing read
+/// alone).
 pub fn chunk(data: &[u8]) {
     let _ = Chunk::peek_meta(data);
     let _ = Chunk::encoded_len(data);
     let _ = Chunk::verify_checksum(data);
-    for (_, _, schema) in policies() {
+    let images = image_schema();
+    let schemas = policies().iter().map(|(_, _, s)| s).chain([&images]);
+    for schema in schemas {
         if let Ok(chunk) = Chunk::decode(data, schema) {
             // What decodes re-encodes to the same bytes.
             let again = chunk.encode(schema).expect("a decoded chunk encodes");
@@ -164,6 +183,9 @@ pub fn sample_chunk(schema: &ChunkSchema, seq: u64) -> Chunk {
     let mut chunk = Chunk::zeros(schema, ChunkMeta::new(0, 0, seq, 1));
     for (i, x) in chunk.observation.iter_mut().enumerate() {
         *x = (i as f32 * 0.37).sin();
+    }
+    for (i, p) in chunk.pixels.iter_mut().enumerate() {
+        *p = (i * 37 % 256) as u8;
     }
     for (i, r) in chunk.next_reward.iter_mut().enumerate() {
         *r = (i % 3) as f32 - 1.0;

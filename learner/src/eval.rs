@@ -61,10 +61,15 @@ impl EvalRow {
 
 /// The built-in environments, and gymnasium ids built with `imports` and `kwargs` (a run's
 /// `run.env_imports` / `run.env_kwargs`, a dataset's `env_imports` / `env_kwargs`).
-pub fn env_registry(imports: &[String], kwargs: Option<serde_json::Value>) -> Registry {
+pub fn env_registry(
+    imports: &[String],
+    kwargs: Option<serde_json::Value>,
+    keys: Option<Vec<String>>,
+) -> Registry {
     Registry::builtin().with_gymnasium(GymnasiumOptions {
         imports: imports.to_vec(),
         kwargs,
+        keys,
         ..GymnasiumOptions::default()
     })
 }
@@ -273,7 +278,7 @@ pub fn evaluate_checkpoint(
         Some(e) if overrides.is_empty() => (e.to_string(), Registry::builtin()),
         _ => {
             let run = run_env(dir, overrides)?;
-            let registry = env_registry(&run.env_imports, run.env_kwargs);
+            let registry = env_registry(&run.env_imports, run.env_kwargs, run.env_keys);
             (env.map_or(run.env, str::to_string), registry)
         }
     };
@@ -295,6 +300,8 @@ struct RunEnv {
     env_imports: Vec<String>,
     #[serde(default)]
     env_kwargs: Option<serde_json::Value>,
+    #[serde(default)]
+    env_keys: Option<Vec<String>>,
 }
 
 /// `run.env` (with its imports and kwargs) of the `config.toml` of run directory `dir` (or of
@@ -316,6 +323,7 @@ fn run_env(dir: &Path, overrides: &[Override]) -> anyhow::Result<RunEnv> {
             env_kwargs: run.env_kwargs_json(),
             env: run.env,
             env_imports: run.env_imports,
+            env_keys: run.env_keys,
         });
     }
     let text = std::fs::read_to_string(&path)?;
@@ -325,9 +333,12 @@ fn run_env(dir: &Path, overrides: &[Override]) -> anyhow::Result<RunEnv> {
         .get("run")
         .filter(|r| r.get("env").is_some_and(toml::Value::is_str))
         .with_context(|| format!("{} has no run.env: pass --env", path.display()))?;
-    run.clone()
-        .try_into()
-        .with_context(|| format!("{}: [run] env, env_imports, env_kwargs", path.display()))
+    run.clone().try_into().with_context(|| {
+        format!(
+            "{}: [run] env, env_imports, env_kwargs, env_keys",
+            path.display()
+        )
+    })
 }
 
 /// Steps per evaluation chunk, and the most chunks an evaluation may take.

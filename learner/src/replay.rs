@@ -82,7 +82,11 @@ fn replay_on<B: AutodiffBackend>(
         checkpoint_every: r.checkpoint_every,
     })?;
     let data = load_dataset(&opts.dataset)?;
-    let registry = env_registry(&data.meta.env_imports, data.meta.env_kwargs.clone());
+    let registry = env_registry(
+        &data.meta.env_imports,
+        data.meta.env_kwargs.clone(),
+        data.meta.env_keys.clone(),
+    );
     let (mut learner, pc) = replay_learner::<B>(config, &data, &registry, device)?;
     run.write_config(&config.to_toml())?;
     run.start_metrics(None, r.tensorboard, &config.to_toml())?;

@@ -36,6 +36,7 @@ pub fn actor_args(config: &TrainConfig, policy: &PolicyConfig, seed: u64) -> Act
             serde_json::Value::Object(map) => map,
             _ => unreachable!("a TOML table is a JSON object"),
         }),
+        env_keys: config.run.env_keys.clone(),
         envs: c.envs_per_actor,
         steps: c.steps,
         policy: policy.clone(),

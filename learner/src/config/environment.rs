@@ -46,6 +46,13 @@ impl Checker<'_> {
                     "kwargs only with a gymnasium:<id> env",
                 );
             }
+            if let Some(keys) = &run.env_keys {
+                return self.fail(
+                    "run.env_keys",
+                    format!("{keys:?}"),
+                    "keys only with a gymnasium:<id> env",
+                );
+            }
             let known = common::envs::Registry::builtin();
             if collector.actor_bin.is_none() && !known.contains(env) {
                 return self.fail(

@@ -177,10 +177,11 @@ pub(super) fn merged<T: DeserializeOwned>(
 }
 
 /// What a resumed run keeps whatever `--set` says: what its checkpoint was built for.
-const FIXED_ON_RESUME: [&str; 5] = [
+const FIXED_ON_RESUME: [&str; 6] = [
     "run.env",
     "run.env_imports",
     "run.env_kwargs",
+    "run.env_keys",
     "run.algo",
     "policy",
 ];

@@ -90,6 +90,11 @@ pub struct RunSection {
     /// Keyword arguments of `gymnasium.make` (`gymnasium:` ids only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_kwargs: Option<toml::Table>,
+    /// The keys of a `Dict` observation to keep (`gymnasium:` ids only), e.g.
+    /// `["direction", "image"]` for MiniGrid, whose `mission` string a policy cannot take.
+    /// Unset: every key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_keys: Option<Vec<String>>,
     /// Also write the metrics and evaluations as TensorBoard scalars and the config as text,
     /// to `RUN_DIR/tb/` (`learner::tensorboard`).
     #[serde(default = "yes")]

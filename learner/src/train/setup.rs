@@ -165,6 +165,7 @@ pub fn recording(
         &common::dataset::EnvSource {
             imports: run.env_imports.clone(),
             kwargs: run.env_kwargs_json(),
+            keys: run.env_keys.clone(),
             seed: Some(run.seed.wrapping_add(state.updates)),
         },
     )
@@ -183,7 +184,11 @@ pub fn eval_worker(
     };
     let plan = EvalPlan {
         env: config.run.env.clone(),
-        registry: crate::eval::env_registry(&config.run.env_imports, config.run.env_kwargs_json()),
+        registry: crate::eval::env_registry(
+            &config.run.env_imports,
+            config.run.env_kwargs_json(),
+            config.run.env_keys.clone(),
+        ),
         policy: policy.clone(),
         episodes: e.episodes,
         seed: e
