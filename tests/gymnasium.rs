@@ -196,11 +196,22 @@ initial_state = "zeros"
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Records `frames` frames of RecurTest/Spaces-v0 with `obs` and `action` kinds.
+/// Records `frames` frames of RecurTest/Spaces-v0 with `obs` and `action` kinds (`extra`:
+/// more flags, e.g. `--env-keys`).
 fn record_spaces(dir: &Path, obs: &str, action: &str) -> (bool, String, PathBuf) {
+    record_spaces_with(dir, obs, action, "", &[])
+}
+
+fn record_spaces_with(
+    dir: &Path,
+    obs: &str,
+    action: &str,
+    more_kwargs: &str,
+    extra: &[&str],
+) -> (bool, String, PathBuf) {
     let data = dir.join(format!("{obs}-{action}"));
-    let kwargs = format!(r#"{{"obs": "{obs}", "action": "{action}"}}"#);
-    let (ok, out) = run(actor(&[
+    let kwargs = format!(r#"{{"obs": "{obs}", "action": "{action}"{more_kwargs}}}"#);
+    let mut cmd = actor(&[
         "--env",
         "gymnasium:RecurTest/Spaces-v0",
         "--env-import",
@@ -215,7 +226,9 @@ fn record_spaces(dir: &Path, obs: &str, action: &str) -> (bool, String, PathBuf)
         "48",
         "--record",
         data.to_str().unwrap(),
-    ]));
+    ]);
+    cmd.args(extra);
+    let (ok, out) = run(cmd);
     (ok, out, data)
 }
 
@@ -226,7 +239,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np
 from read_dataset import read_dataset
-from recur_test_envs import expected_obs
+from recur_test_envs import expected_obs, expected_pixels
 meta, chunks, _ = read_dataset(sys.argv[2])
 kind = meta["env_kwargs"]["obs"]
 assert meta["env_imports"] == ["recur_test_envs"], meta
@@ -240,6 +253,17 @@ for c in chunks:
             assert np.array_equal(c["observation"][i, t], want), (kind, i, t, c["observation"][i, t], want)
             nxt = np.asarray(expected_obs(kind, step + 1), np.float32)
             assert np.array_equal(c["next.observation"][i, t], nxt), (kind, "next", i, t)
+            px = expected_pixels(kind, step)
+            if len(px):
+                # One uint8 array per image, in its own shape.
+                shapes = {im["key"]: tuple(im["shape"]) for im in meta["schema"]["images"]}
+                (key, shape), = shapes.items()
+                assert c["pixels"].dtype == np.uint8 and c["images"][key].shape[2:] == shape
+                assert np.array_equal(c["images"][key][i, t].reshape(-1), px), (kind, i, t)
+                nxt = expected_pixels(kind, step + 1)
+                assert np.array_equal(c["next.images"][key][i, t].reshape(-1), nxt)
+            else:
+                assert "pixels" not in c and not meta["schema"]["images"]
             assert c["is_init"][i, t] == (step == 0)
             assert c["next.terminated"][i, t] == (step == 4) and c["next.truncated"][i, t] == 0
             a = c["action"][i, t]
@@ -263,8 +287,16 @@ fn every_supported_space_kind_flattens_as_documented() {
         ("tuple", "discrete"),
         ("dict", "discrete"),
         ("box", "multidiscrete"),
+        // (An observation of images alone waits for the policy's image encoder: its values
+        // lane is empty, and the recurrent core needs an input.)
+        ("dictimage", "discrete"),
     ] {
-        let (ok, out, data) = record_spaces(&dir, obs, action);
+        // MiniGrid's keys: the mission string cannot be fed to a policy, so it is dropped.
+        let keys: &[&str] = match obs {
+            "dictimage" => &["--env-keys", "image,direction"],
+            _ => &[],
+        };
+        let (ok, out, data) = record_spaces_with(&dir, obs, action, "", keys);
         assert!(ok, "{obs}/{action}: {out}");
         let r = python_json(&[
             "-c",
@@ -288,6 +320,44 @@ fn every_supported_space_kind_flattens_as_documented() {
             "{obs}/{action}: {out}"
         );
     }
+    // A Dict key the policy cannot take is refused naming it and the keys to keep.
+    let (ok, out, _) = record_spaces(&dir, "dictimage", "discrete");
+    assert!(!ok, "a Text key was accepted: {out}");
+    assert!(
+        out.contains("'mission'")
+            && out.contains(r#"run.env_keys = ["direction", "image"]"#)
+            && out.contains("--env-keys direction,image"),
+        "{out}"
+    );
+    // An image of the wrong shape and dtype at env step 40 of a worker (in the second or third
+    // chunk of 8 steps, depending on how many of the 3 envs the worker steps): an error naming
+    // the env, the key, the shape and dtype expected and received; every chunk completed before
+    // that vector step stays in the dataset.
+    let keys = ["--env-keys", "image,direction"];
+    let bad = r#", "bad_at": 40"#;
+    let (ok, out, data) = record_spaces_with(&dir, "dictimage", "discrete", bad, &keys);
+    assert!(!ok, "a float image was accepted: {out}");
+    assert!(
+        out.contains("gymnasium:RecurTest/Spaces-v0")
+            && out.contains("key 'image': expected an image of shape (6, 5, 3) and dtype uint8")
+            && out.contains("received shape (6, 5) and dtype float32"),
+        "{out}"
+    );
+    let kept = python_json(&[
+        "-c",
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from read_dataset import read_dataset; \
+         m, c, _ = read_dataset(sys.argv[2]); print(json.dumps({'chunks': len(c)}))",
+        scripts.to_str().unwrap(),
+        data.to_str().unwrap(),
+    ]);
+    let step: u64 = out
+        .split("step ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no step number in {out}"));
+    assert!(step > 8, "{out}");
+    assert_eq!(kept["chunks"], (step - 1) / 8, "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -612,6 +682,31 @@ max_grad_norm = 0.5
     assert!(
         !stderr.contains(" started (pid "),
         "an actor started: {stderr}"
+    );
+    // An observation with images, which the policy cannot read yet: refused before any actor
+    // starts, rather than trained blind to its images.
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        r#"env_kwargs = { obs = "text" }"#,
+        "env_kwargs = { obs = \"dictimage\" }\nenv_keys = [\"direction\", \"image\"]",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let _ = std::fs::remove_dir_all(dir.join("run"));
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.arg("train")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .arg("--quiet")
+        .env("PYTHONPATH", root().join("tests/python"));
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("observes images")
+            && stderr.contains(r#""image": Box(0, 255, (6, 5, 3), uint8)"#)
+            && !stderr.contains(" started (pid "),
+        "{stderr}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -185,7 +185,7 @@ fn replay_learner<B: AutodiffBackend>(
     let spec = registry
         .spec(env)
         .with_context(|| format!("building dataset environment {env}"))?;
-    let pc = fit_policy_spec(&spec, &config.policy);
+    let pc = fit_policy_spec(&spec, &config.policy)?;
     let algo = config.algorithm();
     let spec = LearnerSpec {
         algo: &algo,

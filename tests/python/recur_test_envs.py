@@ -3,10 +3,13 @@
 Imported with `--env-import recur_test_envs` (PYTHONPATH=tests/python), registers:
 
 - `RecurTest/Spaces-v0`: observation and action spaces chosen by kwargs (`obs`: box, box2d,
-  discrete, multidiscrete, tuple, dict, text; `action`: discrete, box, multidiscrete,
-  unbounded).
-  Observation at step t of an episode is a deterministic function of t (`expected_obs`), the
-  reward is the sum of the action's values, episodes last `length` steps (terminated).
+  discrete, multidiscrete, tuple, dict, text, and with images: image (6x5 RGB), gray (4x3),
+  dictimage (MiniGrid's keys: image, direction, mission); `action`: discrete, box,
+  multidiscrete, unbounded).
+  Observation at step t of an episode is a deterministic function of t (`expected_obs` for the
+  values lane, `expected_pixels` for the pixels lane), the reward is the sum of the action's
+  values, episodes last `length` steps (terminated). With `bad_at` (counted over the process),
+  that step's `image` key (dictimage) comes as float32 of another shape.
 - `RecurTest/Faulty-v0`: a 2-value Box observation counting steps, Discrete(2) actions; at step
   `nan_at` (counted over the process) the observation holds NaN, at `crash_at` the worker
   process exits (status 7), at `hang_at` it sleeps forever. With `once_file`, a fault happens
@@ -29,7 +32,18 @@ OBS_SPACES = {
     "tuple": lambda: spaces.Tuple((spaces.Discrete(3), spaces.Box(-10.0, 10.0, (2,), np.float32))),
     "dict": lambda: spaces.Dict({"b": spaces.Box(-10.0, 10.0, (2,), np.float32), "a": spaces.Discrete(2)}),
     "text": lambda: spaces.Text(5),
+    "image": lambda: spaces.Box(0, 255, (6, 5, 3), np.uint8),
+    "gray": lambda: spaces.Box(0, 255, (4, 3), np.uint8),
+    "dictimage": lambda: spaces.Dict({
+        "image": spaces.Box(0, 255, (6, 5, 3), np.uint8),
+        "direction": spaces.Discrete(4),
+        "mission": spaces.Text(5),
+    }),
 }
+
+
+def image(shape, t):
+    return ((np.arange(int(np.prod(shape))) * 7 + t) % 256).astype(np.uint8).reshape(shape)
 
 ACTION_SPACES = {
     "discrete": lambda: spaces.Discrete(3),
@@ -53,7 +67,22 @@ def raw_obs(kind, t):
         return (t % 3, np.array([t, 1.5], np.float32))
     if kind == "dict":
         return {"b": np.array([t, 2.5], np.float32), "a": t % 2}
+    if kind == "image":
+        return image((6, 5, 3), t)
+    if kind == "gray":
+        return image((4, 3), t)
+    if kind == "dictimage":
+        return {"image": image((6, 5, 3), t), "direction": t % 4, "mission": "go"}
     return "a"
+
+
+def expected_pixels(kind, t):
+    """The pixels lane (uint8, flat) recur's bridge must produce for raw_obs(kind, t)."""
+    if kind in ("image", "dictimage"):
+        return image((6, 5, 3), t).reshape(-1)
+    if kind == "gray":
+        return image((4, 3), t).reshape(-1)
+    return np.zeros(0, np.uint8)
 
 
 def expected_obs(kind, t):
@@ -71,12 +100,19 @@ def expected_obs(kind, t):
     if kind == "dict":
         # gymnasium's Dict sorts plain-dict keys: "a" then "b".
         return [1.0 if i == t % 2 else 0.0 for i in range(2)] + [t, 2.5]
+    if kind in ("image", "gray"):
+        return []
+    if kind == "dictimage":
+        # The kept keys: "direction" (one-hot) in the values lane, "image" in the pixels.
+        return [1.0 if i == t % 4 else 0.0 for i in range(4)]
     raise ValueError(kind)
 
 
 class SpacesEnv(gym.Env):
-    def __init__(self, obs="box", action="discrete", length=5):
-        self.kind, self.length = obs, length
+    steps = 0  # over the process
+
+    def __init__(self, obs="box", action="discrete", length=5, bad_at=-1):
+        self.kind, self.length, self.bad_at = obs, length, bad_at
         self.observation_space = OBS_SPACES[obs]()
         self.action_space = ACTION_SPACES[action]()
         self.t = 0
@@ -89,8 +125,12 @@ class SpacesEnv(gym.Env):
     def step(self, action):
         assert self.action_space.contains(action), f"action {action!r} not in {self.action_space}"
         self.t += 1
+        SpacesEnv.steps += 1
         reward = float(np.sum(action))
-        return raw_obs(self.kind, self.t), reward, self.t >= self.length, False, {}
+        obs = raw_obs(self.kind, self.t)
+        if SpacesEnv.steps == self.bad_at:
+            obs["image"] = np.zeros((6, 5), np.float32)
+        return obs, reward, self.t >= self.length, False, {}
 
 
 class FaultyEnv(gym.Env):

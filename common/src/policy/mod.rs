@@ -264,11 +264,15 @@ impl PolicyConfig {
     /// environment's, everything else kept (the same config when it was fitted to them).
     pub fn fitted_to(self, spec: &EnvSpec) -> PolicyConfig {
         let PolicyConfig {
-            obs_dim, action, ..
+            obs_dim,
+            action,
+            images,
+            ..
         } = policy_config_for_spec(spec);
         PolicyConfig {
             obs_dim,
             action,
+            images,
             ..self
         }
     }

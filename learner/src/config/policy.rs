@@ -14,8 +14,20 @@ pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> 
 }
 
 /// The policy a `[policy]` section describes, fitted to the spaces of `spec`.
-pub fn fit_policy_spec(spec: &EnvSpec, p: &PolicySection) -> PolicyConfig {
-    with_section(policy_config_for_spec(spec), p)
+///
+/// # Errors
+/// An environment whose observation has images: the policy's encoder reads the values lane
+/// only so far, and training on images it cannot see would waste the run.
+pub fn fit_policy_spec(spec: &EnvSpec, p: &PolicySection) -> anyhow::Result<PolicyConfig> {
+    anyhow::ensure!(
+        spec.observation_space.pixels() == 0,
+        "run.env = {:?} observes images ({}): the learner cannot train a policy on them yet (the \
+         policy's encoder reads only the observation's values, so the images would be ignored); \
+         record it with `recur-actor --record` in the meantime",
+        spec.id,
+        spec.observation_space.describe()
+    );
+    Ok(with_section(policy_config_for_spec(spec), p))
 }
 
 /// `fitted` (sized to an environment) with everything else from the `[policy]` section.

@@ -50,7 +50,7 @@ impl Plan {
         // Before the policy is fitted to the spaces, the actors' arguments hold the default's.
         let unfitted = actor_args(config, &ActorArgs::default().policy, config.run.seed);
         let spec = describe_env(&opts.actor_program, &unfitted)?;
-        let policy = fit_policy_spec(&spec, &config.policy);
+        let policy = fit_policy_spec(&spec, &config.policy)?;
         let schema = chunk_schema(&policy, c.envs_per_actor, c.steps);
         Ok(Plan {
             spec,
