@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use recur_tests::{binary, gymnasium_available, run_with_deadline, temp_dir, Watched};
+use recur_tests::{
+    binary, gymnasium_available, python_module_available, run_with_deadline, temp_dir, Watched,
+};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -708,5 +710,79 @@ max_grad_norm = 0.5
             && !stderr.contains(" started (pid "),
         "{stderr}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// MiniGrid's memory room through the bridge, as a user brings it (docs/images.md): its
+/// `mission` is refused naming the keys to keep; with `--env-keys direction,image` every step
+/// records the `[7, 7, 3]` uint8 image and the one-hot direction, and the recorded first
+/// observation is the one MiniGrid gives for the actor's first reset seed.
+#[test]
+fn minigrid_memory_records_its_image_and_direction() {
+    if !python_module_available("minigrid, gymnasium, numpy") {
+        return;
+    }
+    let dir = temp_dir("gym-minigrid");
+    let data = dir.join("data");
+    let record = |keys: &[&str]| {
+        let mut cmd = actor(&[
+            "--env",
+            "gymnasium:MiniGrid-MemoryS7-v0",
+            "--env-import",
+            "minigrid",
+            "--envs",
+            "2",
+            "--steps",
+            "16",
+            "--frames",
+            "64",
+            "--seed",
+            "5",
+            "--record",
+            data.to_str().unwrap(),
+        ]);
+        cmd.args(keys);
+        run(cmd)
+    };
+    let (ok, out) = record(&[]);
+    assert!(!ok, "the mission key was accepted: {out}");
+    assert!(
+        out.contains("'mission'") && out.contains("--env-keys direction,image"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&data);
+    let (ok, out) = record(&["--env-keys", "image,direction"]);
+    assert!(ok, "{out}");
+    let check = r#"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import gymnasium as gym, minigrid, numpy as np
+from read_dataset import read_dataset
+meta, chunks, _ = read_dataset(sys.argv[2])
+assert meta["env_keys"] == ["image", "direction"], meta
+assert meta["schema"]["images"] == [{"key": "image", "shape": [7, 7, 3]}], meta["schema"]
+first = chunks[0]
+img = first["images"]["image"]
+assert img.dtype == np.uint8 and img.shape == (2, 16, 7, 7, 3), (img.dtype, img.shape)
+obs = first["observation"]
+assert obs.shape == (2, 16, 4) and np.all(obs.sum(-1) == 1.0), obs
+# Env 0's first reset under the seed contract (actor 0, run seed 5: episode_seed(5, 0, 0))
+# gives MiniGrid's own first observation.
+sys.path.insert(0, sys.argv[3])
+from gym_worker import episode_seed
+env = gym.make("MiniGrid-MemoryS7-v0")
+o, _ = env.reset(seed=episode_seed(5, 0, 0))
+assert np.array_equal(img[0, 0], o["image"]), "first image differs"
+assert obs[0, 0].argmax() == o["direction"]
+print(json.dumps({"frames": sum(c["is_init"].size for c in chunks)}))
+"#;
+    let r = python_json(&[
+        "-c",
+        check,
+        root().join("scripts").to_str().unwrap(),
+        data.to_str().unwrap(),
+        root().join("common/src/envs").to_str().unwrap(),
+    ]);
+    assert_eq!(r["frames"], 64, "{r}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
