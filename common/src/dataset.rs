@@ -70,8 +70,8 @@ pub struct DatasetMeta {
     /// Keyword arguments of `gymnasium.make` (gymnasium ids).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_kwargs: Option<serde_json::Value>,
-    /// The run seed: gymnasium env `i` of actor `a` was first reset with
-    /// `seed + a * schema.envs + i`, later without a seed.
+    /// The run seed `s`: env `j` of actor `a` (incarnation `k`) reset its episode `n` with
+    /// `episode_seed(s ^ (a << 32) ^ (k << 48), j, n)` ([`crate::envs::episode_seed`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
 }
