@@ -58,6 +58,7 @@
 mod cartpole;
 pub mod gymnasium;
 mod pendulum;
+pub mod pixel_cartpole;
 pub mod popgym;
 mod previous_action;
 mod registry;
