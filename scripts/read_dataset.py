@@ -94,7 +94,7 @@ def decode_chunk(data, off, meta):
     payload = data[start:start + plen]
     if zlib.crc32(payload) != crc or shash != meta["schema_hash"]:
         raise ValueError(f"chunk at byte {off}: checksum or schema mismatch")
-    chunk, pos = {"seq": seq, "actor_id": actor, "policy_version": version}, 0
+    chunk, pos = {"seq": seq, "actor_id": actor, "incarnation": inc, "policy_version": version}, 0
     for key, dtype, shape in columns(schema):
         count = e * t * int(np.prod(shape, dtype=np.int64))
         arr = np.frombuffer(payload, dtype=dtype, count=count, offset=pos)

@@ -1,6 +1,7 @@
 //! The gymnasium bridge across real processes: `recur-actor --env gymnasium:<id>` with its
 //! Python worker. CartPole-v1 recorded through the bridge replays bit for bit in gymnasium
-//! under the seed contract; every supported space kind flattens as documented and unsupported
+//! under the seed contract; native POPGym ids and their bridged originals record identical
+//! datasets under one seed; every supported space kind flattens as documented and unsupported
 //! ones are refused; each failure (unknown id, failing import, Python or gymnasium missing,
 //! NaN observation, worker crash, worker hang) ends in a clear error; a crashed worker's actor
 //! is restarted by the learner's supervisor and the run completes.
@@ -12,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::chunk::{ActionColumn, Chunk};
+use common::dataset::read_dataset;
+use common::envs::episode_seed;
 use recur_tests::{
     binary, gymnasium_available, python_module_available, run_with_deadline, temp_dir, Watched,
 };
@@ -67,8 +71,9 @@ fn cartpole_recorded_through_the_bridge_replays_bit_exactly_in_gymnasium() {
     }
     let dir = temp_dir("gym-cartpole-record");
     let data = dir.join("data");
-    // Actor 1 of a run seeded 7 with 4 envs: env i is first reset with 7 + 1 * 4 + i. Recorded
-    // with `frames` frames over the default workers (two on a multi-core machine) or `workers`.
+    // Actor 1 of a run seeded 7 with 4 envs: env j's episode n is reset with
+    // episode_seed(7 ^ 1 << 32, j, n). Recorded with `frames` frames over the default workers
+    // (two on a multi-core machine) or `workers`.
     let record = |dest: &Path, frames: &str, workers: Option<&str>| {
         let mut cmd = actor(&[
             "--env",
@@ -114,6 +119,204 @@ fn cartpole_recorded_through_the_bridge_replays_bit_exactly_in_gymnasium() {
     record(&split, "1024", Some("3"));
     let r = python_json(&[replay.to_str().unwrap(), split.to_str().unwrap()]);
     assert_eq!(r["steps"], 1024, "{r}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The bridge worker's `episode_seed` (Python) is recur's, over small and extreme inputs.
+#[test]
+fn the_worker_computes_the_native_episode_seeds() {
+    if !gymnasium_available() {
+        return;
+    }
+    let inputs: Vec<(u64, u64, u64)> = [0, 1, 7, 1 << 32, 5 ^ (3 << 32) ^ (1 << 48), u64::MAX]
+        .into_iter()
+        .flat_map(|seed| {
+            [
+                (seed, 0, 0),
+                (seed, 1, 0),
+                (seed, 0, 1),
+                (seed, 65535, u64::MAX),
+            ]
+        })
+        .collect();
+    let script = r#"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from gym_worker import episode_seed
+print(json.dumps([episode_seed(s, j, n) for s, j, n in json.loads(sys.argv[2])]))
+"#;
+    let dir = root().join("common/src/envs");
+    let got = python_json(&[
+        "-c",
+        script,
+        dir.to_str().unwrap(),
+        &serde_json::to_string(&inputs).unwrap(),
+    ]);
+    let want: Vec<u64> = inputs
+        .iter()
+        .map(|&(s, j, n)| episode_seed(s, j, n))
+        .collect();
+    assert_eq!(got, serde_json::json!(want));
+}
+
+/// Where `column` (`[E, T, ...]` row-major, `shape` = `(E, T)`) of two chunks first differs.
+fn first_difference<T: PartialEq + std::fmt::Debug>(
+    column: &str,
+    native: &[T],
+    bridged: &[T],
+    (envs, steps): (usize, usize),
+) -> Option<String> {
+    if native.len() != bridged.len() {
+        return Some(format!(
+            "{column}: {} values native, {} bridged",
+            native.len(),
+            bridged.len()
+        ));
+    }
+    let i = (0..native.len()).find(|&i| native[i] != bridged[i])?;
+    let per_env = native.len() / envs;
+    let per_step = per_env / steps;
+    Some(format!(
+        "{column}: env {} step {}: native {:?}, bridged {:?}",
+        i / per_env,
+        i % per_env / per_step,
+        native[i],
+        bridged[i]
+    ))
+}
+
+/// Every column of `native` equals `bridged`'s, bit for bit (observations and rewards as
+/// `f32` bits); the first difference otherwise.
+fn chunk_difference(native: &Chunk, bridged: &Chunk) -> Option<String> {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let t = (native.meta.envs as usize, native.meta.steps as usize);
+    let actions = match (&native.action, &bridged.action) {
+        (ActionColumn::Discrete(a), ActionColumn::Discrete(b)) => {
+            first_difference("action", a, b, t)
+        }
+        (ActionColumn::Continuous(a), ActionColumn::Continuous(b)) => {
+            first_difference("action", &bits(a), &bits(b), t)
+        }
+        (a, b) => Some(format!("action kinds differ: {a:?} / {b:?}")),
+    };
+    let diff = first_difference(
+        "observation",
+        &bits(&native.observation),
+        &bits(&bridged.observation),
+        t,
+    )
+    .or(actions)
+    .or_else(|| {
+        first_difference(
+            "next.observation",
+            &bits(&native.next_observation),
+            &bits(&bridged.next_observation),
+            t,
+        )
+    })
+    .or_else(|| {
+        first_difference(
+            "next.reward",
+            &bits(&native.next_reward),
+            &bits(&bridged.next_reward),
+            t,
+        )
+    })
+    .or_else(|| {
+        first_difference(
+            "next.terminated",
+            &native.next_terminated,
+            &bridged.next_terminated,
+            t,
+        )
+    })
+    .or_else(|| {
+        first_difference(
+            "next.truncated",
+            &native.next_truncated,
+            &bridged.next_truncated,
+            t,
+        )
+    })
+    .or_else(|| first_difference("next.done", &native.next_done, &bridged.next_done, t))
+    .or_else(|| first_difference("is_init", &native.is_init, &bridged.is_init, t))
+    .or_else(|| first_difference("traj_ids", &native.traj_ids, &bridged.traj_ids, t));
+    // And the rest (log-probabilities, values, recurrent states, the header) as a whole.
+    diff.or_else(|| (native != bridged).then(|| "another column or the header".to_string()))
+}
+
+/// The seed contract is one for both paths: `popgym-X` natively and `gymnasium:popgym-X`
+/// through the bridge (two workers, so the second one's envs start at vector index 1), run
+/// by `recur-actor --record` with the same seed and actor id, record the same dataset, column
+/// for column, over several episodes per env (every episode reset with `episode_seed`).
+/// The ids cover one-hot and Box observations, discrete, multi-discrete and continuous
+/// actions, per-step noise, and a labyrinth (whose maze generator takes only seeds below
+/// 2**32).
+#[test]
+fn native_and_bridged_popgym_ids_record_identical_datasets() {
+    if !python_module_available("gymnasium, numpy, popgym, mazelib") {
+        return;
+    }
+    let dir = temp_dir("gym-seed-contract");
+    // (id, frames): 3 envs x 64 steps a chunk; at least 2 episodes end in every env.
+    for (id, frames) in [
+        ("popgym-RepeatPreviousEasy-v0", 3 * 64 * 3),
+        ("popgym-NoisyPositionOnlyCartPoleEasy-v0", 3 * 64 * 2),
+        ("popgym-BattleshipEasy-v0", 3 * 64 * 3),
+        ("popgym-PositionOnlyPendulumEasy-v0", 3 * 64 * 8),
+        ("popgym-LabyrinthEscapeEasy-v0", 3 * 64 * 33),
+    ] {
+        let record = |env: &str, dest: &Path| {
+            let frames = frames.to_string();
+            let mut cmd = actor(&[
+                "--env",
+                env,
+                "--envs",
+                "3",
+                "--steps",
+                "64",
+                "--frames",
+                &frames,
+                "--seed",
+                "5",
+                "--actor-id",
+                "1",
+                "--record",
+                dest.to_str().unwrap(),
+            ]);
+            if env.starts_with("gymnasium:") {
+                cmd.args(["--env-import", "popgym"])
+                    .env("RECUR_GYM_WORKERS", "2");
+            }
+            let (ok, out) = run(cmd);
+            assert!(ok, "{env}: {out}");
+            read_dataset(dest).unwrap()
+        };
+        let native = record(id, &dir.join(id));
+        let bridged = record(&format!("gymnasium:{id}"), &dir.join(format!("gym-{id}")));
+        assert_eq!(native.meta.schema, bridged.meta.schema, "{id}");
+        assert_eq!(native.chunks.len(), frames / (3 * 64), "{id}");
+        assert_eq!(native.chunks.len(), bridged.chunks.len(), "{id}");
+        for (k, (a, b)) in native.chunks.iter().zip(&bridged.chunks).enumerate() {
+            if let Some(diff) = chunk_difference(a, b) {
+                panic!("{id}: chunk {k} differs native / bridged: {diff}");
+            }
+        }
+        // Several episodes per env, so later resets are compared too, not just the first.
+        for env in 0..3 {
+            let ended: usize = native
+                .chunks
+                .iter()
+                .map(|c| {
+                    c.next_done[env * 64..(env + 1) * 64]
+                        .iter()
+                        .filter(|&&d| d == 1)
+                        .count()
+                })
+                .sum();
+            assert!(ended >= 2, "{id}: env {env} ended {ended} episodes");
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

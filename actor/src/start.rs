@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use common::actor_args::ActorArgs;
 use common::checkpoint::load_checkpoint_policy;
-use common::envs::{is_gymnasium, EnvSpec, GymnasiumOptions, Registry, Space};
+use common::envs::{EnvSpec, GymnasiumOptions, Registry, Space};
 use common::policy::init_policy;
 use common::rollout::{Actor, ActorConfig};
 
@@ -75,18 +75,10 @@ pub fn start(
         );
     }
     let (actor_bits, incarnation_bits) = (id.actor_id as u64, id.incarnation as u64);
-    // Every actor and every restart explores differently.
+    // Every actor and every restart explores differently. The seed contract, native and
+    // bridged alike: env j's episode n is reset with episode_seed(seed, j, n).
     let seed = args.seed ^ (actor_bits << 32) ^ (incarnation_bits << 48);
-    // Seed contract of the gymnasium bridge: env i of actor a first reset with
-    // seed + a * envs + i (a restarted incarnation shifts by incarnation << 32).
-    let env_seed = if is_gymnasium(env) {
-        args.seed
-            .wrapping_add(actor_bits * args.envs as u64)
-            .wrapping_add(incarnation_bits << 32)
-    } else {
-        seed
-    };
-    let envs = registry.make_vec(env, args.envs, env_seed)?;
+    let envs = registry.make_vec(env, args.envs, seed)?;
     let spec = finite_bounds(EnvSpec {
         id: env.clone(),
         observation_space: envs.observation_space(),

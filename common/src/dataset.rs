@@ -75,8 +75,8 @@ pub struct DatasetMeta {
     /// The keys of a gymnasium `Dict` observation that were kept (`run.env_keys`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_keys: Option<Vec<String>>,
-    /// The run seed: gymnasium env `i` of actor `a` was first reset with
-    /// `seed + a * schema.envs + i`, later without a seed.
+    /// The run seed `s`: env `j` of actor `a` (incarnation `k`) reset its episode `n` with
+    /// `episode_seed(s ^ (a << 32) ^ (k << 48), j, n)` ([`crate::envs::episode_seed`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
 }

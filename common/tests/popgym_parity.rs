@@ -9,7 +9,8 @@
 //! `f64` bits, `terminated` and `truncated` exactly.
 //!
 //! A second test runs each id through the bridge itself (`gymnasium:popgym-...`): the same
-//! spaces, and the same first episode as the native id under the same seed.
+//! spaces, the same first episode as the native id under the seed contract
+//! ([`episode_seed`]), and the same automatic reset into the second.
 //!
 //! Like the repo's other Python tests, these pass without running (printing a `SKIPPED` line
 //! on stderr) when `python3` (or `RECUR_PYTHON`) cannot import gymnasium, numpy and popgym,
@@ -17,7 +18,9 @@
 
 use std::process::{Command, Stdio};
 
-use common::envs::{popgym, ActionRef, GymnasiumOptions, Registry, Space, VecActions, POPGYM_IDS};
+use common::envs::{
+    episode_seed, popgym, ActionRef, GymnasiumOptions, Registry, Space, VecActions, POPGYM_IDS,
+};
 use serde_json::Value;
 
 const SEEDS: [u64; 3] = [1, 2, 3];
@@ -173,8 +176,9 @@ fn every_native_id_matches_the_package_step_for_step() {
     eprintln!("{report}");
 }
 
-/// The native id and `gymnasium:<id>` through recur's bridge: the same spaces, and the same
-/// first (seeded) episode under the same seed and actions.
+/// The native id and `gymnasium:<id>` through recur's bridge: the same spaces, the same
+/// first episode under the same vector seed and actions (reset with `episode_seed(seed, 0,
+/// 0)`), and the same second episode's start (`episode_seed(seed, 0, 1)`).
 #[test]
 fn the_bridge_and_the_native_ids_are_interchangeable() {
     if !popgym_available() {
@@ -204,7 +208,7 @@ fn the_bridge_and_the_native_ids_are_interchangeable() {
         );
         let mut native = registry.make(id).unwrap();
         let mut obs = vec![0.0f32; native_spec.observation_space.dim()];
-        native.reset(seed, &mut obs);
+        native.reset(episode_seed(seed, 0, 0), &mut obs);
         assert_eq!(
             bits(&bridged.reset().unwrap().obs),
             bits(&obs),
@@ -241,6 +245,8 @@ fn the_bridge_and_the_native_ids_are_interchangeable() {
             assert_eq!(b.terminated[0], r.terminated, "{ctx}: terminated");
             assert_eq!(b.truncated[0], r.truncated, "{ctx}: truncated");
             if r.terminated || r.truncated {
+                native.reset(episode_seed(seed, 0, 1), &mut obs);
+                assert_eq!(bits(&b.obs), bits(&obs), "{id}: the second episode's reset");
                 break;
             }
         }

@@ -3,8 +3,9 @@ every step bit for bit (tests/gymnasium.rs).
 
     python3 tests/python/replay_cartpole.py DATASET_DIR
 
-Seed contract: env i of actor a with run seed s was first reset with seed s + a * E + i, later
-resets pass no seed. Prints one JSON line: steps checked, episodes, resets.
+Seed contract (recur's native vectors' too): env j of actor a, incarnation k, in a run seeded s
+reset its episode n (counting from 0) with seed=episode_seed(s ^ a << 32 ^ k << 48, j, n), the
+bridge worker's own `episode_seed`. Prints one JSON line: steps checked, episodes, actors.
 """
 import json
 import sys
@@ -13,7 +14,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "common" / "src" / "envs"))
+from gym_worker import episode_seed  # noqa: E402
 from read_dataset import read_dataset  # noqa: E402
 
 
@@ -26,18 +30,20 @@ def main(path):
         __import__(m)
     e = meta["schema"]["envs"]
     by_actor = {}
-    for c in sorted(chunks, key=lambda c: (c["actor_id"], c["seq"])):
-        by_actor.setdefault(c["actor_id"], []).append(c)
+    for c in sorted(chunks, key=lambda c: (c["actor_id"], c["incarnation"], c["seq"])):
+        by_actor.setdefault((c["actor_id"], c["incarnation"]), []).append(c)
     steps = episodes = 0
-    for a, cs in by_actor.items():
+    for (a, k), cs in by_actor.items():
+        vector_seed = seed ^ (a << 32) ^ (k << 48)
         cols = {k: np.concatenate([c[k] for c in cs], axis=1) for k in
                 ("observation", "action", "next.observation", "next.reward", "next.terminated",
                  "next.truncated", "is_init")}
         for i in range(e):
             env = gym.make(env_id, **kwargs)
-            obs, _ = env.reset(seed=seed + a * e + i)
+            n = 0  # this env's episodes started
+            obs, _ = env.reset(seed=episode_seed(vector_seed, i, n))
             for t in range(cols["action"].shape[1]):
-                where = f"actor {a} env {i} step {t}"
+                where = f"actor {a} incarnation {k} env {i} step {t}"
                 if not np.array_equal(np.asarray(obs, np.float32), cols["observation"][i, t]):
                     raise AssertionError(f"{where}: observation {cols['observation'][i, t]} != gymnasium {obs}")
                 assert cols["is_init"][i, t] == (1 if t == 0 or done else 0), f"{where}: is_init"
@@ -55,7 +61,8 @@ def main(path):
                 steps += 1
                 if done:
                     episodes += 1
-                    obs, _ = env.reset()
+                    n += 1
+                    obs, _ = env.reset(seed=episode_seed(vector_seed, i, n))
     print(json.dumps({"steps": steps, "episodes": episodes, "actors": len(by_actor)}))
 
 

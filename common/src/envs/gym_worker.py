@@ -6,9 +6,10 @@ Needs only gymnasium and numpy. Protocol (the actor is the only peer):
 1. The worker imports `imports`, builds E envs with gymnasium.make(id, **kwargs) and writes one
    JSON line on the protocol pipe (the original stdout; sys.stdout is redirected to stderr so
    that environments that print cannot corrupt it): the flattened spaces, or an error.
-2. The actor answers with one JSON line on stdin: the shared-memory file, the array offsets
-   and the first-reset seeds (seed contract: env i of actor a is first reset with
-   seed = s + a * E + i; later resets pass no seed).
+2. The actor answers with one JSON line on stdin: the shared-memory file, the array offsets,
+   the vector's `seed` and `first_env`, the vector index of this worker's env 0 (seed contract:
+   episode n of vector env j, counting every reset from 0, is reset with
+   `seed=episode_seed(seed, j, n)`, as recur's native vector resets it).
 3. Then one command at a time on stdin: b"R" reset all; b"S" followed by two little-endian
    u32 `lo`, `hi`: step envs lo..hi (this worker's indices; actions read from their rows of
    shared memory); b"Q" quit. Each is answered with b"K" when those rows of the arrays are
@@ -61,6 +62,23 @@ def clamp(v):
     if v != v:
         return 0.0
     return max(-F32_MAX, min(F32_MAX, v))
+
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    """SplitMix64's output function (Steele, Lea & Flood 2014) applied once to `x`."""
+    z = (x + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def episode_seed(seed, env_index, episode):
+    """The reset seed of env `env_index`'s episode `episode` (from 0) in a vector seeded with
+    `seed`: recur's `common::envs::episode_seed`, below 2**32."""
+    return splitmix64(splitmix64(splitmix64(seed & MASK64) ^ env_index) ^ episode) >> 32
 
 
 try:
@@ -331,9 +349,18 @@ def main():
     reward = view(np.float64, "reward", num_envs)
     terminated = view(np.uint8, "terminated", num_envs)
     truncated = view(np.uint8, "truncated", num_envs)
-    seeds = layout.get("seeds")
+    seed, first_env = int(layout["seed"]), int(layout["first_env"])
+    # Episodes started per env: the next episode's index in the seed contract.
+    episodes = [0] * num_envs
     steps = [env.step for env in envs]
     resets = [env.reset for env in envs]
+
+    def reset(i):
+        """Starts env i's next episode, seeded as the contract says; its first observation."""
+        o, _ = resets[i](seed=episode_seed(seed, first_env + i, episodes[i]))
+        episodes[i] += 1
+        return o
+
     # A Box observation space of float values: a group's observations are written with one
     # assignment (its shape checked once for the group).
     box_obs = obs_desc["kind"] == "box" and isinstance(envs[0].observation_space, spaces.Box)
@@ -364,8 +391,7 @@ def main():
         obs[lo:hi] = next_obs[lo:hi]
         obs_px[lo:hi] = next_px[lo:hi]
         for j in done:
-            o, _ = resets[lo + j]()
-            write_obs(o, lo + j, obs, obs_px)
+            write_obs(reset(lo + j), lo + j, obs, obs_px)
 
     unpack = struct.Struct("<II").unpack
     while True:
@@ -379,10 +405,8 @@ def main():
                     raise ValueError("step of envs %d..%d of %d" % (lo, hi, num_envs))
                 step(lo, hi)
             elif cmd == b"R":
-                for i, env in enumerate(envs):
-                    o, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
-                    write_obs(o, i, obs, obs_px)
-                seeds = None
+                for i in range(num_envs):
+                    write_obs(reset(i), i, obs, obs_px)
             else:
                 raise ValueError("unknown command %r" % cmd)
         except Exception:  # noqa: BLE001

@@ -29,6 +29,7 @@
 //! | `Pendulum-v1` | `[cos theta, sin theta, theta_dot]` | `Box([-2], [2])` torque | 200 steps |
 //! | `MaskedPendulum-v1` | `[cos theta, sin theta]` (velocity hidden) | as Pendulum | 200 steps |
 //! | `RepeatPrevious-v0` | one-hot suit `[4]` | `Discrete(4)` suit | 51 steps |
+//! | `PixelCartPole-v1` | a `[64, 64, 1]` grayscale image of the cart and pole, nothing else ([`pixel_cartpole`]) | `Discrete(2)` | as CartPole |
 //! | `popgym-RepeatFirst{Easy,Medium,Hard}-v0` | one-hot suit `[4]` | `Discrete(4)` | terminates after the last card (51 / 415 / 831 steps) |
 //! | `popgym-RepeatPrevious{Easy,Medium,Hard}-v0` | one-hot suit `[4]` | `Discrete(4)` | terminates after the last card (51 / 103 / 155 steps) |
 //! | `popgym-CountRecall{Easy,Medium,Hard}-v0` | one-hot dealt and queried kind `[2d]`, `d` = 2 / 4 / 13 | `Discrete(27 / 27 / 17)` count | terminates after the last card (51 / 103 / 207 steps) |
@@ -58,6 +59,7 @@
 mod cartpole;
 pub mod gymnasium;
 mod pendulum;
+pub mod pixel_cartpole;
 pub mod popgym;
 mod previous_action;
 mod registry;
@@ -70,6 +72,7 @@ mod vector;
 pub use cartpole::{CartPole, MaskedCartPole};
 pub use gymnasium::{is_gymnasium, GymVecEnv, GymnasiumOptions, GYMNASIUM_PREFIX};
 pub use pendulum::{MaskedPendulum, Pendulum};
+pub use pixel_cartpole::PixelCartPole;
 pub use popgym::POPGYM_IDS;
 pub use previous_action::{PreviousAction, PREVIOUS_ACTION_SUFFIX};
 pub use registry::Registry;
@@ -86,6 +89,7 @@ pub const ENV_IDS: &[&str] = &[
     "Pendulum-v1",
     "MaskedPendulum-v1",
     "RepeatPrevious-v0",
+    "PixelCartPole-v1",
 ];
 
 /// What one [`Env::step`] reports besides the observation.
@@ -239,7 +243,7 @@ impl EnvError {
 /// [`EnvError::UnknownId`] for an id not in [`ENV_IDS`].
 pub fn max_episode_steps(id: &str) -> Result<u64, EnvError> {
     match id {
-        "CartPole-v1" | "MaskedCartPole-v1" => Ok(500),
+        "CartPole-v1" | "MaskedCartPole-v1" | "PixelCartPole-v1" => Ok(500),
         "Pendulum-v1" | "MaskedPendulum-v1" => Ok(200),
         "RepeatPrevious-v0" => Ok(RepeatPrevious::EPISODE_STEPS),
         _ => Err(unknown(id)),
@@ -264,6 +268,7 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
         "Pendulum-v1" => Box::new(TimeLimit::new(Pendulum::new(), limit)?),
         "MaskedPendulum-v1" => Box::new(TimeLimit::new(MaskedPendulum::new(), limit)?),
         "RepeatPrevious-v0" => Box::new(TimeLimit::new(RepeatPrevious::new(), limit)?),
+        "PixelCartPole-v1" => Box::new(TimeLimit::new(PixelCartPole::new(), limit)?),
         _ => return Err(unknown(id)),
     })
 }

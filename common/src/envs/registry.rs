@@ -262,9 +262,9 @@ impl Registry {
         Ok(self.resolve(id)?.spec)
     }
 
-    /// `num_envs` environments `id` stepped together. Rust environments: a [`VecEnv`] whose
-    /// env `j`, episode `n` is reset with [`super::episode_seed`]`(seed, j, n)`. Gymnasium ids:
-    /// a [`GymVecEnv`] whose env `j` is first reset with `seed + j` and later without a seed.
+    /// `num_envs` environments `id` stepped together: a [`VecEnv`] for Rust environments, a
+    /// [`GymVecEnv`] for gymnasium ids. Both reset env `j`'s episode `n` with
+    /// [`super::episode_seed`]`(seed, j, n)`.
     ///
     /// # Errors
     /// [`EnvError::NoEnvs`], [`EnvError::UnknownId`], and the bridge's errors.

@@ -3,11 +3,16 @@
 use super::{make, ActionRef, Env, EnvError, Space};
 
 /// The reset seed of environment `env_index`'s episode `episode` (counting from 0) in a
-/// [`VecEnv`] seeded with `seed`: three rounds of SplitMix64,
-/// `mix(mix(mix(seed) ^ env_index) ^ episode)`, so nearby seeds, indices and episodes give
-/// unrelated reset streams.
+/// vector of environments seeded with `seed`, native ([`VecEnv`]) or bridged
+/// ([`super::GymVecEnv`], whose worker computes the same function in Python): the high 32 bits
+/// of three rounds of SplitMix64, `mix(mix(mix(seed) ^ env_index) ^ episode) >> 32`, so nearby
+/// seeds, indices and episodes give unrelated reset streams.
+///
+/// The seed is below `2**32` because many Python environments seed numpy's legacy generator
+/// (`np.random.seed`, `np.random.RandomState`), which refuses larger seeds: popgym's labyrinths
+/// do, and so does dm_control.
 pub fn episode_seed(seed: u64, env_index: u64, episode: u64) -> u64 {
-    splitmix64(splitmix64(splitmix64(seed) ^ env_index) ^ episode)
+    splitmix64(splitmix64(splitmix64(seed) ^ env_index) ^ episode) >> 32
 }
 
 /// SplitMix64's output function (Steele, Lea & Flood 2014) applied once to `x`.
@@ -643,6 +648,25 @@ mod tests {
     fn same_seed_same_stream_different_seed_differs() {
         assert_eq!(rollout(5, 100), rollout(5, 100));
         assert_ne!(rollout(5, 100)[0], rollout(6, 100)[0]);
+    }
+
+    /// Below `2**32` (numpy's legacy seeding takes no more), and distinct across nearby seeds,
+    /// environments and episodes.
+    #[test]
+    fn episode_seeds_fit_32_bits_and_differ() {
+        let mut seen = std::collections::HashSet::new();
+        for seed in [0, 1, 1 << 32, u64::MAX] {
+            for j in 0..8 {
+                for n in 0..64 {
+                    let s = episode_seed(seed, j, n);
+                    assert!(s < 1 << 32, "episode_seed({seed}, {j}, {n}) = {s}");
+                    assert!(
+                        seen.insert(s),
+                        "episode_seed({seed}, {j}, {n}) = {s} repeats"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

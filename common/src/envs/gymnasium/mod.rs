@@ -17,10 +17,12 @@
 //! `TimeLimit` gives `truncated`), `next_obs` is the true final observation at a done and `obs`
 //! the reset one, `is_init` true exactly there.
 //!
-//! **Seed contract**: environment `i` of a [`GymVecEnv`] started with `seed` is first reset
-//! with `seed + i` (the actor passes `seed = s + a * envs_per_actor` for run seed `s` and
-//! actor `a`); later resets pass no seed, as gymnasium's vector envs do. A dataset recorded
-//! through the bridge therefore replays exactly in gymnasium.
+//! **Seed contract**, the native [`VecEnv`](super::VecEnv)'s: environment `j`'s episode `n`
+//! (counting every reset from 0, [`VectorEnv::reset`] and automatic ones alike) is reset with
+//! `env.reset(seed=`[`episode_seed`](super::episode_seed)`(seed, j, n))`; the worker computes
+//! the same function in Python. A native id and its bridged original (`popgym-X` and
+//! `gymnasium:popgym-X`) therefore record the same episodes under one seed, and a dataset
+//! recorded through the bridge replays exactly in gymnasium.
 //!
 //! Failures are [`EnvError`]s naming the env id: Python or gymnasium missing (what to
 //! install), an import or `gymnasium.make` that raises (the Python traceback), an unsupported
@@ -73,7 +75,8 @@ pub struct GymVecEnv {
 
 impl GymVecEnv {
     /// Starts the workers for `id` (`gymnasium:<gymnasium id>`) with `num_envs` environments
-    /// in all, env `i` first reset with `seed + i`.
+    /// in all, env `j`'s episode `n` reset with [`episode_seed`](super::episode_seed)`(seed, j,
+    /// n)`.
     ///
     /// # Errors
     /// [`EnvError::PythonMissing`], [`EnvError::Gymnasium`] (import, make, unsupported space,
@@ -160,14 +163,11 @@ impl GymVecEnv {
                 SEGMENTS.fetch_add(1, Ordering::Relaxed)
             );
             let arrays = BridgeArrays::create(&name, layout).map_err(|e| err(e.to_string()))?;
-            let seeds: Vec<u64> = worker
-                .envs
-                .clone()
-                .map(|i| seed.wrapping_add(i as u64))
-                .collect();
             let mut handshake = serde_json::to_value(arrays.layout()).expect("layout serialises");
             handshake["path"] = serde_json::json!(arrays.path());
-            handshake["seeds"] = serde_json::json!(seeds);
+            // The worker seeds its env i's episodes as the vector's env first_env + i.
+            handshake["seed"] = serde_json::json!(seed);
+            handshake["first_env"] = serde_json::json!(worker.envs.start);
             worker.arrays = Some(arrays);
             worker.send(id, format!("{handshake}\n").as_bytes(), What::Handshake)?;
         }
