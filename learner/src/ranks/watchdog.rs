@@ -1,9 +1,11 @@
-//! A bound on how long a rank waits in a collective for the others: a rank that was killed or
-//! hung (SIGSTOP) would otherwise leave every other rank blocked in MPI forever. While a
-//! collective runs, [`waiting`]'s guard holds its start; a thread of its own checks it every
-//! second and ends the process once the wait passes the timeout (`RECUR_RANK_TIMEOUT_S`,
-//! default [`DEFAULT_TIMEOUT_S`]), with an error that says what it waited in and that the last
-//! checkpoint stays valid. The launcher (`mpirun`, `srun --kill-on-bad-exit`) then ends the rest.
+//! The backstop behind [`super::arrival`]: a bound on how long a rank stays inside a collective
+//! once every rank has reached it. A rank lost on the way to a collective is named by the
+//! arrival wait; one lost *inside* it (killed, hung or cut off mid-transfer) would still leave
+//! the others blocked in MPI forever. While a collective runs, [`waiting`]'s guard holds its
+//! start; a thread of its own checks it four times a second and ends the process once the wait
+//! passes the timeout (`RECUR_RANK_TIMEOUT_S`, default [`DEFAULT_TIMEOUT_S`]), with an error that
+//! says what it waited in and that the last checkpoint stays valid. The launcher (`mpirun`,
+//! `srun --kill-on-bad-exit`) then ends the rest.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -11,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use super::Rank;
 
-/// Seconds a rank waits in one collective before it gives the group up.
+/// Seconds a rank waits for the others to reach a collective, and then inside it, before it
+/// gives the group up.
 pub const DEFAULT_TIMEOUT_S: u64 = 60;
 
 /// Milliseconds since [`START`] at which the running collective began, 0 when none runs.
@@ -53,9 +56,10 @@ pub fn start(rank: Rank, timeout: Duration) {
             }
             let what = *WHAT.lock().unwrap_or_else(|e| e.into_inner());
             let msg = format!(
-                "{rank}: waited {:.0} s in {what} for the other ranks: a rank was lost (killed, \
-                 hung or cut off); giving the group up (RECUR_RANK_TIMEOUT_S). The last \
-                 checkpoint in rank 0's run directory stays valid: --resume continues the run",
+                "{rank}: waited {:.0} s in {what} after every rank had reached it: a rank was \
+                 lost inside it (killed, hung or cut off); giving the group up \
+                 (RECUR_RANK_TIMEOUT_S). The last checkpoint in rank 0's run directory stays \
+                 valid: --resume continues the run",
                 timeout.as_secs_f64()
             );
             tracing::error!("{msg}");

@@ -84,7 +84,7 @@ pub fn share_start<B: AutodiffBackend>(
         let (model, optim) = learner.save_state()?;
         bytes = encode(&(model, optim, learner.host_state(), &*state));
     }
-    ranks::broadcast(&mut bytes);
+    ranks::broadcast(&mut bytes)?;
     if !ranks::world().is_root() {
         let (model, optim, host, root_state): (Vec<u8>, Vec<u8>, Vec<u8>, TrainState) =
             decode(&bytes).context("rank 0's learner state")?;
@@ -99,21 +99,26 @@ pub fn share_start<B: AutodiffBackend>(
 /// agreement (summed into the run's count, which the schedules' progress reads) and whether
 /// any rank wishes to stop (`wish`: `Some(by_request)`, a signal or operator `true`, the time
 /// limit or the target `false`), so that all leave the loop after the same update. Returns the
-/// agreed stop, `None` to go on; for one rank, always `None` (its loop stops on its own).
-pub fn agree(state: &mut TrainState, agreed: &mut u64, wish: Option<bool>) -> Option<bool> {
+/// agreed stop, `None` to go on; for one rank, always `None` (its loop stops on its own). A
+/// lost rank is an error naming it.
+pub fn agree(
+    state: &mut TrainState,
+    agreed: &mut u64,
+    wish: Option<bool>,
+) -> anyhow::Result<Option<bool>> {
     if ranks::world().size == 1 {
         *agreed = state.frames;
-        return None;
+        return Ok(None);
     }
     let mut sums = [
         state.frames - *agreed,
         u64::from(wish.is_some()),
         u64::from(wish == Some(true)),
     ];
-    ranks::all_reduce_sum(&mut sums);
+    ranks::all_reduce_sum(&mut sums)?;
     state.frames = *agreed + sums[0];
     *agreed = state.frames;
-    (sums[1] > 0).then_some(sums[2] > 0)
+    Ok((sums[1] > 0).then_some(sums[2] > 0))
 }
 
 /// Logs the weights this rank ends with (the hash of `blob()`, made only then), for several

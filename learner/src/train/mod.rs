@@ -243,6 +243,9 @@ fn train_on<B: AutodiffBackend>(
             }
         }
         if pending.is_empty() {
+            // Several ranks: a rank gone from this machine is named even before the next
+            // collective (which this rank may not reach without chunks).
+            ranks::check_peers()?;
             profile::time("idle", || std::thread::sleep(Duration::from_micros(300)));
             continue;
         }
@@ -328,7 +331,7 @@ impl<B: AutodiffBackend> Training<B> {
         // whether they stop after this update (a no-op for one).
         let at_target = config.run.stop_at_target && self.state.frames_to_target.is_some();
         let wish = self.stop().or(at_target.then_some(false));
-        self.stopping = group::agree(&mut self.state, &mut self.agreed, wish);
+        self.stopping = group::agree(&mut self.state, &mut self.agreed, wish)?;
         let state = &mut self.state;
         self.learner
             .set_progress(state.frames as f64 / config.run.frames as f64);
