@@ -68,7 +68,10 @@ mod mpi {
             cmd.args(["-n", "1"]).arg(&learner).args(args);
         }
         cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .env("RUST_LOG", "info");
+            .env("RUST_LOG", "info")
+            // A session directory of its own: mpiruns started at once race to create the
+            // shared default one (/tmp/ompi.<host>.<uid>) and one of them fails.
+            .env("OMPI_MCA_orte_tmpdir_base", temp_dir("ompi"));
         cmd
     }
 
@@ -125,57 +128,153 @@ mod mpi {
         }
     }
 
-    #[test]
-    fn a_hung_rank_ends_the_group_within_the_timeout_and_the_run_resumes() {
-        let dir = temp_dir("ranks-hung");
-        let dir_s = dir.to_string_lossy().into_owned();
-        let args = train_args(&dir_s, &["--set", "run.checkpoint_every=2"]);
+    /// A 2-rank run with a checkpoint every 2 updates, for the fault tests. (When a rank dies,
+    /// mpirun ends the others with SIGTERM, then SIGKILL 1 s later: a survivor names the lost
+    /// rank and stops its actors well within that.)
+    fn faulty_run(dir: &std::path::Path, env: &[(&str, &str)]) -> recur_tests::Watched {
+        let args = train_args(&dir.to_string_lossy(), &["--set", "run.checkpoint_every=2"]);
         let mut cmd = mpirun_command(&[args.clone(), args]);
-        cmd.env("RECUR_RANK_TIMEOUT_S", "5");
-        let run = recur_tests::Watched::spawn(cmd);
-        let line = run.wait_for("rank 1's pid", DEADLINE, |l| {
-            l.contains("rank 1 of 2 (pid ")
-        });
-        let pid: i32 = line
-            .split("(pid ")
-            .nth(1)
-            .unwrap()
-            .trim_end_matches(')')
-            .parse()
-            .unwrap();
-        // A checkpoint first (every 2 updates), then rank 1 hangs.
-        let checkpoint = dir.join("checkpoint");
+        cmd.envs(env.iter().copied());
+        recur_tests::Watched::spawn(cmd)
+    }
+
+    /// The pid rank `rank` of 2 logged as it joined.
+    fn rank_pid(run: &recur_tests::Watched, rank: usize) -> i32 {
+        let marker = format!("rank {rank} of 2 (pid ");
+        let line = run.wait_for(&marker, DEADLINE, |l| l.contains(&marker));
+        let pid = line.split(&marker).nth(1).unwrap().trim_end_matches(')');
+        pid.parse().unwrap()
+    }
+
+    fn wait_for_checkpoint(dir: &std::path::Path) {
         let start = std::time::Instant::now();
-        while !checkpoint.is_dir() {
+        while !dir.join("checkpoint").is_dir() {
             assert!(start.elapsed() < DEADLINE, "no checkpoint");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let stopped = std::time::Instant::now();
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGSTOP).unwrap();
+    }
+
+    /// Every run id in a group's log: each rank's segments are `recur-<id>-...`.
+    fn run_ids(lines: &[String]) -> Vec<String> {
+        let mut ids: Vec<String> = (lines.iter())
+            .filter_map(|l| {
+                let id = l.split("ring recur-").nth(1)?.split("-ring-").next()?;
+                Some(id.to_string())
+            })
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// The group after a lost rank: it failed within `bound` of the fault with one of `named`
+    /// in its log; every actor of both ranks exits (those of a killed rank notice their learner is
+    /// gone); `--resume` on 2 ranks reaches the end; then no segment of either run is left.
+    fn lost_then_resumed(
+        run: recur_tests::Watched,
+        fault: std::time::Instant,
+        bound: Duration,
+        dir: &std::path::Path,
+        named: &[&str],
+    ) {
         let (ok, _, lines) = run.finish(DEADLINE);
-        let waited = stopped.elapsed();
+        let waited = fault.elapsed();
         let stderr = lines.join("\n");
-        assert!(!ok, "the group went on without rank 1: {stderr}");
+        assert!(!ok, "the group went on: {stderr}");
         assert!(
-            stderr.contains("rank 0 of 2: waited 5 s in an all-reduce for the other ranks"),
-            "{stderr}"
+            named.iter().any(|n| stderr.contains(n)),
+            "none of {named:?} in:\n{stderr}"
         );
-        // The bound: the timeout, plus the launcher ending the rest.
-        assert!(waited < Duration::from_secs(30), "{waited:?}");
-        // The last checkpoint is valid: the group resumes from it.
+        assert!(
+            waited < bound,
+            "{waited:?} from the fault to the group's end"
+        );
+        let actors = recur_tests::run_support::actor_pids(&lines);
+        assert!(actors.len() >= 2, "{stderr}");
+        for pid in actors {
+            let start = std::time::Instant::now();
+            while recur_tests::process_alive(pid) && start.elapsed() < Duration::from_secs(15) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(
+                !recur_tests::process_alive(pid),
+                "actor {pid} outlived its rank"
+            );
+        }
+        // The last checkpoint is valid: the group resumes from it and reaches its frames.
         let resume = vec![
             "train".to_string(),
             "--resume".into(),
-            dir_s.clone(),
+            dir.to_string_lossy().into_owned(),
             "--frames".into(),
             "8192".into(),
             "--quiet".into(),
         ];
         let out = mpirun(&[resume.clone(), resume]);
-        let (stdout, stderr) = text(&out);
-        assert!(out.status.success(), "{stderr}");
-        assert!(stderr.contains("resum"), "{stderr}");
-        assert!(stdout.contains("\"world_size\":2"), "{stdout}");
+        let (stdout, resumed) = text(&out);
+        assert!(out.status.success(), "{resumed}");
+        assert!(resumed.contains("resumed at update"), "{resumed}");
+        let summary: serde_json::Value =
+            serde_json::from_str(stdout.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+        assert_eq!(summary["world_size"], 2, "{summary}");
+        assert!(summary["frames"].as_u64().unwrap() >= 8192, "{summary}");
+        let resumed: Vec<String> = resumed.lines().map(String::from).collect();
+        let ids = [run_ids(&lines), run_ids(&resumed)].concat();
+        assert!(ids.len() >= 4, "two runs of two ranks: {ids:?}");
+        for id in ids {
+            let left = recur_tests::segments_containing(&id);
+            assert!(left.is_empty(), "segments of run {id} left: {left:?}");
+        }
+    }
+
+    #[test]
+    fn a_hung_rank_ends_the_group_within_the_timeout_and_the_run_resumes() {
+        let dir = temp_dir("ranks-hung");
+        let run = faulty_run(&dir, &[("RECUR_RANK_TIMEOUT_S", "5")]);
+        let pid = rank_pid(&run, 1);
+        // A checkpoint first (every 2 updates), then rank 1 hangs.
+        wait_for_checkpoint(&dir);
+        let stopped = std::time::Instant::now();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGSTOP).unwrap();
+        // Rank 1 stopped on its way to a collective, or inside one (its arrival notice sent):
+        // rank 0 names it either way. The bound: the timeout, plus the launcher ending the
+        // rest (the stopped rank, woken by mpirun's SIGCONT and SIGTERM, finds rank 0 gone).
+        let named = [
+            "rank 0 of 2: lost rank 1 (it did not reach the collective in 5 s".to_string(),
+            format!("rank 0 of 2: lost rank 1 (its process is stopped: pid {pid}) inside"),
+        ];
+        let named: Vec<&str> = named.iter().map(String::as_str).collect();
+        lost_then_resumed(run, stopped, Duration::from_secs(30), &dir, &named);
+    }
+
+    #[test]
+    fn rank_1_killed_mid_update_is_named_and_the_run_resumes() {
+        let dir = temp_dir("ranks-kill-1");
+        // Collective 45: a gradient all-reduce of update 4, after the checkpoint of update 2.
+        let run = faulty_run(&dir, &[("RECUR_FAULT_RANK", "1:45")]);
+        let pid = rank_pid(&run, 1);
+        run.wait_for("the fault", DEADLINE, |l| {
+            l.contains("RECUR_FAULT_RANK: rank 1 of 2")
+        });
+        let killed = std::time::Instant::now();
+        assert!(
+            dir.join("checkpoint").is_dir(),
+            "no checkpoint before update 4"
+        );
+        let named = format!("rank 0 of 2: lost rank 1 (its process is gone: pid {pid})");
+        lost_then_resumed(run, killed, Duration::from_secs(30), &dir, &[&named]);
+    }
+
+    #[test]
+    fn rank_0_killed_is_named_by_rank_1_and_the_run_resumes() {
+        let dir = temp_dir("ranks-kill-0");
+        let run = faulty_run(&dir, &[]);
+        let pid = rank_pid(&run, 0);
+        wait_for_checkpoint(&dir);
+        let killed = std::time::Instant::now();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
+        let named = format!("rank 1 of 2: lost rank 0 (its process is gone: pid {pid})");
+        lost_then_resumed(run, killed, Duration::from_secs(30), &dir, &[&named]);
     }
 
     #[test]

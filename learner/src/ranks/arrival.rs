@@ -60,15 +60,25 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// Whether `self`'s process is seen, from `me`'s machine, to be stopped (SIGSTOP, a
+    /// debugger): hung, though alive.
+    pub fn stopped_from(&self, me: &Peer) -> bool {
+        me.machine != 0
+            && self.machine == me.machine
+            && state(self.pid).is_some_and(|s| s == 'T' || s == 't')
+    }
+}
+
 /// Whether `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
+    state(pid).is_some_and(|s| s != 'Z')
+}
+
+/// The state letter of process `pid` (`/proc/<pid>/stat`), `None` when it does not exist.
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.trim_start().chars().next()
 }
 
 /// A rank gave the group up: ranks it waited for did not reach a collective.
@@ -114,7 +124,8 @@ impl std::fmt::Display for Why {
     }
 }
 
-fn names(ranks: &[usize]) -> String {
+/// `rank 1`, `ranks 1, 3`.
+pub fn names(ranks: &[usize]) -> String {
     let list: Vec<String> = ranks.iter().map(usize::to_string).collect();
     match ranks.len() {
         1 => format!("rank {}", list[0]),

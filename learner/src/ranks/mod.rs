@@ -176,7 +176,7 @@ impl World {
             }
             let timeout = watchdog::timeout_from_env()?;
             let peers = exchange_peers(&mpi, rank);
-            watchdog::start(rank, timeout);
+            watchdog::start(rank, timeout, peers.clone());
             tracing::info!("{rank} (pid {})", std::process::id());
             let joined = Joined {
                 rank,
