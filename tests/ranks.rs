@@ -277,6 +277,101 @@ mod mpi {
         lost_then_resumed(run, killed, Duration::from_secs(30), &dir, &[&named]);
     }
 
+    /// `recur-learner train --resume DIR --quiet EXTRA` on 2 ranks.
+    fn resume_args(dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
+        let mut args = vec!["train", "--resume", dir.to_str().unwrap(), "--quiet"];
+        args.extend(extra);
+        args.into_iter().map(String::from).collect()
+    }
+
+    #[test]
+    fn a_sync_group_killed_and_resumed_ends_bit_identical_to_the_uninterrupted_group() {
+        let dir = temp_dir("ranks-exact");
+        let run = |name: &str| {
+            let run_dir = dir.join(name).to_string_lossy().into_owned();
+            let sync = ["--frames", "6144", "--set", "collector.mode=sync"];
+            train_args(
+                &run_dir,
+                &[&sync[..], &["--set", "run.checkpoint_every=2"]].concat(),
+            )
+        };
+        let whole = run("whole");
+        let out = mpirun(&[whole.clone(), whole]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        let expected: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(expected["updates"], 12, "{expected}");
+        // The same run, rank 1 killed in update 5 (collective 60), after the checkpoint of
+        // update 4; the group resumed from it.
+        let killed = run("killed");
+        let mut cmd = mpirun_command(&[killed.clone(), killed]);
+        cmd.env("RECUR_FAULT_RANK", "1:60");
+        let (ok, _, lines) = recur_tests::Watched::spawn(cmd).finish(DEADLINE);
+        assert!(
+            !ok && lines.iter().any(|l| l.contains("lost rank 1")),
+            "{lines:?}"
+        );
+        let resume = resume_args(&dir.join("killed"), &[]);
+        let out = mpirun(&[resume.clone(), resume]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("resumed at update 4 "), "{stderr}");
+        let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        for key in ["updates", "frames", "world_size"] {
+            assert_eq!(got[key], expected[key], "{key}: {got} vs {expected}");
+        }
+        let weights = |name: &str| std::fs::read(dir.join(name).join("checkpoint/weights.bin"));
+        assert!(
+            weights("whole").unwrap() == weights("killed").unwrap(),
+            "the resumed group's final weights differ from the uninterrupted group's"
+        );
+        // Both ranks' actors continued from their saved states (rank 1's from rank 0's
+        // checkpoint).
+        for id in [
+            "actor 0/0 continues from its saved state",
+            "actor 1/0 continues",
+        ] {
+            assert!(stderr.contains(id), "{id}: {stderr}");
+        }
+    }
+
+    #[test]
+    fn a_group_resumed_on_another_number_of_ranks_is_refused_naming_both() {
+        let dir = temp_dir("ranks-resize");
+        let two = dir.join("two");
+        let args = train_args(&two.to_string_lossy(), &["--frames", "2048"]);
+        let out = mpirun(&[args.clone(), args]);
+        assert!(out.status.success(), "{}", text(&out).1);
+        // Two ranks' checkpoint, one process.
+        let mut one = std::process::Command::new(binary("recur-learner"));
+        one.args(resume_args(&two, &["--frames", "4096"]))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let out = run_with_deadline(one, DEADLINE);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("its checkpoint was written by 2 learner ranks (world_size = 2")
+                && stderr.contains("and 1 was started"),
+            "{stderr}"
+        );
+        // One process's checkpoint, two ranks.
+        let single = dir.join("one");
+        let mut cmd = std::process::Command::new(binary("recur-learner"));
+        cmd.args(train_args(&single.to_string_lossy(), &["--frames", "1024"]))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let out = run_with_deadline(cmd, DEADLINE);
+        assert!(out.status.success(), "{}", text(&out).1);
+        let resume = resume_args(&single, &["--frames", "4096"]);
+        let out = mpirun(&[resume.clone(), resume]);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("written by 1 learner rank (world_size = 1")
+                && stderr.contains("and 2 were started"),
+            "{stderr}"
+        );
+    }
+
     #[test]
     fn sigint_to_mpirun_stops_every_rank_after_the_same_update() {
         let dir = temp_dir("ranks-sigint");

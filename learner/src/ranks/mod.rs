@@ -142,11 +142,15 @@ struct Joined {
     checked: std::cell::Cell<std::time::Instant>,
 }
 
-/// The process's membership of its launcher's group, held by `main` for the process's life:
-/// dropping it leaves the group (MPI is finalized).
+/// The process's membership of its launcher's group, held by `main` for the process's life.
+/// [`finish`](World::finish) leaves the group cleanly (MPI is finalized, which waits for every
+/// rank); dropped without it (the command failed, or panicked) it leaves MPI unfinalized, since
+/// the other ranks may be waiting for this one in a collective: the process exits, and the
+/// launcher ends the rest.
 #[must_use = "the group is left when this is dropped"]
 pub struct World {
     rank: Rank,
+    finished: bool,
 }
 
 impl World {
@@ -158,7 +162,10 @@ impl World {
 
     fn join(launch: Option<Launch>) -> anyhow::Result<World> {
         let Some(launch) = launch.filter(|l| l.size > 1) else {
-            return Ok(World { rank: Rank::SINGLE });
+            return Ok(World {
+                rank: Rank::SINGLE,
+                finished: false,
+            });
         };
         #[cfg(feature = "mpi")]
         {
@@ -187,7 +194,10 @@ impl World {
                 checked: std::cell::Cell::new(std::time::Instant::now()),
             };
             JOINED.with(|j| *j.borrow_mut() = Some(joined));
-            Ok(World { rank })
+            Ok(World {
+                rank,
+                finished: false,
+            })
         }
         #[cfg(not(feature = "mpi"))]
         Err(RankError::NotBuilt(launch).into())
@@ -197,6 +207,12 @@ impl World {
     pub fn rank(&self) -> Rank {
         self.rank
     }
+
+    /// Leaves the group after the command succeeded on this rank: MPI is finalized (waiting
+    /// for every rank to do the same) unless a rank was lost.
+    pub fn finish(mut self) {
+        self.finished = true;
+    }
 }
 
 impl Drop for World {
@@ -204,7 +220,7 @@ impl Drop for World {
         let joined = JOINED.with(|j| j.borrow_mut().take());
         #[cfg(feature = "mpi")]
         if let Some(joined) = joined {
-            if joined.lost.borrow().is_some() {
+            if !self.finished || joined.lost.borrow().is_some() {
                 joined.mpi.abandon();
             }
         }

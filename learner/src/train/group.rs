@@ -12,6 +12,7 @@
 
 use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
+use common::checkpoint::ResumeState;
 use common::hash::fnv1a;
 
 use super::intake::TrainState;
@@ -68,31 +69,96 @@ pub fn rank_config(config: &TrainConfig, rank: Rank) -> anyhow::Result<TrainConf
     Ok(local)
 }
 
-/// Starts every rank from rank 0's learner and counters (a new run's initial weights or the
-/// resumed checkpoint), after checking that every rank resolved the same config.
+/// Starts every rank from rank 0's learner, counters and resume state (a new run's initial
+/// weights, or the checkpoint it resumed), after checking that every rank resolved the same
+/// config. A resumed checkpoint (`state.world_size` > 0) must have been written by as many
+/// ranks as run now (an error naming both, on every rank; `run_dir` is the run's): each rank
+/// then continues its own actors' saved states and episodes in flight (`resumed` keeps those of
+/// actors `actors`) and its own algorithm host state (`state.rank_hosts`), so that a sync-mode
+/// group resumes exactly.
 pub fn share_start<B: AutodiffBackend>(
     config: &TrainConfig,
+    run_dir: &std::path::Path,
     learner: &mut Learner<B>,
     state: &mut TrainState,
+    resumed: &mut ResumeState,
+    actors: std::ops::Range<u32>,
 ) -> anyhow::Result<()> {
-    if ranks::world().size == 1 {
-        return Ok(());
+    let rank = ranks::world();
+    if rank.size > 1 {
+        ranks::check_same("resolved config", fnv1a(config.to_toml().bytes()))?;
+        let mut bytes = Vec::new();
+        if rank.is_root() {
+            let (model, optim) = learner.save_state()?;
+            bytes = encode(&(model, optim, learner.host_state(), &*state, &*resumed));
+        }
+        ranks::broadcast(&mut bytes)?;
+        if !rank.is_root() {
+            type Root = (Vec<u8>, Vec<u8>, Vec<u8>, TrainState, ResumeState);
+            let (model, optim, host, root_state, root_resumed): Root =
+                decode(&bytes).context("rank 0's learner state")?;
+            learner.load_state(model, optim)?;
+            // A new run's rank keeps its own (its sampler seeded apart from rank 0's).
+            match root_state.rank_hosts.get(rank.rank - 1) {
+                Some(own) => learner.load_host_state(own)?,
+                None if root_state.updates > 0 => learner.load_host_state(&host)?,
+                None => {}
+            }
+            *state = root_state;
+            *resumed = root_resumed;
+        }
+        let own = |actor: u32| actors.contains(&actor);
+        resumed.actors.retain(|(actor, _)| own(*actor));
+        resumed
+            .open_returns
+            .retain(|(traj, _)| own(((*traj as u64 >> 52) & 0x7ff) as u32));
     }
-    ranks::check_same("resolved config", fnv1a(config.to_toml().bytes()))?;
-    let mut bytes = Vec::new();
-    if ranks::world().is_root() {
-        let (model, optim) = learner.save_state()?;
-        bytes = encode(&(model, optim, learner.host_state(), &*state));
-    }
-    ranks::broadcast(&mut bytes)?;
-    if !ranks::world().is_root() {
-        let (model, optim, host, root_state): (Vec<u8>, Vec<u8>, Vec<u8>, TrainState) =
-            decode(&bytes).context("rank 0's learner state")?;
-        learner.load_state(model, optim)?;
-        learner.load_host_state(&host)?;
-        *state = root_state;
-    }
+    let saved = state.world_size;
+    anyhow::ensure!(
+        saved == 0 || saved == rank.size,
+        "resuming {}: its checkpoint was written by {saved} learner rank{} (world_size = {saved} \
+         in checkpoint/state.json) and {} {} started: resume with as many ranks (`mpirun -n \
+         {saved}`, or one process for 1): each rank continues its own actors' and sampler's \
+         state, which another number of ranks cannot split",
+        run_dir.display(),
+        if saved == 1 { "" } else { "s" },
+        rank.size,
+        if rank.size == 1 { "was" } else { "were" },
+    );
+    state.world_size = rank.size;
     Ok(())
+}
+
+/// Every rank's part of a checkpoint, on rank 0: the group's resume state (every rank's actors'
+/// saved states and episodes in flight; actor and trajectory ids are distinct across ranks) and
+/// ranks 1.. 's algorithm host states (`host`: this rank's), for [`TrainState::rank_hosts`].
+/// `None` on the other ranks; for one rank, `resume` itself. A lost rank is an error naming it.
+pub fn gather_resume(
+    resume: ResumeState,
+    host: Vec<u8>,
+) -> anyhow::Result<Option<(ResumeState, Vec<Vec<u8>>)>> {
+    let rank = ranks::world();
+    if rank.size == 1 {
+        return Ok(Some((resume, Vec::new())));
+    }
+    let host = if rank.is_root() { Vec::new() } else { host };
+    let parts = ranks::gather(encode(&(host, resume)))?;
+    if !rank.is_root() {
+        return Ok(None);
+    }
+    let (mut all, mut hosts) = (ResumeState::default(), Vec::new());
+    for (r, part) in parts.iter().enumerate() {
+        let (host, part): (Vec<u8>, ResumeState) =
+            decode(part).with_context(|| format!("rank {r}'s resume state"))?;
+        all.actors.extend(part.actors);
+        all.open_returns.extend(part.open_returns);
+        if r > 0 {
+            hosts.push(host);
+        }
+    }
+    all.actors.sort_by_key(|a| a.0);
+    all.open_returns.sort_by_key(|o| o.0);
+    Ok(Some((all, hosts)))
 }
 
 /// What the ranks agree on before each update: the frames every rank took in since the last

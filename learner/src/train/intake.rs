@@ -24,6 +24,20 @@ pub struct TrainState {
     pub best_mean_return: Option<f64>,
     pub frames_to_target: Option<u64>,
     pub seconds_to_target: Option<f64>,
+    /// The learner ranks that trained the run ([`crate::ranks`]); a resume asks for as many
+    /// (checkpoints written before this field: 1).
+    #[serde(default = "one")]
+    pub world_size: usize,
+    /// Several ranks: ranks 1.. 's algorithm host state (their slice samplers' positions and
+    /// reward normalizers; rank 0's is `resume.bin`'s), so that each resumes its own.
+    // No skip_serializing_if: the ranks also share this struct as bincode, which needs every
+    // field.
+    #[serde(default)]
+    pub rank_hosts: Vec<Vec<u8>>,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Episodes in the running mean return.

@@ -163,8 +163,16 @@ fn train_on<B: AutodiffBackend>(
     })?;
     let plan = Plan::new(&local)?;
     let mut learner = plan.learner::<B>(&local.config, device)?;
-    let (mut state, resumed) = setup::resume(&local, &mut learner, &plan.policy)?;
-    group::share_start(config, &mut learner, &mut state)?;
+    let (mut state, mut resumed) = setup::resume(&local, &mut learner, &plan.policy)?;
+    let first_actor = rank.rank as u32 * plan.actors;
+    group::share_start(
+        config,
+        &opts.run_dir,
+        &mut learner,
+        &mut state,
+        &mut resumed,
+        first_actor..first_actor + plan.actors,
+    )?;
     run.write_config(&config.to_toml())?;
     let resumed_at = opts
         .resume
@@ -357,21 +365,29 @@ impl<B: AutodiffBackend> Training<B> {
         state.policy_version = self.version;
         profile::time("report", || self.report(&stats, config))
             .map_err(WriteFailed::new(WriteFailed::METRICS))?;
-        if self.run.checkpoint_due(self.state.updates) && ranks::world().is_root() {
+        if self.run.checkpoint_due(self.state.updates) {
             let snapshot = TrainState {
                 wall_s: self.run.wall(),
                 ..self.state.clone()
             };
-            profile::time("checkpoint", || self.checkpoint(config, &snapshot))?;
+            profile::time("checkpoint", || self.checkpoint(config, snapshot))?;
         }
         Ok(())
     }
 
-    fn checkpoint(&mut self, config: &TrainConfig, state: &TrainState) -> Result<(), WriteFailed> {
+    /// A checkpoint of `state`, written by rank 0 with every rank's resume state
+    /// ([`group::gather_resume`]; every rank calls this at the same update). A failed write is
+    /// a [`WriteFailed`]; a rank lost in the gather an error naming it.
+    fn checkpoint(&mut self, config: &TrainConfig, mut state: TrainState) -> anyhow::Result<()> {
         let algo = config.run.algo.name();
         let resume = self.intake.resume_state();
+        let Some((resume, rank_hosts)) = group::gather_resume(resume, self.learner.host_state())?
+        else {
+            return Ok(());
+        };
+        state.rank_hosts = rank_hosts;
         self.run
-            .save_checkpoint(&*self.learner, algo, state, resume, self.version)
+            .save_checkpoint(&*self.learner, algo, &state, resume, self.version)
             .map_err(WriteFailed::new(WriteFailed::CHECKPOINT))?;
         self.checkpointed = Some(state.updates);
         Ok(())
@@ -435,7 +451,8 @@ impl<B: AutodiffBackend> Training<B> {
             .is_none_or(|f| f.what != WriteFailed::CHECKPOINT)
         {
             let state = self.state.clone();
-            if let Err(e) = self.checkpoint(config, &state) {
+            if let Err(e) = self.checkpoint(config, state) {
+                let e = e.downcast::<WriteFailed>()?;
                 tracing::error!("the final checkpoint failed: {e}");
                 failed.get_or_insert(e);
             }
