@@ -114,6 +114,36 @@ mod mpi {
             finals[0].1, finals[1].1,
             "the ranks' final weights differ: {finals:?}"
         );
+        // metrics.csv (rank 0's) counts every rank's frames and episodes: its last row holds
+        // the sums of what each rank says it took.
+        let took: Vec<(u64, u64)> = (stderr.lines())
+            .filter_map(|l| l.split_once(": took ")?.1.split_once(" of the run's"))
+            .map(|(counts, _)| {
+                let words: Vec<&str> = counts.split(' ').collect();
+                (words[0].parse().unwrap(), words[3].parse().unwrap())
+            })
+            .collect();
+        assert_eq!(took.len(), 2, "{stderr}");
+        assert!(took.iter().all(|&(f, e)| f > 0 && e > 0), "{took:?}");
+        let metrics = std::fs::read_to_string(dir.join("metrics.csv")).unwrap();
+        let header: Vec<&str> = metrics.lines().next().unwrap().split(',').collect();
+        let last: Vec<&str> = metrics.lines().last().unwrap().split(',').collect();
+        let column = |name: &str| -> u64 {
+            let i = header.iter().position(|h| *h == name).unwrap();
+            last[i].parse().unwrap()
+        };
+        assert_eq!(
+            column("frames"),
+            took[0].0 + took[1].0,
+            "{took:?}\n{metrics}"
+        );
+        assert_eq!(
+            column("episodes"),
+            took[0].1 + took[1].1,
+            "{took:?}\n{metrics}"
+        );
+        assert_eq!(summary["frames"], column("frames"));
+        assert_eq!(summary["episodes"], column("episodes"));
         // Distinct actors: rank 0's is actor 0, rank 1's actor 1 (run.actors = 2 over 2).
         for id in ["actor 0/0 started", "actor 1/0 started"] {
             assert_eq!(stderr.matches(id).count(), 1, "{id}: {stderr}");

@@ -15,7 +15,7 @@ use burn::tensor::backend::AutodiffBackend;
 use common::checkpoint::ResumeState;
 use common::hash::fnv1a;
 
-use super::intake::TrainState;
+use super::intake::{ReturnMeans, TrainState};
 use crate::algo::optim::{decode, encode};
 use crate::algo::Learner;
 use crate::config::{Algo, TrainConfig};
@@ -161,38 +161,110 @@ pub fn gather_resume(
     Ok(Some((all, hosts)))
 }
 
-/// What the ranks agree on before each update: the frames every rank took in since the last
-/// agreement (summed into the run's count, which the schedules' progress reads) and whether
-/// any rank wishes to stop (`wish`: `Some(by_request)`, a signal or operator `true`, the time
-/// limit or the target `false`), so that all leave the loop after the same update. Returns the
-/// agreed stop, `None` to go on; for one rank, always `None` (its loop stops on its own). A
-/// lost rank is an error naming it.
+/// The run's counts as the ranks last agreed on them ([`agree`]), and this rank's own share.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Agreed {
+    /// Every rank's frames and finished episodes (the run's `frames` and `episodes`).
+    pub frames: u64,
+    pub episodes: u64,
+    /// This rank's own part of them (taken in by its actors in this process).
+    pub own_frames: u64,
+    pub own_episodes: u64,
+}
+
+impl Agreed {
+    /// The counts a run starts from (a resumed run's are the group's).
+    pub fn at(state: &TrainState) -> Agreed {
+        Agreed {
+            frames: state.frames,
+            episodes: state.episodes,
+            ..Agreed::default()
+        }
+    }
+}
+
+/// What the ranks agree on before each update: the frames and finished episodes every rank took
+/// in since the last agreement (summed into the run's counts: the schedules' progress reads the
+/// frames, `metrics.csv` shows both) and whether any rank wishes to stop (`wish`:
+/// `Some(by_request)`, a signal or operator `true`, the time limit or the target `false`), so
+/// that all leave the loop after the same update. Returns the agreed stop, `None` to go on; for
+/// one rank, always `None` (its loop stops on its own). A lost rank is an error naming it.
 pub fn agree(
     state: &mut TrainState,
-    agreed: &mut u64,
+    agreed: &mut Agreed,
     wish: Option<bool>,
 ) -> anyhow::Result<Option<bool>> {
+    let own = [
+        state.frames - agreed.frames,
+        state.episodes - agreed.episodes,
+    ];
+    agreed.own_frames += own[0];
+    agreed.own_episodes += own[1];
     if ranks::world().size == 1 {
-        *agreed = state.frames;
+        (agreed.frames, agreed.episodes) = (state.frames, state.episodes);
         return Ok(None);
     }
     let mut sums = [
-        state.frames - *agreed,
+        own[0],
+        own[1],
         u64::from(wish.is_some()),
         u64::from(wish == Some(true)),
     ];
     ranks::all_reduce_sum(&mut sums)?;
-    state.frames = *agreed + sums[0];
-    *agreed = state.frames;
-    Ok((sums[1] > 0).then_some(sums[2] > 0))
+    state.frames = agreed.frames + sums[0];
+    state.episodes = agreed.episodes + sums[1];
+    (agreed.frames, agreed.episodes) = (state.frames, state.episodes);
+    Ok((sums[2] > 0).then_some(sums[3] > 0))
 }
 
-/// Logs the weights this rank ends with (the hash of `blob()`, made only then), for several
-/// ranks: every rank's line names the same hash (the integration tests compare them).
-pub fn log_final(blob: impl FnOnce() -> Vec<u8>) {
+/// What an update's report shows of every rank (one all-reduce; for one rank, its own): the
+/// mean returns (`means`: this rank's) averaged over the ranks that have finished episodes,
+/// `full` when every rank has a full window; the policy lag averaged over the ranks; the
+/// dropped chunks summed. A lost rank is an error naming it.
+pub fn report_over_ranks(
+    means: ReturnMeans,
+    lag: f64,
+    dropped: u64,
+) -> anyhow::Result<(ReturnMeans, f64, u64)> {
+    let n = ranks::world().size;
+    if n == 1 {
+        return Ok((means, lag, dropped));
+    }
+    let counted = |x: f64| if x.is_finite() { [x, 1.0] } else { [0.0, 0.0] };
+    let [m, has_m] = counted(means.mean);
+    let [m100, has_m100] = counted(means.mean_100);
+    let mut sums = [
+        m,
+        has_m,
+        m100,
+        has_m100,
+        f64::from(u8::from(means.full)),
+        lag,
+        dropped as f64,
+    ];
+    ranks::all_reduce_sum(&mut sums)?;
+    let mean = |sum: f64, count: f64| if count > 0.0 { sum / count } else { f64::NAN };
+    let group = ReturnMeans {
+        mean: mean(sums[0], sums[1]),
+        mean_100: mean(sums[2], sums[3]),
+        full: sums[4] as usize == n,
+    };
+    Ok((group, sums[5] / n as f64, sums[6] as u64))
+}
+
+/// Logs the weights this rank ends with (the hash of `blob()`, made only then) and its own
+/// share of the run's frames and episodes, for several ranks: every rank's line names the same
+/// hash (the integration tests compare them, and sum the shares).
+pub fn log_final(agreed: &Agreed, blob: impl FnOnce() -> Vec<u8>) {
     if ranks::world().size > 1 {
         let hash = fnv1a(blob());
-        tracing::info!("{}: final weights {hash:016x}", ranks::world());
+        let rank = ranks::world();
+        tracing::info!("{rank}: final weights {hash:016x}");
+        tracing::info!(
+            "{rank}: took {} frames and {} episodes of the run's",
+            agreed.own_frames,
+            agreed.own_episodes
+        );
     }
 }
 

@@ -26,7 +26,7 @@ use common::weights::{check_finite, to_blob};
 use serde::Serialize;
 
 pub use intake::TrainState;
-use intake::{Admission, Intake, Returns};
+use intake::{Admission, Intake, ReturnMeans, Returns};
 use setup::Plan;
 
 use crate::actors::transport::{CollectSummary, Received};
@@ -208,7 +208,8 @@ fn train_on<B: AutodiffBackend>(
         last_eval_frames: None,
         last_report: (state.frames, state.wall_s),
         checkpointed: (opts.resume && state.updates > 0).then_some(state.updates),
-        agreed: state.frames,
+        agreed: group::Agreed::at(&state),
+        over_ranks: None,
         stopping: None,
         _scratch: scratch,
         run,
@@ -302,8 +303,11 @@ struct Training<B: AutodiffBackend> {
     last_report: (u64, f64),
     /// The update the last complete checkpoint holds (`None`: none yet in this run).
     checkpointed: Option<u64>,
-    /// The run's frames at the last update, every rank's ([`group::agree`]).
-    agreed: u64,
+    /// The run's frames and episodes at the last update, every rank's ([`group::agree`]).
+    agreed: group::Agreed,
+    /// Several ranks: the last report's group values (the summary's mean return and dropped
+    /// chunks are the group's).
+    over_ranks: Option<(ReturnMeans, u64)>,
     /// Several ranks: set by the update at which they stop early, whether a rank was asked to
     /// (a signal, an operator; `false`: the time limit or `run.stop_at_target`).
     stopping: Option<bool>,
@@ -320,7 +324,7 @@ impl<B: AutodiffBackend> Training<B> {
     fn frames_done(&self) -> u64 {
         match ranks::world().size {
             1 => self.state.frames,
-            _ => self.agreed,
+            _ => self.agreed.frames,
         }
     }
 
@@ -363,7 +367,16 @@ impl<B: AutodiffBackend> Training<B> {
             self.last_eval_frames = Some(state.frames);
         }
         state.policy_version = self.version;
-        profile::time("report", || self.report(&stats, config))
+        let intake = &mut self.intake;
+        let over_ranks = group::report_over_ranks(
+            intake.returns.means(),
+            intake.admission.updated(),
+            intake.admission.dropped,
+        )?;
+        if ranks::world().size > 1 {
+            self.over_ranks = Some((over_ranks.0, over_ranks.2));
+        }
+        profile::time("report", || self.report(&stats, over_ranks, config))
             .map_err(WriteFailed::new(WriteFailed::METRICS))?;
         if self.run.checkpoint_due(self.state.updates) {
             let snapshot = TrainState {
@@ -394,11 +407,18 @@ impl<B: AutodiffBackend> Training<B> {
     }
 
     /// An update's report: the returns taken in, metrics.csv, the progress bar, and a log
-    /// line every 10th update (25th without a bar).
-    fn report(&mut self, stats: &UpdateStats, config: &TrainConfig) -> anyhow::Result<()> {
+    /// line every 10th update (25th without a bar). `over_ranks`: the mean returns, policy lag
+    /// and dropped chunks to show, every rank's ([`group::report_over_ranks`]).
+    fn report(
+        &mut self,
+        stats: &UpdateStats,
+        (means, lag, dropped): (ReturnMeans, f64, u64),
+        config: &TrainConfig,
+    ) -> anyhow::Result<()> {
         let (state, intake) = (&mut self.state, &mut self.intake);
         let now = self.run.wall();
-        let mean_return = state.note_returns(&intake.returns, config.run.target_return, now);
+        let target = config.run.target_return;
+        let mean_return = state.note_returns(&intake.returns, means, target, now);
         let last = std::mem::replace(&mut self.last_report, (state.frames, now));
         let fps = (state.frames - last.0) as f64 / (now - last.1).max(1e-9);
         let row = MetricsRow {
@@ -406,11 +426,11 @@ impl<B: AutodiffBackend> Training<B> {
             wall_s: now,
             updates: state.updates,
             mean_return,
-            policy_lag: intake.admission.updated(),
+            policy_lag: lag,
             episodes: state.episodes,
             frames_per_s: fps,
-            dropped_chunks: intake.admission.dropped,
-            mean_return_100: intake.returns.mean_100(),
+            dropped_chunks: dropped,
+            mean_return_100: means.mean_100,
             ..MetricsRow::from(stats)
         };
         let (loss, lag, updates) = (stats.loss, row.policy_lag, state.updates);
@@ -457,7 +477,7 @@ impl<B: AutodiffBackend> Training<B> {
                 failed.get_or_insert(e);
             }
         }
-        group::log_final(|| to_blob(self.learner.model(), self.version));
+        group::log_final(&self.agreed, || to_blob(self.learner.model(), self.version));
         let (transport_summary, tail) = self.actors.finish(stopped_by_request)?;
         if failed
             .as_ref()
@@ -501,6 +521,15 @@ impl<B: AutodiffBackend> Training<B> {
             profile: profile::snapshot(),
             profile_calls: profile::calls(),
             ..TrainSummary::counted(config, state, &self.intake.returns)
+        };
+        // Several ranks: the group's mean return and dropped chunks, as metrics.csv shows.
+        let summary = match self.over_ranks {
+            Some((means, dropped)) => TrainSummary {
+                final_mean_return: means.mean,
+                dropped_chunks: dropped,
+                ..summary
+            },
+            None => summary,
         };
         let pc = &self.plan.policy;
         let title = format!(
