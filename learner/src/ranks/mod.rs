@@ -217,15 +217,16 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        let joined = JOINED.with(|j| j.borrow_mut().take());
+        let (clean, joined) = (self.finished, JOINED.with(|j| j.borrow_mut().take()));
         #[cfg(feature = "mpi")]
         if let Some(joined) = joined {
-            if !self.finished || joined.lost.borrow().is_some() {
+            if !clean || joined.lost.borrow().is_some() {
                 joined.mpi.abandon();
             }
         }
+        // Without MPI the group is one process: nothing to leave.
         #[cfg(not(feature = "mpi"))]
-        drop(joined);
+        let _ = (clean, joined.is_some());
     }
 }
 
