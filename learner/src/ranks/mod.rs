@@ -12,6 +12,12 @@
 //! collectives ([`all_reduce_sum`], [`broadcast`], [`check_same`]) act on it from the thread
 //! that called [`World::init`] (MPI runs funneled: only that thread calls it, rayon's workers
 //! never do). For a group of one they are no-ops, so single-process code calls them freely.
+//!
+//! A rank never blocks on a lost one: each collective is entered once every rank's arrival
+//! notice is in ([`arrival`]), so a rank killed, hung or cut off is an error naming it
+//! ([`RankLost`], in every later collective too) within `RECUR_RANK_TIMEOUT_S` (at once for one
+//! gone from this machine); the [`watchdog`] bounds a loss inside a collective. A command that
+//! fails leaves MPI unfinalized ([`World`]) and the launcher ends the rest.
 
 pub mod arrival;
 #[cfg(feature = "mpi")]
