@@ -68,7 +68,10 @@ mod mpi {
             cmd.args(["-n", "1"]).arg(&learner).args(args);
         }
         cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .env("RUST_LOG", "info");
+            .env("RUST_LOG", "info")
+            // A session directory of its own: mpiruns started at once race to create the
+            // shared default one (/tmp/ompi.<host>.<uid>) and one of them fails.
+            .env("OMPI_MCA_orte_tmpdir_base", temp_dir("ompi"));
         cmd
     }
 
@@ -111,6 +114,36 @@ mod mpi {
             finals[0].1, finals[1].1,
             "the ranks' final weights differ: {finals:?}"
         );
+        // metrics.csv (rank 0's) counts every rank's frames and episodes: its last row holds
+        // the sums of what each rank says it took.
+        let took: Vec<(u64, u64)> = (stderr.lines())
+            .filter_map(|l| l.split_once(": took ")?.1.split_once(" of the run's"))
+            .map(|(counts, _)| {
+                let words: Vec<&str> = counts.split(' ').collect();
+                (words[0].parse().unwrap(), words[3].parse().unwrap())
+            })
+            .collect();
+        assert_eq!(took.len(), 2, "{stderr}");
+        assert!(took.iter().all(|&(f, e)| f > 0 && e > 0), "{took:?}");
+        let metrics = std::fs::read_to_string(dir.join("metrics.csv")).unwrap();
+        let header: Vec<&str> = metrics.lines().next().unwrap().split(',').collect();
+        let last: Vec<&str> = metrics.lines().last().unwrap().split(',').collect();
+        let column = |name: &str| -> u64 {
+            let i = header.iter().position(|h| *h == name).unwrap();
+            last[i].parse().unwrap()
+        };
+        assert_eq!(
+            column("frames"),
+            took[0].0 + took[1].0,
+            "{took:?}\n{metrics}"
+        );
+        assert_eq!(
+            column("episodes"),
+            took[0].1 + took[1].1,
+            "{took:?}\n{metrics}"
+        );
+        assert_eq!(summary["frames"], column("frames"));
+        assert_eq!(summary["episodes"], column("episodes"));
         // Distinct actors: rank 0's is actor 0, rank 1's actor 1 (run.actors = 2 over 2).
         for id in ["actor 0/0 started", "actor 1/0 started"] {
             assert_eq!(stderr.matches(id).count(), 1, "{id}: {stderr}");
@@ -125,57 +158,248 @@ mod mpi {
         }
     }
 
-    #[test]
-    fn a_hung_rank_ends_the_group_within_the_timeout_and_the_run_resumes() {
-        let dir = temp_dir("ranks-hung");
-        let dir_s = dir.to_string_lossy().into_owned();
-        let args = train_args(&dir_s, &["--set", "run.checkpoint_every=2"]);
+    /// A 2-rank run with a checkpoint every 2 updates, for the fault tests. (When a rank dies,
+    /// mpirun ends the others with SIGTERM, then SIGKILL 1 s later: a survivor names the lost
+    /// rank and stops its actors well within that.)
+    fn faulty_run(dir: &std::path::Path, env: &[(&str, &str)]) -> recur_tests::Watched {
+        let args = train_args(&dir.to_string_lossy(), &["--set", "run.checkpoint_every=2"]);
         let mut cmd = mpirun_command(&[args.clone(), args]);
-        cmd.env("RECUR_RANK_TIMEOUT_S", "5");
-        let run = recur_tests::Watched::spawn(cmd);
-        let line = run.wait_for("rank 1's pid", DEADLINE, |l| {
-            l.contains("rank 1 of 2 (pid ")
-        });
-        let pid: i32 = line
-            .split("(pid ")
-            .nth(1)
-            .unwrap()
-            .trim_end_matches(')')
-            .parse()
-            .unwrap();
-        // A checkpoint first (every 2 updates), then rank 1 hangs.
-        let checkpoint = dir.join("checkpoint");
+        cmd.envs(env.iter().copied());
+        recur_tests::Watched::spawn(cmd)
+    }
+
+    /// The pid rank `rank` of 2 logged as it joined.
+    fn rank_pid(run: &recur_tests::Watched, rank: usize) -> i32 {
+        let marker = format!("rank {rank} of 2 (pid ");
+        let line = run.wait_for(&marker, DEADLINE, |l| l.contains(&marker));
+        let pid = line.split(&marker).nth(1).unwrap().trim_end_matches(')');
+        pid.parse().unwrap()
+    }
+
+    fn wait_for_checkpoint(dir: &std::path::Path) {
         let start = std::time::Instant::now();
-        while !checkpoint.is_dir() {
+        while !dir.join("checkpoint").is_dir() {
             assert!(start.elapsed() < DEADLINE, "no checkpoint");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let stopped = std::time::Instant::now();
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGSTOP).unwrap();
+    }
+
+    /// Every run id in a group's log: each rank's segments are `recur-<id>-...`.
+    fn run_ids(lines: &[String]) -> Vec<String> {
+        let mut ids: Vec<String> = (lines.iter())
+            .filter_map(|l| {
+                let id = l.split("ring recur-").nth(1)?.split("-ring-").next()?;
+                Some(id.to_string())
+            })
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// The group after a lost rank: it failed within `bound` of the fault with one of `named`
+    /// in its log; every actor of both ranks exits (those of a killed rank notice their learner is
+    /// gone); `--resume` on 2 ranks reaches the end; then no segment of either run is left.
+    fn lost_then_resumed(
+        run: recur_tests::Watched,
+        fault: std::time::Instant,
+        bound: Duration,
+        dir: &std::path::Path,
+        named: &[&str],
+    ) {
         let (ok, _, lines) = run.finish(DEADLINE);
-        let waited = stopped.elapsed();
+        let waited = fault.elapsed();
         let stderr = lines.join("\n");
-        assert!(!ok, "the group went on without rank 1: {stderr}");
+        assert!(!ok, "the group went on: {stderr}");
         assert!(
-            stderr.contains("rank 0 of 2: waited 5 s in an all-reduce for the other ranks"),
-            "{stderr}"
+            named.iter().any(|n| stderr.contains(n)),
+            "none of {named:?} in:\n{stderr}"
         );
-        // The bound: the timeout, plus the launcher ending the rest.
-        assert!(waited < Duration::from_secs(30), "{waited:?}");
-        // The last checkpoint is valid: the group resumes from it.
+        assert!(
+            waited < bound,
+            "{waited:?} from the fault to the group's end"
+        );
+        let actors = recur_tests::run_support::actor_pids(&lines);
+        assert!(actors.len() >= 2, "{stderr}");
+        for pid in actors {
+            let start = std::time::Instant::now();
+            while recur_tests::process_alive(pid) && start.elapsed() < Duration::from_secs(15) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(
+                !recur_tests::process_alive(pid),
+                "actor {pid} outlived its rank"
+            );
+        }
+        // The last checkpoint is valid: the group resumes from it and reaches its frames.
         let resume = vec![
             "train".to_string(),
             "--resume".into(),
-            dir_s.clone(),
+            dir.to_string_lossy().into_owned(),
             "--frames".into(),
             "8192".into(),
             "--quiet".into(),
         ];
         let out = mpirun(&[resume.clone(), resume]);
+        let (stdout, resumed) = text(&out);
+        assert!(out.status.success(), "{resumed}");
+        assert!(resumed.contains("resumed at update"), "{resumed}");
+        let summary: serde_json::Value =
+            serde_json::from_str(stdout.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+        assert_eq!(summary["world_size"], 2, "{summary}");
+        assert!(summary["frames"].as_u64().unwrap() >= 8192, "{summary}");
+        let resumed: Vec<String> = resumed.lines().map(String::from).collect();
+        let ids = [run_ids(&lines), run_ids(&resumed)].concat();
+        assert!(ids.len() >= 4, "two runs of two ranks: {ids:?}");
+        for id in ids {
+            let left = recur_tests::segments_containing(&id);
+            assert!(left.is_empty(), "segments of run {id} left: {left:?}");
+        }
+    }
+
+    #[test]
+    fn a_hung_rank_ends_the_group_within_the_timeout_and_the_run_resumes() {
+        let dir = temp_dir("ranks-hung");
+        let run = faulty_run(&dir, &[("RECUR_RANK_TIMEOUT_S", "5")]);
+        let pid = rank_pid(&run, 1);
+        // A checkpoint first (every 2 updates), then rank 1 hangs.
+        wait_for_checkpoint(&dir);
+        let stopped = std::time::Instant::now();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGSTOP).unwrap();
+        // Rank 1 stopped on its way to a collective, or inside one (its arrival notice sent):
+        // rank 0 names it either way. The bound: the timeout, plus the launcher ending the
+        // rest (the stopped rank, woken by mpirun's SIGCONT and SIGTERM, finds rank 0 gone).
+        let named = [
+            "rank 0 of 2: lost rank 1 (it did not reach the collective in 5 s".to_string(),
+            format!("rank 0 of 2: lost rank 1 (its process is stopped: pid {pid}) inside"),
+        ];
+        let named: Vec<&str> = named.iter().map(String::as_str).collect();
+        lost_then_resumed(run, stopped, Duration::from_secs(30), &dir, &named);
+    }
+
+    #[test]
+    fn rank_1_killed_mid_update_is_named_and_the_run_resumes() {
+        let dir = temp_dir("ranks-kill-1");
+        // Collective 45: a gradient all-reduce of update 4, after the checkpoint of update 2.
+        let run = faulty_run(&dir, &[("RECUR_FAULT_RANK", "1:45")]);
+        let pid = rank_pid(&run, 1);
+        run.wait_for("the fault", DEADLINE, |l| {
+            l.contains("RECUR_FAULT_RANK: rank 1 of 2")
+        });
+        let killed = std::time::Instant::now();
+        assert!(
+            dir.join("checkpoint").is_dir(),
+            "no checkpoint before update 4"
+        );
+        let named = format!("rank 0 of 2: lost rank 1 (its process is gone: pid {pid})");
+        lost_then_resumed(run, killed, Duration::from_secs(30), &dir, &[&named]);
+    }
+
+    #[test]
+    fn rank_0_killed_is_named_by_rank_1_and_the_run_resumes() {
+        let dir = temp_dir("ranks-kill-0");
+        let run = faulty_run(&dir, &[]);
+        let pid = rank_pid(&run, 0);
+        wait_for_checkpoint(&dir);
+        let killed = std::time::Instant::now();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
+        let named = format!("rank 1 of 2: lost rank 0 (its process is gone: pid {pid})");
+        lost_then_resumed(run, killed, Duration::from_secs(30), &dir, &[&named]);
+    }
+
+    /// `recur-learner train --resume DIR --quiet EXTRA` on 2 ranks.
+    fn resume_args(dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
+        let mut args = vec!["train", "--resume", dir.to_str().unwrap(), "--quiet"];
+        args.extend(extra);
+        args.into_iter().map(String::from).collect()
+    }
+
+    #[test]
+    fn a_sync_group_killed_and_resumed_ends_bit_identical_to_the_uninterrupted_group() {
+        let dir = temp_dir("ranks-exact");
+        let run = |name: &str| {
+            let run_dir = dir.join(name).to_string_lossy().into_owned();
+            let sync = ["--frames", "6144", "--set", "collector.mode=sync"];
+            train_args(
+                &run_dir,
+                &[&sync[..], &["--set", "run.checkpoint_every=2"]].concat(),
+            )
+        };
+        let whole = run("whole");
+        let out = mpirun(&[whole.clone(), whole]);
         let (stdout, stderr) = text(&out);
         assert!(out.status.success(), "{stderr}");
-        assert!(stderr.contains("resum"), "{stderr}");
-        assert!(stdout.contains("\"world_size\":2"), "{stdout}");
+        let expected: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(expected["updates"], 12, "{expected}");
+        // The same run, rank 1 killed in update 5 (collective 60), after the checkpoint of
+        // update 4; the group resumed from it.
+        let killed = run("killed");
+        let mut cmd = mpirun_command(&[killed.clone(), killed]);
+        cmd.env("RECUR_FAULT_RANK", "1:60");
+        let (ok, _, lines) = recur_tests::Watched::spawn(cmd).finish(DEADLINE);
+        assert!(
+            !ok && lines.iter().any(|l| l.contains("lost rank 1")),
+            "{lines:?}"
+        );
+        let resume = resume_args(&dir.join("killed"), &[]);
+        let out = mpirun(&[resume.clone(), resume]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("resumed at update 4 "), "{stderr}");
+        let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        for key in ["updates", "frames", "world_size"] {
+            assert_eq!(got[key], expected[key], "{key}: {got} vs {expected}");
+        }
+        let weights = |name: &str| std::fs::read(dir.join(name).join("checkpoint/weights.bin"));
+        assert!(
+            weights("whole").unwrap() == weights("killed").unwrap(),
+            "the resumed group's final weights differ from the uninterrupted group's"
+        );
+        // Both ranks' actors continued from their saved states (rank 1's from rank 0's
+        // checkpoint).
+        for id in [
+            "actor 0/0 continues from its saved state",
+            "actor 1/0 continues",
+        ] {
+            assert!(stderr.contains(id), "{id}: {stderr}");
+        }
+    }
+
+    #[test]
+    fn a_group_resumed_on_another_number_of_ranks_is_refused_naming_both() {
+        let dir = temp_dir("ranks-resize");
+        let two = dir.join("two");
+        let args = train_args(&two.to_string_lossy(), &["--frames", "2048"]);
+        let out = mpirun(&[args.clone(), args]);
+        assert!(out.status.success(), "{}", text(&out).1);
+        // Two ranks' checkpoint, one process.
+        let mut one = std::process::Command::new(binary("recur-learner"));
+        one.args(resume_args(&two, &["--frames", "4096"]))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let out = run_with_deadline(one, DEADLINE);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("its checkpoint was written by 2 learner ranks (world_size = 2")
+                && stderr.contains("and 1 was started"),
+            "{stderr}"
+        );
+        // One process's checkpoint, two ranks.
+        let single = dir.join("one");
+        let mut cmd = std::process::Command::new(binary("recur-learner"));
+        cmd.args(train_args(&single.to_string_lossy(), &["--frames", "1024"]))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let out = run_with_deadline(cmd, DEADLINE);
+        assert!(out.status.success(), "{}", text(&out).1);
+        let resume = resume_args(&single, &["--frames", "4096"]);
+        let out = mpirun(&[resume.clone(), resume]);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("written by 1 learner rank (world_size = 1")
+                && stderr.contains("and 2 were started"),
+            "{stderr}"
+        );
     }
 
     #[test]

@@ -304,8 +304,9 @@ fn main() -> anyhow::Result<()> {
             let resume = format!("continue it with --resume {}", run_dir.display());
             signals::set_exit_hint(resume.clone());
             let summary = train(&opts).context("training run")?;
-            // Leave the group (MPI finalized) before any exit; rank 0 alone reports.
-            drop(world);
+            // Leave the group (MPI finalized) before any exit; rank 0 alone reports. (A rank
+            // whose run failed has returned above: its group is left unfinalized.)
+            world.finish();
             if !rank.is_root() {
                 exit_if_signalled(&format!("{rank} stopped with rank 0"));
                 return Ok(());

@@ -12,10 +12,19 @@
 //! collectives ([`all_reduce_sum`], [`broadcast`], [`check_same`]) act on it from the thread
 //! that called [`World::init`] (MPI runs funneled: only that thread calls it, rayon's workers
 //! never do). For a group of one they are no-ops, so single-process code calls them freely.
+//!
+//! A rank never blocks on a lost one: each collective is entered once every rank's arrival
+//! notice is in ([`arrival`]), so a rank killed, hung or cut off is an error naming it
+//! ([`RankLost`], in every later collective too) within `RECUR_RANK_TIMEOUT_S` (at once for one
+//! gone from this machine); the [`watchdog`] bounds a loss inside a collective. A command that
+//! fails leaves MPI unfinalized ([`World`]) and the launcher ends the rest.
 
+pub mod arrival;
 #[cfg(feature = "mpi")]
 mod mpi_world;
 pub mod watchdog;
+
+pub use arrival::RankLost;
 
 /// What a launcher says of the process group this process was started in: the environment
 /// variables Open MPI's `mpirun` (`OMPI_COMM_WORLD_SIZE`), a PMI launcher such as MPICH's
@@ -124,13 +133,30 @@ struct Joined {
     rank: Rank,
     #[cfg(feature = "mpi")]
     mpi: mpi_world::MpiWorld,
+    /// Every rank's process, by rank (their liveness is checked while waiting for them).
+    #[cfg(feature = "mpi")]
+    peers: Vec<arrival::Peer>,
+    /// How long a rank waits for the others to reach a collective.
+    #[cfg(feature = "mpi")]
+    timeout: std::time::Duration,
+    /// Set once a rank was lost: every later collective fails alike, and MPI is left without
+    /// finalizing (which would wait on the lost rank).
+    #[cfg(feature = "mpi")]
+    lost: std::cell::RefCell<Option<RankLost>>,
+    /// When [`check_peers`] last looked.
+    #[cfg(feature = "mpi")]
+    checked: std::cell::Cell<std::time::Instant>,
 }
 
-/// The process's membership of its launcher's group, held by `main` for the process's life:
-/// dropping it leaves the group (MPI is finalized).
+/// The process's membership of its launcher's group, held by `main` for the process's life.
+/// [`finish`](World::finish) leaves the group cleanly (MPI is finalized, which waits for every
+/// rank); dropped without it (the command failed, or panicked) it leaves MPI unfinalized, since
+/// the other ranks may be waiting for this one in a collective: the process exits, and the
+/// launcher ends the rest.
 #[must_use = "the group is left when this is dropped"]
 pub struct World {
     rank: Rank,
+    finished: bool,
 }
 
 impl World {
@@ -142,7 +168,10 @@ impl World {
 
     fn join(launch: Option<Launch>) -> anyhow::Result<World> {
         let Some(launch) = launch.filter(|l| l.size > 1) else {
-            return Ok(World { rank: Rank::SINGLE });
+            return Ok(World {
+                rank: Rank::SINGLE,
+                finished: false,
+            });
         };
         #[cfg(feature = "mpi")]
         {
@@ -158,10 +187,23 @@ impl World {
                 }
                 .into());
             }
-            watchdog::start(rank, watchdog::timeout_from_env()?);
+            let timeout = watchdog::timeout_from_env()?;
+            let peers = exchange_peers(&mpi, rank);
+            watchdog::start(rank, timeout, peers.clone());
             tracing::info!("{rank} (pid {})", std::process::id());
-            JOINED.with(|j| *j.borrow_mut() = Some(Joined { rank, mpi }));
-            Ok(World { rank })
+            let joined = Joined {
+                rank,
+                mpi,
+                peers,
+                timeout,
+                lost: Default::default(),
+                checked: std::cell::Cell::new(std::time::Instant::now()),
+            };
+            JOINED.with(|j| *j.borrow_mut() = Some(joined));
+            Ok(World {
+                rank,
+                finished: false,
+            })
         }
         #[cfg(not(feature = "mpi"))]
         Err(RankError::NotBuilt(launch).into())
@@ -171,12 +213,68 @@ impl World {
     pub fn rank(&self) -> Rank {
         self.rank
     }
+
+    /// Leaves the group after the command succeeded on this rank: MPI is finalized (waiting
+    /// for every rank to do the same) unless a rank was lost.
+    pub fn finish(mut self) {
+        self.finished = true;
+    }
 }
 
 impl Drop for World {
     fn drop(&mut self) {
-        JOINED.with(|j| j.borrow_mut().take());
+        let (clean, joined) = (self.finished, JOINED.with(|j| j.borrow_mut().take()));
+        #[cfg(feature = "mpi")]
+        if let Some(joined) = joined {
+            if !clean || joined.lost.borrow().is_some() {
+                joined.mpi.abandon();
+            }
+        }
+        // Without MPI the group is one process: nothing to leave.
+        #[cfg(not(feature = "mpi"))]
+        let _ = (clean, joined.is_some());
     }
+}
+
+/// Every rank's [`arrival::Peer`], by rank (a plain all-reduce: the group has just formed).
+#[cfg(feature = "mpi")]
+fn exchange_peers(mpi: &mpi_world::MpiWorld, rank: Rank) -> Vec<arrival::Peer> {
+    let me = arrival::Peer::this();
+    let mut all = vec![0u64; 2 * rank.size];
+    all[2 * rank.rank] = u64::from(me.pid);
+    all[2 * rank.rank + 1] = me.machine;
+    mpi.all_reduce_sum(&mut all);
+    (all.chunks_exact(2))
+        .map(|p| arrival::Peer {
+            pid: p[0] as u32,
+            machine: p[1],
+        })
+        .collect()
+}
+
+/// Runs collective `what` on the joined group (`None` in a group of one) once every rank has
+/// reached it ([`arrival`]); a rank lost on the way is [`RankLost`], here and in every later
+/// collective.
+#[cfg(feature = "mpi")]
+fn collective<T>(
+    what: &'static str,
+    run: impl FnOnce(&mpi_world::MpiWorld) -> T,
+) -> Result<Option<T>, RankLost> {
+    with_joined(|j| {
+        if let Some(lost) = j.lost.borrow().as_ref() {
+            return Err(lost.clone());
+        }
+        let seq = j.mpi.next_seq();
+        fault_point(j.rank, seq);
+        if let Err(lost) = arrival::wait_for_all(&j.mpi, j.rank, &j.peers, seq, what, j.timeout) {
+            tracing::error!("{lost}");
+            *j.lost.borrow_mut() = Some(lost.clone());
+            return Err(lost);
+        }
+        let _wait = watchdog::waiting(what);
+        Ok(run(&j.mpi))
+    })
+    .transpose()
 }
 
 /// This process's rank: [`Rank::SINGLE`] unless this thread joined a group of several.
@@ -189,14 +287,75 @@ fn with_joined<T>(f: impl FnOnce(&Joined) -> T) -> Option<T> {
     JOINED.with(|j| j.borrow().as_ref().map(f))
 }
 
-/// Sums `buf` element-wise over every rank, in place on each (a no-op for one rank).
-#[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
-pub fn all_reduce_sum<T: Reducible>(buf: &mut [T]) {
-    with_joined(|_j| {
-        let _wait = watchdog::waiting("an all-reduce");
-        #[cfg(feature = "mpi")]
-        _j.mpi.all_reduce_sum(buf);
+/// Checks, between collectives, that no other rank on this machine is gone (at most every
+/// [`arrival::LIVENESS_EVERY`]; always `Ok` for one rank): a rank that cannot reach its next
+/// collective (its actors gone, say) still names a lost rank at once. A lost one is
+/// [`RankLost`], and every later collective fails alike.
+pub fn check_peers() -> Result<(), RankLost> {
+    #[cfg(feature = "mpi")]
+    with_joined(|j| {
+        if let Some(lost) = j.lost.borrow().as_ref() {
+            return Err(lost.clone());
+        }
+        if j.checked.get().elapsed() < arrival::LIVENESS_EVERY {
+            return Ok(());
+        }
+        j.checked.set(std::time::Instant::now());
+        let me = &j.peers[j.rank.rank];
+        let gone: Vec<usize> = (0..j.rank.size)
+            .filter(|&r| r != j.rank.rank && j.peers[r].gone_from(me))
+            .collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let lost = RankLost {
+            me: j.rank,
+            why: arrival::Why::Gone {
+                pids: gone.iter().map(|&r| j.peers[r].pid).collect(),
+            },
+            lost: gone,
+            what: "its training loop",
+        };
+        tracing::error!("{lost}");
+        *j.lost.borrow_mut() = Some(lost.clone());
+        Err(lost)
+    })
+    .transpose()?;
+    Ok(())
+}
+
+/// Fault injection for the tests: `RECUR_FAULT_RANK=<rank>:<seq>` makes rank `<rank>` SIGKILL
+/// itself as it reaches its `<seq>`-th collective (from 1: the start's config check and
+/// broadcast are 1 and 2, then each PPO update is its agreement, one gradient all-reduce per
+/// minibatch and the observation normalizer's), so that a test loses a rank mid-update without
+/// relying on timing.
+#[cfg(feature = "mpi")]
+fn fault_point(rank: Rank, seq: u64) {
+    let Ok(spec) = std::env::var("RECUR_FAULT_RANK") else {
+        return;
+    };
+    let at = spec.split_once(':').and_then(|(r, s)| {
+        Some((
+            r.trim().parse::<usize>().ok()?,
+            s.trim().parse::<u64>().ok()?,
+        ))
     });
+    if at == Some((rank.rank, seq)) {
+        eprintln!(
+            "RECUR_FAULT_RANK: {rank} (pid {}) SIGKILLs itself at collective {seq}",
+            std::process::id()
+        );
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// Sums `buf` element-wise over every rank, in place on each (a no-op for one rank). Waits for
+/// every rank to reach it; a lost rank is [`RankLost`] naming it (see [`arrival`]).
+#[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
+pub fn all_reduce_sum<T: Reducible>(buf: &mut [T]) -> Result<(), RankLost> {
+    #[cfg(feature = "mpi")]
+    collective("an all-reduce", |m| m.all_reduce_sum(buf))?;
+    Ok(())
 }
 
 /// Element types the collectives sum.
@@ -209,15 +368,23 @@ impl Reducible for f32 {}
 impl Reducible for f64 {}
 impl Reducible for u64 {}
 
-/// Rank 0's `bytes` on every rank (a no-op for one rank).
+/// Rank 0's `bytes` on every rank (a no-op for one rank); a lost rank is [`RankLost`].
 // A Vec: the other ranks' is resized to rank 0's length (only with MPI).
 #[cfg_attr(not(feature = "mpi"), allow(unused_variables, clippy::ptr_arg))]
-pub fn broadcast(bytes: &mut Vec<u8>) {
-    with_joined(|_j| {
-        let _wait = watchdog::waiting("a broadcast");
-        #[cfg(feature = "mpi")]
-        _j.mpi.broadcast(bytes);
-    });
+pub fn broadcast(bytes: &mut Vec<u8>) -> Result<(), RankLost> {
+    #[cfg(feature = "mpi")]
+    collective("a broadcast", |m| m.broadcast(bytes))?;
+    Ok(())
+}
+
+/// Every rank's `bytes` on rank 0, in rank order (`[bytes]` for one rank; empty on the other
+/// ranks); a lost rank is [`RankLost`].
+pub fn gather(bytes: Vec<u8>) -> Result<Vec<Vec<u8>>, RankLost> {
+    #[cfg(feature = "mpi")]
+    if let Some(parts) = collective("a gather", |m| m.gather(&bytes))? {
+        return Ok(parts);
+    }
+    Ok(vec![bytes])
 }
 
 /// Checks that every rank holds the same `hash` of `what`; a rank that differs from rank 0 is
@@ -226,7 +393,7 @@ pub fn check_same(what: &str, hash: u64) -> anyhow::Result<()> {
     let size = world().size;
     let mut all = vec![0u64; size];
     all[world().rank] = hash;
-    all_reduce_sum(&mut all);
+    all_reduce_sum(&mut all)?;
     match all.iter().position(|&h| h != all[0]) {
         None => Ok(()),
         Some(r) => anyhow::bail!(

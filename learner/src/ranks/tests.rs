@@ -64,11 +64,12 @@ fn one_process_is_a_world_of_one() {
         assert_eq!(w.rank(), Rank::SINGLE);
         assert_eq!(world(), Rank::SINGLE);
         let mut g = vec![1.0f32, 2.0];
-        all_reduce_sum(&mut g);
+        all_reduce_sum(&mut g).unwrap();
         assert_eq!(g, [1.0, 2.0]);
         let mut b = vec![1u8, 2];
-        broadcast(&mut b);
+        broadcast(&mut b).unwrap();
         assert_eq!(b, [1, 2]);
+        assert_eq!(gather(vec![3u8, 4]).unwrap(), vec![vec![3u8, 4]]);
         check_same("config", 7).unwrap();
     }
 }

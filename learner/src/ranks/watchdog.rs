@@ -1,17 +1,25 @@
-//! A bound on how long a rank waits in a collective for the others: a rank that was killed or
-//! hung (SIGSTOP) would otherwise leave every other rank blocked in MPI forever. While a
-//! collective runs, [`waiting`]'s guard holds its start; a thread of its own checks it every
-//! second and ends the process once the wait passes the timeout (`RECUR_RANK_TIMEOUT_S`,
-//! default [`DEFAULT_TIMEOUT_S`]), with an error that says what it waited in and that the last
-//! checkpoint stays valid. The launcher (`mpirun`, `srun --kill-on-bad-exit`) then ends the rest.
+//! The backstop behind [`super::arrival`]: a bound on how long a rank stays inside a collective
+//! once every rank has reached it. A rank lost on the way to a collective is named by the
+//! arrival wait; one lost *inside* it (killed, hung or cut off mid-transfer) would still leave
+//! the others blocked in MPI forever. While a collective runs, [`waiting`]'s guard holds its
+//! start; a thread of its own checks it four times a second and ends the process, with an
+//! error naming the lost rank where it can and saying that the last checkpoint stays valid,
+//! once a rank on this machine is gone (after half a second inside), or once the wait passes
+//! the timeout (`RECUR_RANK_TIMEOUT_S`, default [`DEFAULT_TIMEOUT_S`]: then a rank on this
+//! machine that is stopped is named; one on another machine cannot be, as MPI does not say who
+//! it waits for). The process exits at once, as a killed learner does: its actors notice and
+//! exit, its segments are reclaimed by the next run. The launcher (`mpirun`, `srun
+//! --kill-on-bad-exit`) then ends the rest.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::arrival::{names, Peer};
 use super::Rank;
 
-/// Seconds a rank waits in one collective before it gives the group up.
+/// Seconds a rank waits for the others to reach a collective, and then inside it, before it
+/// gives the group up.
 pub const DEFAULT_TIMEOUT_S: u64 = 60;
 
 /// Milliseconds since [`START`] at which the running collective began, 0 when none runs.
@@ -40,23 +48,57 @@ pub fn timeout_from_env() -> anyhow::Result<Duration> {
     }
 }
 
-/// Starts the thread that watches this rank's collectives.
-pub fn start(rank: Rank, timeout: Duration) {
+/// How long a collective must have run before the watchdog judges a gone rank lost inside it
+/// (a rank that left the last collective of a run a moment before this one did is not).
+const GONE_AFTER: Duration = Duration::from_millis(500);
+
+/// Starts the thread that watches this rank's collectives. `peers`: every rank's process, by
+/// rank; those on this machine that are gone or stopped are named.
+pub fn start(rank: Rank, timeout: Duration, peers: Vec<Peer>) {
     now_ms();
     std::thread::Builder::new()
         .name("rank-watchdog".into())
         .spawn(move || loop {
             std::thread::sleep(Duration::from_millis(250));
             let since = SINCE_MS.load(Ordering::Acquire);
-            if since == 0 || now_ms().saturating_sub(since) < timeout.as_millis() as u64 {
+            if since == 0 {
                 continue;
             }
+            let waited = Duration::from_millis(now_ms().saturating_sub(since));
+            let me = peers[rank.rank];
+            let others = || (0..rank.size).filter(move |&r| r != rank.rank);
+            let gone: Vec<usize> = others().filter(|&r| peers[r].gone_from(&me)).collect();
+            if waited < timeout && (gone.is_empty() || waited < GONE_AFTER) {
+                continue;
+            }
+            let stopped: Vec<usize> = others().filter(|&r| peers[r].stopped_from(&me)).collect();
+            let pids = |ranks: &[usize]| {
+                let pids: Vec<String> = ranks.iter().map(|&r| peers[r].pid.to_string()).collect();
+                pids.join(", ")
+            };
+            let who = if !gone.is_empty() {
+                format!(
+                    "lost {} (its process is gone: pid {})",
+                    names(&gone),
+                    pids(&gone)
+                )
+            } else if !stopped.is_empty() {
+                format!(
+                    "lost {} (its process is stopped: pid {})",
+                    names(&stopped),
+                    pids(&stopped)
+                )
+            } else {
+                "lost a rank (none on this machine is gone or stopped; MPI does not say which \
+                 one elsewhere: killed, hung or cut off)"
+                    .to_string()
+            };
             let what = *WHAT.lock().unwrap_or_else(|e| e.into_inner());
             let msg = format!(
-                "{rank}: waited {:.0} s in {what} for the other ranks: a rank was lost (killed, \
-                 hung or cut off); giving the group up (RECUR_RANK_TIMEOUT_S). The last \
-                 checkpoint in rank 0's run directory stays valid: --resume continues the run",
-                timeout.as_secs_f64()
+                "{rank}: {who} inside {what}, after every rank had reached it (waited {:.1} s); \
+                 giving the group up (RECUR_RANK_TIMEOUT_S). The last checkpoint in rank 0's \
+                 run directory stays valid: --resume continues the run",
+                waited.as_secs_f64()
             );
             tracing::error!("{msg}");
             eprintln!("Error: {msg}");

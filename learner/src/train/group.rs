@@ -12,9 +12,10 @@
 
 use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
+use common::checkpoint::ResumeState;
 use common::hash::fnv1a;
 
-use super::intake::TrainState;
+use super::intake::{ReturnMeans, TrainState};
 use crate::algo::optim::{decode, encode};
 use crate::algo::Learner;
 use crate::config::{Algo, TrainConfig};
@@ -68,60 +69,202 @@ pub fn rank_config(config: &TrainConfig, rank: Rank) -> anyhow::Result<TrainConf
     Ok(local)
 }
 
-/// Starts every rank from rank 0's learner and counters (a new run's initial weights or the
-/// resumed checkpoint), after checking that every rank resolved the same config.
+/// Starts every rank from rank 0's learner, counters and resume state (a new run's initial
+/// weights, or the checkpoint it resumed), after checking that every rank resolved the same
+/// config. A resumed checkpoint (`state.world_size` > 0) must have been written by as many
+/// ranks as run now (an error naming both, on every rank; `run_dir` is the run's): each rank
+/// then continues its own actors' saved states and episodes in flight (`resumed` keeps those of
+/// actors `actors`) and its own algorithm host state (`state.rank_hosts`), so that a sync-mode
+/// group resumes exactly.
 pub fn share_start<B: AutodiffBackend>(
     config: &TrainConfig,
+    run_dir: &std::path::Path,
     learner: &mut Learner<B>,
     state: &mut TrainState,
+    resumed: &mut ResumeState,
+    actors: std::ops::Range<u32>,
 ) -> anyhow::Result<()> {
-    if ranks::world().size == 1 {
-        return Ok(());
+    let rank = ranks::world();
+    if rank.size > 1 {
+        ranks::check_same("resolved config", fnv1a(config.to_toml().bytes()))?;
+        let mut bytes = Vec::new();
+        if rank.is_root() {
+            let (model, optim) = learner.save_state()?;
+            bytes = encode(&(model, optim, learner.host_state(), &*state, &*resumed));
+        }
+        ranks::broadcast(&mut bytes)?;
+        if !rank.is_root() {
+            type Root = (Vec<u8>, Vec<u8>, Vec<u8>, TrainState, ResumeState);
+            let (model, optim, host, root_state, root_resumed): Root =
+                decode(&bytes).context("rank 0's learner state")?;
+            learner.load_state(model, optim)?;
+            // A new run's rank keeps its own (its sampler seeded apart from rank 0's).
+            match root_state.rank_hosts.get(rank.rank - 1) {
+                Some(own) => learner.load_host_state(own)?,
+                None if root_state.updates > 0 => learner.load_host_state(&host)?,
+                None => {}
+            }
+            *state = root_state;
+            *resumed = root_resumed;
+        }
+        let own = |actor: u32| actors.contains(&actor);
+        resumed.actors.retain(|(actor, _)| own(*actor));
+        resumed
+            .open_returns
+            .retain(|(traj, _)| own(((*traj as u64 >> 52) & 0x7ff) as u32));
     }
-    ranks::check_same("resolved config", fnv1a(config.to_toml().bytes()))?;
-    let mut bytes = Vec::new();
-    if ranks::world().is_root() {
-        let (model, optim) = learner.save_state()?;
-        bytes = encode(&(model, optim, learner.host_state(), &*state));
-    }
-    ranks::broadcast(&mut bytes);
-    if !ranks::world().is_root() {
-        let (model, optim, host, root_state): (Vec<u8>, Vec<u8>, Vec<u8>, TrainState) =
-            decode(&bytes).context("rank 0's learner state")?;
-        learner.load_state(model, optim)?;
-        learner.load_host_state(&host)?;
-        *state = root_state;
-    }
+    let saved = state.world_size;
+    anyhow::ensure!(
+        saved == 0 || saved == rank.size,
+        "resuming {}: its checkpoint was written by {saved} learner rank{} (world_size = {saved} \
+         in checkpoint/state.json) and {} {} started: resume with as many ranks (`mpirun -n \
+         {saved}`, or one process for 1): each rank continues its own actors' and sampler's \
+         state, which another number of ranks cannot split",
+        run_dir.display(),
+        if saved == 1 { "" } else { "s" },
+        rank.size,
+        if rank.size == 1 { "was" } else { "were" },
+    );
+    state.world_size = rank.size;
     Ok(())
 }
 
-/// What the ranks agree on before each update: the frames every rank took in since the last
-/// agreement (summed into the run's count, which the schedules' progress reads) and whether
-/// any rank wishes to stop (`wish`: `Some(by_request)`, a signal or operator `true`, the time
-/// limit or the target `false`), so that all leave the loop after the same update. Returns the
-/// agreed stop, `None` to go on; for one rank, always `None` (its loop stops on its own).
-pub fn agree(state: &mut TrainState, agreed: &mut u64, wish: Option<bool>) -> Option<bool> {
+/// Every rank's part of a checkpoint, on rank 0: the group's resume state (every rank's actors'
+/// saved states and episodes in flight; actor and trajectory ids are distinct across ranks) and
+/// ranks 1.. 's algorithm host states (`host`: this rank's), for [`TrainState::rank_hosts`].
+/// `None` on the other ranks; for one rank, `resume` itself. A lost rank is an error naming it.
+pub fn gather_resume(
+    resume: ResumeState,
+    host: Vec<u8>,
+) -> anyhow::Result<Option<(ResumeState, Vec<Vec<u8>>)>> {
+    let rank = ranks::world();
+    if rank.size == 1 {
+        return Ok(Some((resume, Vec::new())));
+    }
+    let host = if rank.is_root() { Vec::new() } else { host };
+    let parts = ranks::gather(encode(&(host, resume)))?;
+    if !rank.is_root() {
+        return Ok(None);
+    }
+    let (mut all, mut hosts) = (ResumeState::default(), Vec::new());
+    for (r, part) in parts.iter().enumerate() {
+        let (host, part): (Vec<u8>, ResumeState) =
+            decode(part).with_context(|| format!("rank {r}'s resume state"))?;
+        all.actors.extend(part.actors);
+        all.open_returns.extend(part.open_returns);
+        if r > 0 {
+            hosts.push(host);
+        }
+    }
+    all.actors.sort_by_key(|a| a.0);
+    all.open_returns.sort_by_key(|o| o.0);
+    Ok(Some((all, hosts)))
+}
+
+/// The run's counts as the ranks last agreed on them ([`agree`]), and this rank's own share.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Agreed {
+    /// Every rank's frames and finished episodes (the run's `frames` and `episodes`).
+    pub frames: u64,
+    pub episodes: u64,
+    /// This rank's own part of them (taken in by its actors in this process).
+    pub own_frames: u64,
+    pub own_episodes: u64,
+}
+
+impl Agreed {
+    /// The counts a run starts from (a resumed run's are the group's).
+    pub fn at(state: &TrainState) -> Agreed {
+        Agreed {
+            frames: state.frames,
+            episodes: state.episodes,
+            ..Agreed::default()
+        }
+    }
+}
+
+/// What the ranks agree on before each update: the frames and finished episodes every rank took
+/// in since the last agreement (summed into the run's counts: the schedules' progress reads the
+/// frames, `metrics.csv` shows both) and whether any rank wishes to stop (`wish`:
+/// `Some(by_request)`, a signal or operator `true`, the time limit or the target `false`), so
+/// that all leave the loop after the same update. Returns the agreed stop, `None` to go on; for
+/// one rank, always `None` (its loop stops on its own). A lost rank is an error naming it.
+pub fn agree(
+    state: &mut TrainState,
+    agreed: &mut Agreed,
+    wish: Option<bool>,
+) -> anyhow::Result<Option<bool>> {
+    let own = [
+        state.frames - agreed.frames,
+        state.episodes - agreed.episodes,
+    ];
+    agreed.own_frames += own[0];
+    agreed.own_episodes += own[1];
     if ranks::world().size == 1 {
-        *agreed = state.frames;
-        return None;
+        (agreed.frames, agreed.episodes) = (state.frames, state.episodes);
+        return Ok(None);
     }
     let mut sums = [
-        state.frames - *agreed,
+        own[0],
+        own[1],
         u64::from(wish.is_some()),
         u64::from(wish == Some(true)),
     ];
-    ranks::all_reduce_sum(&mut sums);
-    state.frames = *agreed + sums[0];
-    *agreed = state.frames;
-    (sums[1] > 0).then_some(sums[2] > 0)
+    ranks::all_reduce_sum(&mut sums)?;
+    state.frames = agreed.frames + sums[0];
+    state.episodes = agreed.episodes + sums[1];
+    (agreed.frames, agreed.episodes) = (state.frames, state.episodes);
+    Ok((sums[2] > 0).then_some(sums[3] > 0))
 }
 
-/// Logs the weights this rank ends with (the hash of `blob()`, made only then), for several
-/// ranks: every rank's line names the same hash (the integration tests compare them).
-pub fn log_final(blob: impl FnOnce() -> Vec<u8>) {
+/// What an update's report shows of every rank (one all-reduce; for one rank, its own): the
+/// mean returns (`means`: this rank's) averaged over the ranks that have finished episodes,
+/// `full` when every rank has a full window; the policy lag averaged over the ranks; the
+/// dropped chunks summed. A lost rank is an error naming it.
+pub fn report_over_ranks(
+    means: ReturnMeans,
+    lag: f64,
+    dropped: u64,
+) -> anyhow::Result<(ReturnMeans, f64, u64)> {
+    let n = ranks::world().size;
+    if n == 1 {
+        return Ok((means, lag, dropped));
+    }
+    let counted = |x: f64| if x.is_finite() { [x, 1.0] } else { [0.0, 0.0] };
+    let [m, has_m] = counted(means.mean);
+    let [m100, has_m100] = counted(means.mean_100);
+    let mut sums = [
+        m,
+        has_m,
+        m100,
+        has_m100,
+        f64::from(u8::from(means.full)),
+        lag,
+        dropped as f64,
+    ];
+    ranks::all_reduce_sum(&mut sums)?;
+    let mean = |sum: f64, count: f64| if count > 0.0 { sum / count } else { f64::NAN };
+    let group = ReturnMeans {
+        mean: mean(sums[0], sums[1]),
+        mean_100: mean(sums[2], sums[3]),
+        full: sums[4] as usize == n,
+    };
+    Ok((group, sums[5] / n as f64, sums[6] as u64))
+}
+
+/// Logs the weights this rank ends with (the hash of `blob()`, made only then) and its own
+/// share of the run's frames and episodes, for several ranks: every rank's line names the same
+/// hash (the integration tests compare them, and sum the shares).
+pub fn log_final(agreed: &Agreed, blob: impl FnOnce() -> Vec<u8>) {
     if ranks::world().size > 1 {
         let hash = fnv1a(blob());
-        tracing::info!("{}: final weights {hash:016x}", ranks::world());
+        let rank = ranks::world();
+        tracing::info!("{rank}: final weights {hash:016x}");
+        tracing::info!(
+            "{rank}: took {} frames and {} episodes of the run's",
+            agreed.own_frames,
+            agreed.own_episodes
+        );
     }
 }
 

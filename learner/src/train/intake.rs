@@ -24,6 +24,20 @@ pub struct TrainState {
     pub best_mean_return: Option<f64>,
     pub frames_to_target: Option<u64>,
     pub seconds_to_target: Option<f64>,
+    /// The learner ranks that trained the run ([`crate::ranks`]); a resume asks for as many
+    /// (checkpoints written before this field: 1).
+    #[serde(default = "one")]
+    pub world_size: usize,
+    /// Several ranks: ranks 1.. 's algorithm host state (their slice samplers' positions and
+    /// reward normalizers; rank 0's is `resume.bin`'s), so that each resumes its own.
+    // No skip_serializing_if: the ranks also share this struct as bincode, which needs every
+    // field.
+    #[serde(default)]
+    pub rank_hosts: Vec<Vec<u8>>,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Episodes in the running mean return.
@@ -172,6 +186,17 @@ impl Admission {
     }
 }
 
+/// The mean returns of a report: this rank's, or the group's ([`super::group`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ReturnMeans {
+    /// Of the last [`RECENT`] finished episodes (NaN before the first).
+    pub mean: f64,
+    /// Of the last [`WIDE`] (NaN before the first).
+    pub mean_100: f64,
+    /// Whether the window of [`RECENT`] is full (on every rank).
+    pub full: bool,
+}
+
 /// Episode returns: rewards summed per trajectory until its `done`; the last [`WIDE`]
 /// finished episodes kept (the running mean is over the last [`RECENT`] of them).
 pub struct Returns {
@@ -196,6 +221,15 @@ impl Returns {
             }
         }
         ended
+    }
+
+    /// The means a report shows.
+    pub fn means(&self) -> ReturnMeans {
+        ReturnMeans {
+            mean: self.mean(),
+            mean_100: self.mean_100(),
+            full: self.recent.len() >= RECENT,
+        }
     }
 
     /// The mean of the last [`RECENT`] returns (NaN before the first finished episode).
@@ -224,9 +258,16 @@ impl Returns {
 
 impl TrainState {
     /// Takes in the returns after an update at wall time `now`: the recent ones, the best mean,
-    /// when the mean first reached `target`. Returns the mean.
-    pub fn note_returns(&mut self, returns: &Returns, target: Option<f64>, now: f64) -> f64 {
-        let mean_return = returns.mean();
+    /// when the mean first reached `target` (`means`: this rank's, or the group's). Returns the
+    /// mean.
+    pub fn note_returns(
+        &mut self,
+        returns: &Returns,
+        means: ReturnMeans,
+        target: Option<f64>,
+        now: f64,
+    ) -> f64 {
+        let mean_return = means.mean;
         self.recent_returns = returns.recent();
         if mean_return.is_finite() {
             self.best_mean_return = Some(
@@ -235,7 +276,7 @@ impl TrainState {
             );
         }
         if let (Some(target), None) = (target, self.frames_to_target) {
-            if returns.recent.len() >= RECENT && mean_return >= target {
+            if means.full && mean_return >= target {
                 self.frames_to_target = Some(self.frames);
                 self.seconds_to_target = Some(now);
                 tracing::info!(

@@ -15,6 +15,7 @@
 mod group;
 mod intake;
 mod setup;
+mod summary;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -23,13 +24,13 @@ use std::time::Duration;
 use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
 use common::weights::{check_finite, to_blob};
-use serde::Serialize;
 
 pub use intake::TrainState;
-use intake::{Admission, Intake, Returns};
+use intake::{Admission, Intake, ReturnMeans};
 use setup::Plan;
+pub use summary::TrainSummary;
 
-use crate::actors::transport::{CollectSummary, Received};
+use crate::actors::transport::Received;
 use crate::actors::{Actors, ActorsGone};
 use crate::algo::Learner;
 use crate::config::{CollectorMode, TrainConfig};
@@ -77,55 +78,6 @@ pub struct TrainOptions {
     pub save_replay: Option<PathBuf>,
 }
 
-/// The outcome of a run (`summary.json`).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct TrainSummary {
-    pub env: String,
-    pub frames: u64,
-    pub updates: u64,
-    pub seconds: f64,
-    pub episodes: u64,
-    /// Mean return of the last 20 episodes at the end.
-    pub final_mean_return: f64,
-    /// Best mean return after any update (`None` before the first finished episodes).
-    pub best_mean_return: Option<f64>,
-    pub target_return: Option<f64>,
-    pub frames_to_target: Option<u64>,
-    pub seconds_to_target: Option<f64>,
-    /// The last greedy evaluation (`[eval]`): mean return, the frames it was taken at and its
-    /// episodes.
-    pub final_eval_return: Option<f64>,
-    pub final_eval_frames: Option<u64>,
-    pub final_eval_episodes: Option<usize>,
-    /// The best greedy evaluation (the later of a tie; its weights are in `best/` with
-    /// `eval.keep_best`): mean return and frames.
-    pub best_eval_return: Option<f64>,
-    pub best_eval_frames: Option<u64>,
-    /// The first greedy evaluation reaching `target_return`: frames and training seconds
-    /// (`frames_to_target` and `seconds_to_target` are the training mean's).
-    pub eval_frames_to_target: Option<u64>,
-    pub eval_seconds_to_target: Option<f64>,
-    pub dropped_chunks: u64,
-    pub stopped_by_request: bool,
-    /// The learner ranks that trained the run ([`crate::ranks`]; 1: one learner process).
-    pub world_size: usize,
-    /// Why the run ended early because its actors were gone for good (the last actor exit).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub actors_gone: Option<String>,
-    /// The write that stopped the run ([`WriteFailed`]), when one did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failed: Option<String>,
-    pub transport: CollectSummary,
-    /// Wall seconds per phase of the learner's loop ([`crate::run::profile`]): `receive`, `idle`
-    /// (no chunk to take), `take` (admission and `add_chunk`; PPO's `critic` pass and `gae`
-    /// inside it), `update` (PPO: `minibatch` per step, `fused.forward`, `fused.loss`,
-    /// `fused.backward`, `fused.optimizer` or `burn.loss`, `burn.backward_step`; `sync` writes
-    /// the weights back), `publish`, `report`, `checkpoint`.
-    pub profile: std::collections::BTreeMap<String, f64>,
-    /// How many times each phase ran (`minibatch`: minibatch steps).
-    pub profile_calls: std::collections::BTreeMap<String, u64>,
-}
-
 /// Runs (or resumes) a training run on `run.device`.
 pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     on_train_device!(opts.config.run.device, train_on(opts))
@@ -163,8 +115,16 @@ fn train_on<B: AutodiffBackend>(
     })?;
     let plan = Plan::new(&local)?;
     let mut learner = plan.learner::<B>(&local.config, device)?;
-    let (mut state, resumed) = setup::resume(&local, &mut learner, &plan.policy)?;
-    group::share_start(config, &mut learner, &mut state)?;
+    let (mut state, mut resumed) = setup::resume(&local, &mut learner, &plan.policy)?;
+    let first_actor = rank.rank as u32 * plan.actors;
+    group::share_start(
+        config,
+        &opts.run_dir,
+        &mut learner,
+        &mut state,
+        &mut resumed,
+        first_actor..first_actor + plan.actors,
+    )?;
     run.write_config(&config.to_toml())?;
     let resumed_at = opts
         .resume
@@ -200,7 +160,8 @@ fn train_on<B: AutodiffBackend>(
         last_eval_frames: None,
         last_report: (state.frames, state.wall_s),
         checkpointed: (opts.resume && state.updates > 0).then_some(state.updates),
-        agreed: state.frames,
+        agreed: group::Agreed::at(&state),
+        over_ranks: None,
         stopping: None,
         _scratch: scratch,
         run,
@@ -243,6 +204,9 @@ fn train_on<B: AutodiffBackend>(
             }
         }
         if pending.is_empty() {
+            // Several ranks: a rank gone from this machine is named even before the next
+            // collective (which this rank may not reach without chunks).
+            ranks::check_peers()?;
             profile::time("idle", || std::thread::sleep(Duration::from_micros(300)));
             continue;
         }
@@ -291,8 +255,11 @@ struct Training<B: AutodiffBackend> {
     last_report: (u64, f64),
     /// The update the last complete checkpoint holds (`None`: none yet in this run).
     checkpointed: Option<u64>,
-    /// The run's frames at the last update, every rank's ([`group::agree`]).
-    agreed: u64,
+    /// The run's frames and episodes at the last update, every rank's ([`group::agree`]).
+    agreed: group::Agreed,
+    /// Several ranks: the last report's group values (the summary's mean return and dropped
+    /// chunks are the group's).
+    over_ranks: Option<(ReturnMeans, u64)>,
     /// Several ranks: set by the update at which they stop early, whether a rank was asked to
     /// (a signal, an operator; `false`: the time limit or `run.stop_at_target`).
     stopping: Option<bool>,
@@ -309,7 +276,7 @@ impl<B: AutodiffBackend> Training<B> {
     fn frames_done(&self) -> u64 {
         match ranks::world().size {
             1 => self.state.frames,
-            _ => self.agreed,
+            _ => self.agreed.frames,
         }
     }
 
@@ -328,7 +295,7 @@ impl<B: AutodiffBackend> Training<B> {
         // whether they stop after this update (a no-op for one).
         let at_target = config.run.stop_at_target && self.state.frames_to_target.is_some();
         let wish = self.stop().or(at_target.then_some(false));
-        self.stopping = group::agree(&mut self.state, &mut self.agreed, wish);
+        self.stopping = group::agree(&mut self.state, &mut self.agreed, wish)?;
         let state = &mut self.state;
         self.learner
             .set_progress(state.frames as f64 / config.run.frames as f64);
@@ -352,34 +319,58 @@ impl<B: AutodiffBackend> Training<B> {
             self.last_eval_frames = Some(state.frames);
         }
         state.policy_version = self.version;
-        profile::time("report", || self.report(&stats, config))
+        let intake = &mut self.intake;
+        let over_ranks = group::report_over_ranks(
+            intake.returns.means(),
+            intake.admission.updated(),
+            intake.admission.dropped,
+        )?;
+        if ranks::world().size > 1 {
+            self.over_ranks = Some((over_ranks.0, over_ranks.2));
+        }
+        profile::time("report", || self.report(&stats, over_ranks, config))
             .map_err(WriteFailed::new(WriteFailed::METRICS))?;
-        if self.run.checkpoint_due(self.state.updates) && ranks::world().is_root() {
+        if self.run.checkpoint_due(self.state.updates) {
             let snapshot = TrainState {
                 wall_s: self.run.wall(),
                 ..self.state.clone()
             };
-            profile::time("checkpoint", || self.checkpoint(config, &snapshot))?;
+            profile::time("checkpoint", || self.checkpoint(config, snapshot))?;
         }
         Ok(())
     }
 
-    fn checkpoint(&mut self, config: &TrainConfig, state: &TrainState) -> Result<(), WriteFailed> {
+    /// A checkpoint of `state`, written by rank 0 with every rank's resume state
+    /// ([`group::gather_resume`]; every rank calls this at the same update). A failed write is
+    /// a [`WriteFailed`]; a rank lost in the gather an error naming it.
+    fn checkpoint(&mut self, config: &TrainConfig, mut state: TrainState) -> anyhow::Result<()> {
         let algo = config.run.algo.name();
         let resume = self.intake.resume_state();
+        let Some((resume, rank_hosts)) = group::gather_resume(resume, self.learner.host_state())?
+        else {
+            return Ok(());
+        };
+        state.rank_hosts = rank_hosts;
         self.run
-            .save_checkpoint(&*self.learner, algo, state, resume, self.version)
+            .save_checkpoint(&*self.learner, algo, &state, resume, self.version)
             .map_err(WriteFailed::new(WriteFailed::CHECKPOINT))?;
         self.checkpointed = Some(state.updates);
         Ok(())
     }
 
     /// An update's report: the returns taken in, metrics.csv, the progress bar, and a log
-    /// line every 10th update (25th without a bar).
-    fn report(&mut self, stats: &UpdateStats, config: &TrainConfig) -> anyhow::Result<()> {
+    /// line every 10th update (25th without a bar). `over_ranks`: the mean returns, policy lag
+    /// and dropped chunks to show, every rank's ([`group::report_over_ranks`]).
+    fn report(
+        &mut self,
+        stats: &UpdateStats,
+        (means, lag, dropped): (ReturnMeans, f64, u64),
+        config: &TrainConfig,
+    ) -> anyhow::Result<()> {
         let (state, intake) = (&mut self.state, &mut self.intake);
         let now = self.run.wall();
-        let mean_return = state.note_returns(&intake.returns, config.run.target_return, now);
+        let target = config.run.target_return;
+        let mean_return = state.note_returns(&intake.returns, means, target, now);
         let last = std::mem::replace(&mut self.last_report, (state.frames, now));
         let fps = (state.frames - last.0) as f64 / (now - last.1).max(1e-9);
         let row = MetricsRow {
@@ -387,11 +378,11 @@ impl<B: AutodiffBackend> Training<B> {
             wall_s: now,
             updates: state.updates,
             mean_return,
-            policy_lag: intake.admission.updated(),
+            policy_lag: lag,
             episodes: state.episodes,
             frames_per_s: fps,
-            dropped_chunks: intake.admission.dropped,
-            mean_return_100: intake.returns.mean_100(),
+            dropped_chunks: dropped,
+            mean_return_100: means.mean_100,
             ..MetricsRow::from(stats)
         };
         let (loss, lag, updates) = (stats.loss, row.policy_lag, state.updates);
@@ -432,12 +423,13 @@ impl<B: AutodiffBackend> Training<B> {
             .is_none_or(|f| f.what != WriteFailed::CHECKPOINT)
         {
             let state = self.state.clone();
-            if let Err(e) = self.checkpoint(config, &state) {
+            if let Err(e) = self.checkpoint(config, state) {
+                let e = e.downcast::<WriteFailed>()?;
                 tracing::error!("the final checkpoint failed: {e}");
                 failed.get_or_insert(e);
             }
         }
-        group::log_final(|| to_blob(self.learner.model(), self.version));
+        group::log_final(&self.agreed, || to_blob(self.learner.model(), self.version));
         let (transport_summary, tail) = self.actors.finish(stopped_by_request)?;
         if failed
             .as_ref()
@@ -482,6 +474,15 @@ impl<B: AutodiffBackend> Training<B> {
             profile_calls: profile::calls(),
             ..TrainSummary::counted(config, state, &self.intake.returns)
         };
+        // Several ranks: the group's mean return and dropped chunks, as metrics.csv shows.
+        let summary = match self.over_ranks {
+            Some((means, dropped)) => TrainSummary {
+                final_mean_return: means.mean,
+                dropped_chunks: dropped,
+                ..summary
+            },
+            None => summary,
+        };
         let pc = &self.plan.policy;
         let title = format!(
             "{} ({} {}-{})",
@@ -514,116 +515,5 @@ impl<B: AutodiffBackend> Training<B> {
             ))),
             None => Ok(summary),
         }
-    }
-}
-
-impl TrainSummary {
-    /// The run's last log line: the greedy evaluation first when there is one (the policy a
-    /// user takes away), the training mean (of sampled actions) beside it.
-    pub fn headline(&self) -> String {
-        let done = format!(
-            "{} frames, {} updates in {:.1} s",
-            grouped(self.frames),
-            self.updates,
-            self.seconds
-        );
-        let mean = format!(
-            "mean return (last 20 episodes) {:.2}",
-            self.final_mean_return
-        );
-        let train_target = match (self.target_return, self.frames_to_target) {
-            (Some(t), Some(f)) => format!(
-                "; reached {t} after {} frames, {:.1} s",
-                grouped(f),
-                self.seconds_to_target.unwrap_or(0.0)
-            ),
-            (Some(t), None) => format!("; did not reach {t}"),
-            _ => String::new(),
-        };
-        let (Some(ret), Some(at), Some(n)) = (
-            self.final_eval_return,
-            self.final_eval_frames,
-            self.final_eval_episodes,
-        ) else {
-            return format!("{done}; {mean}{train_target}");
-        };
-        let eval_target = match (self.target_return, self.eval_frames_to_target) {
-            (Some(t), Some(f)) => format!("; first >= {t} at {}", grouped(f)),
-            (Some(t), None) => format!("; target {t} not reached"),
-            _ => String::new(),
-        };
-        let train_at = self
-            .frames_to_target
-            .map_or(String::new(), |f| format!(" (>= target at {})", grouped(f)));
-        format!(
-            "greedy {ret:.1} over {n} episodes at {} frames{eval_target}; training {mean}\
-             {train_at}; {done}",
-            grouped(at)
-        )
-    }
-
-    /// The fields the run's counters give (the others are filled in where they are known).
-    fn counted(config: &TrainConfig, state: &TrainState, returns: &Returns) -> Self {
-        TrainSummary {
-            env: config.run.env.clone(),
-            frames: state.frames,
-            updates: state.updates,
-            seconds: state.wall_s,
-            episodes: state.episodes,
-            final_mean_return: returns.mean(),
-            best_mean_return: state.best_mean_return,
-            target_return: config.run.target_return,
-            frames_to_target: state.frames_to_target,
-            seconds_to_target: state.seconds_to_target,
-            world_size: ranks::world().size,
-            ..Default::default()
-        }
-    }
-}
-
-/// `n` with a comma every three digits (`50,176`).
-fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// With `[eval]` the line leads with the greedy evaluation; without, the training mean.
-    #[test]
-    fn the_headline_leads_with_the_greedy_evaluation() {
-        let mut s = TrainSummary {
-            frames: 50_176,
-            updates: 98,
-            seconds: 61.04,
-            final_mean_return: 457.05,
-            target_return: Some(475.0),
-            ..Default::default()
-        };
-        assert_eq!(
-            s.headline(),
-            "50,176 frames, 98 updates in 61.0 s; mean return (last 20 episodes) 457.05; did \
-             not reach 475"
-        );
-        s.final_eval_return = Some(500.0);
-        s.final_eval_frames = Some(50_176);
-        s.final_eval_episodes = Some(20);
-        s.eval_frames_to_target = Some(20_480);
-        assert_eq!(
-            s.headline(),
-            "greedy 500.0 over 20 episodes at 50,176 frames; first >= 475 at 20,480; training \
-             mean return (last 20 episodes) 457.05; 50,176 frames, 98 updates in 61.0 s"
-        );
-        assert_eq!(grouped(1_000_000), "1,000,000");
-        assert_eq!(grouped(999), "999");
     }
 }

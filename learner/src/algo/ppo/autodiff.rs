@@ -53,12 +53,16 @@ impl<B: AutodiffBackend> Update<B> for AutodiffUpdate<B> {
         (host(out.value), boot)
     }
 
-    fn step(&mut self, trainee: &mut Trainee<B>, mb: &Minibatch<'_>) -> UpdateStats {
+    fn step(
+        &mut self,
+        trainee: &mut Trainee<B>,
+        mb: &Minibatch<'_>,
+    ) -> anyhow::Result<UpdateStats> {
         let (loss, stats) = profile::time("burn.loss", || loss(trainee, mb));
         let grad_norm = profile::time("burn.backward_step", || {
             trainee.step(loss, mb.lr, mb.max_grad_norm)
         });
-        UpdateStats { grad_norm, ..stats }
+        Ok(UpdateStats { grad_norm, ..stats })
     }
 
     fn finish(&mut self, trainee: &mut Trainee<B>) {

@@ -172,7 +172,10 @@ impl<B: AutodiffBackend> Ppo<B> {
 
 /// The count, per-feature mean and variance of every learner rank's observations `x`
 /// (`[N, dim]` here), which every rank folds into its normalizer alike.
-fn group_moments(x: &[f32], dim: usize) -> (f64, Vec<f64>, Vec<f64>) {
+fn group_moments(
+    x: &[f32],
+    dim: usize,
+) -> Result<(f64, Vec<f64>, Vec<f64>), crate::ranks::RankLost> {
     let mut sums = vec![0.0f64; 1 + 2 * dim];
     sums[0] = (x.len() / dim) as f64;
     for row in x.chunks_exact(dim) {
@@ -181,13 +184,13 @@ fn group_moments(x: &[f32], dim: usize) -> (f64, Vec<f64>, Vec<f64>) {
             sums[1 + dim + j] += (v as f64).powi(2);
         }
     }
-    crate::ranks::all_reduce_sum(&mut sums);
+    crate::ranks::all_reduce_sum(&mut sums)?;
     let n = sums[0].max(1.0);
     let mean: Vec<f64> = sums[1..=dim].iter().map(|s| s / n).collect();
     let var = (mean.iter().zip(&sums[1 + dim..]))
         .map(|(m, s2)| (s2 / n - m * m).max(0.0))
         .collect();
-    (sums[0], mean, var)
+    Ok((sums[0], mean, var))
 }
 
 /// The update path `path` selects for `trainee`'s model, built from the model and its optimizer
@@ -264,7 +267,7 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
             for batch in self.sampler.epoch(&self.rollout.frames)? {
                 let _minibatch = Phase::start("minibatch");
                 let mb = Minibatch::new(&self.rollout, &batch, &self.config, self.progress);
-                minibatches.push(self.path.step(&mut self.trainee, &mb));
+                minibatches.push(self.path.step(&mut self.trainee, &mb)?);
             }
         }
         let stats = UpdateStats::mean(&minibatches);
@@ -275,7 +278,7 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
             match crate::ranks::world().size {
                 1 => obs.merge(x),
                 _ => {
-                    let (n, mean, var) = group_moments(x, self.schema.obs_dim);
+                    let (n, mean, var) = group_moments(x, self.schema.obs_dim)?;
                     obs.merge_moments(n, &mean, &var);
                 }
             }

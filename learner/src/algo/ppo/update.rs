@@ -31,8 +31,10 @@ pub trait Update<B: AutodiffBackend> {
         rows: &[usize],
     ) -> (Vec<f32>, Option<Vec<f32>>);
 
-    /// One optimizer step on `mb`: its statistics, with the gradient norm before clipping.
-    fn step(&mut self, trainee: &mut Trainee<B>, mb: &Minibatch<'_>) -> UpdateStats;
+    /// One optimizer step on `mb`: its statistics, with the gradient norm before clipping. Errs
+    /// only when a learner rank was lost in the gradient's all-reduce.
+    fn step(&mut self, trainee: &mut Trainee<B>, mb: &Minibatch<'_>)
+        -> anyhow::Result<UpdateStats>;
 
     /// The end of an update (after its epochs; the model of record already holds its new
     /// normalizer): the model of record takes the weights trained, and the path follows it.

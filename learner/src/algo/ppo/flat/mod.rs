@@ -188,19 +188,25 @@ impl FlatUpdate {
     }
 
     /// One optimizer step along `grads` (from [`loss`](Self::loss)): clipped to a global
-    /// norm of `max_norm`, then Adam at `lr`. Returns the norm before clipping.
-    pub fn apply(&mut self, grads: &mut [f32], lr: f64, max_norm: f32) -> f32 {
+    /// norm of `max_norm`, then Adam at `lr`. Returns the norm before clipping; errs (before any
+    /// step) when a learner rank was lost in the all-reduce.
+    pub fn apply(
+        &mut self,
+        grads: &mut [f32],
+        lr: f64,
+        max_norm: f32,
+    ) -> Result<f32, crate::ranks::RankLost> {
         // Several learner ranks: the mean of their minibatches' gradients, the gradient of
         // the whole group's minibatch (train/group.rs), so that every rank steps alike.
         let ranks = crate::ranks::world().size;
         if ranks > 1 {
-            profile::time("ranks.all_reduce", || crate::ranks::all_reduce_sum(grads));
+            profile::time("ranks.all_reduce", || crate::ranks::all_reduce_sum(grads))?;
             grads.iter_mut().for_each(|g| *g /= ranks as f32);
         }
         let norm = adam::clip_global_norm(&self.layout, grads, max_norm);
         self.adam.step(&mut self.params, grads, lr);
         self.packs = profile::time("fused.pack", || self.net().pack());
-        norm
+        Ok(norm)
     }
 
     /// The minibatch's loss and gradients (no step).
@@ -252,15 +258,15 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
         (value, boot)
     }
 
-    fn step(&mut self, _: &mut Trainee<B>, mb: &Minibatch<'_>) -> UpdateStats {
+    fn step(&mut self, _: &mut Trainee<B>, mb: &Minibatch<'_>) -> anyhow::Result<UpdateStats> {
         let mut outcome = self.minibatch_loss(mb);
         let grad_norm = profile::time("fused.optimizer", || {
             self.apply(&mut outcome.grads, mb.lr, mb.max_grad_norm)
-        });
-        UpdateStats {
+        })?;
+        Ok(UpdateStats {
             grad_norm,
             ..outcome.stats
-        }
+        })
     }
 
     /// Writes the parameters trained into the model of record and takes its normalizer (the
