@@ -149,7 +149,7 @@ impl VecStep {
 /// use common::envs::{VecActions, VecEnv};
 ///
 /// let mut envs = VecEnv::new("CartPole-v1", 4, 7)?;
-/// let obs = envs.reset(); // [4 * 4]
+/// let obs = &envs.reset().obs; // [4 * 4]
 /// assert_eq!(obs.len(), 16);
 /// assert!(envs.is_init().iter().all(|&b| b));
 /// let step = envs.step(VecActions::Discrete(&[0, 1, 0, 1]));

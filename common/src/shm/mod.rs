@@ -10,7 +10,7 @@
 //!
 //! let schema = ChunkSchema {
 //!     envs: 2, steps: 4, obs_dim: 3, action: ActionKind::Discrete,
-//!     cell: CellKind::Gru, num_layers: 1, hidden_size: 8,
+//!     cell: CellKind::Gru, num_layers: 1, hidden_size: 8, images: vec![],
 //! };
 //! let encoded = Chunk::zeros(&schema, ChunkMeta::new(0, 0, 0, 1)).encode(&schema)?;
 //!
