@@ -74,6 +74,10 @@ pub struct Minibatch<'a> {
     pub loss: LossConfig,
     pub lr: f64,
     pub max_grad_norm: f32,
+    /// The minibatch is one part of a group's (several learner ranks, or `--as-ranks`): the
+    /// count of real steps and the advantages' moments are the group's, summed in `f64` over
+    /// the parts ([`group_moments`]).
+    pub group: bool,
 }
 
 /// A minibatch's slices and what both paths read of them (`[rows * len]` per value).
@@ -110,6 +114,7 @@ impl<'a> Minibatch<'a> {
             },
             lr: ppo.lr_schedule.at(ppo.lr, progress),
             max_grad_norm: ppo.max_grad_norm,
+            group: false,
         }
     }
 
@@ -119,18 +124,22 @@ impl<'a> Minibatch<'a> {
         let s = frames.schema();
         let sb = SliceBatch::new(frames, self.batch, self.slice_len);
         let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
-        let count: f32 = mask.iter().sum();
         let adv_raw = sb.gather(&self.rollout.advantage, 1);
-        let masked_mean = |f: &dyn Fn(f32) -> f32| {
-            adv_raw
-                .iter()
-                .zip(&mask)
-                .map(|(&x, m)| f(x) * m)
-                .sum::<f32>()
-                / count
+        let (count, mean, std) = if self.group {
+            group_moments(&adv_raw, &mask)
+        } else {
+            let count: f32 = mask.iter().sum();
+            let masked_mean = |f: &dyn Fn(f32) -> f32| {
+                adv_raw
+                    .iter()
+                    .zip(&mask)
+                    .map(|(&x, m)| f(x) * m)
+                    .sum::<f32>()
+                    / count
+            };
+            let mean = masked_mean(&|x| x);
+            (count, mean, masked_mean(&|x| (x - mean).powi(2)).sqrt())
         };
-        let mean = masked_mean(&|x| x);
-        let std = masked_mean(&|x| (x - mean).powi(2)).sqrt();
         let adv = adv_raw.iter().map(|x| (x - mean) / (std + 1e-8)).collect();
         let has_cell = s.cell.has_cell_state();
         Slices {
@@ -143,4 +152,23 @@ impl<'a> Minibatch<'a> {
             adv,
         }
     }
+}
+
+/// The count of real steps (`mask` 1) of a group's minibatch and the mean and standard
+/// deviation of its advantages, from this part's `adv` and every other rank's: one all-reduce
+/// of `[count, sum, sum of squares]` in `f64` (a no-op for one rank, where `--as-ranks` holds
+/// the whole group's minibatch).
+pub fn group_moments(adv: &[f32], mask: &[f32]) -> (f32, f32, f32) {
+    let mut sums = [0.0f64; 3];
+    for (&x, &m) in adv.iter().zip(mask) {
+        let x = x as f64 * m as f64;
+        sums[0] += m as f64;
+        sums[1] += x;
+        sums[2] += x * x;
+    }
+    crate::ranks::all_reduce_sum(&mut sums);
+    let n = sums[0].max(1.0);
+    let mean = sums[1] / n;
+    let var = (sums[2] / n - mean * mean).max(0.0);
+    (sums[0] as f32, mean as f32, var.sqrt() as f32)
 }
