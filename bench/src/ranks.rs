@@ -246,7 +246,9 @@ update = "fused"
             Command::new(learner)
         } else {
             let mut c = Command::new(&self.mpirun[0]);
-            c.args(&self.mpirun[1..]).args(["-n", &n.to_string()]).arg(learner);
+            c.args(&self.mpirun[1..])
+                .args(["-n", &n.to_string()])
+                .arg(learner);
             c
         };
         let log = run.with_extension("log");

@@ -190,16 +190,24 @@ fn replay_on<B: AutodiffBackend>(
         max_seconds: opts.max_seconds,
         checkpoint_every: r.checkpoint_every,
     })?;
-    let data = load_dataset(&opts.dataset)?;
+    let mut data = load_dataset(&opts.dataset)?;
+    let mut summary = ReplaySummary::new(opts, &data);
     let schema = &data.meta.schema;
     let chunk_frames = schema.envs * schema.steps;
     let n = rank.size.max(sim);
-    let shards = shard_chunks(data.chunks.len(), n)?;
-    // The shards this process trains on: its own, or (--as-ranks) every one, in rank order.
-    let held: Vec<&Vec<usize>> = match rank.size {
-        1 => shards.iter().collect(),
-        _ => vec![&shards[rank.rank]],
-    };
+    let mut shards = shard_chunks(data.chunks.len(), n)?;
+    // The shards this process trains on: every one, in rank order (one process, --as-ranks),
+    // or its own alone (a rank keeps only its shard's chunks).
+    if rank.size > 1 {
+        let mine = std::mem::take(&mut shards[rank.rank]);
+        let all = std::mem::take(&mut data.chunks);
+        data.chunks = (all.into_iter().enumerate())
+            .filter(|(i, _)| mine.binary_search(i).is_ok())
+            .map(|(_, c)| c)
+            .collect();
+        shards = vec![(0..data.chunks.len()).collect()];
+    }
+    let held: Vec<&Vec<usize>> = shards.iter().collect();
     let local = rank_config(config, rank, chunk_frames)?;
     if sim > 1 {
         rank_config(config, Rank { rank: 0, size: sim }, chunk_frames)?;
@@ -222,7 +230,6 @@ fn replay_on<B: AutodiffBackend>(
     share_start(config, &mut learner)?;
     run.write_config(&config.to_toml())?;
     run.start_metrics(None, r.tensorboard, &config.to_toml())?;
-    let mut summary = ReplaySummary::new(opts, &data);
     summary.world_size = rank.size;
     summary.as_ranks = sim;
     summary.parameters = burn::module::Module::num_params(learner.model());
@@ -498,4 +505,23 @@ fn greedy_eval<B: AutodiffBackend>(
         summary.best_eval_return = eval.mean_return;
     }
     Ok(eval)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_take_the_chunks_round_robin_and_need_one_chunk_each() {
+        assert_eq!(
+            shard_chunks(7, 3).unwrap(),
+            vec![vec![0, 3, 6], vec![1, 4], vec![2, 5]]
+        );
+        assert_eq!(shard_chunks(2, 1).unwrap(), vec![vec![0, 1]]);
+        let err = shard_chunks(3, 4).unwrap_err().to_string();
+        assert!(
+            err.contains("3 chunks, fewer than the 4 learner ranks"),
+            "{err}"
+        );
+    }
 }

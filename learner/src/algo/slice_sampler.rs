@@ -447,8 +447,21 @@ mod tests {
     /// A storage of `chunks` chunks whose episodes end with probability `p_done` per step;
     /// observation = the global step index (to identify positions).
     fn storage(envs: usize, steps: usize, chunks: usize, p_done: f64, seed: u64) -> ReplayStorage {
+        let all = chunks_of(envs, steps, chunks, p_done, seed);
+        stored(&schema(envs, steps), &all)
+    }
+
+    /// A storage holding exactly `chunks`.
+    fn stored(s: &ChunkSchema, chunks: &[Chunk]) -> ReplayStorage {
+        let mut storage = ReplayStorage::new(s, s.envs * s.steps * chunks.len());
+        chunks.iter().for_each(|c| storage.extend(c));
+        storage
+    }
+
+    /// The chunks of [`storage`].
+    fn chunks_of(envs: usize, steps: usize, chunks: usize, p_done: f64, seed: u64) -> Vec<Chunk> {
         let s = schema(envs, steps);
-        let mut storage = ReplayStorage::new(&s, envs * steps * chunks);
+        let mut out = Vec::new();
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut episode = vec![0u64; envs];
         let mut starting = vec![true; envs];
@@ -470,9 +483,71 @@ mod tests {
                     }
                 }
             }
-            storage.extend(&chunk);
+            out.push(chunk);
         }
-        storage
+        out
+    }
+
+    /// `--as-ranks`' samplers draw, over one storage holding the shards back to back, exactly
+    /// what each rank's sampler draws from a storage of its shard alone (positions offset by
+    /// the shard's start), concatenated in rank order: with and without replacement, packed.
+    #[test]
+    fn shard_samplers_draw_what_each_rank_draws_from_its_own_shard() {
+        let (envs, steps) = (4, 20);
+        let all = chunks_of(envs, steps, 4, 0.1, 3);
+        let s = schema(envs, steps);
+        let combined = stored(&s, &all);
+        let f = 2 * envs * steps;
+        for (replacement, pack) in [(true, false), (false, false), (false, true)] {
+            let config = |k: usize| SliceSamplerConfig {
+                pack,
+                ..SliceSamplerConfig::padded(5, 3, replacement, 10 + k as u64)
+            };
+            let mut shards = ShardSamplers::new(vec![0..f, f..2 * f], config).unwrap();
+            let mut ranks: Vec<(ReplayStorage, SliceSampler)> = (0..2)
+                .map(|k| {
+                    (
+                        stored(&s, &all[2 * k..2 * k + 2]),
+                        SliceSampler::new(config(k)).unwrap(),
+                    )
+                })
+                .collect();
+            let offset = |k: usize, mut b: SampledBatch| {
+                b.positions.iter_mut().for_each(|p| *p += k * f);
+                b
+            };
+            for _ in 0..4 {
+                let (got, want) = if replacement {
+                    let want = (ranks.iter_mut().enumerate())
+                        .map(|(k, (st, sm))| offset(k, sm.sample(st).unwrap()))
+                        .collect();
+                    (
+                        vec![shards.sample(&combined).unwrap()],
+                        vec![SampledBatch::concat(want)],
+                    )
+                } else {
+                    let epochs: Vec<Vec<SampledBatch>> = (ranks.iter_mut().enumerate())
+                        .map(|(k, (st, sm))| {
+                            let e = sm.epoch(st).unwrap();
+                            e.into_iter().map(|b| offset(k, b)).collect()
+                        })
+                        .collect();
+                    // Unpacked shards may tile into different numbers of batches: the longer
+                    // epoch's last batches are its own.
+                    let most = epochs.iter().map(Vec::len).max().unwrap();
+                    let want = (0..most)
+                        .map(|i| {
+                            SampledBatch::concat(
+                                epochs.iter().filter_map(|e| e.get(i).cloned()).collect(),
+                            )
+                        })
+                        .collect();
+                    (shards.epoch(&combined).unwrap(), want)
+                };
+                assert!(!got.is_empty());
+                assert_eq!(got, want, "replacement {replacement}, pack {pack}");
+            }
+        }
     }
 
     fn check_no_crossing(storage: &ReplayStorage, b: &SampledBatch) {
