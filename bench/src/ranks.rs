@@ -40,11 +40,14 @@ pub struct RanksBench {
     /// Frames recorded per policy (the dataset the runs replay).
     #[arg(long, default_value_t = 16_384)]
     pub dataset_frames: u64,
-    /// The launcher and its options (comma-separated), before `-n N`.
+    /// The launcher and its options (comma-separated), before `-n N`. Open MPI's defaults
+    /// pin each rank to a core and spin while a rank waits in a collective, which on a machine
+    /// with other work beside the ranks takes the CPU from the rank it waits for: the ranks
+    /// float and yield here.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "mpirun,--allow-run-as-root,--oversubscribe"
+        default_value = "mpirun,--allow-run-as-root,--oversubscribe,--bind-to,none,--mca,mpi_yield_when_idle,1"
     )]
     pub mpirun: Vec<String>,
     /// Where the datasets and runs go (a fresh temporary directory when left out; removed

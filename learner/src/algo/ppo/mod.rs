@@ -293,10 +293,15 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
                 Some(shards) => shards.epoch(&self.rollout.frames)?,
                 None => self.sampler.epoch(&self.rollout.frames)?,
             };
-            for batch in batches {
+            // A group's minibatches (several ranks, --as-ranks): the whole epoch's advantage
+            // statistics first, in one all-reduce.
+            let group = self.shards.is_some() || crate::ranks::world().size > 1;
+            let moments = group
+                .then(|| update::group_moments(&self.rollout, &batches, self.config.slice_len));
+            for (i, batch) in batches.iter().enumerate() {
                 let _minibatch = Phase::start("minibatch");
-                let mut mb = Minibatch::new(&self.rollout, &batch, &self.config, self.progress);
-                mb.group = self.shards.is_some() || crate::ranks::world().size > 1;
+                let mut mb = Minibatch::new(&self.rollout, batch, &self.config, self.progress);
+                mb.group = moments.as_ref().map(|m| m[i]);
                 minibatches.push(self.path.step(&mut self.trainee, &mb));
             }
         }

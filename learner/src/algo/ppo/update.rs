@@ -75,9 +75,9 @@ pub struct Minibatch<'a> {
     pub lr: f64,
     pub max_grad_norm: f32,
     /// The minibatch is one part of a group's (several learner ranks, or `--as-ranks`): the
-    /// count of real steps and the advantages' moments are the group's, summed in `f64` over
-    /// the parts ([`group_moments`]).
-    pub group: bool,
+    /// group's count of real steps and the mean and standard deviation of its advantages
+    /// ([`group_moments`]), which the loss takes instead of this part's own.
+    pub group: Option<(f32, f32, f32)>,
 }
 
 /// A minibatch's slices and what both paths read of them (`[rows * len]` per value).
@@ -114,7 +114,7 @@ impl<'a> Minibatch<'a> {
             },
             lr: ppo.lr_schedule.at(ppo.lr, progress),
             max_grad_norm: ppo.max_grad_norm,
-            group: false,
+            group: None,
         }
     }
 
@@ -125,8 +125,8 @@ impl<'a> Minibatch<'a> {
         let sb = SliceBatch::new(frames, self.batch, self.slice_len);
         let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
         let adv_raw = sb.gather(&self.rollout.advantage, 1);
-        let (count, mean, std) = if self.group {
-            group_moments(&adv_raw, &mask)
+        let (count, mean, std) = if let Some(moments) = self.group {
+            moments
         } else {
             let count: f32 = mask.iter().sum();
             let masked_mean = |f: &dyn Fn(f32) -> f32| {
@@ -154,21 +154,33 @@ impl<'a> Minibatch<'a> {
     }
 }
 
-/// The count of real steps (`mask` 1) of a group's minibatch and the mean and standard
-/// deviation of its advantages, from this part's `adv` and every other rank's: one all-reduce
-/// of `[count, sum, sum of squares]` in `f64` (a no-op for one rank, where `--as-ranks` holds
-/// the whole group's minibatch).
-pub fn group_moments(adv: &[f32], mask: &[f32]) -> (f32, f32, f32) {
-    let mut sums = [0.0f64; 3];
-    for (&x, &m) in adv.iter().zip(mask) {
-        let x = x as f64 * m as f64;
-        sums[0] += m as f64;
-        sums[1] += x;
-        sums[2] += x * x;
+/// The count of real steps of each of an epoch's minibatches `batches` and the mean and
+/// standard deviation of its advantages over the whole group's minibatch: this part's sums and
+/// every other rank's, in one all-reduce of `[count, sum, sum of squares]` per minibatch in
+/// `f64` for the whole epoch (a no-op for one rank, where `--as-ranks` holds the group's
+/// minibatches whole).
+pub fn group_moments(
+    rollout: &Rollout,
+    batches: &[SampledBatch],
+    slice_len: usize,
+) -> Vec<(f32, f32, f32)> {
+    let mut sums = vec![0.0f64; 3 * batches.len()];
+    for (batch, s) in batches.iter().zip(sums.chunks_exact_mut(3)) {
+        let sb = SliceBatch::new(&rollout.frames, batch, slice_len);
+        let adv = sb.gather(&rollout.advantage, 1);
+        for (&x, _) in adv.iter().zip(sb.mask()).filter(|(_, &m)| m) {
+            s[0] += 1.0;
+            s[1] += x as f64;
+            s[2] += x as f64 * x as f64;
+        }
     }
     crate::ranks::all_reduce_sum(&mut sums);
-    let n = sums[0].max(1.0);
-    let mean = sums[1] / n;
-    let var = (sums[2] / n - mean * mean).max(0.0);
-    (sums[0] as f32, mean as f32, var.sqrt() as f32)
+    (sums.chunks_exact(3))
+        .map(|s| {
+            let n = s[0].max(1.0);
+            let mean = s[1] / n;
+            let var = (s[2] / n - mean * mean).max(0.0);
+            (s[0] as f32, mean as f32, var.sqrt() as f32)
+        })
+        .collect()
 }

@@ -199,13 +199,10 @@ impl FlatUpdate {
         out
     }
 
-    /// One optimizer step along `grads` (from [`loss`](Self::loss)): clipped to a global
-    /// norm of `max_norm`, then Adam at `lr`. Returns the norm before clipping.
+    /// One optimizer step along `grads` (from [`loss`](Self::loss), summed over the learner
+    /// ranks by [`Update::step`]): clipped to a global norm of `max_norm`, then Adam at `lr`.
+    /// Returns the norm before clipping.
     pub fn apply(&mut self, grads: &mut [f32], lr: f64, max_norm: f32) -> f32 {
-        // Several learner ranks: each rank's loss divided by the group's count of steps, the
-        // sum of their gradients is the gradient of the whole group's minibatch
-        // (train/group.rs), so that every rank steps alike.
-        crate::ranks::all_reduce_gradient(grads);
         let norm = adam::clip_global_norm(&self.layout, grads, max_norm);
         self.adam.step(&mut self.params, grads, lr);
         self.packs = profile::time("fused.pack", || self.net().pack());
@@ -262,30 +259,37 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
     }
 
     fn step(&mut self, _: &mut Trainee<B>, mb: &Minibatch<'_>) -> UpdateStats {
-        let mut outcome = self.minibatch_loss(mb);
-        // Several ranks: each rank's statistics are its part of the group's means.
-        let mut stats = outcome.stats.clone();
-        if crate::ranks::world().size > 1 {
-            let mut sums = [
-                stats.loss,
-                stats.policy_loss,
-                stats.value_loss,
-                stats.entropy,
-                stats.approx_kl,
-                stats.clip_frac,
-            ];
-            crate::ranks::all_reduce_sum(&mut sums);
-            [
-                stats.loss,
-                stats.policy_loss,
-                stats.value_loss,
-                stats.entropy,
-                stats.approx_kl,
-                stats.clip_frac,
-            ] = sums;
-        }
+        let Outcome {
+            mut grads,
+            mut stats,
+        } = self.minibatch_loss(mb);
         let grad_norm = profile::time("fused.optimizer", || {
-            self.apply(&mut outcome.grads, mb.lr, mb.max_grad_norm)
+            // Several learner ranks: each rank's loss divided by the group's count of steps,
+            // the sum of their gradients is the gradient of the whole group's minibatch
+            // (train/group.rs), so that every rank steps alike; the statistics (each rank's
+            // part of the group's means) ride in the same all-reduce.
+            if crate::ranks::world().size > 1 {
+                let n = grads.len();
+                grads.extend([
+                    stats.loss,
+                    stats.policy_loss,
+                    stats.value_loss,
+                    stats.entropy,
+                    stats.approx_kl,
+                    stats.clip_frac,
+                ]);
+                crate::ranks::all_reduce_gradient(&mut grads);
+                [
+                    stats.loss,
+                    stats.policy_loss,
+                    stats.value_loss,
+                    stats.entropy,
+                    stats.approx_kl,
+                    stats.clip_frac,
+                ] = grads[n..].try_into().expect("six statistics");
+                grads.truncate(n);
+            }
+            self.apply(&mut grads, mb.lr, mb.max_grad_norm)
         });
         UpdateStats { grad_norm, ..stats }
     }
