@@ -21,9 +21,12 @@ pub struct RanksBench {
     /// config's (configs/masked_cartpole.toml).
     #[arg(long, value_delimiter = ',', default_value = "64,256")]
     pub hidden: Vec<usize>,
-    /// Group sizes (1: one process, without mpirun; always run first as the baseline).
+    /// Group sizes, each beside one process (without mpirun, run first in every round).
     #[arg(long, value_delimiter = ',', default_value = "2,4")]
     pub ranks: Vec<usize>,
+    /// Rounds of one process and every group size, alternating.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
     /// Compute threads of each rank (`RAYON_NUM_THREADS`).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
@@ -56,6 +59,13 @@ pub struct RanksBench {
     pub out: Option<PathBuf>,
 }
 
+/// A policy of the benchmark: its recorded dataset and replay config.
+struct Policy {
+    hidden: usize,
+    data: PathBuf,
+    config: PathBuf,
+}
+
 /// One run: a policy on a group of `ranks`.
 #[derive(Clone, Debug, Serialize)]
 pub struct RanksRow {
@@ -65,6 +75,8 @@ pub struct RanksRow {
     pub hidden: usize,
     pub ranks: usize,
     pub threads_per_rank: usize,
+    /// Which of `--rounds` (0-based).
+    pub round: usize,
     pub updates: u64,
     /// Minibatch steps (one all-reduce of the gradient each) per update.
     pub minibatches_per_update: usize,
@@ -92,9 +104,11 @@ pub struct RanksSummaryRow {
     pub policy: String,
     pub ranks: usize,
     pub threads_per_rank: usize,
+    pub rounds: usize,
+    /// Medians over the rounds.
     pub trained_frames_per_s: f64,
     pub one_rank_frames_per_s: f64,
-    /// `trained_frames_per_s / one_rank_frames_per_s`.
+    /// The median of the rounds' `trained_frames_per_s / one_rank_frames_per_s`.
     pub vs_one_rank: f64,
 }
 
@@ -104,6 +118,12 @@ impl RanksBench {
         each_at_least_one("--ranks", "a group size", &self.ranks)?;
         at_least_one("--threads", self.threads)?;
         at_least_one("--updates", self.updates as usize)?;
+        at_least_one("--rounds", self.rounds)?;
+        anyhow::ensure!(
+            !self.ranks.contains(&1),
+            "--ranks: the group sizes beside one process (which every round runs), each at \
+             least 2"
+        );
         anyhow::ensure!(!self.mpirun.is_empty(), "--mpirun: the launcher's program");
         let chunk = 8 * 32;
         for &n in self.ranks.iter().chain([1].iter()) {
@@ -144,30 +164,46 @@ impl RanksBench {
         };
         let mut rows = Vec::new();
         for &hidden in &self.hidden {
-            let data = self.record(&actor, &dir, hidden)?;
             let config = dir.join(format!("lstm-{hidden}.toml"));
             std::fs::write(&config, self.config(hidden))?;
-            let one = self.one(&learner, &dir, &data, &config, hidden, 1)?;
-            emit(out, &one)?;
-            for &n in self.ranks.iter().filter(|&&n| n > 1) {
-                let row = self.one(&learner, &dir, &data, &config, hidden, n)?;
-                emit(out, &row)?;
+            let policy = Policy {
+                hidden,
+                data: self.record(&actor, &dir, hidden)?,
+                config,
+            };
+            // Rounds of one process then each group, alternating, so that a load beside the
+            // benchmark falls on both sides of a ratio; the summary takes medians.
+            let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); self.ranks.len()];
+            let mut rates: Vec<Vec<f64>> = vec![Vec::new(); self.ranks.len() + 1];
+            for round in 0..self.rounds {
+                let one = self.one(&learner, &dir, &policy, 1, round)?;
+                emit(out, &one)?;
+                rates[0].push(one.trained_frames_per_s);
+                for (i, &n) in self.ranks.iter().enumerate() {
+                    let row = self.one(&learner, &dir, &policy, n, round)?;
+                    emit(out, &row)?;
+                    rates[i + 1].push(row.trained_frames_per_s);
+                    ratios[i].push(row.trained_frames_per_s / one.trained_frames_per_s);
+                    rows.push(row);
+                }
+                rows.push(one);
+            }
+            for (i, &n) in self.ranks.iter().enumerate() {
                 emit(
                     out,
                     &RanksSummaryRow {
                         bench: "ranks",
                         summary: true,
-                        policy: row.policy.clone(),
+                        policy: format!("lstm-{hidden}"),
                         ranks: n,
                         threads_per_rank: self.threads,
-                        trained_frames_per_s: row.trained_frames_per_s,
-                        one_rank_frames_per_s: one.trained_frames_per_s,
-                        vs_one_rank: row.trained_frames_per_s / one.trained_frames_per_s,
+                        rounds: self.rounds,
+                        trained_frames_per_s: median(&mut rates[i + 1]),
+                        one_rank_frames_per_s: median(&mut rates[0]),
+                        vs_one_rank: median(&mut ratios[i]),
                     },
                 )?;
-                rows.push(row);
             }
-            rows.push(one);
         }
         Ok(rows)
     }
@@ -236,12 +272,17 @@ update = "fused"
         &self,
         learner: &Path,
         dir: &Path,
-        data: &Path,
-        config: &Path,
-        hidden: usize,
+        policy: &Policy,
         n: usize,
+        round: usize,
     ) -> anyhow::Result<RanksRow> {
-        let run = dir.join(format!("lstm-{hidden}-ranks-{n}"));
+        let Policy {
+            hidden,
+            data,
+            config,
+        } = policy;
+        let hidden = *hidden;
+        let run = dir.join(format!("lstm-{hidden}-ranks-{n}-{round}"));
         if run.exists() {
             std::fs::remove_dir_all(&run)?;
         }
@@ -298,6 +339,7 @@ update = "fused"
             hidden,
             ranks: n,
             threads_per_rank: self.threads,
+            round,
             updates: updates as u64,
             minibatches_per_update: minibatches,
             parameters,
@@ -309,4 +351,10 @@ update = "fused"
             all_reduce_us_per_call: reduce_ms * 1e3 / minibatches as f64,
         })
     }
+}
+
+/// The median of `v` (the upper middle of an even count).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
 }
