@@ -450,4 +450,280 @@ mod mpi {
             "{stderr}"
         );
     }
+
+    // Replay on ranks: the group against one process given the same minibatches.
+
+    /// The PPO replay config of the equality tests: a recording's architecture (LSTM-16,
+    /// stored states), 20 updates of 2 epochs, 4 minibatches each, observation
+    /// normalization on (its statistics are the group's), 4 chunks per update.
+    const PPO_REPLAY: &str = r#"
+[replay]
+algo = "ppo"
+updates = 20
+seed = 3
+eval_every = 0
+eval_episodes = 1
+checkpoint_every = 1000
+tensorboard = false
+
+[policy]
+cell = "lstm"
+hidden_size = 16
+num_layers = 1
+encoder = [16]
+backend = "auto"
+obs_norm = true
+
+[ppo]
+frames_per_update = 1024
+epochs = 2
+slice_len = 16
+num_slices = 16
+lr = 1e-3
+gamma = 0.99
+gae_lambda = 0.95
+clip_eps = 0.2
+value_coef = 0.5
+entropy_coef = 0.01
+max_grad_norm = 0.5
+pack_slices = true
+"#;
+
+    /// The BC replay config of the equality tests: 25 gradient steps of 16 slices.
+    const BC_REPLAY: &str = r#"
+[replay]
+algo = "bc"
+updates = 25
+seed = 3
+eval_every = 0
+eval_episodes = 1
+checkpoint_every = 1000
+tensorboard = false
+
+[policy]
+cell = "lstm"
+hidden_size = 16
+num_layers = 1
+encoder = [16]
+backend = "auto"
+
+[bc]
+slice_len = 8
+burn_in = 2
+num_slices = 16
+lr = 1e-3
+max_grad_norm = 1.0
+initial_state = "zeros"
+"#;
+
+    /// The relative tolerance of the equality: per tensor, the largest difference over the
+    /// tensor's largest magnitude.
+    const EQUAL: f64 = 1e-5;
+
+    /// Records a MaskedCartPole-v1 dataset (16 chunks of 8 envs x 32 steps, an LSTM-16
+    /// policy sampling its actions) under `root`, with `config` beside it; returns both.
+    fn recorded(root: &std::path::Path, config: &str) -> (String, String) {
+        let data = root.join("data");
+        let mut cmd = Command::new(binary("recur-actor"));
+        cmd.args(["--env", "MaskedCartPole-v1", "--envs", "8", "--steps", "32"])
+            .args(["--frames", "4096", "--cell", "lstm", "--hidden", "16"])
+            .args(["--encoder", "16", "--seed", "5", "--record"])
+            .arg(&data);
+        let out = run_with_deadline(cmd, DEADLINE);
+        assert!(out.status.success(), "{}", text(&out).1);
+        let file = root.join("replay.toml");
+        std::fs::write(&file, config).unwrap();
+        let s = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+        (s(data), s(file))
+    }
+
+    /// `replay` arguments on `data` with `config` into `run_dir`, and `extra`.
+    fn replay_args(data: &str, config: &str, run_dir: &str, extra: &[&str]) -> Vec<String> {
+        let mut args = vec![
+            "replay",
+            "--dataset",
+            data,
+            "--config",
+            config,
+            "--run-dir",
+            run_dir,
+            "--quiet",
+        ];
+        args.extend(extra);
+        args.into_iter().map(String::from).collect()
+    }
+
+    /// The run's final weights, per tensor: `recur-learner export` of its checkpoint, read
+    /// out of `policy.safetensors` (an 8-byte header length, a JSON header, then the f32s).
+    fn weights(run_dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<f32>> {
+        let out_dir = run_dir.with_extension("export");
+        let mut cmd = Command::new(binary("recur-learner"));
+        cmd.arg("export")
+            .arg("--checkpoint")
+            .arg(run_dir)
+            .arg("--out")
+            .arg(&out_dir);
+        let out = run_with_deadline(cmd, DEADLINE);
+        assert!(out.status.success(), "{}", text(&out).1);
+        let bytes = std::fs::read(out_dir.join("policy.safetensors")).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+        let data = &bytes[8 + n..];
+        let mut tensors = std::collections::BTreeMap::new();
+        for (name, t) in header.as_object().unwrap() {
+            if name == "__metadata__" {
+                continue;
+            }
+            assert_eq!(t["dtype"], "F32", "{name}");
+            let at = |i: usize| t["data_offsets"][i].as_u64().unwrap() as usize;
+            let values = (data[at(0)..at(1)].chunks_exact(4))
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            tensors.insert(name.clone(), values);
+        }
+        assert!(tensors.len() > 4, "{tensors:?}");
+        tensors
+    }
+
+    /// The worst relative difference of `a` from `b` over their tensors (the tensor's largest
+    /// difference over its largest magnitude in `b`), and that tensor's name.
+    fn worst(
+        a: &std::collections::BTreeMap<String, Vec<f32>>,
+        b: &std::collections::BTreeMap<String, Vec<f32>>,
+    ) -> (f64, String) {
+        assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        let mut worst = (0.0f64, String::new());
+        for (name, x) in a {
+            let y = &b[name];
+            assert_eq!(x.len(), y.len(), "{name}");
+            let scale = y.iter().fold(0.0f64, |m, &v| m.max(v.abs() as f64));
+            let diff = (x.iter().zip(y)).fold(0.0f64, |m, (&p, &q)| m.max((p - q).abs() as f64));
+            let rel = if scale > 0.0 { diff / scale } else { diff };
+            if rel > worst.0 {
+                worst = (rel, name.clone());
+            }
+        }
+        worst
+    }
+
+    /// One process trained as `n` ranks would (`--as-ranks n`): its final weights.
+    fn one_process_as(n: usize, data: &str, config: &str, root: &std::path::Path) -> Weights {
+        let dir = root.join(format!("as-{n}"));
+        let n_s = n.to_string();
+        let args = replay_args(data, config, &dir.to_string_lossy(), &["--as-ranks", &n_s]);
+        let mut cmd = Command::new(binary("recur-learner"));
+        cmd.args(args)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let out = run_with_deadline(cmd, DEADLINE);
+        assert!(out.status.success(), "{}", text(&out).1);
+        weights(&dir)
+    }
+
+    type Weights = std::collections::BTreeMap<String, Vec<f32>>;
+
+    /// `mpirun -n n replay` (with `fault` as [`FAULT_VAR`]'s value): its final weights, after
+    /// checking that the group was one run (rank 0's summary alone, its world size, the same
+    /// final weights logged by every rank).
+    fn ranks_replay(
+        n: usize,
+        data: &str,
+        config: &str,
+        root: &std::path::Path,
+        fault: Option<&str>,
+    ) -> Weights {
+        let dir = root.join(format!(
+            "ranks-{n}-{}",
+            fault.unwrap_or("none").replace(':', "-")
+        ));
+        let args = replay_args(data, config, &dir.to_string_lossy(), &[]);
+        let mut cmd = mpirun_command(&vec![args; n]);
+        if let Some(fault) = fault {
+            cmd.env("RECUR_TEST_RANK_GRADIENT", fault);
+        }
+        let out = run_with_deadline(cmd, DEADLINE);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with('{')).collect();
+        assert_eq!(lines.len(), 1, "one summary line: {stdout}");
+        let summary: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(summary["world_size"], n, "{summary}");
+        assert!(summary["updates"].as_u64().unwrap() >= 20, "{summary}");
+        let finals: Vec<&str> = (stderr.lines())
+            .filter_map(|l| l.split_once(": final weights ").map(|(_, h)| h.trim()))
+            .collect();
+        assert_eq!(finals.len(), n, "{stderr}");
+        assert!(finals.iter().all(|h| *h == finals[0]), "{finals:?}");
+        weights(&dir)
+    }
+
+    /// PPO or BC replay on 2 and on 4 ranks ends at the weights of one process trained on the
+    /// same global minibatches (`--as-ranks`), within [`EQUAL`].
+    fn replay_on_ranks_equals_one_process(tag: &str, config: &str) {
+        let root = temp_dir(tag);
+        let (data, config) = recorded(&root, config);
+        for n in [2, 4] {
+            let one = one_process_as(n, &data, &config, &root);
+            let group = ranks_replay(n, &data, &config, &root, None);
+            let (rel, name) = worst(&group, &one);
+            assert!(
+                rel <= EQUAL,
+                "{n} ranks: {name} differs from one process's by {rel:e} (relative)"
+            );
+        }
+    }
+
+    #[test]
+    fn ppo_replay_on_2_and_4_ranks_equals_one_process_on_their_minibatches() {
+        replay_on_ranks_equals_one_process("ranks-replay-ppo", PPO_REPLAY);
+    }
+
+    #[test]
+    fn bc_replay_on_2_and_4_ranks_equals_one_process_on_their_minibatches() {
+        replay_on_ranks_equals_one_process("ranks-replay-bc", BC_REPLAY);
+    }
+
+    /// The equality catches a rank's gradient dropped or counted twice: with rank 1's
+    /// gradient zeroed or doubled before the all-reduce, the group's weights are far from one
+    /// process's (and the weight-hash check still passes: every rank steps alike).
+    #[test]
+    fn a_rank_gradient_dropped_or_counted_twice_breaks_the_replay_equality() {
+        for (tag, config) in [("ppo", PPO_REPLAY), ("bc", BC_REPLAY)] {
+            let root = temp_dir(&format!("ranks-replay-fault-{tag}"));
+            let (data, config) = recorded(&root, config);
+            let one = one_process_as(2, &data, &config, &root);
+            for fault in ["1:zero", "1:double"] {
+                let group = ranks_replay(2, &data, &config, &root, Some(fault));
+                let (rel, name) = worst(&group, &one);
+                assert!(
+                    rel > 100.0 * EQUAL,
+                    "{tag}, rank 1's gradient {fault}: the weights still match one process's \
+                     ({name} within {rel:e})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn dqn_replay_on_ranks_is_refused_naming_the_setting() {
+        let root = temp_dir("ranks-replay-dqn");
+        let (data, _) = recorded(&root, "");
+        let dir = root.join("run");
+        let args = vec![
+            "replay".to_string(),
+            "--dataset".into(),
+            data,
+            "--algo".into(),
+            "dqn".into(),
+            "--run-dir".into(),
+            dir.to_string_lossy().into_owned(),
+            "--quiet".into(),
+        ];
+        let out = mpirun(&[args.clone(), args]);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success());
+        assert!(
+            stderr.contains("replay.algo = \"dqn\" on 2 learner ranks"),
+            "{stderr}"
+        );
+    }
 }

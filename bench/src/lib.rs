@@ -4,8 +4,9 @@
 //! One module per subcommand: [`rnn`] (recurrent-mode throughput per backend), [`encoder`]
 //! (the convolutional encoder beside torch's CPU convolution), [`actor`] (one
 //! actor's env-steps/s), [`learner`] (learner-only training on replayed data, with the
-//! `learner` library's algorithms), [`train`] (whole `recur-learner train` runs, end to end)
-//! and [`transport`] (ring bandwidth from producer processes and weight latency), with
+//! `learner` library's algorithms), [`train`] (whole `recur-learner train` runs, end to end),
+//! [`ranks`] (learner ranks under `mpirun`: replay throughput and the gradient all-reduce's
+//! time) and [`transport`] (ring bandwidth from producer processes and weight latency), with
 //! [`tcp`] (its loopback-TCP rows) and [`latency`] (the weight-latency loop both use) beside
 //! it. The options and the rows' fields are documented in docs/recur-bench.md.
 
@@ -16,6 +17,7 @@ mod chunks;
 pub mod encoder;
 pub mod latency;
 pub mod learner;
+pub mod ranks;
 pub mod rnn;
 pub mod tcp;
 pub mod train;

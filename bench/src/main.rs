@@ -5,6 +5,7 @@
 use bench::actor::ActorBench;
 use bench::encoder::EncoderBench;
 use bench::learner::LearnerBench;
+use bench::ranks::RanksBench;
 use bench::rnn::RnnBench;
 use bench::set_threads;
 use bench::tcp::run_tcp_producer;
@@ -43,6 +44,9 @@ enum Command {
     /// The whole training loop end to end (learner and actor processes): frames/s per config,
     /// seed and PPO update path (burn vs fused), medians and their ratio.
     Train(TrainBench),
+    /// Learner ranks (`mpirun -n N recur-learner replay`, PPO): trained frames/s against one
+    /// process, and the gradient all-reduce's time per update beside the update's.
+    Ranks(RanksBench),
     /// Shared-memory transport: ring bandwidth from producer processes vs memcpy, and weight
     /// publish -> visible latency.
     Transport(TransportBench),
@@ -100,6 +104,9 @@ fn main() -> anyhow::Result<()> {
             _ => anyhow::bail!("transport-producer needs --ring, or --tcp with --token"),
         },
         Command::Train(b) => {
+            b.checked()?.run(out)?;
+        }
+        Command::Ranks(b) => {
             b.checked()?.run(out)?;
         }
         Command::Learner(b) => threaded!(b),

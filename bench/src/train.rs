@@ -210,7 +210,7 @@ impl TrainBench {
 }
 
 /// The binary `name` next to this one.
-fn sibling(name: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     let path = std::env::current_exe()?.with_file_name(name);
     anyhow::ensure!(
         path.is_file(),

@@ -19,6 +19,7 @@ use crate::run::metrics::UpdateStats;
 
 pub struct Bc<B: AutodiffBackend = CpuAutodiff> {
     trainer: SliceTrainer<B>,
+    seed: u64,
 }
 
 impl<B: AutodiffBackend> Bc<B> {
@@ -31,7 +32,7 @@ impl<B: AutodiffBackend> Bc<B> {
         device: &B::Device,
     ) -> anyhow::Result<Self> {
         let trainer = SliceTrainer::new(policy, *bc, schema, capacity, seed, seed ^ 0xbc, device)?;
-        Ok(Bc { trainer })
+        Ok(Bc { trainer, seed })
     }
 
     /// Mean negative log-likelihood of the recorded actions on the real steps after burn-in.
@@ -44,7 +45,10 @@ impl<B: AutodiffBackend> Bc<B> {
         let logp = sb.log_prob(t.trainee.model.action(), out.head, burn, &device);
         let (mask, count) = t.learn_mask(&sb);
         let loss = (logp * mask).sum().neg() / count;
-        let value = host(loss.clone().inner())[0];
+        // Several learner ranks: each rank's loss is its part of the group's mean.
+        let mut value = [host(loss.clone().inner())[0]];
+        crate::ranks::or_exit(crate::ranks::all_reduce_sum(&mut value));
+        let value = value[0];
         let stats = UpdateStats {
             loss: value,
             policy_loss: value,
@@ -74,6 +78,13 @@ impl<B: AutodiffBackend> Algorithm<B> for Bc<B> {
 
     fn off_policy(&self) -> bool {
         true
+    }
+
+    /// The storage as `shard_frames.len()` shards, shard `k` sampled with rank `k`'s seed.
+    fn as_ranks(&mut self, ranks: usize, shard_frames: &[usize]) -> anyhow::Result<()> {
+        debug_assert_eq!(ranks, shard_frames.len());
+        let seed = self.seed;
+        (self.trainer).as_ranks(shard_frames, |k| crate::ranks::rank_seed(seed, k) ^ 0xbc)
     }
 }
 

@@ -77,4 +77,14 @@ pub trait Algorithm<B: AutodiffBackend>: Checkpointed<B> {
     /// The run's progress in `[0, 1]` (frames or updates done over the total), which
     /// hyperparameter schedules follow; called before each update. Ignored by default.
     fn set_progress(&mut self, _progress: f64) {}
+
+    /// Trains in one process on the minibatches `ranks` learner ranks would take together
+    /// (`recur-learner replay --as-ranks N`, the reference the rank tests hold a group to):
+    /// the chunks come shard after shard (`shard_frames[k]` frames of rank `k`'s shard; PPO:
+    /// each update's rollout, `frames_per_update / ranks` each), shard `k` is sampled with
+    /// rank `k`'s seed and its share of the slices, and each minibatch is the shards' slices
+    /// concatenated. Called before any chunk is added; refused by default, naming the algorithm.
+    fn as_ranks(&mut self, ranks: usize, _shard_frames: &[usize]) -> anyhow::Result<()> {
+        anyhow::bail!("this algorithm does not train as {ranks} learner ranks (only PPO and BC do)")
+    }
 }

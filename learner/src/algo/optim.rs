@@ -47,6 +47,9 @@ impl<B: AutodiffBackend> Trainee<B> {
     pub fn step(&mut self, loss: Tensor<B, 1>, lr: f64, max_norm: f32) -> f32 {
         let grads = loss.backward();
         let mut grads = GradientsParams::from_grads(grads, &self.model);
+        if crate::ranks::world().size > 1 {
+            all_reduce_grads(&self.model, &mut grads);
+        }
         let grad_norm = clip_global_norm(&self.model, &mut grads, max_norm);
         let model = self.model.clone();
         self.model = self.optim.step(lr, model, grads);
@@ -81,6 +84,54 @@ impl<B: AutodiffBackend> Trainee<B> {
         self.optim = self.optim.clone().load_record(record);
         Ok(())
     }
+}
+
+/// Sums `grads` over every learner rank ([`crate::ranks::all_reduce_gradient`]): read into one
+/// flat host buffer in the model's parameter order, reduced, and written back (each rank's loss
+/// divides by the group's count, so the sum is the gradient of the group's minibatch).
+fn all_reduce_grads<B: AutodiffBackend>(model: &Model<B>, grads: &mut GradientsParams) {
+    /// Reads every gradient into `flat` (`back` None), or writes `back` into them.
+    struct Flat<'a, B: AutodiffBackend> {
+        grads: &'a mut GradientsParams,
+        flat: Vec<f32>,
+        back: Option<std::vec::IntoIter<f32>>,
+        device: Option<burn::tensor::Device<B::InnerBackend>>,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Flat<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            match self.back.as_mut() {
+                None => {
+                    if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
+                        self.device.get_or_insert_with(|| g.device());
+                        self.flat.extend(host(g));
+                    }
+                }
+                Some(back) => {
+                    let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+                        return;
+                    };
+                    let shape = g.shape();
+                    let values: Vec<f32> = back.take(shape.num_elements()).collect();
+                    let device = self.device.as_ref().expect("read before written");
+                    let data = burn::tensor::TensorData::new(values, shape);
+                    self.grads.register(
+                        param.id,
+                        Tensor::<B::InnerBackend, D>::from_data(data, device),
+                    );
+                }
+            }
+        }
+    }
+    let mut visitor = Flat::<B> {
+        grads,
+        flat: Vec::new(),
+        back: None,
+        device: None,
+    };
+    model.visit(&mut visitor);
+    crate::ranks::or_exit(crate::ranks::all_reduce_gradient(&mut visitor.flat));
+    visitor.back = Some(std::mem::take(&mut visitor.flat).into_iter());
+    model.visit(&mut visitor);
 }
 
 /// Scales every gradient so that their global L2 norm is at most `max_norm` (PyTorch's

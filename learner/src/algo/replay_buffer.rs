@@ -133,11 +133,21 @@ impl ReplayStorage {
     /// crosses a change of trajectory id, a step for which `ends(position)` holds (its last), or
     /// the oldest/newest boundary.
     pub fn runs(&self, ends: impl Fn(usize) -> bool) -> Vec<(usize, usize)> {
+        self.runs_in(0..self.len, ends)
+    }
+
+    /// [`runs`](Self::runs) of the steps `range` (in insertion order) alone: a run also ends
+    /// at the range's end (one learner rank's shard of the storage, `--as-ranks`).
+    pub fn runs_in(
+        &self,
+        range: std::ops::Range<usize>,
+        ends: impl Fn(usize) -> bool,
+    ) -> Vec<(usize, usize)> {
         let mut runs = Vec::new();
-        let mut start = 0;
-        for i in 1..=self.len {
-            let (p, q) = (self.position(i - 1), self.position(i % self.len));
-            if i == self.len || self.traj_ids[q] != self.traj_ids[p] || ends(p) {
+        let mut start = range.start;
+        for i in range.start + 1..=range.end {
+            let p = self.position(i - 1);
+            if i == range.end || self.traj_ids[self.position(i)] != self.traj_ids[p] || ends(p) {
                 runs.push((start, i - start));
                 start = i;
             }

@@ -25,6 +25,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
 use serde::{Deserialize, Serialize};
 
+use std::ops::Range;
+
 use crate::algo::replay_buffer::ReplayStorage;
 
 /// Which flags end a trajectory.
@@ -190,23 +192,30 @@ impl SliceSampler {
 
     /// Runs (in insertion order) under this sampler's end key; with `pack`, the stored env
     /// rows (`T` steps each: the storage holds whole rows).
-    fn runs(&self, storage: &ReplayStorage) -> Vec<(usize, usize)> {
+    fn runs(&self, storage: &ReplayStorage, range: Range<usize>) -> Vec<(usize, usize)> {
         if self.config.pack {
             let t = storage.schema().steps;
-            return (0..storage.len() / t).map(|r| (r * t, t)).collect();
+            return (range.start / t..range.end / t)
+                .map(|r| (r * t, t))
+                .collect();
         }
         match self.config.end_key {
-            EndKey::Done => storage.runs(|p| storage.next_done[p]),
-            EndKey::TerminatedOrTruncated => {
-                storage.runs(|p| storage.next_terminated[p] || storage.next_truncated[p])
-            }
+            EndKey::Done => storage.runs_in(range, |p| storage.next_done[p]),
+            EndKey::TerminatedOrTruncated => storage.runs_in(range, |p| {
+                storage.next_terminated[p] || storage.next_truncated[p]
+            }),
         }
     }
 
     /// Every valid `(start, length)` in insertion order: with replacement, one per start
     /// position; without, the tiling of each run.
-    fn candidates(&mut self, storage: &ReplayStorage) -> Result<Vec<(usize, usize)>, SamplerError> {
-        let runs = self.runs(storage);
+    fn candidates(
+        &mut self,
+        storage: &ReplayStorage,
+        range: Range<usize>,
+    ) -> Result<Vec<(usize, usize)>, SamplerError> {
+        let steps = range.len();
+        let runs = self.runs(storage, range);
         let l = self.slice_len;
         let mut out = Vec::new();
         if self.config.replacement {
@@ -251,7 +260,7 @@ impl SliceSampler {
         if out.is_empty() {
             return Err(SamplerError::Empty {
                 slice_len: l,
-                steps: storage.len(),
+                steps,
                 runs: runs.len(),
                 longest: runs.iter().map(|r| r.1).max().unwrap_or(0),
             });
@@ -261,8 +270,18 @@ impl SliceSampler {
 
     /// Draws one batch of `num_slices` slices.
     pub fn sample(&mut self, storage: &ReplayStorage) -> Result<SampledBatch, SamplerError> {
+        self.sample_in(storage, 0..storage.len())
+    }
+
+    /// [`sample`](Self::sample) from the steps `range` (insertion order) alone, as this
+    /// sampler would from a storage that held only them: one rank's shard (`--as-ranks`).
+    pub fn sample_in(
+        &mut self,
+        storage: &ReplayStorage,
+        range: Range<usize>,
+    ) -> Result<SampledBatch, SamplerError> {
         let picks: Vec<(usize, usize)> = if self.config.replacement {
-            let candidates = self.candidates(storage)?;
+            let candidates = self.candidates(storage, range)?;
             (0..self.num_slices)
                 .map(|_| candidates[self.rng.random_range(0..candidates.len())])
                 .collect()
@@ -270,7 +289,7 @@ impl SliceSampler {
             let mut picks = Vec::with_capacity(self.num_slices);
             while picks.len() < self.num_slices {
                 if self.epoch.is_empty() {
-                    let mut next = self.candidates(storage)?;
+                    let mut next = self.candidates(storage, range.clone())?;
                     next.shuffle(&mut self.rng);
                     self.epoch = next;
                 }
@@ -284,7 +303,17 @@ impl SliceSampler {
     /// The slices of one whole epoch without replacement, in batches (the last may be
     /// smaller); the sampler's state is left at a fresh epoch.
     pub fn epoch(&mut self, storage: &ReplayStorage) -> Result<Vec<SampledBatch>, SamplerError> {
-        let mut all = self.candidates(storage)?;
+        self.epoch_in(storage, 0..storage.len())
+    }
+
+    /// [`epoch`](Self::epoch) over the steps `range` (insertion order) alone (see
+    /// [`sample_in`](Self::sample_in)).
+    pub fn epoch_in(
+        &mut self,
+        storage: &ReplayStorage,
+        range: Range<usize>,
+    ) -> Result<Vec<SampledBatch>, SamplerError> {
+        let mut all = self.candidates(storage, range)?;
         all.shuffle(&mut self.rng);
         self.epoch.clear();
         Ok(all
@@ -321,6 +350,82 @@ impl SliceSampler {
     }
 }
 
+impl SampledBatch {
+    /// The batches `parts` back to back, as one batch (their positions index one storage).
+    pub fn concat(parts: Vec<SampledBatch>) -> SampledBatch {
+        let mut out = SampledBatch {
+            positions: Vec::new(),
+            is_init: Vec::new(),
+            slices: Vec::new(),
+            mask: parts
+                .first()
+                .and_then(|p| p.mask.as_ref())
+                .map(|_| Vec::new()),
+        };
+        for part in parts {
+            let at = out.positions.len();
+            out.slices
+                .extend(part.slices.iter().map(|&(start, len)| (at + start, len)));
+            out.positions.extend(part.positions);
+            out.is_init.extend(part.is_init);
+            if let (Some(all), Some(mask)) = (out.mask.as_mut(), part.mask) {
+                all.extend(mask);
+            }
+        }
+        out
+    }
+}
+
+/// What `N` learner ranks would sample, in one process (`recur-learner replay --as-ranks N`,
+/// the reference the rank tests hold a group to): the storage holds the ranks' shards back to
+/// back, shard `k` sampled by the sampler rank `k` would have, and each batch is the
+/// concatenation of the shards' batches (rank 0's slices first), so that one process trains on
+/// the group's minibatches.
+pub struct ShardSamplers {
+    samplers: Vec<SliceSampler>,
+    /// Each shard's steps, in insertion order.
+    shards: Vec<Range<usize>>,
+}
+
+impl ShardSamplers {
+    /// One sampler per shard: `config(k)` is rank `k`'s sampler config (its share of the
+    /// slices, its seed); `shards` the shards' step ranges.
+    pub fn new(
+        shards: Vec<Range<usize>>,
+        config: impl Fn(usize) -> SliceSamplerConfig,
+    ) -> Result<Self, SamplerError> {
+        let samplers = (0..shards.len())
+            .map(|k| SliceSampler::new(config(k)))
+            .collect::<Result<_, _>>()?;
+        Ok(ShardSamplers { samplers, shards })
+    }
+
+    /// One batch of every shard, concatenated.
+    pub fn sample(&mut self, storage: &ReplayStorage) -> Result<SampledBatch, SamplerError> {
+        let parts = (self.samplers.iter_mut().zip(&self.shards))
+            .map(|(s, range)| s.sample_in(storage, range.clone()))
+            .collect::<Result<_, _>>()?;
+        Ok(SampledBatch::concat(parts))
+    }
+
+    /// Every shard's epoch, its `i`-th batches concatenated into the `i`-th batch (the shards'
+    /// epochs must have as many batches: PPO's `pack_slices` on equal shards).
+    pub fn epoch(&mut self, storage: &ReplayStorage) -> Result<Vec<SampledBatch>, SamplerError> {
+        let mut epochs = Vec::with_capacity(self.samplers.len());
+        for (s, range) in self.samplers.iter_mut().zip(&self.shards) {
+            epochs.push(s.epoch_in(storage, range.clone())?.into_iter());
+        }
+        let mut out = Vec::new();
+        loop {
+            let parts: Vec<SampledBatch> = epochs.iter_mut().filter_map(|e| e.next()).collect();
+            if parts.is_empty() {
+                return Ok(out);
+            }
+            out.push(SampledBatch::concat(parts));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,8 +448,21 @@ mod tests {
     /// A storage of `chunks` chunks whose episodes end with probability `p_done` per step;
     /// observation = the global step index (to identify positions).
     fn storage(envs: usize, steps: usize, chunks: usize, p_done: f64, seed: u64) -> ReplayStorage {
+        let all = chunks_of(envs, steps, chunks, p_done, seed);
+        stored(&schema(envs, steps), &all)
+    }
+
+    /// A storage holding exactly `chunks`.
+    fn stored(s: &ChunkSchema, chunks: &[Chunk]) -> ReplayStorage {
+        let mut storage = ReplayStorage::new(s, s.envs * s.steps * chunks.len());
+        chunks.iter().for_each(|c| storage.extend(c));
+        storage
+    }
+
+    /// The chunks of [`storage`].
+    fn chunks_of(envs: usize, steps: usize, chunks: usize, p_done: f64, seed: u64) -> Vec<Chunk> {
         let s = schema(envs, steps);
-        let mut storage = ReplayStorage::new(&s, envs * steps * chunks);
+        let mut out = Vec::new();
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut episode = vec![0u64; envs];
         let mut starting = vec![true; envs];
@@ -366,9 +484,71 @@ mod tests {
                     }
                 }
             }
-            storage.extend(&chunk);
+            out.push(chunk);
         }
-        storage
+        out
+    }
+
+    /// `--as-ranks`' samplers draw, over one storage holding the shards back to back, exactly
+    /// what each rank's sampler draws from a storage of its shard alone (positions offset by
+    /// the shard's start), concatenated in rank order: with and without replacement, packed.
+    #[test]
+    fn shard_samplers_draw_what_each_rank_draws_from_its_own_shard() {
+        let (envs, steps) = (4, 20);
+        let all = chunks_of(envs, steps, 4, 0.1, 3);
+        let s = schema(envs, steps);
+        let combined = stored(&s, &all);
+        let f = 2 * envs * steps;
+        for (replacement, pack) in [(true, false), (false, false), (false, true)] {
+            let config = |k: usize| SliceSamplerConfig {
+                pack,
+                ..SliceSamplerConfig::padded(5, 3, replacement, 10 + k as u64)
+            };
+            let mut shards = ShardSamplers::new(vec![0..f, f..2 * f], config).unwrap();
+            let mut ranks: Vec<(ReplayStorage, SliceSampler)> = (0..2)
+                .map(|k| {
+                    (
+                        stored(&s, &all[2 * k..2 * k + 2]),
+                        SliceSampler::new(config(k)).unwrap(),
+                    )
+                })
+                .collect();
+            let offset = |k: usize, mut b: SampledBatch| {
+                b.positions.iter_mut().for_each(|p| *p += k * f);
+                b
+            };
+            for _ in 0..4 {
+                let (got, want) = if replacement {
+                    let want = (ranks.iter_mut().enumerate())
+                        .map(|(k, (st, sm))| offset(k, sm.sample(st).unwrap()))
+                        .collect();
+                    (
+                        vec![shards.sample(&combined).unwrap()],
+                        vec![SampledBatch::concat(want)],
+                    )
+                } else {
+                    let epochs: Vec<Vec<SampledBatch>> = (ranks.iter_mut().enumerate())
+                        .map(|(k, (st, sm))| {
+                            let e = sm.epoch(st).unwrap();
+                            e.into_iter().map(|b| offset(k, b)).collect()
+                        })
+                        .collect();
+                    // Unpacked shards may tile into different numbers of batches: the longer
+                    // epoch's last batches are its own.
+                    let most = epochs.iter().map(Vec::len).max().unwrap();
+                    let want = (0..most)
+                        .map(|i| {
+                            SampledBatch::concat(
+                                epochs.iter().filter_map(|e| e.get(i).cloned()).collect(),
+                            )
+                        })
+                        .collect();
+                    (shards.epoch(&combined).unwrap(), want)
+                };
+                assert!(!got.is_empty());
+                assert_eq!(got, want, "replacement {replacement}, pack {pack}");
+            }
+        }
     }
 
     fn check_no_crossing(storage: &ReplayStorage, b: &SampledBatch) {

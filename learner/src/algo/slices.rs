@@ -16,7 +16,9 @@ use recur_rnn::{set_recurrent_mode, RecurrentError, RecurrentMode, RecurrentStat
 
 use crate::algo::optim::Trainee;
 use crate::algo::replay_buffer::ReplayStorage;
-use crate::algo::slice_sampler::{SampledBatch, SamplerError, SliceSampler, SliceSamplerConfig};
+use crate::algo::slice_sampler::{
+    SampledBatch, SamplerError, ShardSamplers, SliceSampler, SliceSamplerConfig,
+};
 use crate::config::{InitialState, SliceTraining};
 
 /// A model trained on slices of replayed steps: one gradient step samples `num_slices` padded
@@ -29,6 +31,8 @@ pub struct SliceTrainer<B: AutodiffBackend> {
     pub slices: SliceTraining,
     pub storage: ReplayStorage,
     sampler: SliceSampler,
+    /// `--as-ranks N`: the storage as N ranks' shards, each sampled as its rank would.
+    shards: Option<ShardSamplers>,
 }
 
 impl<B: AutodiffBackend> SliceTrainer<B> {
@@ -68,12 +72,46 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
             slices,
             storage: ReplayStorage::new(schema, capacity),
             sampler: SliceSampler::new(SliceSamplerConfig::padded(len, n, true, sampler_seed))?,
+            shards: None,
         })
     }
 
     /// A fresh batch of slices.
     pub fn sample(&mut self) -> Result<SampledBatch, SamplerError> {
-        self.sampler.sample(&self.storage)
+        match self.shards.as_mut() {
+            Some(shards) => shards.sample(&self.storage),
+            None => self.sampler.sample(&self.storage),
+        }
+    }
+
+    /// Samples the storage as `shard_frames.len()` ranks would
+    /// ([`Algorithm::as_ranks`](crate::algo::Algorithm::as_ranks)): shard `k`, the next
+    /// `shard_frames[k]` stored frames, by a sampler seeded `sampler_seed(k)` that takes rank
+    /// `k`'s share of `num_slices`.
+    pub fn as_ranks(
+        &mut self,
+        shard_frames: &[usize],
+        sampler_seed: impl Fn(usize) -> u64,
+    ) -> anyhow::Result<()> {
+        let ranks = shard_frames.len();
+        let n = self.slices.num_slices;
+        anyhow::ensure!(
+            n.is_multiple_of(ranks),
+            "num_slices = {n} does not divide over {ranks} learner ranks: it is the whole \
+             group's (each rank takes 1/{ranks}); make it a multiple of {ranks}"
+        );
+        let mut at = 0;
+        let shards = (shard_frames.iter())
+            .map(|&f| {
+                at += f;
+                at - f..at
+            })
+            .collect();
+        let len = self.slices.slice_len;
+        self.shards = Some(ShardSamplers::new(shards, |k| {
+            SliceSamplerConfig::padded(len, n / ranks, true, sampler_seed(k))
+        })?);
+        Ok(())
     }
 
     /// `batch` read out of the storage, with its network inputs (slice-start states stored
@@ -92,7 +130,10 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
         let (len, burn) = (self.slices.slice_len, self.slices.burn_in);
         let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
         let mask = columns(&mask, sb.rows, len, 1, burn, len);
-        let count = mask.iter().sum::<f32>().max(1.0);
+        // Several learner ranks: the group's count, each rank's loss a part of the group's mean.
+        let mut count = [mask.iter().map(|&m| m as f64).sum::<f64>()];
+        crate::ranks::or_exit(crate::ranks::all_reduce_sum(&mut count));
+        let count = (count[0] as f32).max(1.0);
         let device = self.trainee.device();
         (tensor3(mask, sb.rows, len - burn, 1, &device), count)
     }

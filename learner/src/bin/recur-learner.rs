@@ -182,6 +182,11 @@ struct ReplayArgs {
     /// No progress bar (log lines only).
     #[arg(long)]
     quiet: bool,
+    /// Developer and test option: train in one process on the minibatches N learner ranks
+    /// (`mpirun -n N`) would take together, each rank's shard sampled as that rank would
+    /// (the reference tests/ranks.rs holds a group of ranks to).
+    #[arg(long, value_name = "N")]
+    as_ranks: Option<usize>,
 }
 
 #[derive(clap::Args)]
@@ -247,10 +252,10 @@ fn main() -> anyhow::Result<()> {
     // Launched as one of several learner ranks (mpirun, srun): join the group, or refuse.
     let world = learner::ranks::World::init()?;
     let rank = world.rank();
-    if rank.size > 1 && !matches!(command, Command::Train(_)) {
+    if rank.size > 1 && !matches!(command, Command::Train(_) | Command::Replay(_)) {
         anyhow::bail!(
-            "launched as {rank}: only `recur-learner train` runs on several learner ranks; \
-             start this command as one process"
+            "launched as {rank}: only `recur-learner train` and `replay` run on several \
+             learner ranks; start this command as one process"
         );
     }
     match command {
@@ -346,8 +351,15 @@ fn main() -> anyhow::Result<()> {
                 run_dir: run_dir.clone(),
                 progress: !a.quiet,
                 max_seconds: a.max_seconds,
+                as_ranks: a.as_ranks,
             })
             .context("replay run")?;
+            // Leave the group (MPI finalized) before any exit; rank 0 alone reports.
+            drop(world);
+            if !rank.is_root() {
+                exit_if_signalled(&format!("{rank} stopped with rank 0"));
+                return Ok(());
+            }
             println!("{}", serde_json::to_string(&summary)?);
             let ended = format!(
                 "{} {} updates on {} dataset frames in {:.1} s ({:.1} updates/s, {:.0} trained frames/s); greedy return {:.1} (best {:.1}); results in {}",

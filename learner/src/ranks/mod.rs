@@ -358,6 +358,75 @@ pub fn all_reduce_sum<T: Reducible>(buf: &mut [T]) -> Result<(), RankLost> {
     Ok(())
 }
 
+/// `result`, or the process's end on a lost rank: for the collectives of learner-only replay's
+/// BC step (its loss, its count of learned steps, burn's gradients), deep in code that returns
+/// no error, where a replay rank holds no actors or segments to clean up first. The error is
+/// logged as [`RankLost`] says it; the launcher ends the rest.
+pub fn or_exit<T>(result: Result<T, RankLost>) -> T {
+    result.unwrap_or_else(|lost| {
+        tracing::error!("{lost}");
+        eprintln!("Error: {lost}");
+        std::process::exit(1)
+    })
+}
+
+/// The environment variable that makes one rank corrupt its gradient before the gradient
+/// all-reduce, for the tests that show the replay equality test catches a rank's gradient
+/// dropped or counted twice: `RANK:zero` or `RANK:double` (e.g. `1:double`). Test-only; it
+/// acts only in a group of several ranks.
+pub const FAULT_VAR: &str = "RECUR_TEST_RANK_GRADIENT";
+
+/// Sums a minibatch's gradient `grads` over every rank, in place (a no-op for one rank), timed
+/// as the profile phase `ranks.all_reduce`: each rank's loss divides by the *group's* count of
+/// steps, so the sum is the gradient of the whole group's minibatch. [`FAULT_VAR`] may corrupt
+/// this rank's part first.
+pub fn all_reduce_gradient(grads: &mut [f32]) -> Result<(), RankLost> {
+    if world().size == 1 {
+        return Ok(());
+    }
+    match gradient_fault(world().rank) {
+        Some(Fault::Zero) => grads.iter_mut().for_each(|g| *g = 0.0),
+        Some(Fault::Double) => grads.iter_mut().for_each(|g| *g *= 2.0),
+        None => {}
+    }
+    crate::run::profile::time("ranks.all_reduce", || all_reduce_sum(grads))
+}
+
+/// What [`FAULT_VAR`] does to a rank's gradient.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    Zero,
+    Double,
+}
+
+/// [`FAULT_VAR`]'s fault for `rank`, read once; a value that does not parse panics naming it
+/// (a test's typo must not pass as "no fault").
+fn gradient_fault(rank: usize) -> Option<Fault> {
+    static FAULT: std::sync::OnceLock<Option<(usize, Fault)>> = std::sync::OnceLock::new();
+    let fault = FAULT.get_or_init(|| {
+        let v = std::env::var(FAULT_VAR).ok()?;
+        let parsed = v.split_once(':').and_then(|(r, f)| {
+            let f = match f {
+                "zero" => Fault::Zero,
+                "double" => Fault::Double,
+                _ => return None,
+            };
+            Some((r.parse().ok()?, f))
+        });
+        Some(
+            parsed
+                .unwrap_or_else(|| panic!("{FAULT_VAR}={v:?}: expected RANK:zero or RANK:double")),
+        )
+    });
+    fault.filter(|&(r, _)| r == rank).map(|(_, f)| f)
+}
+
+/// The seed rank `rank` of a group trains with where the run's seed is `seed`: its samplers
+/// (and, in `train`, its actors' environments) differ from every other rank's.
+pub fn rank_seed(seed: u64, rank: usize) -> u64 {
+    seed.wrapping_add((rank as u64) << 40)
+}
+
 /// Element types the collectives sum.
 #[cfg(feature = "mpi")]
 pub trait Reducible: mpi::datatype::Equivalence + Copy {}

@@ -4,8 +4,9 @@
 //! **Batch sizes are global**: `run.actors`, `ppo.frames_per_update` and `ppo.num_slices` are
 //! the whole group's and each rank takes `1/N` of them (each must divide by N), so one config
 //! means the same training at any N: a minibatch of `num_slices` slices is `num_slices / N`
-//! on each rank, whose mean gradients the all-reduce averages into the gradient of the whole
-//! minibatch. `run.frames` counts every rank's frames.
+//! on each rank, whose loss divides by the whole minibatch's count of steps (advantages
+//! normalised over it too), so that the all-reduce's sum of their gradients is the gradient of
+//! the whole minibatch. `run.frames` counts every rank's frames.
 //!
 //! Rank 0 owns the run directory; the other ranks run in a scratch directory of their own (their
 //! shared-memory names, nothing a user reads) and write nothing beside rank 0's.

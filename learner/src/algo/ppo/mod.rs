@@ -40,7 +40,7 @@ use crate::algo::ppo::flat::{unsupported, FlatUpdate};
 use crate::algo::ppo::gae::{gae, needs_bootstrap, GaeInput};
 use crate::algo::ppo::update::{Minibatch, Rollout, Update};
 use crate::algo::replay_buffer::ReplayStorage;
-use crate::algo::slice_sampler::{SliceSampler, SliceSamplerConfig};
+use crate::algo::slice_sampler::{ShardSamplers, SliceSampler, SliceSamplerConfig};
 use crate::algo::Algorithm;
 use crate::config::{PpoSection, UpdatePath};
 use crate::run::metrics::UpdateStats;
@@ -62,6 +62,10 @@ pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
     returns: ReturnNorm,
     /// The run's progress in `[0, 1]` (schedules).
     progress: f64,
+    /// The seed it was built with (its sampler's; `--as-ranks` derives the shards' from it).
+    seed: u64,
+    /// `--as-ranks N`: the rollout as N ranks' shards, each sampled as its rank would.
+    shards: Option<ShardSamplers>,
 }
 
 /// Reward normalization by the running standard deviation of the discounted return
@@ -125,11 +129,14 @@ impl<B: AutodiffBackend> Ppo<B> {
                 ppo.slice_len
             );
         }
-        let sampler = SliceSampler::new(SliceSamplerConfig {
-            pack: ppo.pack_slices,
-            ..SliceSamplerConfig::padded(ppo.slice_len, ppo.num_slices, false, seed ^ 0x5a1ce)
-        })?;
+        let ranks = crate::ranks::world().size;
+        if ranks > 1 {
+            check_group(ppo, ranks)?;
+        }
+        let sampler = SliceSampler::new(sampler_config(ppo, ppo.num_slices, seed))?;
         Ok(Ppo {
+            seed,
+            shards: None,
             obs_norm: policy.obs_norm.then_some(policy.obs_clip),
             returns: ReturnNorm::default(),
             progress: 0.0,
@@ -168,6 +175,27 @@ impl<B: AutodiffBackend> Ppo<B> {
         }
         (value, next_value)
     }
+}
+
+/// The sampler of one rank (or one process) taking `num_slices` slices per minibatch.
+fn sampler_config(ppo: &PpoSection, num_slices: usize, seed: u64) -> SliceSamplerConfig {
+    SliceSamplerConfig {
+        pack: ppo.pack_slices,
+        ..SliceSamplerConfig::padded(ppo.slice_len, num_slices, false, seed ^ 0x5a1ce)
+    }
+}
+
+/// Why `ppo` (a rank's share, or `--as-ranks`' whole) cannot train as a group of `ranks`:
+/// every rank must take as many minibatches per epoch, one all-reduce each, which packed
+/// slices guarantee (each rank's rollout tiles into the same number of slices).
+fn check_group(ppo: &PpoSection, ranks: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        ppo.pack_slices,
+        "ppo.pack_slices = false on {ranks} learner ranks: every rank must take as many \
+         minibatches per epoch (one all-reduce each), which only packed slices guarantee; set \
+         ppo.pack_slices = true"
+    );
+    Ok(())
 }
 
 /// The count, per-feature mean and variance of every learner rank's observations `x`
@@ -264,9 +292,20 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
     fn update(&mut self) -> anyhow::Result<UpdateStats> {
         let mut minibatches = Vec::new();
         for _ in 0..self.config.epochs {
-            for batch in self.sampler.epoch(&self.rollout.frames)? {
+            let batches = match self.shards.as_mut() {
+                Some(shards) => shards.epoch(&self.rollout.frames)?,
+                None => self.sampler.epoch(&self.rollout.frames)?,
+            };
+            // A group's minibatches (several ranks, --as-ranks): the whole epoch's advantage
+            // statistics first, in one all-reduce.
+            let group = self.shards.is_some() || crate::ranks::world().size > 1;
+            let moments = group
+                .then(|| update::group_moments(&self.rollout, &batches, self.config.slice_len))
+                .transpose()?;
+            for (i, batch) in batches.iter().enumerate() {
                 let _minibatch = Phase::start("minibatch");
-                let mb = Minibatch::new(&self.rollout, &batch, &self.config, self.progress);
+                let mut mb = Minibatch::new(&self.rollout, batch, &self.config, self.progress);
+                mb.group = moments.as_ref().map(|m| m[i]);
                 minibatches.push(self.path.step(&mut self.trainee, &mb)?);
             }
         }
@@ -275,8 +314,8 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
             let mut obs = self.trainee.model.obs_stats();
             let frames = &self.rollout.frames;
             let x = &frames.observation[..frames.len() * self.schema.obs_dim];
-            match crate::ranks::world().size {
-                1 => obs.merge(x),
+            match (crate::ranks::world().size, &self.shards) {
+                (1, None) => obs.merge(x),
                 _ => {
                     let (n, mean, var) = group_moments(x, self.schema.obs_dim)?;
                     obs.merge_moments(n, &mean, &var);
@@ -295,6 +334,26 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
 
     fn set_progress(&mut self, progress: f64) {
         self.progress = progress;
+    }
+
+    /// Each update's rollout as `ranks` equal shards (`frames_per_update / ranks` frames each,
+    /// stored shard after shard), shard `k` sampled with rank `k`'s seed and its share of
+    /// `num_slices`. Refused with `ppo.reward_norm` (ranks keep one return normalizer each).
+    fn as_ranks(&mut self, ranks: usize, _shard_frames: &[usize]) -> anyhow::Result<()> {
+        let c = &self.config;
+        check_group(c, ranks)?;
+        anyhow::ensure!(
+            !c.reward_norm,
+            "ppo.reward_norm = true with --as-ranks {ranks}: each rank keeps its own return \
+             normalizer and one process one; set ppo.reward_norm = false"
+        );
+        let f = c.frames_per_update / ranks;
+        let shards = (0..ranks).map(|k| k * f..(k + 1) * f).collect();
+        let seed = self.seed;
+        self.shards = Some(ShardSamplers::new(shards, |k| {
+            sampler_config(c, c.num_slices / ranks, crate::ranks::rank_seed(seed, k))
+        })?);
+        Ok(())
     }
 }
 

@@ -76,6 +76,10 @@ pub struct Minibatch<'a> {
     pub loss: LossConfig,
     pub lr: f64,
     pub max_grad_norm: f32,
+    /// The minibatch is one part of a group's (several learner ranks, or `--as-ranks`): the
+    /// group's count of real steps and the mean and standard deviation of its advantages
+    /// ([`group_moments`]), which the loss takes instead of this part's own.
+    pub group: Option<(f32, f32, f32)>,
 }
 
 /// A minibatch's slices and what both paths read of them (`[rows * len]` per value).
@@ -112,6 +116,7 @@ impl<'a> Minibatch<'a> {
             },
             lr: ppo.lr_schedule.at(ppo.lr, progress),
             max_grad_norm: ppo.max_grad_norm,
+            group: None,
         }
     }
 
@@ -121,18 +126,22 @@ impl<'a> Minibatch<'a> {
         let s = frames.schema();
         let sb = SliceBatch::new(frames, self.batch, self.slice_len);
         let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
-        let count: f32 = mask.iter().sum();
         let adv_raw = sb.gather(&self.rollout.advantage, 1);
-        let masked_mean = |f: &dyn Fn(f32) -> f32| {
-            adv_raw
-                .iter()
-                .zip(&mask)
-                .map(|(&x, m)| f(x) * m)
-                .sum::<f32>()
-                / count
+        let (count, mean, std) = if let Some(moments) = self.group {
+            moments
+        } else {
+            let count: f32 = mask.iter().sum();
+            let masked_mean = |f: &dyn Fn(f32) -> f32| {
+                adv_raw
+                    .iter()
+                    .zip(&mask)
+                    .map(|(&x, m)| f(x) * m)
+                    .sum::<f32>()
+                    / count
+            };
+            let mean = masked_mean(&|x| x);
+            (count, mean, masked_mean(&|x| (x - mean).powi(2)).sqrt())
         };
-        let mean = masked_mean(&|x| x);
-        let std = masked_mean(&|x| (x - mean).powi(2)).sqrt();
         let adv = adv_raw.iter().map(|x| (x - mean) / (std + 1e-8)).collect();
         let has_cell = s.cell.has_cell_state();
         Slices {
@@ -145,4 +154,35 @@ impl<'a> Minibatch<'a> {
             adv,
         }
     }
+}
+
+/// The count of real steps of each of an epoch's minibatches `batches` and the mean and
+/// standard deviation of its advantages over the whole group's minibatch: this part's sums and
+/// every other rank's, in one all-reduce of `[count, sum, sum of squares]` per minibatch in
+/// `f64` for the whole epoch (a no-op for one rank, where `--as-ranks` holds the group's
+/// minibatches whole).
+pub fn group_moments(
+    rollout: &Rollout,
+    batches: &[SampledBatch],
+    slice_len: usize,
+) -> Result<Vec<(f32, f32, f32)>, crate::ranks::RankLost> {
+    let mut sums = vec![0.0f64; 3 * batches.len()];
+    for (batch, s) in batches.iter().zip(sums.chunks_exact_mut(3)) {
+        let sb = SliceBatch::new(&rollout.frames, batch, slice_len);
+        let adv = sb.gather(&rollout.advantage, 1);
+        for (&x, _) in adv.iter().zip(sb.mask()).filter(|(_, &m)| m) {
+            s[0] += 1.0;
+            s[1] += x as f64;
+            s[2] += x as f64 * x as f64;
+        }
+    }
+    crate::ranks::all_reduce_sum(&mut sums)?;
+    Ok((sums.chunks_exact(3))
+        .map(|s| {
+            let n = s[0].max(1.0);
+            let mean = s[1] / n;
+            let var = (s[2] / n - mean * mean).max(0.0);
+            (s[0] as f32, mean as f32, var.sqrt() as f32)
+        })
+        .collect())
 }

@@ -130,9 +130,21 @@ impl FlatUpdate {
     /// (see [`by_row_blocks`]) whose gradients add up; `None`: one per thread where the rows
     /// allow several.
     pub fn loss(&self, batch: &Batch<'_>, cfg: LossConfig, blocks: Option<usize>) -> Outcome {
+        let count = batch.mask.iter().filter(|&&m| m).count() as f32;
+        self.loss_over(batch, cfg, blocks, count)
+    }
+
+    /// [`loss`](Self::loss) with its means taken over `count` steps: the whole group's
+    /// minibatch where several learner ranks each hold a part of it.
+    pub fn loss_over(
+        &self,
+        batch: &Batch<'_>,
+        cfg: LossConfig,
+        blocks: Option<usize>,
+        count: f32,
+    ) -> Outcome {
         let blocks = blocks.unwrap_or_else(|| threads_for(batch.rows, batch.len));
         let net = self.net();
-        let count = batch.mask.iter().filter(|&&m| m).count() as f32;
         let mut parts = by_row_blocks(batch.rows, blocks, |first, rows| {
             net.ppo(&batch.rows(first, rows), cfg, count)
         });
@@ -187,26 +199,14 @@ impl FlatUpdate {
         out
     }
 
-    /// One optimizer step along `grads` (from [`loss`](Self::loss)): clipped to a global
-    /// norm of `max_norm`, then Adam at `lr`. Returns the norm before clipping; errs (before any
-    /// step) when a learner rank was lost in the all-reduce.
-    pub fn apply(
-        &mut self,
-        grads: &mut [f32],
-        lr: f64,
-        max_norm: f32,
-    ) -> Result<f32, crate::ranks::RankLost> {
-        // Several learner ranks: the mean of their minibatches' gradients, the gradient of
-        // the whole group's minibatch (train/group.rs), so that every rank steps alike.
-        let ranks = crate::ranks::world().size;
-        if ranks > 1 {
-            profile::time("ranks.all_reduce", || crate::ranks::all_reduce_sum(grads))?;
-            grads.iter_mut().for_each(|g| *g /= ranks as f32);
-        }
+    /// One optimizer step along `grads` (from [`loss`](Self::loss), summed over the learner
+    /// ranks by [`Update::step`]): clipped to a global norm of `max_norm`, then Adam at `lr`.
+    /// Returns the norm before clipping.
+    pub fn apply(&mut self, grads: &mut [f32], lr: f64, max_norm: f32) -> f32 {
         let norm = adam::clip_global_norm(&self.layout, grads, max_norm);
         self.adam.step(&mut self.params, grads, lr);
         self.packs = profile::time("fused.pack", || self.net().pack());
-        Ok(norm)
+        norm
     }
 
     /// The minibatch's loss and gradients (no step).
@@ -226,7 +226,7 @@ impl FlatUpdate {
             adv: &s.adv,
             mask: s.sb.mask(),
         };
-        self.loss(&batch, mb.loss, None)
+        self.loss_over(&batch, mb.loss, None, s.count)
     }
 }
 
@@ -259,14 +259,39 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
     }
 
     fn step(&mut self, _: &mut Trainee<B>, mb: &Minibatch<'_>) -> anyhow::Result<UpdateStats> {
-        let mut outcome = self.minibatch_loss(mb);
+        let Outcome {
+            mut grads,
+            mut stats,
+        } = self.minibatch_loss(mb);
         let grad_norm = profile::time("fused.optimizer", || {
-            self.apply(&mut outcome.grads, mb.lr, mb.max_grad_norm)
+            // Several learner ranks: each rank's loss divided by the group's count of steps,
+            // the sum of their gradients is the gradient of the whole group's minibatch
+            // (train/group.rs), so that every rank steps alike; the statistics (each rank's
+            // part of the group's means) ride in the same all-reduce.
+            if crate::ranks::world().size > 1 {
+                let n = grads.len();
+                grads.extend([
+                    stats.loss,
+                    stats.policy_loss,
+                    stats.value_loss,
+                    stats.entropy,
+                    stats.approx_kl,
+                    stats.clip_frac,
+                ]);
+                crate::ranks::all_reduce_gradient(&mut grads)?;
+                [
+                    stats.loss,
+                    stats.policy_loss,
+                    stats.value_loss,
+                    stats.entropy,
+                    stats.approx_kl,
+                    stats.clip_frac,
+                ] = grads[n..].try_into().expect("six statistics");
+                grads.truncate(n);
+            }
+            Ok::<_, crate::ranks::RankLost>(self.apply(&mut grads, mb.lr, mb.max_grad_norm))
         })?;
-        Ok(UpdateStats {
-            grad_norm,
-            ..outcome.stats
-        })
+        Ok(UpdateStats { grad_norm, ..stats })
     }
 
     /// Writes the parameters trained into the model of record and takes its normalizer (the
