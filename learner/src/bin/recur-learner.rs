@@ -354,8 +354,9 @@ fn main() -> anyhow::Result<()> {
                 as_ranks: a.as_ranks,
             })
             .context("replay run")?;
-            // Leave the group (MPI finalized) before any exit; rank 0 alone reports.
-            drop(world);
+            // Leave the group (MPI finalized) before any exit; rank 0 alone reports. (A rank
+            // whose run failed has returned above: its group is left unfinalized.)
+            world.finish();
             if !rank.is_root() {
                 exit_if_signalled(&format!("{rank} stopped with rank 0"));
                 return Ok(());
