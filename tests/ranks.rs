@@ -353,7 +353,7 @@ mod mpi {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no resume line: {stderr}"));
         assert!(
-            (2..12).contains(&resumed_at) && resumed_at % 2 == 0,
+            (2..12).contains(&resumed_at) && resumed_at.is_multiple_of(2),
             "resumed at update {resumed_at}: {stderr}"
         );
         let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
