@@ -446,6 +446,29 @@ mod mpi {
         );
     }
 
+    /// A launcher that started several ranks while MPI sees this process alone (an MPI without
+    /// PMI support under `srun`; here: a PMI launcher's variable with no mpirun behind it) is
+    /// refused before anything starts, naming the variable and both counts.
+    #[test]
+    fn a_launcher_count_mpi_does_not_see_is_refused_naming_both() {
+        binary("recur-actor");
+        let dir = temp_dir("ranks-pmi-mismatch").join("run");
+        let mut cmd = Command::new(binary("recur-learner"));
+        cmd.args(train_args(&dir.to_string_lossy(), &["--frames", "1024"]))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("PMI_SIZE", "2");
+        let out = run_with_deadline(cmd, DEADLINE);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "joined as one of 2 ranks: {stderr}");
+        assert!(
+            stderr.contains("started 2 ranks (PMI_SIZE=2) but MPI reports 1"),
+            "{stderr}"
+        );
+        assert!(!dir.exists(), "a refused rank wrote its run directory");
+    }
+
     #[test]
     fn ranks_with_different_configs_are_refused_naming_the_rank() {
         let dir = temp_dir("ranks-config").join("run");
