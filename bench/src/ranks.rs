@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 
 use serde::Serialize;
 
-use super::train::sibling;
+use super::train::{sibling, work_dir};
 use super::{at_least_one, each_at_least_one, emit};
 
 #[derive(Clone, Debug, clap::Args)]
@@ -150,18 +150,7 @@ impl RanksBench {
 
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<RanksRow>> {
         let (learner, actor) = (sibling("recur-learner")?, sibling("recur-actor")?);
-        let (dir, _keep) = match &self.out {
-            Some(d) => {
-                std::fs::create_dir_all(d)?;
-                (d.clone(), None)
-            }
-            None => {
-                let t = tempfile::Builder::new()
-                    .prefix("recur-bench-ranks-")
-                    .tempdir()?;
-                (t.path().to_path_buf(), Some(t))
-            }
-        };
+        let (dir, _keep) = work_dir(self.out.as_deref(), "recur-bench-ranks-")?;
         let mut rows = Vec::new();
         for &hidden in &self.hidden {
             let config = dir.join(format!("lstm-{hidden}.toml"));

@@ -82,19 +82,7 @@ impl TrainBench {
 
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<Vec<TrainRow>> {
         let learner = sibling("recur-learner")?;
-        let (dir, _keep) = match &self.out {
-            Some(d) => {
-                std::fs::create_dir_all(d)?;
-                (d.clone(), None)
-            }
-            None => {
-                // Removed when dropped, after the runs.
-                let t = tempfile::Builder::new()
-                    .prefix("recur-bench-train-")
-                    .tempdir()?;
-                (t.path().to_path_buf(), Some(t))
-            }
-        };
+        let (dir, _keep) = work_dir(self.out.as_deref(), "recur-bench-train-")?;
         let mut rows = Vec::new();
         for config in &self.config {
             let mut medians: Vec<(UpdatePath, usize, f64)> = Vec::new();
@@ -207,6 +195,24 @@ impl TrainBench {
             profile: summary["profile"].clone(),
         })
     }
+}
+
+/// Where a bench's runs write: `out` (created), or a fresh temporary directory with `prefix`,
+/// removed when the returned guard drops (after the runs).
+pub(crate) fn work_dir(
+    out: Option<&Path>,
+    prefix: &str,
+) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
+    Ok(match out {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            (d.to_path_buf(), None)
+        }
+        None => {
+            let t = tempfile::Builder::new().prefix(prefix).tempdir()?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    })
 }
 
 /// The binary `name` next to this one.

@@ -138,8 +138,9 @@ def lanes(space, keys=None):
         parts, writers, v_at, p_at = [], [], 0, 0
         for k in keys:
             sub = space.spaces[k]
+            image = is_image(sub)
             try:
-                if is_image(sub):
+                if image:
                     desc, dv, dp, w = lanes(sub)
                 else:
                     size, low, high, w = flattener(sub)
@@ -151,12 +152,12 @@ def lanes(space, keys=None):
                                   % (describe(space), k, describe(sub), json.dumps(kept),
                                      ",".join(kept)))
             parts.append([k, desc])
-            writers.append((k, w, v_at, v_at + dv, p_at, p_at + dp))
+            writers.append((k, image, w, v_at, v_at + dv, p_at, p_at + dp))
             v_at, p_at = v_at + dv, p_at + dp
 
         def write(v, values, pixels):
-            for k, w, v0, v1, p0, p1 in writers:
-                if is_image(space.spaces[k]):
+            for k, image, w, v0, v1, p0, p1 in writers:
+                if image:
                     w(v[k], None, pixels[p0:p1], key="key %r" % k)
                 else:
                     w(v[k], values[v0:v1])
