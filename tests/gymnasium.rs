@@ -866,16 +866,20 @@ max_grad_norm = 0.5
     )
     .unwrap();
     binary("recur-actor");
-    let mut cmd = Command::new(binary("recur-learner"));
-    cmd.arg("train")
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--run-dir")
-        .arg(dir.join("run"))
-        .arg("--quiet")
-        .env("PYTHONPATH", root().join("tests/python"))
-        .env("RUST_LOG", "info");
-    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    // `recur-learner train` on `cfg` into `dir/run`, with the actors' start logged.
+    let train = || {
+        let mut cmd = Command::new(binary("recur-learner"));
+        cmd.arg("train")
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--run-dir")
+            .arg(dir.join("run"))
+            .arg("--quiet")
+            .env("PYTHONPATH", root().join("tests/python"))
+            .env("RUST_LOG", "info");
+        run_with_deadline(cmd, Duration::from_secs(120))
+    };
+    let out = train();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
@@ -896,15 +900,7 @@ max_grad_norm = 0.5
     );
     std::fs::write(&cfg, text).unwrap();
     let _ = std::fs::remove_dir_all(dir.join("run"));
-    let mut cmd = Command::new(binary("recur-learner"));
-    cmd.arg("train")
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--run-dir")
-        .arg(dir.join("run"))
-        .arg("--quiet")
-        .env("PYTHONPATH", root().join("tests/python"));
-    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let out = train();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
