@@ -157,9 +157,14 @@ fn recur_heads(run: &Path, data: &Path, out: &Path) {
             };
             let is_init: Vec<bool> = rows(1).map(|i| chunk.is_init[i] == 1).collect();
             let rs_c = chunk.rs_c.as_ref().map(|c| gather(c, lh));
+            let px = s.pixels();
+            let pixels: Vec<u8> = rows(px)
+                .flat_map(|i| chunk.pixels[i..i + px].to_vec())
+                .collect();
             let mut o = StepOutput::default();
             fast.step(
                 &gather(&chunk.observation, d),
+                &pixels,
                 &is_init,
                 &gather(&chunk.rs_h, lh),
                 rs_c.as_deref(),

@@ -276,9 +276,11 @@ pub fn next_states(
     let is_init = Tensor::<Cpu, 1, Bool>::from_data(TensorData::new(is_init, [n]), &device);
     let state =
         |v: &Vec<f32>| Tensor::<Cpu, 3>::from_data(TensorData::new(v.clone(), [n, l, h]), &device);
+    let pixels = common::policy::pixel_tensor(&chunk.pixels, [n, cfg.pixels()], &device);
     let out = policy
         .forward(
             obs,
+            pixels,
             is_init,
             RecurrentState {
                 rs_h: state(&chunk.rs_h),

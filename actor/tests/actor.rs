@@ -112,6 +112,7 @@ fn recurrent_replay_reproduces_what_the_actor_computed() {
                             TensorData::new(chunk.observation.clone(), [n, d]),
                             &device,
                         ),
+                        None,
                         Tensor::<Cpu, 1, Bool>::from_data(
                             TensorData::new(
                                 chunk.is_init.iter().map(|&x| x == 1).collect::<Vec<_>>(),
@@ -230,6 +231,7 @@ fn the_state_is_carried_and_zeroed_exactly_at_resets() {
             let mut out = StepOutput::default();
             replay.step(
                 &rows(&chunk.observation, step, d),
+                &[],
                 &init,
                 &h,
                 Some(&c),

@@ -12,6 +12,7 @@ use super::{ActionSpec, Policy};
 use crate::backend::to_vec as host;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+use recur_rnn::encoder::Encoder;
 use recur_rnn::fused::{gemm_packed, Mat, Packed, SimdLevel};
 use recur_rnn::math::{
     gru_hidden, lstm_cell_state, mingru_g_with, mingru_hidden, sigmoid, tanh, TwoRoundings,
@@ -80,16 +81,75 @@ pub struct StepOutput {
     pub next_c: Vec<f32>,
 }
 
+/// One image's convolutional encoder on the host ([`Encoder`], with its parameters copied from
+/// the burn [`super::image::ImageEncoder`]).
+struct HostImage {
+    /// Where the image's bytes start in a step's pixels lane, and how many there are.
+    offset: usize,
+    bytes: usize,
+    config: recur_rnn::encoder::EncoderConfig,
+    encoder: Encoder,
+}
+
+impl HostImage {
+    fn of<B: Backend>(enc: &super::image::ImageEncoder<B>) -> Self {
+        let spec = enc.spec();
+        let mut encoder = Encoder::new(&spec.config, super::image::image_shape(&spec.part), 0)
+            .expect("the burn encoder was built from this config and shape");
+        for (name, _, values) in enc.torch_params() {
+            encoder
+                .set_param(&name, &values)
+                .expect("the burn encoder has the host encoder's parameters");
+        }
+        HostImage {
+            offset: spec.offset,
+            bytes: spec.part.bytes(),
+            config: spec.config.clone(),
+            encoder,
+        }
+    }
+}
+
+impl Clone for HostImage {
+    fn clone(&self) -> Self {
+        let mut encoder = Encoder::new(&self.config, self.encoder.plan().input, 0)
+            .expect("a config that built once builds again");
+        for (name, _, values) in self.encoder.params() {
+            encoder.set_param(name, values).expect("same parameters");
+        }
+        HostImage {
+            offset: self.offset,
+            bytes: self.bytes,
+            config: self.config.clone(),
+            encoder,
+        }
+    }
+}
+
+impl std::fmt::Debug for HostImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostImage")
+            .field("offset", &self.offset)
+            .field("bytes", &self.bytes)
+            .field("plan", self.encoder.plan())
+            .finish()
+    }
+}
+
 /// A [`Policy`]'s weights in a form for fast sequential-mode steps on the host.
 #[derive(Clone, Debug)]
 pub struct InferencePolicy {
     cell: CellKind,
     obs_dim: usize,
+    /// Bytes of a step's pixels lane.
+    pixels: usize,
     hidden: usize,
     action: ActionSpec,
     /// The normalizer's rows (mean, variance, count, clip), `[4 * obs_dim]`.
     obs_norm: Vec<f32>,
     encoder: Vec<Dense>,
+    /// One convolutional encoder per image, its features after the MLP's output.
+    cnn: Vec<HostImage>,
     core: Vec<CellWeights>,
     /// The value head's own core (empty with a shared core); its state follows the actor
     /// core's layers.
@@ -103,6 +163,8 @@ pub struct InferencePolicy {
     c: Vec<f32>,
     gx: Vec<f32>,
     gh: Vec<f32>,
+    /// One image's bytes of every row, where the lane has several images.
+    image: Vec<u8>,
 }
 
 fn dense<B: Backend>(l: &burn::nn::Linear<B>) -> Dense {
@@ -144,6 +206,8 @@ impl InferencePolicy {
             critic: policy.critic_core.as_ref().map(cells).unwrap_or_default(),
             cell: core.cell(),
             obs_dim: policy.config().obs_dim,
+            pixels: policy.config().pixels(),
+            cnn: policy.cnn.iter().map(HostImage::of).collect(),
             hidden: core.hidden_size(),
             action: policy.action().clone(),
             obs_norm: host(policy.obs_norm.val()),
@@ -157,6 +221,7 @@ impl InferencePolicy {
             c: Vec::new(),
             gx: Vec::new(),
             gh: Vec::new(),
+            image: Vec::new(),
         }
     }
 
@@ -168,14 +233,16 @@ impl InferencePolicy {
         self.policy_head.outputs
     }
 
-    /// One sequential-mode step of `N` rows: `obs` `[N, obs_dim]`, `is_init` `[N]`, incoming
-    /// state `rs_h` (and `rs_c` for an LSTM) `[N, S, H]` (`S` = the policy's state layers),
-    /// zeroed where `is_init`.
+    /// One sequential-mode step of `N` rows: `obs` `[N, obs_dim]`, `pixels` `[N, P]` (empty
+    /// without images), `is_init` `[N]`, incoming state `rs_h` (and `rs_c` for an LSTM)
+    /// `[N, S, H]` (`S` = the policy's state layers), zeroed where `is_init`.
     ///
     /// Panics when a buffer's length does not match `N` (a caller bug, not input data).
+    #[allow(clippy::too_many_arguments)]
     pub fn step(
         &mut self,
         obs: &[f32],
+        pixels: &[u8],
         is_init: &[bool],
         rs_h: &[f32],
         rs_c: Option<&[f32]>,
@@ -190,6 +257,13 @@ impl InferencePolicy {
             "observation: {} values for {n} rows of {}",
             obs.len(),
             self.obs_dim
+        );
+        assert_eq!(
+            pixels.len(),
+            n * self.pixels,
+            "pixels: {} bytes for {n} rows of {}",
+            pixels.len(),
+            self.pixels
         );
         assert_eq!(
             rs_h.len(),
@@ -212,7 +286,7 @@ impl InferencePolicy {
         let (mean, rest) = self.obs_norm.split_at(d);
         let (var, rest) = rest.split_at(d);
         let clip = &rest[d..2 * d];
-        for row in self.x.chunks_exact_mut(d) {
+        for row in self.x.chunks_exact_mut(d.max(1)).filter(|_| d > 0) {
             for j in 0..d {
                 row[j] = ((row[j] - mean[j]) / (var[j] + 1e-8).sqrt()).clamp(-clip[j], clip[j]);
             }
@@ -223,6 +297,9 @@ impl InferencePolicy {
                 *v = tanh(*v);
             }
             std::mem::swap(&mut self.x, &mut self.y);
+        }
+        if !self.cnn.is_empty() {
+            self.encode_images(pixels, n);
         }
         out.next_h.resize(n * lh, 0.0);
         out.next_c.resize(if lstm { n * lh } else { 0 }, 0.0);
@@ -241,6 +318,43 @@ impl InferencePolicy {
             self.critic = cells;
         }
         self.value_head.forward(&self.x, n, &mut out.value);
+    }
+
+    /// Appends every image's features to each row of `self.x` (the MLP's output, or nothing
+    /// without values): the core's input `[N, values + features...]`.
+    fn encode_images(&mut self, pixels: &[u8], n: usize) {
+        let values = self.x.len() / n;
+        let widths: Vec<usize> = self.cnn.iter().map(|c| c.encoder.plan().features).collect();
+        let width = values + widths.iter().sum::<usize>();
+        self.y.resize(n * width, 0.0);
+        for row in 0..n {
+            self.y[row * width..row * width + values]
+                .copy_from_slice(&self.x[row * values..(row + 1) * values]);
+        }
+        let mut at = values;
+        let whole = self.cnn.len() == 1;
+        for (img, f) in self.cnn.iter_mut().zip(widths) {
+            let bytes: &[u8] = if whole {
+                pixels
+            } else {
+                self.image.clear();
+                for row in pixels.chunks_exact(self.pixels) {
+                    self.image
+                        .extend_from_slice(&row[img.offset..img.offset + img.bytes]);
+                }
+                &self.image
+            };
+            let features = img
+                .encoder
+                .forward(bytes, n)
+                .expect("the pixels lane holds every image of every row");
+            for row in 0..n {
+                self.y[row * width + at..row * width + at + f]
+                    .copy_from_slice(&features[row * f..(row + 1) * f]);
+            }
+            at += f;
+        }
+        std::mem::swap(&mut self.x, &mut self.y);
     }
 
     /// The layers `cells` on `self.x` (replaced by the last layer's output), reading and
@@ -461,6 +575,7 @@ mod tests {
                         let mut out = StepOutput::default();
                         fast.step(
                             &obs,
+                            &[],
                             &is_init,
                             &rs_h,
                             (cell == CellKind::Lstm).then_some(&rs_c[..]),
@@ -475,6 +590,7 @@ mod tests {
                         let want = policy
                             .forward(
                                 Tensor::from_data(TensorData::new(obs.clone(), [n, 5]), &device),
+                                None,
                                 Tensor::<Cpu, 1, Bool>::from_data(
                                     TensorData::new(is_init.clone(), [n]),
                                     &device,
@@ -507,5 +623,148 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+    use crate::backend::{cpu_device, Cpu};
+    use crate::envs::ImagePart;
+    use crate::policy::{pixel_tensor, PolicyConfig};
+    use burn::tensor::{Bool, TensorData};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use recur_rnn::encoder::{EncoderConfig, EncoderLayer};
+    use recur_rnn::RecurrentState;
+
+    fn part(key: &str, shape: [usize; 3]) -> ImagePart {
+        ImagePart {
+            key: key.into(),
+            shape,
+        }
+    }
+
+    /// Image policies (pixels alone; values and an image; values and two images, the Dict
+    /// concatenation): the host step, with its im2col encoder, equals the burn policy's
+    /// sequential-mode forward.
+    #[test]
+    fn image_policies_match_the_burn_policy() {
+        let device = cpu_device();
+        let mut rng = StdRng::seed_from_u64(5);
+        let small = EncoderConfig {
+            layers: vec![
+                EncoderLayer::conv(4, 3, 2, 1),
+                EncoderLayer::Maxpool { kernel: 2 },
+                EncoderLayer::conv(6, 2, 1, 0),
+            ],
+            scale: 1.0 / 255.0,
+            features: 10,
+        };
+        let cases = [
+            (0, vec![part("pixels", [12, 10, 1])], small.clone()),
+            (4, vec![part("image", [7, 7, 3])], EncoderConfig::minigrid()),
+            (
+                3,
+                vec![part("a", [9, 9, 2]), part("b", [12, 10, 1])],
+                small.clone(),
+            ),
+        ];
+        for (case, (d, images, cnn)) in cases.into_iter().enumerate() {
+            for cell in [CellKind::Lstm, CellKind::Gru] {
+                let config = PolicyConfig::new(d, ActionSpec::Discrete { n: 3 })
+                    .with_images(images.clone())
+                    .with_cnn(Some(cnn.clone()))
+                    .with_cell(cell)
+                    .with_hidden_size(16);
+                let policy = config.init_seeded::<Cpu>(case as u64, &device).unwrap();
+                let mut fast = InferencePolicy::from_policy(&policy);
+                let (n, p, lh) = (5, config.pixels(), 16);
+                for _ in 0..2 {
+                    let obs: Vec<f32> = (0..n * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+                    let pixels: Vec<u8> = (0..n * p).map(|_| rng.random_range(0..=255)).collect();
+                    let is_init: Vec<bool> = (0..n).map(|_| rng.random_bool(0.4)).collect();
+                    let rs_h: Vec<f32> = (0..n * lh).map(|_| rng.random_range(-1.0..1.0)).collect();
+                    let rs_c = rs_h.iter().map(|v| v * 0.5).collect::<Vec<f32>>();
+                    let lstm = cell == CellKind::Lstm;
+                    let mut out = StepOutput::default();
+                    fast.step(
+                        &obs,
+                        &pixels,
+                        &is_init,
+                        &rs_h,
+                        lstm.then_some(&rs_c[..]),
+                        &mut out,
+                    );
+                    let t3 = |v: &Vec<f32>| {
+                        Tensor::<Cpu, 3>::from_data(TensorData::new(v.clone(), [n, 1, 16]), &device)
+                    };
+                    let want = policy
+                        .forward(
+                            Tensor::from_data(TensorData::new(obs.clone(), [n, d]), &device),
+                            pixel_tensor(&pixels, [n, p], &device),
+                            Tensor::<Cpu, 1, Bool>::from_data(
+                                TensorData::new(is_init.clone(), [n]),
+                                &device,
+                            ),
+                            RecurrentState {
+                                rs_h: t3(&rs_h),
+                                rs_c: lstm.then(|| t3(&rs_c)),
+                            },
+                        )
+                        .unwrap();
+                    for (what, got, want) in [
+                        ("head", &out.head, host(want.head)),
+                        ("value", &out.value, host(want.value)),
+                        ("next_h", &out.next_h, host(want.next.rs_h)),
+                    ] {
+                        assert_eq!(got.len(), want.len(), "{what}");
+                        let worst = (got.iter().zip(&want))
+                            .map(|(a, b)| (a - b).abs())
+                            .fold(0.0f32, f32::max);
+                        assert!(
+                            worst < 1e-5,
+                            "case {case} {cell:?}: {what} differs by {worst}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A policy for images needs a cnn, and a cnn needs images; both refusals name the key.
+    #[test]
+    fn a_cnn_goes_with_images() {
+        let device = cpu_device();
+        let images = vec![part("pixels", [8, 8, 1])];
+        let err = PolicyConfig::new(0, ActionSpec::Discrete { n: 2 })
+            .with_images(images)
+            .init::<Cpu>(&device)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("encoder.cnn") && err.contains("pixels [8, 8, 1]"),
+            "{err}"
+        );
+        let err = PolicyConfig::new(3, ActionSpec::Discrete { n: 2 })
+            .with_cnn(Some(EncoderConfig::minigrid()))
+            .init::<Cpu>(&device)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("encoder.cnn") && err.contains("no image"),
+            "{err}"
+        );
+        // A config too deep for the image: the layer and the shapes named.
+        let err = PolicyConfig::new(0, ActionSpec::Discrete { n: 2 })
+            .with_images(vec![part("pixels", [8, 8, 1])])
+            .with_cnn(Some(EncoderConfig::nature()))
+            .init::<Cpu>(&device)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("encoder.cnn") && err.contains("layers[1].kernel"),
+            "{err}"
+        );
     }
 }

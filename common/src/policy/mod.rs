@@ -14,6 +14,7 @@
 //! `[N]` axis) under [`set_recurrent_mode`](recur_rnn::set_recurrent_mode).
 
 pub mod dist;
+pub mod image;
 pub mod inference;
 mod obs_stats;
 
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{cpu_device, Cpu};
 use crate::chunk::{ActionKind, Chunk, ChunkSchema};
 use crate::envs::{EnvError, EnvSpec, ImagePart, Registry, Space};
+use image::{ImageEncoder, ImageSpec};
 use recur_rnn::{
     set_recurrent_mode, CellKind, RecurrentBackend, RecurrentConfig, RecurrentCore, RecurrentError,
     RecurrentMode, RecurrentOutput, RecurrentState,
@@ -130,9 +132,15 @@ pub struct PolicyConfig {
     /// The images of the observation's pixels lane ([`Space::images`]), empty without.
     #[config(default = "Vec::new()")]
     pub images: Vec<ImagePart>,
-    /// Widths of the encoder MLP's hidden layers (tanh after each); empty = no encoder.
+    /// Widths of the encoder MLP's hidden layers over the observation's values (tanh after
+    /// each); empty = the normalized values go to the core as they are.
     #[config(default = "vec![64]")]
     pub encoder: Vec<usize>,
+    /// The convolutional encoder of every image of the pixels lane (one encoder per image,
+    /// each with this config); required when there are images. The core's input is the MLP's
+    /// output (when the observation has values) followed by each image's features.
+    #[config(default = "None")]
+    pub cnn: Option<recur_rnn::encoder::EncoderConfig>,
     #[config(default = "CellKind::Lstm")]
     pub cell: CellKind,
     /// Hidden size of the recurrent core.
@@ -190,6 +198,8 @@ pub struct Policy<B: Backend> {
     /// the identity: mean 0, variance 1, no clip.
     pub obs_norm: Param<Tensor<B, 2>>,
     pub encoder: Vec<Linear<B>>,
+    /// One convolutional encoder per image of the pixels lane ([`PolicyConfig::cnn`]).
+    pub cnn: Vec<ImageEncoder<B>>,
     pub core: RecurrentCore<B>,
     /// The value head's own core ([`CriticCore::Separate`]).
     pub critic_core: Option<RecurrentCore<B>>,
@@ -231,6 +241,11 @@ impl PolicyConfig {
         }
     }
 
+    /// Bytes of a step's pixels lane (0 without images).
+    pub fn pixels(&self) -> usize {
+        self.images.iter().map(ImagePart::bytes).sum()
+    }
+
     /// Layers of the recurrent state an actor carries and a chunk stores: `num_layers`, twice
     /// that with a separate critic core.
     pub fn state_layers(&self) -> usize {
@@ -255,9 +270,51 @@ impl PolicyConfig {
 
     /// Builds the policy; errors name the key and the value.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<Policy<B>, RecurrentError> {
-        if self.obs_dim == 0 {
-            return Err(config_error("obs_dim", "0", "must be at least 1"));
+        if self.obs_dim == 0 && self.images.is_empty() {
+            return Err(config_error(
+                "obs_dim",
+                "0",
+                "at least 1 (an observation with neither values nor images)",
+            ));
         }
+        let cnn = match (&self.cnn, self.images.is_empty()) {
+            (None, false) => {
+                return Err(config_error(
+                    "encoder.cnn",
+                    "none",
+                    &format!(
+                        "a convolutional encoder for the observation's images {}: set \
+                         [policy.encoder] cnn = \"nature\" or \"minigrid\", or a table",
+                        describe_images(&self.images)
+                    ),
+                ))
+            }
+            (Some(_), true) => {
+                return Err(config_error(
+                    "encoder.cnn",
+                    "set",
+                    "no cnn: the observation has no image (drop [policy.encoder] cnn)",
+                ))
+            }
+            (None, true) => Vec::new(),
+            (Some(config), false) => {
+                let mut offset = 0;
+                let mut cnn = Vec::new();
+                for part in &self.images {
+                    let spec = ImageSpec {
+                        part: part.clone(),
+                        offset,
+                        config: config.clone(),
+                    };
+                    offset += part.bytes();
+                    cnn.push(
+                        ImageEncoder::new(spec, device)
+                            .map_err(|e| config_error("encoder.cnn", &format!("{config:?}"), &e))?,
+                    );
+                }
+                cnn
+            }
+        };
         if let Some(w) = self.encoder.iter().find(|&&w| w == 0) {
             return Err(config_error(
                 "encoder",
@@ -302,10 +359,13 @@ impl PolicyConfig {
         }
         let mut encoder = Vec::new();
         let mut width = self.obs_dim;
-        for &w in &self.encoder {
-            encoder.push(LinearConfig::new(width, w).init(device));
-            width = w;
+        if self.obs_dim > 0 {
+            for &w in &self.encoder {
+                encoder.push(LinearConfig::new(width, w).init(device));
+                width = w;
+            }
         }
+        width += cnn.iter().map(ImageEncoder::features).sum::<usize>();
         let core_config = RecurrentConfig::new(width, self.hidden_size)
             .with_num_layers(self.num_layers)
             .with_backend(self.backend);
@@ -331,6 +391,7 @@ impl PolicyConfig {
         Ok(Policy {
             obs_norm,
             encoder,
+            cnn,
             core,
             critic_core,
             policy_head,
@@ -338,6 +399,15 @@ impl PolicyConfig {
             config: self.clone(),
         })
     }
+}
+
+/// `image [7, 7, 3], ...` for errors.
+fn describe_images(images: &[ImagePart]) -> String {
+    let parts: Vec<String> = images
+        .iter()
+        .map(|p| format!("{} {:?}", p.key, p.shape))
+        .collect();
+    parts.join(", ")
 }
 
 fn config_error(key: &'static str, value: &str, expected: &str) -> RecurrentError {
@@ -357,11 +427,51 @@ impl<B: Backend> Policy<B> {
         &self.config.action
     }
 
-    /// Normalizes, then encodes `obs` `[.., obs_dim]`.
-    fn encode<const D: usize>(&self, obs: Tensor<B, D>) -> Tensor<B, D> {
-        self.encoder
-            .iter()
-            .fold(self.normalize(obs), |x, layer| layer.forward(x).tanh())
+    /// The core's input: the MLP over the normalized `obs` `[.., obs_dim]` (when the
+    /// observation has values), followed by every image's features from `pixels` `[.., P]`.
+    fn encode<const D: usize>(
+        &self,
+        obs: Tensor<B, D>,
+        pixels: Option<Tensor<B, D>>,
+    ) -> Result<Tensor<B, D>, RecurrentError> {
+        let mut parts = Vec::with_capacity(1 + self.cnn.len());
+        let dims = obs.dims();
+        if self.config.obs_dim > 0 {
+            parts.push(
+                self.encoder
+                    .iter()
+                    .fold(self.normalize(obs), |x, layer| layer.forward(x).tanh()),
+            );
+        }
+        if !self.cnn.is_empty() {
+            let p = self.config.pixels();
+            let pixels = match pixels {
+                Some(px) if px.dims()[..D - 1] == dims[..D - 1] && px.dims()[D - 1] == p => px,
+                other => {
+                    return Err(RecurrentError::Shape {
+                        field: "pixels",
+                        got: other.map(|t| t.dims().to_vec()).unwrap_or_default(),
+                        expected: format!("{:?} (the images' bytes of every step)", {
+                            let mut want = dims;
+                            want[D - 1] = p;
+                            want
+                        }),
+                    })
+                }
+            };
+            let n: usize = dims[..D - 1].iter().product();
+            let flat = pixels.reshape([n, p]);
+            for enc in &self.cnn {
+                let mut shape = dims;
+                shape[D - 1] = enc.features();
+                parts.push(enc.forward(flat.clone()).reshape(shape));
+            }
+        }
+        Ok(if parts.len() == 1 {
+            parts.pop().expect("one part")
+        } else {
+            Tensor::cat(parts, D - 1)
+        })
     }
 
     /// `clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)` per feature, with the statistics
@@ -416,24 +526,29 @@ impl<B: Backend> Policy<B> {
     /// (`S` = [`PolicyConfig::state_layers`]). In sequential mode `N` environments take one
     /// step (state zeroed at `is_init`); in recurrent mode the rows are one flat packed time
     /// axis (state replaced by the stored state at `is_init`).
+    ///
+    /// `pixels` `[N, P]`: the steps' pixels lane as `f32` byte values (`None` without images).
     pub fn forward(
         &self,
         obs: Tensor<B, 2>,
+        pixels: Option<Tensor<B, 2>>,
         is_init: Tensor<B, 1, Bool>,
         state: RecurrentState<B, 3>,
     ) -> Result<PolicyOutput<B, 2, 3>, RecurrentError> {
-        self.run(obs, is_init, state, RecurrentCore::forward)
+        self.run(obs, pixels, is_init, state, RecurrentCore::forward)
     }
 
     /// One call on `[B, T]`: `obs` `[B, T, obs_dim]`, `is_init` `[B, T]`, stored `state`
     /// `[B, T, S, H]` (recurrent mode: sequences with resets at `is_init`).
+    /// `pixels` `[B, T, P]` as in [`Policy::forward`].
     pub fn forward_batch(
         &self,
         obs: Tensor<B, 3>,
+        pixels: Option<Tensor<B, 3>>,
         is_init: Tensor<B, 2, Bool>,
         state: RecurrentState<B, 4>,
     ) -> Result<PolicyOutput<B, 3, 4>, RecurrentError> {
-        self.run(obs, is_init, state, RecurrentCore::forward_batch)
+        self.run(obs, pixels, is_init, state, RecurrentCore::forward_batch)
     }
 
     /// [`Policy::forward`] and [`Policy::forward_batch`] at any rank: normalize and encode
@@ -442,6 +557,7 @@ impl<B: Backend> Policy<B> {
     fn run<const D: usize, const DI: usize, const DS: usize>(
         &self,
         obs: Tensor<B, D>,
+        pixels: Option<Tensor<B, D>>,
         is_init: Tensor<B, DI, Bool>,
         state: RecurrentState<B, DS>,
         core_forward: impl Fn(
@@ -452,7 +568,7 @@ impl<B: Backend> Policy<B> {
         ) -> Result<RecurrentOutput<B, D, DS>, RecurrentError>,
     ) -> Result<PolicyOutput<B, D, DS>, RecurrentError> {
         check_obs(&obs.dims(), self.config.obs_dim)?;
-        let x = self.encode(obs);
+        let x = self.encode(obs, pixels)?;
         let (actor_state, critic_state) = self.split_state(state);
         let out = core_forward(&self.core, x.clone(), is_init.clone(), actor_state)?;
         let critic = match (&self.critic_core, critic_state) {
@@ -519,6 +635,7 @@ impl<B: Backend> Policy<B> {
                 TensorData::new(chunk.observation.clone(), [e, t, d]),
                 &device,
             ),
+            pixel_tensor(&chunk.pixels, [e, t, schema.pixels()], &device),
             Tensor::from_data(TensorData::new(is_init, [e, t]), &device),
             RecurrentState {
                 rs_h: state(&chunk.rs_h),
@@ -526,6 +643,19 @@ impl<B: Backend> Policy<B> {
             },
         )
     }
+}
+
+/// A pixels lane `[.., P]` as the `f32` byte values a policy's forward takes; `None` when
+/// `P` is 0 (no images).
+pub fn pixel_tensor<B: Backend, const D: usize>(
+    bytes: &[u8],
+    shape: [usize; D],
+    device: &B::Device,
+) -> Option<Tensor<B, D>> {
+    (shape[D - 1] > 0).then(|| {
+        let values: Vec<f32> = bytes.iter().map(|&b| f32::from(b)).collect();
+        Tensor::from_data(TensorData::new(values, shape), device)
+    })
 }
 
 /// The actor core's next state followed by the critic core's (if any) on the layer axis.
@@ -649,6 +779,7 @@ mod tests {
             let out = policy
                 .forward(
                     Tensor::from_data(TensorData::new(o, [n, 3]), &device),
+                    None,
                     Tensor::from_data(TensorData::new(vec![step == 0; n], [n]), &device),
                     RecurrentState::lstm(t3(&state_h), t3(&state_c)),
                 )
@@ -680,6 +811,7 @@ mod tests {
         let out = policy
             .forward_batch(
                 Tensor::from_data(TensorData::new(obs, [n, t, 3]), &device),
+                None,
                 Tensor::from_data(TensorData::new(is_init, [n, t]), &device),
                 RecurrentState::lstm(stored(&stored_h), stored(&stored_c)),
             )

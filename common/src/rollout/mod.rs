@@ -544,9 +544,10 @@ impl Actor {
     fn policy_step(&mut self, g: usize) -> Result<(), ActorError> {
         let r = self.groups[g].clone();
         let s = &self.schema;
-        let (d, lh) = (s.obs_dim, s.num_layers * s.hidden_size);
+        let (d, lh, px) = (s.obs_dim, s.num_layers * s.hidden_size, s.pixels());
         self.fast.step(
             &self.obs[r.start * d..r.end * d],
+            &self.pixels[r.start * px..r.end * px],
             &self.is_init[r.clone()],
             &self.rs_h[r.start * lh..r.end * lh],
             self.rs_c.as_deref().map(|c| &c[r.start * lh..r.end * lh]),

@@ -237,9 +237,12 @@ impl<B: AutodiffBackend> Dqn<B> {
         let last: Vec<usize> = (0..rows).map(|r| r * len + sb.valid[r] - 1).collect();
         let stored: Vec<usize> = last.iter().map(|&p| sb.batch.positions[p]).collect();
         let next_obs = gather(&self.trainer.storage.next_observation, &stored, d);
+        let storage = &self.trainer.storage;
+        let next_px = gather(&storage.next_pixels, &stored, storage.schema().pixels());
         let h = gather(&host(out.next.rs_h), &last, lh);
         let c = out.next.rs_c.map(|c| gather(&host(c), &last, lh));
-        let cut = step_at_cut(net, next_obs, h, c).expect("the batch matches the network");
+        let cut =
+            step_at_cut(net, next_obs, &next_px, h, c).expect("the batch matches the network");
         (q, host(cut.head))
     }
 }

@@ -18,6 +18,8 @@ pub struct ReplayStorage {
     cursor: usize,
     len: usize,
     pub observation: Vec<f32>,
+    /// The pixels lane, `P` bytes a step (empty without images).
+    pub pixels: Vec<u8>,
     /// Discrete actions as `f32` indices, or `[action_dim]` floats.
     pub action: Vec<f32>,
     pub sample_log_prob: Vec<f32>,
@@ -26,6 +28,7 @@ pub struct ReplayStorage {
     pub rs_h: Vec<f32>,
     pub rs_c: Vec<f32>,
     pub next_observation: Vec<f32>,
+    pub next_pixels: Vec<u8>,
     pub next_reward: Vec<f32>,
     pub next_terminated: Vec<bool>,
     pub next_truncated: Vec<bool>,
@@ -47,6 +50,7 @@ impl ReplayStorage {
             cursor: 0,
             len: 0,
             observation: vec![0.0; capacity * d],
+            pixels: vec![0; capacity * schema.pixels()],
             action: vec![0.0; capacity * a],
             sample_log_prob: vec![0.0; capacity],
             state_value: vec![0.0; capacity],
@@ -58,6 +62,7 @@ impl ReplayStorage {
                 Vec::new()
             },
             next_observation: vec![0.0; capacity * d],
+            next_pixels: vec![0; capacity * schema.pixels()],
             next_reward: vec![0.0; capacity],
             next_terminated: vec![false; capacity],
             next_truncated: vec![false; capacity],
@@ -92,12 +97,15 @@ impl ReplayStorage {
     /// Appends a chunk, env row by env row (overwriting the oldest steps when full).
     pub fn extend(&mut self, chunk: &Chunk) {
         let (t_len, (d, a, lh)) = (self.schema.steps, widths(&self.schema));
+        let px = self.schema.pixels();
         for env in 0..self.schema.envs {
             for t in 0..t_len {
                 let p = env * t_len + t;
                 let q = self.cursor;
                 self.observation[q * d..(q + 1) * d]
                     .copy_from_slice(&chunk.observation[p * d..(p + 1) * d]);
+                self.pixels[q * px..(q + 1) * px]
+                    .copy_from_slice(&chunk.pixels[p * px..(p + 1) * px]);
                 match &chunk.action {
                     ActionColumn::Discrete(v) => {
                         for j in 0..a {
@@ -117,6 +125,8 @@ impl ReplayStorage {
                 }
                 self.next_observation[q * d..(q + 1) * d]
                     .copy_from_slice(&chunk.next_observation[p * d..(p + 1) * d]);
+                self.next_pixels[q * px..(q + 1) * px]
+                    .copy_from_slice(&chunk.next_pixels[p * px..(p + 1) * px]);
                 self.next_reward[q] = chunk.next_reward[p];
                 self.next_terminated[q] = chunk.next_terminated[p] == 1;
                 self.next_truncated[q] = chunk.next_truncated[p] == 1;

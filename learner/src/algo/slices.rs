@@ -11,7 +11,7 @@ use common::chunk::ChunkSchema;
 use common::policy::dist::{
     categorical_log_prob, multi_categorical_log_prob, squashed_gaussian_log_prob_tensor,
 };
-use common::policy::{ActionSpec, Policy, PolicyConfig, PolicyOutput};
+use common::policy::{pixel_tensor, ActionSpec, Policy, PolicyConfig, PolicyOutput};
 use recur_rnn::{set_recurrent_mode, RecurrentError, RecurrentMode, RecurrentState};
 
 use crate::algo::optim::Trainee;
@@ -264,6 +264,8 @@ impl<'a> SliceBatch<'a> {
             l,
             h,
             obs: self.gather(&self.storage.observation, d),
+            px: s.pixels(),
+            pixels: self.gather(&self.storage.pixels, s.pixels()),
             is_init: self.batch.is_init.clone(),
             rs_h: state(&self.storage.rs_h),
             rs_c: has_cell.then(|| state(&self.storage.rs_c)),
@@ -286,16 +288,19 @@ pub fn gather<T: Copy>(v: &[T], positions: &[usize], w: usize) -> Vec<T> {
 pub fn step_at_cut<M: Backend>(
     net: &Policy<M>,
     obs: Vec<f32>,
+    pixels: &[u8],
     rs_h: Vec<f32>,
     rs_c: Option<Vec<f32>>,
 ) -> Result<PolicyOutput<M, 2, 3>, RecurrentError> {
     let pc = net.config();
-    let m = obs.len() / pc.obs_dim;
+    let m = rs_h.len() / (pc.state_layers() * pc.hidden_size);
     let device = net.policy_head.weight.val().device();
+    let px = pixels.len() / m.max(1);
     let state = |v| tensor3(v, m, pc.state_layers(), pc.hidden_size, &device);
     let _seq = set_recurrent_mode(RecurrentMode::Sequential);
     net.forward(
         Tensor::from_data(TensorData::new(obs, [m, pc.obs_dim]), &device),
+        pixel_tensor(pixels, [m, px], &device),
         Tensor::<M, 1, Bool>::from_data(TensorData::new(vec![false; m], [m]), &device),
         RecurrentState {
             rs_h: state(rs_h),
@@ -328,6 +333,10 @@ pub struct SliceInputs {
     l: usize,
     h: usize,
     pub obs: Vec<f32>,
+    /// Bytes of a step's pixels lane (0 without images).
+    pub px: usize,
+    /// `[rows, len, px]`.
+    pub pixels: Vec<u8>,
     pub is_init: Vec<bool>,
     pub rs_h: Vec<f32>,
     pub rs_c: Option<Vec<f32>>,
@@ -373,6 +382,11 @@ impl SliceInputs {
         net.forward_batch(
             Tensor::from_data(
                 TensorData::new(self.columns(&self.obs, self.d, from, to), [rows, t, self.d]),
+                &device,
+            ),
+            pixel_tensor(
+                &self.columns(&self.pixels, self.px, from, to),
+                [rows, t, self.px],
                 &device,
             ),
             Tensor::<M, 2, Bool>::from_data(TensorData::new(is_init, [rows, t]), &device),

@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+mod encoder;
 mod environment;
 mod overrides;
 mod policy;
@@ -18,6 +19,7 @@ mod resources;
 mod schema;
 mod validate;
 
+pub use encoder::{CnnSection, CnnTable, EncoderSection, EncoderTable};
 pub use overrides::{blame_flags, check_resume_overrides, Override};
 pub use policy::{fit_policy, fit_policy_spec};
 pub use schema::{

@@ -16,18 +16,34 @@ pub fn fit_policy(env: &str, p: &PolicySection) -> anyhow::Result<PolicyConfig> 
 /// The policy a `[policy]` section describes, fitted to the spaces of `spec`.
 ///
 /// # Errors
-/// An environment whose observation has images: the policy's encoder reads the values lane
-/// only so far, and training on images it cannot see would waste the run.
+/// An observation with images and no `policy.encoder.cnn`, or a cnn and no image, or a cnn
+/// that does not fit the images (each names the key, the env and its spaces).
 pub fn fit_policy_spec(spec: &EnvSpec, p: &PolicySection) -> anyhow::Result<PolicyConfig> {
-    anyhow::ensure!(
-        spec.observation_space.pixels() == 0,
-        "run.env = {:?} observes images ({}): the learner cannot train a policy on them yet (the \
-         policy's encoder reads only the observation's values, so the images would be ignored); \
-         record it with `recur-actor --record` in the meantime",
-        spec.id,
-        spec.observation_space.describe()
-    );
-    Ok(with_section(policy_config_for_spec(spec), p))
+    let fitted = with_section(policy_config_for_spec(spec), p);
+    let cnn = p.encoder.cnn().ok().flatten();
+    let images = spec.observation_space.images();
+    if images.is_empty() && cnn.is_some() {
+        anyhow::bail!(
+            "policy.encoder.cnn is set, but run.env = {:?} observes no image ({}): drop \
+             `cnn` from [policy.encoder]",
+            spec.id,
+            spec.observation_space.describe()
+        );
+    }
+    if !images.is_empty() && cnn.is_none() {
+        anyhow::bail!(
+            "run.env = {:?} observes images ({}): set `policy.encoder.cnn`, a preset (\"nature\" \
+             for 84x84 frames, \"minigrid\" for MiniGrid's 7x7 codes) or a table of layers \
+             ([policy.encoder] cnn = \"minigrid\"; docs/images.md)",
+            spec.id,
+            spec.observation_space.describe()
+        );
+    }
+    // Checks the layers against every image (a kernel larger than its input, ...).
+    fitted
+        .init::<common::backend::Cpu>(&common::backend::cpu_device())
+        .map_err(|e| anyhow::anyhow!("run.env = {:?}: {e}", spec.id))?;
+    Ok(fitted)
 }
 
 /// `fitted` (sized to an environment) with everything else from the `[policy]` section.
@@ -36,7 +52,8 @@ fn with_section(fitted: PolicyConfig, p: &PolicySection) -> PolicyConfig {
         .with_cell(p.cell)
         .with_hidden_size(p.hidden_size)
         .with_num_layers(p.num_layers)
-        .with_encoder(p.encoder.clone())
+        .with_encoder(p.encoder.mlp().to_vec())
+        .with_cnn(p.encoder.cnn().ok().flatten())
         .with_backend(p.backend)
         .with_obs_norm(p.obs_norm)
         .with_obs_clip(p.obs_clip)

@@ -44,7 +44,7 @@ fn frame_bytes(p: &PolicySection) -> u64 {
 fn training_bytes(p: &PolicySection) -> u64 {
     let gates = p.cell.gates() as u128;
     let h = p.hidden_size as u128;
-    let input = p.encoder.last().copied().unwrap_or(8) as u128;
+    let input = p.encoder.mlp().last().copied().unwrap_or(8) as u128;
     // W_ih and b_ih, plus W_hh and b_hh where the cell has them.
     let per_gate = if p.cell.has_hidden_weights() {
         input + h + 2
@@ -54,10 +54,11 @@ fn training_bytes(p: &PolicySection) -> u64 {
     let core = gates * h * per_gate * p.num_layers as u128;
     let encoder: u128 = p
         .encoder
+        .mlp()
         .windows(2)
         .map(|w| w[0] as u128 * w[1] as u128)
         .sum::<u128>()
-        + p.encoder.first().copied().unwrap_or(0) as u128 * 64;
+        + p.encoder.mlp().first().copied().unwrap_or(0) as u128 * 64;
     let params = core + encoder + h * 64;
     u64::try_from(params * 4 * 6).unwrap_or(u64::MAX)
 }

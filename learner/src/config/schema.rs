@@ -152,8 +152,9 @@ pub struct PolicySection {
     pub hidden_size: usize,
     #[serde(default = "one")]
     pub num_layers: usize,
-    #[serde(default = "default_encoder")]
-    pub encoder: Vec<usize>,
+    /// The MLP's widths (`encoder = [64]`), or a table with `mlp` and `cnn` (images).
+    #[serde(default)]
+    pub encoder: super::encoder::EncoderSection,
     #[serde(default)]
     pub backend: RecurrentBackend,
     /// Observation normalization (PPO): the learner keeps a running mean and variance of the
@@ -489,7 +490,6 @@ defaults! {
     default_restart_backoff: f64 = 0.2;
     default_stall_timeout: f64 = 30.0;
     one: usize = 1;
-    default_encoder: Vec<usize> = vec![64];
     default_obs_clip: f32 = 10.0;
     default_eval_episodes_train: usize = 10;
 }

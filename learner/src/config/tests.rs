@@ -47,7 +47,7 @@ max_grad_norm = 0.5
 fn a_good_config_loads_with_defaults_and_round_trips() {
     let c = TrainConfig::parse(GOOD, "good.toml").unwrap();
     assert_eq!(c.collector.mode, CollectorMode::Async);
-    assert_eq!(c.policy.encoder, vec![64]);
+    assert_eq!(c.policy.encoder.mlp(), &[64]);
     assert_eq!(c.policy.backend, RecurrentBackend::Auto);
     assert_eq!(TrainConfig::parse(&c.to_toml(), "resolved").unwrap(), c);
 }
@@ -236,6 +236,7 @@ fn every_shipped_config_is_valid() {
             "masked_cartpole_mingru.toml",
             "masked_pendulum.toml",
             "pendulum.toml",
+            "pixel_cartpole.toml",
             "popgym_position_only_cartpole.toml",
             "popgym_repeat_previous.toml",
             "repeat_previous.toml",

@@ -184,12 +184,15 @@ impl Checker<'_> {
     fn policy(&self, p: &PolicySection) -> Result<(), ConfigError> {
         self.check("policy.hidden_size", p.hidden_size, Range::AtLeastOne)?;
         self.check("policy.num_layers", p.num_layers, Range::AtLeastOne)?;
-        if p.encoder.contains(&0) {
+        if p.encoder.mlp().contains(&0) {
             return self.fail(
                 "policy.encoder",
-                format!("{:?}", p.encoder),
+                format!("{:?}", p.encoder.mlp()),
                 "widths of at least 1",
             );
+        }
+        if let Err((key, value, expected)) = p.encoder.cnn() {
+            return self.fail(&key, value, &expected);
         }
         Ok(())
     }

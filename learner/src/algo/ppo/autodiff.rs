@@ -45,9 +45,10 @@ impl<B: AutodiffBackend> Update<B> for AutodiffUpdate<B> {
         let out = (self.critic.forward_chunk(chunk, s)).expect("chunks match the policy");
         let boot = (!rows.is_empty()).then(|| {
             let obs = gather(&chunk.next_observation, rows, d);
+            let px = gather(&chunk.next_pixels, rows, s.pixels());
             let h = gather(&host(out.next.rs_h), rows, lh);
             let c = out.next.rs_c.map(|c| gather(&host(c), rows, lh));
-            let boot = step_at_cut(&self.critic, obs, h, c).expect("chunks match the policy");
+            let boot = step_at_cut(&self.critic, obs, &px, h, c).expect("chunks match the policy");
             host(boot.value)
         });
         (host(out.value), boot)

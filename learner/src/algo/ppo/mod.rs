@@ -240,7 +240,11 @@ fn update_path<B: AutodiffBackend>(
         );
     }
     let flat = match (path, why) {
-        (UpdatePath::Burn, _) | (UpdatePath::Auto, Some(_)) => false,
+        (UpdatePath::Burn, _) => false,
+        (UpdatePath::Auto, Some(why)) => {
+            tracing::info!("ppo.update = \"auto\": burn's autodiff update, because of {why}");
+            false
+        }
         (UpdatePath::Fused, Some(why)) => {
             anyhow::bail!("ppo.update = \"fused\" cannot run this policy: {why}")
         }

@@ -45,6 +45,12 @@ pub fn unsupported<B: Backend>(model: &Policy<B>) -> Option<String> {
     if TypeId::of::<B>() != TypeId::of::<CpuAutodiff>() {
         return Some("a learner device other than the CPU".to_string());
     }
+    if !model.cnn.is_empty() {
+        return Some(
+            "policy.encoder.cnn (the fused update does not run the convolutional encoder yet)"
+                .to_string(),
+        );
+    }
     if core.backend() != RecurrentBackend::Fused {
         return Some(format!(
             "policy.backend = \"{}\" (resolved; the fused update runs the fused kernels)",

@@ -1,0 +1,150 @@
+//! The policy's convolutional encoder of one image, as a burn module: the model of record (weight
+//! blobs, checkpoints, burn's update path, the critic). The actor runs the same equations on
+//! the host with [`recur_rnn::encoder::Encoder`] (im2col into the fused SIMD GEMM), whose
+//! parameters are copied from this module ([`ImageEncoder::torch_params`]).
+//!
+//! ```text
+//! pixels [N, P] (0..=255 as f32) -> this image's bytes [N, H, W, C] -> x = f32 * scale, NCHW
+//! for each layer: Conv2d(kernel, stride, zero padding) + ReLU, or MaxPool2d(kernel)
+//! flatten in (C, H, W) order -> ReLU(x W + b)   [N, features]
+//! ```
+//!
+//! torch's names for an encoder's parameters are `convs.{i}.weight` `[out, in, k, k]` and
+//! `convs.{i}.bias` for the convolution at index `i` of the config's `layers`, then
+//! `linear.weight` `[features, flat]` and `linear.bias` (burn keeps the linear weight
+//! transposed, `[flat, features]`).
+
+use burn::module::Module;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+use recur_rnn::encoder::{EncoderConfig, EncoderLayer, ImageShape};
+
+use crate::envs::ImagePart;
+
+/// What an [`ImageEncoder`] reads and how it is built (not a parameter).
+#[derive(Clone, Debug)]
+pub struct ImageSpec {
+    /// The image's key and shape.
+    pub part: ImagePart,
+    /// Where its bytes start in a step's pixels lane.
+    pub offset: usize,
+    pub config: EncoderConfig,
+}
+
+/// One image's convolutional encoder (see the module doc).
+#[derive(Module, Debug)]
+pub struct ImageEncoder<B: Backend> {
+    /// The convolutions, in the order of the config's layers (max-pools have no parameters).
+    pub convs: Vec<Conv2d<B>>,
+    pub linear: Linear<B>,
+    #[module(skip)]
+    spec: ImageSpec,
+}
+
+/// The image's shape as the encoder crate takes it.
+pub fn image_shape(part: &ImagePart) -> ImageShape {
+    let [h, w, c] = part.shape;
+    ImageShape::new(h, w, c)
+}
+
+impl<B: Backend> ImageEncoder<B> {
+    /// An encoder of `spec`'s image; the config is checked against its shape (an error names
+    /// the field, its value and what was expected).
+    pub fn new(spec: ImageSpec, device: &B::Device) -> Result<Self, String> {
+        let plan = spec
+            .config
+            .plan(image_shape(&spec.part))
+            .map_err(|e| format!("policy.encoder.cnn for image {:?}: {e}", spec.part.key))?;
+        let mut convs = Vec::new();
+        let mut channels = spec.part.shape[2];
+        for layer in &spec.config.layers {
+            if let EncoderLayer::Conv {
+                out_channels,
+                kernel,
+                stride,
+                padding,
+            } = *layer
+            {
+                let p = padding;
+                convs.push(
+                    Conv2dConfig::new([channels, out_channels], [kernel, kernel])
+                        .with_stride([stride, stride])
+                        .with_padding(PaddingConfig2d::Explicit(p, p, p, p))
+                        .init(device),
+                );
+                channels = out_channels;
+            }
+        }
+        let linear = LinearConfig::new(plan.flat, spec.config.features).init(device);
+        Ok(ImageEncoder {
+            convs,
+            linear,
+            spec,
+        })
+    }
+
+    pub fn spec(&self) -> &ImageSpec {
+        &self.spec
+    }
+
+    /// Output width.
+    pub fn features(&self) -> usize {
+        self.spec.config.features
+    }
+
+    /// `pixels` `[N, P]` (the whole pixels lane of `N` steps, byte values as `f32`) ->
+    /// `[N, features]`.
+    pub fn forward(&self, pixels: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [n, _] = pixels.dims();
+        let [h, w, c] = self.spec.part.shape;
+        let at = self.spec.offset;
+        let mut x = pixels
+            .narrow(1, at, h * w * c)
+            .reshape([n, h, w, c])
+            .permute([0, 3, 1, 2])
+            .mul_scalar(self.spec.config.scale);
+        let mut convs = self.convs.iter();
+        for layer in &self.spec.config.layers {
+            x = match *layer {
+                EncoderLayer::Conv { .. } => {
+                    let conv = convs.next().expect("one conv per conv layer");
+                    burn::tensor::activation::relu(conv.forward(x))
+                }
+                EncoderLayer::Maxpool { kernel } => burn::tensor::module::max_pool2d(
+                    x,
+                    [kernel, kernel],
+                    [kernel, kernel],
+                    [0, 0],
+                    [1, 1],
+                    false,
+                ),
+            };
+        }
+        let [_, c2, h2, w2] = x.dims();
+        burn::tensor::activation::relu(self.linear.forward(x.reshape([n, c2 * h2 * w2])))
+    }
+
+    /// `(torch name, torch shape, values)` of every parameter, in torch's `state_dict` order
+    /// (the linear weight transposed to `[features, flat]`).
+    pub fn torch_params(&self) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+        use crate::backend::to_vec as host;
+        let mut out = Vec::new();
+        let mut convs = self.convs.iter();
+        for (i, layer) in self.spec.config.layers.iter().enumerate() {
+            if let EncoderLayer::Conv { .. } = layer {
+                let conv = convs.next().expect("one conv per conv layer");
+                let w = conv.weight.val();
+                out.push((format!("convs.{i}.weight"), w.dims().to_vec(), host(w)));
+                let b = conv.bias.as_ref().expect("convs have biases").val();
+                out.push((format!("convs.{i}.bias"), b.dims().to_vec(), host(b)));
+            }
+        }
+        let w = self.linear.weight.val().transpose();
+        out.push(("linear.weight".into(), w.dims().to_vec(), host(w)));
+        let b = self.linear.bias.as_ref().expect("linear has a bias").val();
+        out.push(("linear.bias".into(), b.dims().to_vec(), host(b)));
+        out
+    }
+}
