@@ -8,7 +8,9 @@ use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use common::backend::to_vec as host;
+use common::policy::image::ImageEncoder;
 use common::policy::Policy;
+use recur_rnn::encoder::EncoderLayer;
 
 /// One parameter tensor: its id in the burn module and its place in the flat buffer.
 #[derive(Clone, Debug)]
@@ -44,11 +46,22 @@ pub struct CoreSlots {
     pub input: usize,
 }
 
+/// One image's convolutional encoder: each parameter's torch name (the name
+/// [`recur_rnn::encoder::Encoder`] knows it by) and slot, and whether burn keeps it transposed
+/// (the linear weight: burn `[flat, features]`, torch `[features, flat]`).
+#[derive(Clone, Debug)]
+pub struct CnnSlots {
+    pub params: Vec<(String, Slot, bool)>,
+    pub features: usize,
+}
+
 /// Every trained parameter of a policy (all but the observation normalizer, which no
 /// gradient reaches), in module order.
 #[derive(Clone, Debug)]
 pub struct Layout {
     pub encoder: Vec<DenseSlots>,
+    /// One per image of the pixels lane.
+    pub cnn: Vec<CnnSlots>,
     pub core: Vec<CoreSlots>,
     pub policy_head: DenseSlots,
     pub value_head: DenseSlots,
@@ -87,12 +100,35 @@ impl Builder {
     }
 }
 
+impl Builder {
+    fn cnn<B: Backend>(&mut self, e: &ImageEncoder<B>) -> CnnSlots {
+        let mut params = Vec::new();
+        let mut convs = e.convs.iter();
+        for (i, layer) in e.spec().config.layers.iter().enumerate() {
+            if let EncoderLayer::Conv { .. } = layer {
+                let conv = convs.next().expect("one conv per conv layer");
+                params.push((format!("convs.{i}.weight"), self.slot(&conv.weight), false));
+                let bias = conv.bias.as_ref().expect("convs have biases");
+                params.push((format!("convs.{i}.bias"), self.slot(bias), false));
+            }
+        }
+        params.push(("linear.weight".into(), self.slot(&e.linear.weight), true));
+        let bias = e.linear.bias.as_ref().expect("the linear layer has a bias");
+        params.push(("linear.bias".into(), self.slot(bias), false));
+        CnnSlots {
+            params,
+            features: e.features(),
+        }
+    }
+}
+
 impl Layout {
     /// The layout of `model`'s parameters (the actor core's; a separate critic core is not
     /// supported by the fused update).
     pub fn of<B: Backend>(model: &Policy<B>) -> Self {
         let mut b = Builder { offset: 0 };
         let encoder = model.encoder.iter().map(|l| b.dense(l)).collect();
+        let cnn = model.cnn.iter().map(|e| b.cnn(e)).collect();
         let core = model
             .core
             .layers
@@ -112,6 +148,7 @@ impl Layout {
         let value_head = b.dense(&model.value_head);
         Layout {
             encoder,
+            cnn,
             core,
             policy_head,
             value_head,
@@ -124,6 +161,9 @@ impl Layout {
         let mut all = Vec::new();
         for d in &self.encoder {
             all.extend([&d.weight, &d.bias]);
+        }
+        for c in &self.cnn {
+            all.extend(c.params.iter().map(|(_, s, _)| s));
         }
         for c in &self.core {
             all.extend([&c.w_ih, &c.w_hh]);

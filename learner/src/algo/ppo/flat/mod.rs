@@ -29,27 +29,32 @@ use recur_rnn::fused::{
 };
 use recur_rnn::{CellKind, RecurrentBackend};
 
+use std::sync::{Mutex, MutexGuard};
+
+use common::policy::image::{image_shape, ImageSpec};
+use recur_rnn::encoder::{Encoder, EncoderGrads, Tape as EncoderTape};
+
 use adam::FlatAdam;
-use layout::Layout;
+use layout::{CnnSlots, Layout};
 use net::{part, Batch, LossConfig, Net, Outcome};
 
 use super::update::{Minibatch, Update};
 use crate::algo::optim::Trainee;
 use crate::algo::slices::gather;
 use crate::run::metrics::UpdateStats;
-use crate::run::profile;
+use crate::run::profile::{self, Phase};
+
+/// The lock's value, also after a panic elsewhere (the encoders hold no invariant a panic
+/// could break: every call rewrites what it reads).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Why `model` cannot take the fused update (`None`: it can), naming the setting.
 pub fn unsupported<B: Backend>(model: &Policy<B>) -> Option<String> {
     let (policy, core) = (model.config(), &model.core);
     if TypeId::of::<B>() != TypeId::of::<CpuAutodiff>() {
         return Some("a learner device other than the CPU".to_string());
-    }
-    if !model.cnn.is_empty() {
-        return Some(
-            "policy.encoder.cnn (the fused update does not run the convolutional encoder yet)"
-                .to_string(),
-        );
     }
     if core.backend() != RecurrentBackend::Fused {
         return Some(format!(
@@ -95,6 +100,74 @@ pub struct FlatUpdate {
     /// The core layers' weights packed from `params` (repacked by each [`apply`](Self::apply)):
     /// the critic pass, its bootstrap and a minibatch's forward and backward share them.
     packs: Vec<LayerPacks>,
+    /// One convolutional encoder per image, its parameters copied from `params` (by
+    /// [`of`](Self::of) and each [`apply`](Self::apply)).
+    images: Mutex<Vec<ImageTrainer>>,
+}
+
+/// One image's encoder on the host ([`Encoder`]: im2col into the fused GEMM, a hand-written
+/// backward), with what its backward keeps between a minibatch's forward and backward.
+struct ImageTrainer {
+    encoder: Encoder,
+    slots: CnnSlots,
+    /// Where its bytes start in a step's pixels lane, and how many.
+    offset: usize,
+    bytes: usize,
+    tape: EncoderTape,
+    grads: EncoderGrads,
+}
+
+impl ImageTrainer {
+    fn new(spec: &ImageSpec, slots: CnnSlots) -> Self {
+        let encoder = Encoder::new(&spec.config, image_shape(&spec.part), 0)
+            .expect("the model's encoder was built from this config and shape");
+        ImageTrainer {
+            grads: EncoderGrads::zeros(&encoder),
+            encoder,
+            slots,
+            offset: spec.offset,
+            bytes: spec.part.bytes(),
+            tape: EncoderTape::default(),
+        }
+    }
+
+    /// Copies this encoder's parameters out of the flat buffer (torch's layouts).
+    fn load(&mut self, params: &[f32]) {
+        for (name, slot, transposed) in &self.slots.params {
+            let v = &params[slot.range()];
+            let values = if *transposed {
+                transpose(v, slot.shape[0], slot.shape[1])
+            } else {
+                v.to_vec()
+            };
+            self.encoder
+                .set_param(name, &values)
+                .expect("the layout's slots are the encoder's parameters");
+        }
+    }
+
+    /// This image's bytes of every step of a pixels lane `[n, px]`.
+    fn bytes_of<'a>(&self, pixels: &'a [u8], px: usize, own: &'a mut Vec<u8>) -> &'a [u8] {
+        if self.bytes == px {
+            return pixels;
+        }
+        own.clear();
+        for row in pixels.chunks_exact(px) {
+            own.extend_from_slice(&row[self.offset..self.offset + self.bytes]);
+        }
+        own
+    }
+}
+
+/// `[rows, cols]` -> `[cols, rows]`.
+fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0.0f32; v.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = v[r * cols + c];
+        }
+    }
+    t
 }
 
 impl FlatUpdate {
@@ -111,11 +184,101 @@ impl FlatUpdate {
             config: model.config().clone(),
             nvec: nvec(&model.config().action),
             recompute: model.core.config().recompute,
+            images: Mutex::new(
+                (model.cnn.iter().zip(&layout.cnn))
+                    .map(|(e, slots)| ImageTrainer::new(e.spec(), slots.clone()))
+                    .collect(),
+            ),
             layout,
             packs: Vec::new(),
         };
         fused.packs = fused.net().pack();
+        fused.load_images();
         fused
+    }
+
+    /// The image encoders' parameters from the flat buffer.
+    fn load_images(&mut self) {
+        let params = &self.params;
+        for img in lock(&self.images).iter_mut() {
+            img.load(params);
+        }
+    }
+
+    /// Every image's features `[n, F]` side by side, of a pixels lane `[n, px]` (empty without
+    /// images). `train`: each encoder keeps its tape for [`images_backward`](Self::images_backward).
+    pub fn encode_images(&self, pixels: &[u8], n: usize, train: bool) -> Vec<f32> {
+        let mut images = lock(&self.images);
+        if images.is_empty() || n == 0 {
+            return Vec::new();
+        }
+        let _phase = Phase::start("fused.images");
+        let px = pixels.len() / n;
+        let mut own = Vec::new();
+        let mut parts = Vec::with_capacity(images.len());
+        for img in images.iter_mut() {
+            let mut buf = std::mem::take(&mut own);
+            let bytes = img.bytes_of(pixels, px, &mut buf).to_vec();
+            own = buf;
+            let features = if train {
+                let ImageTrainer { encoder, tape, .. } = img;
+                encoder.forward_train(&bytes, n, tape).map(<[f32]>::to_vec)
+            } else {
+                img.encoder.forward(&bytes, n).map(<[f32]>::to_vec)
+            };
+            parts.push(features.expect("the pixels lane holds every image of every step"));
+        }
+        if parts.len() == 1 {
+            return parts.pop().expect("one image");
+        }
+        let widths: Vec<usize> = parts.iter().map(|p| p.len() / n).collect();
+        let mut out = Vec::with_capacity(n * widths.iter().sum::<usize>());
+        for p in 0..n {
+            for (part, &w) in parts.iter().zip(&widths) {
+                out.extend_from_slice(&part[p * w..(p + 1) * w]);
+            }
+        }
+        out
+    }
+
+    /// Adds to `grads` (flat, burn's layouts) the image encoders' parameter gradients of the
+    /// last training [`encode_images`](Self::encode_images), given `d_images` `[n, F]`.
+    pub fn images_backward(&self, d_images: &[f32], grads: &mut [f32]) {
+        let mut images = lock(&self.images);
+        if images.is_empty() {
+            return;
+        }
+        let _phase = Phase::start("fused.images");
+        let n = d_images.len() / images.iter().map(|i| i.slots.features).sum::<usize>();
+        let total = d_images.len() / n.max(1);
+        let mut at = 0;
+        for img in images.iter_mut() {
+            let f = img.slots.features;
+            let d: Vec<f32> = (0..n)
+                .flat_map(|p| d_images[p * total + at..p * total + at + f].iter().copied())
+                .collect();
+            at += f;
+            img.grads.zero();
+            let ImageTrainer {
+                encoder,
+                tape,
+                grads: g,
+                ..
+            } = img;
+            encoder
+                .backward(tape, &d, g)
+                .expect("the tape is of these parameters and these frames");
+            for (name, slot, transposed) in &img.slots.params {
+                let v = img.grads.get(name).expect("a gradient per parameter");
+                let out = &mut grads[slot.range()];
+                if *transposed {
+                    // torch [features, flat] -> burn [flat, features].
+                    out.copy_from_slice(&transpose(v, slot.shape[1], slot.shape[0]));
+                } else {
+                    out.copy_from_slice(v);
+                }
+            }
+        }
     }
 
     /// The network as the parameters stand (its `values` are the critic's pass).
@@ -158,22 +321,27 @@ impl FlatUpdate {
             return parts.pop().expect("one part");
         }
         let mut grads = vec![0.0f32; self.layout.total];
+        let mut d_images = Vec::new();
         for o in &parts {
             grads.iter_mut().zip(&o.grads).for_each(|(g, &v)| *g += v);
+            d_images.extend_from_slice(&o.d_images);
         }
         let stats: Vec<_> = parts.into_iter().map(|o| o.stats).collect();
         Outcome {
             grads,
             stats: UpdateStats::sum(&stats),
+            d_images,
         }
     }
 
     /// The critic's pass ([`Net::values`]) over `blocks` blocks of the rows (see
     /// [`by_row_blocks`]); `None`: one per thread where the rows allow several.
+    #[allow(clippy::too_many_arguments)]
     pub fn values(
         &self,
         len: usize,
         obs: &[f32],
+        pixels: &[u8],
         start: &[bool],
         rs_h: &[f32],
         rs_c: Option<&[f32]>,
@@ -182,12 +350,14 @@ impl FlatUpdate {
         let blocks = blocks.unwrap_or_else(|| threads_for(start.len() / len, len));
         let net = self.net();
         let n = start.len();
+        let images = self.encode_images(pixels, n, false);
         let parts = by_row_blocks(n / len, blocks, |first, rows| {
             let (at, span) = (first * len, rows * len);
             net.values(
                 rows,
                 len,
                 part(obs, n, at, span),
+                part(&images, n, at, span),
                 part(start, n, at, span),
                 part(rs_h, n, at, span),
                 rs_c.map(|c| part(c, n, at, span)),
@@ -212,6 +382,7 @@ impl FlatUpdate {
         let norm = adam::clip_global_norm(&self.layout, grads, max_norm);
         self.adam.step(&mut self.params, grads, lr);
         self.packs = profile::time("fused.pack", || self.net().pack());
+        self.load_images();
         norm
     }
 
@@ -219,10 +390,13 @@ impl FlatUpdate {
     pub(crate) fn minibatch_loss(&self, mb: &Minibatch<'_>) -> Outcome {
         let s = mb.slices();
         let action_dim = s.sb.storage.schema().action_dim();
+        let n = s.sb.rows * s.sb.len;
+        let images = self.encode_images(&s.inputs.pixels, n, true);
         let batch = Batch {
             rows: s.sb.rows,
             len: s.sb.len,
             obs: &s.inputs.obs,
+            images: &images,
             start: &s.inputs.is_init,
             rs_h: &s.inputs.rs_h,
             rs_c: s.inputs.rs_c.as_deref(),
@@ -232,7 +406,9 @@ impl FlatUpdate {
             adv: &s.adv,
             mask: s.sb.mask(),
         };
-        self.loss_over(&batch, mb.loss, None, s.count)
+        let mut out = self.loss_over(&batch, mb.loss, None, s.count);
+        self.images_backward(&out.d_images, &mut out.grads);
+        out
     }
 }
 
@@ -253,13 +429,15 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
             .map(|(p, &x)| x == 1 || p % t == 0)
             .collect();
         let (obs, rs_h, rs_c) = (&chunk.observation, &chunk.rs_h, chunk.rs_c.as_deref());
-        let (value, next_h, next_c) = self.values(t, obs, &start, rs_h, rs_c, None);
+        let px = &chunk.pixels;
+        let (value, next_h, next_c) = self.values(t, obs, px, &start, rs_h, rs_c, None);
         let boot = (!rows.is_empty()).then(|| {
             let obs = gather(&chunk.next_observation, rows, d);
+            let px = gather(&chunk.next_pixels, rows, s.pixels());
             let h = gather(&next_h, rows, lh);
             let c = next_c.map(|c| gather(&c, rows, lh));
-            self.values(1, &obs, &vec![true; rows.len()], &h, c.as_deref(), None)
-                .0
+            let start = vec![true; rows.len()];
+            self.values(1, &obs, &px, &start, &h, c.as_deref(), None).0
         });
         (value, boot)
     }
@@ -268,6 +446,7 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
         let Outcome {
             mut grads,
             mut stats,
+            ..
         } = self.minibatch_loss(mb);
         let grad_norm = profile::time("fused.optimizer", || {
             // Several learner ranks: each rank's loss divided by the group's count of steps,

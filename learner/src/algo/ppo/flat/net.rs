@@ -37,6 +37,9 @@ pub struct Batch<'a> {
     pub len: usize,
     /// `[N, obs_dim]`.
     pub obs: &'a [f32],
+    /// `[N, F]`: every image's features, side by side (the convolutional encoders run on the
+    /// whole minibatch before it is split into blocks); empty without images.
+    pub images: &'a [f32],
     /// `[N]`: where a step takes its stored state.
     pub start: &'a [bool],
     /// `[N, layers, H]`.
@@ -67,6 +70,7 @@ impl Batch<'_> {
             rows,
             len: self.len,
             obs: part(self.obs, n, at, span),
+            images: part(self.images, n, at, span),
             start: part(self.start, n, at, span),
             rs_h: part(self.rs_h, n, at, span),
             rs_c: self.rs_c.map(|c| part(c, n, at, span)),
@@ -92,6 +96,9 @@ pub struct LossConfig {
 pub struct Outcome {
     pub grads: Vec<f32>,
     pub stats: UpdateStats,
+    /// The loss's gradient with respect to [`Batch::images`] `[N, F]` (empty without images):
+    /// what the convolutional encoders' backward starts from.
+    pub d_images: Vec<f32>,
 }
 
 impl Net<'_> {
@@ -138,6 +145,9 @@ impl Net<'_> {
     /// `clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)` per feature.
     fn normalize(&self, obs: &[f32]) -> Vec<f32> {
         let d = self.obs_norm.len() / 4;
+        if d == 0 {
+            return Vec::new();
+        }
         let row = |r: usize| &self.obs_norm[r * d..(r + 1) * d];
         let (mean, var, clip) = (row(0), row(1), row(3));
         let mut x = obs.to_vec();
@@ -150,8 +160,8 @@ impl Net<'_> {
         x
     }
 
-    /// Normalizes and encodes `n` observations: every encoder layer's input, then the core's
-    /// input (the encoder's output).
+    /// Normalizes and encodes `n` observations: every encoder layer's input, then the
+    /// encoder's output (empty without an observation's values).
     fn encode(&self, obs: &[f32], n: usize) -> Vec<Vec<f32>> {
         let mut acts = vec![self.normalize(obs)];
         for l in &self.layout.encoder {
@@ -160,6 +170,22 @@ impl Net<'_> {
             acts.push(z);
         }
         acts
+    }
+
+    /// The core's input `[n, values + F]`: the MLP's output (`values` wide; none without an
+    /// observation's values) and the images' features, row by row; `values` alone without
+    /// images.
+    fn core_input(values: Vec<f32>, images: &[f32], n: usize) -> Vec<f32> {
+        if images.is_empty() {
+            return values;
+        }
+        let (wv, wi) = (values.len() / n, images.len() / n);
+        let mut x = Vec::with_capacity(n * (wv + wi));
+        for p in 0..n {
+            x.extend_from_slice(&values[p * wv..(p + 1) * wv]);
+            x.extend_from_slice(&images[p * wi..(p + 1) * wi]);
+        }
+        x
     }
 
     /// A core layer call's shape over `[rows, len]`.
@@ -183,7 +209,8 @@ impl Net<'_> {
         let layers = layout.core.len();
         // Forward. acts[k] is encoder layer k's input; the last is the core's input.
         let acts = self.encode(b.obs, n);
-        let core_in = acts.last().expect("non-empty");
+        let values_width = acts.last().expect("non-empty").len() / n;
+        let core_in = &Self::core_input(acts.last().expect("non-empty").clone(), b.images, n);
         let stored = StoredStates {
             h: b.rs_h,
             c: b.rs_c,
@@ -301,7 +328,7 @@ impl Net<'_> {
         }
         for (l, (c, tape)) in layout.core.iter().zip(tapes).enumerate().rev() {
             let input = if l == 0 { core_in } else { &outs[l - 1] };
-            let want_x = l > 0 || !layout.encoder.is_empty();
+            let want_x = l > 0 || !layout.encoder.is_empty() || !b.images.is_empty();
             let g = layer_backward(tape, &self.core_params(l), input, b.start, &dh, want_x);
             grads[c.w_ih.range()].copy_from_slice(&g.w_ih);
             grads[c.w_hh.range()].copy_from_slice(&g.w_hh);
@@ -314,6 +341,18 @@ impl Net<'_> {
             if let Some(dx) = g.x {
                 dh = dx;
             }
+        }
+        // Split d(core input) into the MLP's part and the images'.
+        let mut d_images = Vec::new();
+        if !b.images.is_empty() {
+            let w = dh.len() / n;
+            let (mut dv, wi) = (Vec::with_capacity(n * values_width), w - values_width);
+            d_images.reserve(n * wi);
+            for row in dh.chunks_exact(w) {
+                dv.extend_from_slice(&row[..values_width]);
+                d_images.extend_from_slice(&row[values_width..]);
+            }
+            dh = dv;
         }
         for (k, l) in layout.encoder.iter().enumerate().rev() {
             // dh is d(output of layer k); through tanh: d z = d out * (1 - out^2).
@@ -337,24 +376,27 @@ impl Net<'_> {
                 clip_frac: clipped / count,
                 ..UpdateStats::default()
             },
+            d_images,
         }
     }
 
     /// Inference over `[rows, len]` from stored states (`rs_h`/`rs_c` `[N, layers, H]`): the
     /// value of every position and the post-step state `[N, layers, H]` at every segment end
     /// (other positions zero): what PPO's critic pass needs.
+    #[allow(clippy::too_many_arguments)]
     pub fn values(
         &self,
         rows: usize,
         len: usize,
         obs: &[f32],
+        images: &[f32],
         start: &[bool],
         rs_h: &[f32],
         rs_c: Option<&[f32]>,
     ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
         let (n, h, layout) = (rows * len, self.hidden, self.layout);
         let layers = layout.core.len();
-        let mut x = self.encode(obs, n).pop().expect("non-empty");
+        let mut x = Self::core_input(self.encode(obs, n).pop().expect("non-empty"), images, n);
         let stored = StoredStates {
             h: rs_h,
             c: rs_c,
