@@ -118,7 +118,8 @@ where
         let (time, m, v) = match slot.shape.len() {
             1 => moments::<B, 1>(record),
             2 => moments::<B, 2>(record),
-            rank => unreachable!("policy parameters have rank 1 or 2, got {rank}"),
+            4 => moments::<B, 4>(record),
+            rank => unreachable!("policy parameters have rank 1, 2 or 4 (convs), got {rank}"),
         };
         flat.m[slot.range()].copy_from_slice(&m);
         flat.v[slot.range()].copy_from_slice(&v);
@@ -153,7 +154,8 @@ where
             let record = match slot.shape.len() {
                 1 => record::<B, 1>(slot, flat, device),
                 2 => record::<B, 2>(slot, flat, device),
-                rank => unreachable!("policy parameters have rank 1 or 2, got {rank}"),
+                4 => record::<B, 4>(slot, flat, device),
+                rank => unreachable!("policy parameters have rank 1, 2 or 4 (convs), got {rank}"),
             };
             records.insert(slot.id, record);
         }

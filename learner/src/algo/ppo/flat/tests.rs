@@ -232,7 +232,17 @@ fn weights_after_several_updates_match_burns() {
 #[test]
 fn fused_checkpoints_resume_bit_exactly_and_carry_adam_across_paths() {
     let pc = masked(CellKind::Gru, 1, vec![16]);
-    let data = chunks("MaskedCartPole-v1", &pc, 4);
+    checkpoints_resume(&pc, chunks("MaskedCartPole-v1", &pc, 4));
+}
+
+#[test]
+fn image_policy_checkpoints_resume_bit_exactly_and_carry_adam_across_paths() {
+    let pc = dict_policy();
+    checkpoints_resume(&pc, made_up_chunks(&pc, 4));
+}
+
+fn checkpoints_resume(pc: &PolicyConfig, data: Vec<Chunk>) {
+    let pc = pc.clone();
     let mut fused = ppo(&pc, UpdatePath::Fused);
     let mut burn = ppo(&pc, UpdatePath::Burn);
     for chunk in &data[..2] {
