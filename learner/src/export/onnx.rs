@@ -15,11 +15,11 @@
 //! (`Gemm` + `Tanh` per layer); each image `k` of `pixels` (bytes `offset..offset + H*W*C`)
 //! cast to f32, reshaped to `[B, H, W, C]`, transposed to NCHW and multiplied by the cnn's
 //! `scale`, through its layers (`Conv` + `Relu`, `MaxPool`), `Flatten` (CHW order), `Gemm` +
-//! `Relu`; the MLP's output and the images' features `Concat`enated in that order (the core's
-//! input, as `common::policy::Policy::encode`); then each recurrent layer `k` reads its state `rs_h[:, k]`
-//! (zeroed where `is_init`: the primer's state at a reset), runs its cell (LSTM, GRU, minGRU
-//! equations of docs/recurrent-cells.md) and writes `next_rs_h[:, k]`; a separate critic core
-//! reads layers `L..2L`. `B` is symbolic (`"batch"`).
+//! `Relu`; the MLP's output and the images' features `Concat`enated in that order (the
+//! core's input, as `common::policy::Policy` encodes it); then each recurrent layer `k` reads
+//! its state `rs_h[:, k]` (zeroed where `is_init`: the primer's state at a reset), runs its
+//! cell (LSTM, GRU, minGRU equations of docs/recurrent-cells.md) and writes `next_rs_h[:, k]`;
+//! a separate critic core reads layers `L..2L`. `B` is symbolic (`"batch"`).
 
 use prost::Message;
 
