@@ -711,7 +711,8 @@ fn a_killed_and_resumed_sync_run_ends_bit_identical_to_the_uninterrupted_run() {
 #[test]
 fn a_killed_and_resumed_sync_image_run_ends_bit_identical_to_the_uninterrupted_run() {
     exact_resume("crash-exact-images", |t| {
-        t.replace("\"CartPole-v1\"", "\"PixelCartPole-v1\"").replace(
+        t.replace("\"CartPole-v1\"", "\"PixelCartPole-v1\"")
+            .replace(
             "encoder = [16]",
             "[policy.encoder]\nmlp = []\ncnn = { channels = [4], kernels = [8], strides = [8], \
              scale = 0.00392156862, features = 8 }",

@@ -246,6 +246,8 @@ fn render(loaded: &Loaded) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
 /// directory) into the new directory `out` (see the module docs).
 pub fn export(checkpoint: &Path, out: &Path) -> anyhow::Result<Exported> {
     let loaded = load(checkpoint)?;
+    exportable(loaded.policy.config())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", loaded.dir.display()))?;
     let files = render(&loaded)?;
     write_dir(out, &files)?;
     Ok(Exported {
@@ -256,6 +258,17 @@ pub fn export(checkpoint: &Path, out: &Path) -> anyhow::Result<Exported> {
         cell: loaded.policy.config().cell.name(),
         files: files.iter().map(|(name, _)| *name).collect(),
     })
+}
+
+/// Refuses a policy the exported module would not reproduce.
+fn exportable(config: &common::policy::PolicyConfig) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        config.memory,
+        "its policy has policy.memory = false (every step from a zero state, a feedforward \
+         floor), which the exported recurrent module does not reproduce; export a policy with \
+         memory"
+    );
+    Ok(())
 }
 
 /// Writes `files` into the new directory `out`: all of them, or (on an error) none.
@@ -325,6 +338,17 @@ mod tests {
 
     /// A directory is written whole; an existing non-empty one is refused untouched; an empty
     /// one is replaced; a path under a regular file is refused naming it, leaving nothing.
+    #[test]
+    fn a_policy_without_memory_is_refused() {
+        use common::policy::{ActionSpec, PolicyConfig};
+        let config = PolicyConfig::new(3, ActionSpec::Discrete { n: 2 });
+        assert!(exportable(&config).is_ok());
+        let err = exportable(&config.with_memory(false))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("policy.memory = false"), "{err}");
+    }
+
     #[test]
     fn the_output_directory_is_written_whole_or_not_at_all() {
         let dir = temp("write");
