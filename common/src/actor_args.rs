@@ -152,7 +152,8 @@ impl ActorArgs {
 }
 
 /// serde's description of [`PolicyConfig`] (burn's `Config` derive accepts unknown fields):
-/// every field required, none other accepted.
+/// every field required (but the two added since checkpoints were first written, which older
+/// manifests lack), none other accepted.
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "PolicyConfig", deny_unknown_fields)]
 struct PolicyConfigDef {
@@ -160,7 +161,8 @@ struct PolicyConfigDef {
     action: ActionSpec,
     images: Vec<crate::envs::ImagePart>,
     encoder: Vec<usize>,
-    #[serde(with = "cnn_text")]
+    // Absent from checkpoints written before images reached the policy: none.
+    #[serde(with = "cnn_text", default)]
     cnn: Option<recur_rnn::encoder::EncoderConfig>,
     cell: CellKind,
     hidden_size: usize,
@@ -169,7 +171,13 @@ struct PolicyConfigDef {
     obs_norm: bool,
     obs_clip: f32,
     critic_core: CriticCore,
+    // Absent from checkpoints written before `policy.memory` existed: a policy with memory.
+    #[serde(default = "with_memory")]
     memory: bool,
+}
+
+fn with_memory() -> bool {
+    true
 }
 
 /// serde's description of [`EpsilonSchedule`] (defined in `rollout`, which has no serde).
@@ -324,6 +332,15 @@ mod tests {
         assert_eq!(json["policy"]["hidden_size"], 12);
         assert_eq!(json["env_kwargs"]["length"], 7);
         assert_eq!(json["exploration"]["greedy"]["decay_versions"], 200);
+        // Written before the policy had `cnn` and `memory` (older checkpoints' manifests):
+        // read as no cnn, with memory.
+        let mut old: Value = serde_json::from_str(&ActorArgs::default().to_json()).unwrap();
+        let policy = old["policy"].as_object_mut().unwrap();
+        policy.remove("cnn");
+        policy.remove("memory");
+        let back = ActorArgs::from_json(&old.to_string()).unwrap();
+        assert_eq!(back, ActorArgs::default());
+        assert!(back.policy.memory && back.policy.cnn.is_none());
     }
 
     #[test]
