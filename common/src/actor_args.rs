@@ -156,7 +156,7 @@ impl ActorArgs {
 /// manifests lack), none other accepted.
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "PolicyConfig", deny_unknown_fields)]
-struct PolicyConfigDef {
+pub(crate) struct PolicyConfigDef {
     obs_dim: usize,
     action: ActionSpec,
     images: Vec<crate::envs::ImagePart>,
@@ -178,6 +178,14 @@ struct PolicyConfigDef {
 
 fn with_memory() -> bool {
     true
+}
+
+/// A [`PolicyConfig`] from JSON as [`PolicyConfigDef`] reads it: the fields added since
+/// checkpoints were first written may be absent (a checkpoint's `policy.json`).
+pub(crate) fn policy_from_json(bytes: &[u8]) -> serde_json::Result<PolicyConfig> {
+    #[derive(Deserialize)]
+    struct Read(#[serde(with = "PolicyConfigDef")] PolicyConfig);
+    serde_json::from_slice::<Read>(bytes).map(|r| r.0)
 }
 
 /// serde's description of [`EpsilonSchedule`] (defined in `rollout`, which has no serde).
@@ -341,6 +349,9 @@ mod tests {
         let back = ActorArgs::from_json(&old.to_string()).unwrap();
         assert_eq!(back, ActorArgs::default());
         assert!(back.policy.memory && back.policy.cnn.is_none());
+        // So is a checkpoint's policy.json.
+        let policy = policy_from_json(old["policy"].to_string().as_bytes()).unwrap();
+        assert_eq!(policy, ActorArgs::default().policy);
     }
 
     #[test]
