@@ -410,7 +410,10 @@ impl PolicyConfig {
 fn describe_images(images: &[ImagePart]) -> String {
     let parts: Vec<String> = images
         .iter()
-        .map(|p| format!("{} {:?}", p.key, p.shape))
+        .map(|p| match p.key.as_str() {
+            "" => format!("{:?}", p.shape),
+            key => format!("{key} {:?}", p.shape),
+        })
         .collect();
     parts.join(", ")
 }
