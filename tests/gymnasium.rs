@@ -477,6 +477,10 @@ for c in chunks:
 print(json.dumps({"checked": n}))
 "#;
 
+/// A conv encoder small enough for any test image (`recur-actor --cnn`).
+const SMALL_CNN: &str =
+    r#"{"layers": [{"type": "conv", "out_channels": 4, "kernel": 2}], "scale": 1.0, "features": 8}"#;
+
 #[test]
 fn every_supported_space_kind_flattens_as_documented() {
     if !gymnasium_available() {
@@ -492,13 +496,12 @@ fn every_supported_space_kind_flattens_as_documented() {
         ("tuple", "discrete"),
         ("dict", "discrete"),
         ("box", "multidiscrete"),
-        // (An observation of images alone waits for the policy's image encoder: its values
-        // lane is empty, and the recurrent core needs an input.)
         ("dictimage", "discrete"),
     ] {
-        // MiniGrid's keys: the mission string cannot be fed to a policy, so it is dropped.
+        // MiniGrid's keys: the mission string cannot be fed to a policy, so it is dropped; the
+        // image goes through a small conv encoder.
         let keys: &[&str] = match obs {
-            "dictimage" => &["--env-keys", "image,direction"],
+            "dictimage" => &["--env-keys", "image,direction", "--cnn", SMALL_CNN],
             _ => &[],
         };
         let (ok, out, data) = record_spaces_with(&dir, obs, action, "", keys);
@@ -538,7 +541,7 @@ fn every_supported_space_kind_flattens_as_documented() {
     // chunk of 8 steps, depending on how many of the 3 envs the worker steps): an error naming
     // the env, the key, the shape and dtype expected and received; every chunk completed before
     // that vector step stays in the dataset.
-    let keys = ["--env-keys", "image,direction"];
+    let keys = ["--env-keys", "image,direction", "--cnn", SMALL_CNN];
     let bad = r#", "bad_at": 40"#;
     let (ok, out, data) = record_spaces_with(&dir, "dictimage", "discrete", bad, &keys);
     assert!(!ok, "a float image was accepted: {out}");
@@ -892,8 +895,8 @@ max_grad_norm = 0.5
         !stderr.contains(" started (pid "),
         "an actor started: {stderr}"
     );
-    // An observation with images, which the policy cannot read yet: refused before any actor
-    // starts, rather than trained blind to its images.
+    // An observation with images and no `policy.encoder.cnn`: refused before any actor starts,
+    // naming the key, rather than trained blind to its images.
     let text = std::fs::read_to_string(&cfg).unwrap().replace(
         r#"env_kwargs = { obs = "text" }"#,
         "env_kwargs = { obs = \"dictimage\" }\nenv_keys = [\"direction\", \"image\"]",
@@ -905,6 +908,7 @@ max_grad_norm = 0.5
     assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains("observes images")
+            && stderr.contains("policy.encoder.cnn")
             && stderr.contains(r#""image": Box(0, 255, (6, 5, 3), uint8)"#)
             && !stderr.contains(" started (pid "),
         "{stderr}"
@@ -950,7 +954,7 @@ fn minigrid_memory_records_its_image_and_direction() {
         "{out}"
     );
     let _ = std::fs::remove_dir_all(&data);
-    let (ok, out) = record(&["--env-keys", "image,direction"]);
+    let (ok, out) = record(&["--env-keys", "image,direction", "--cnn", "minigrid"]);
     assert!(ok, "{out}");
     let check = r#"
 import json, sys

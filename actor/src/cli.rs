@@ -24,7 +24,7 @@ use crate::outlet::{self, Outlet};
 use crate::start::{finite_bounds, registry_for, start, Identity};
 
 /// The flags that [`ActorArgs`] holds: `--actor-args` replaces them all.
-const ACTOR_ARGS_FLAGS: [&str; 14] = [
+const ACTOR_ARGS_FLAGS: [&str; 15] = [
     "env",
     "env_imports",
     "env_kwargs",
@@ -35,6 +35,7 @@ const ACTOR_ARGS_FLAGS: [&str; 14] = [
     "hidden",
     "layers",
     "encoder",
+    "cnn",
     "critic_core",
     "seed",
     "exploration",
@@ -97,6 +98,11 @@ pub struct Cli {
     /// Widths of the encoder MLP's hidden layers, comma-separated ("" for none).
     #[arg(long, default_value = "64", value_parser = parse_widths)]
     encoder: Widths,
+    /// The convolutional encoder of each image, for an environment that observes images: a
+    /// preset (`nature`, `minigrid`) or the encoder's JSON (`{"layers": [{"type": "conv",
+    /// "out_channels": 8, "kernel": 3}], "scale": 1.0, "features": 16}`; docs/images.md).
+    #[arg(long, value_parser = parse_cnn)]
+    cnn: Option<recur_rnn::encoder::EncoderConfig>,
     /// Whether the policy's value head has a recurrent core of its own (`separate`) or
     /// reads the actor's (`shared`); set by the learner to match its policy.
     #[arg(long, default_value = "shared", value_parser = parse_critic_core)]
@@ -190,6 +196,7 @@ impl Cli {
                 hidden_size: self.hidden,
                 num_layers: self.layers,
                 encoder: self.encoder.0.clone(),
+                cnn: self.cnn.clone(),
                 critic_core: self.critic_core,
                 ..ActorArgs::default().policy
             },
@@ -215,6 +222,18 @@ impl Cli {
 fn parse_critic_core(s: &str) -> Result<CriticCore, String> {
     serde_json::from_value(s.into())
         .map_err(|_| format!("critic core {s:?}: expected \"shared\" or \"separate\""))
+}
+
+/// `--cnn`: a preset's name or an encoder config's JSON.
+fn parse_cnn(s: &str) -> Result<recur_rnn::encoder::EncoderConfig, String> {
+    use recur_rnn::encoder::{EncoderConfig, PRESETS};
+    if s.trim_start().starts_with('{') {
+        return serde_json::from_str(s)
+            .map_err(|e| format!("cnn {s:?}: not an encoder's JSON: {e}"));
+    }
+    EncoderConfig::preset(s.trim()).map_err(|_| {
+        format!("cnn {s:?}: expected a preset (one of {PRESETS:?}) or the encoder's JSON")
+    })
 }
 
 /// Encoder widths from the command line.
@@ -456,6 +475,8 @@ mod tests {
             "2",
             "--encoder",
             "",
+            "--cnn",
+            "minigrid",
             "--critic-core",
             "separate",
             "--seed",
@@ -478,6 +499,20 @@ mod tests {
             (3, 5, CellKind::Gru, 7, 2)
         );
         assert!(p.encoder.is_empty() && p.critic_core == CriticCore::Separate);
+        assert_eq!(p.cnn, Some(recur_rnn::encoder::EncoderConfig::minigrid()));
+        // The encoder's JSON; a bad one is refused naming the flag's value.
+        let small = r#"{"layers": [{"type": "conv", "out_channels": 4, "kernel": 2}], "scale": 1.0, "features": 8}"#;
+        let cnn = parse(&["--cnn", small])
+            .unwrap()
+            .actor_args()
+            .unwrap()
+            .policy
+            .cnn;
+        assert_eq!(cnn.unwrap().features, 8);
+        for bad in ["atari", r#"{"layers": []"#] {
+            let err = parse(&["--cnn", bad]).err().unwrap().to_string();
+            assert!(err.contains("cnn") && err.contains(bad), "{err}");
+        }
         assert_eq!(
             flags.exploration,
             Exploration::Greedy("1:0.1:30".parse().unwrap())
