@@ -8,10 +8,15 @@ Needs torch and safetensors only (no recur install). See docs/use-a-trained-poli
     state = policy.initial_state(batch)              # {"rs_h": [B, S, H] (, "rs_c")}, zeros
     action, state = policy.act(obs, state, is_init, deterministic=True)
     params, value, state = policy(obs, state, is_init)
+    params, value, state = policy(obs, state, is_init, pixels=pixels)   # a policy with images
 
-`obs` is the observation as recur-actor encodes it, `[B, obs_dim]` float32; `is_init` `[B]`
-bool is true at the first step of an episode: there the incoming state is replaced by zeros
-(recur's primer) before the step. The state is batch first, the layer axis after the batch:
+`obs` is the observation's values lane as recur-actor encodes it, `[B, obs_dim]` float32 (`None`
+for an observation of images alone, `obs_dim` 0); `is_init` `[B]` bool is true at the first
+step of an episode: there the incoming state is replaced by zeros (recur's primer) before the
+step. A policy with images (`policy.image_keys`) also takes `pixels`: recur's pixels lane,
+`[B, P]` uint8 (every image back to back in `spec["images"]["parts"]` order, each `[H, W, C]`
+row-major), or a dict `{key: [B, H, W, C]}` of the images (uint8, or any dtype holding the byte
+values; an observation that is one image has the key `""`). The state is batch first, the layer axis after the batch:
 `[B, S, H]`, `S` the state layers (`num_layers`, twice that with a separate critic core whose
 layers follow the actor core's), as recur's chunks and the ONNX export hold it.
 
@@ -26,7 +31,9 @@ import torch
 from torch import nn
 
 FORMAT = "recur-policy"
-FORMAT_VERSION = 1
+# Version 2 adds images (`images` in policy.json, `cnn.*` tensors); a policy without images is
+# written as version 1.
+FORMAT_VERSIONS = (1, 2)
 
 
 class ObsNorm(nn.Module):
@@ -43,6 +50,40 @@ class ObsNorm(nn.Module):
     def forward(self, obs):
         x = (obs - self.mean) / torch.sqrt(self.var + self.eps)
         return torch.maximum(torch.minimum(x, self.clip), -self.clip)
+
+
+class ImageEncoder(nn.Module):
+    """One image's convolutional encoder (recur's `common::policy::image::ImageEncoder`):
+    `[B, H, W, C]` byte values -> NCHW float32 times `scale` -> each layer (`nn.Conv2d` + ReLU,
+    or `nn.MaxPool2d`) -> flatten in (C, H, W) order -> `nn.Linear` + ReLU -> `[B, features]`.
+    `convs.{i}` is layer `i` of the cnn's `layers` (a max-pool has no parameters)."""
+
+    def __init__(self, shape, cnn):
+        super().__init__()
+        self.shape, self.scale = tuple(shape), cnn["scale"]
+        h, w, c = shape
+        self.convs = nn.ModuleList()
+        for i, layer in enumerate(cnn["layers"]):
+            if layer["type"] == "conv":
+                k, s, p = layer["kernel"], layer["stride"], layer["padding"]
+                self.convs.append(nn.Conv2d(c, layer["out_channels"], k, s, p))
+                c, h, w = layer["out_channels"], (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+            elif layer["type"] == "maxpool":
+                k = layer["kernel"]
+                self.convs.append(nn.MaxPool2d(k))
+                h, w = h // k, w // k
+            else:
+                raise ValueError(f"policy.json: images.cnn.layers[{i}].type {layer['type']!r} (conv, maxpool)")
+        self.linear = nn.Linear(c * h * w, cnn["features"])
+
+    def forward(self, image):
+        """`image` `[B, H, W, C]` (or `[B, H*W*C]`) byte values -> `[B, features]`."""
+        x = image.reshape((-1,) + self.shape).permute(0, 3, 1, 2).to(torch.float32) * self.scale
+        for layer in self.convs:
+            x = layer(x)
+            if isinstance(layer, nn.Conv2d):
+                x = torch.relu(x)
+        return torch.relu(self.linear(x.flatten(1)))
 
 
 class MinGRU(nn.Module):
@@ -77,20 +118,23 @@ class MinGRU(nn.Module):
 
 
 class RecurPolicy(nn.Module):
-    """Observation normalizer -> encoder MLP (tanh) -> LSTM / GRU / minGRU core -> policy head
+    """Observation normalizer -> encoder MLP (tanh) over the values, and one ImageEncoder per
+    image of the pixels, concatenated in that order -> LSTM / GRU / minGRU core -> policy head
     and value head (the value head on a core of its own with `critic_core = "separate"`)."""
 
     def __init__(self, spec):
         super().__init__()
-        if spec.get("format") != FORMAT or spec.get("format_version") != FORMAT_VERSION:
+        if spec.get("format") != FORMAT or spec.get("format_version") not in FORMAT_VERSIONS:
             raise ValueError(
                 f"policy.json: format {spec.get('format')!r} version {spec.get('format_version')!r}, "
-                f"this module reads {FORMAT!r} version {FORMAT_VERSION}"
+                f"this module reads {FORMAT!r} versions {FORMAT_VERSIONS}"
             )
         self.spec = spec
         core = spec["core"]
         self.cell, self.hidden, self.num_layers = core["cell"], core["hidden_size"], core["num_layers"]
-        self.obs_norm = ObsNorm(spec["obs_dim"], spec["obs_norm"]["eps"])
+        self.obs_dim = spec["obs_dim"]
+        # An observation of images alone has no values lane: no normalizer, no MLP.
+        self.obs_norm = ObsNorm(self.obs_dim, spec["obs_norm"]["eps"]) if self.obs_dim > 0 else None
         self.encoder = nn.ModuleList()
         width = spec["obs_dim"]
         for w in spec["encoder"]["widths"]:
@@ -98,6 +142,19 @@ class RecurPolicy(nn.Module):
             width = w
         if spec["encoder"]["activation"] != "tanh":
             raise ValueError(f"policy.json: encoder.activation {spec['encoder']['activation']!r}, expected 'tanh'")
+        images = spec.get("images")
+        self.image_parts = [] if images is None else images["parts"]
+        self.image_keys = [p["key"] for p in self.image_parts]
+        self.pixels = 0 if images is None else images["pixels"]
+        self.cnn = nn.ModuleList()
+        if images is not None:
+            cnn = images["cnn"]
+            if cnn.get("activation") != "relu" or cnn.get("flatten") != "chw" or images.get("dtype") != "uint8":
+                raise ValueError(f"policy.json: images {images!r}: expected relu, chw, uint8")
+            for k, part in enumerate(self.image_parts):
+                if part["prefix"] != f"cnn.{k}":
+                    raise ValueError(f"policy.json: images.parts[{k}].prefix {part['prefix']!r}, expected 'cnn.{k}'")
+                self.cnn.append(ImageEncoder(part["shape"], cnn))
         self.core = self._core(core)
         self.critic_core = self._core(core) if spec["critic_core"] == "separate" else None
         (kind, action), = spec["action"].items()
@@ -146,16 +203,49 @@ class RecurPolicy(nn.Module):
         out, h1 = core(x, h0)
         return out, h1.transpose(0, 1), None
 
-    def forward(self, obs, state, is_init):
-        """One sequential step: `obs` `[B, obs_dim]`, `state` `{"rs_h": [B, S, H] (, "rs_c")}`,
-        `is_init` `[B]` bool (zeroes the incoming state of those rows first).
+    def images(self, pixels, batch):
+        """`pixels` (`[B, P]` lane or `{key: [B, H, W, C]}`) as one `[B, H, W, C]` tensor per
+        image, in `image_parts` order."""
+        if pixels is None:
+            raise ValueError(f"this policy observes images {self.image_keys}: pass pixels=")
+        if isinstance(pixels, dict):
+            missing = [k for k in self.image_keys if k not in pixels]
+            if missing:
+                raise ValueError(f"pixels: no image for keys {missing} (has {sorted(pixels)})")
+            return [torch.as_tensor(pixels[k]).reshape((batch,) + tuple(p["shape"]))
+                    for k, p in zip(self.image_keys, self.image_parts)]
+        pixels = torch.as_tensor(pixels)
+        if tuple(pixels.shape) != (batch, self.pixels):
+            raise ValueError(f"pixels: shape {tuple(pixels.shape)}, expected {(batch, self.pixels)} (the pixels lane)")
+        out = []
+        for p in self.image_parts:
+            size = p["shape"][0] * p["shape"][1] * p["shape"][2]
+            out.append(pixels[:, p["offset"]:p["offset"] + size].reshape((batch,) + tuple(p["shape"])))
+        return out
+
+    def encode(self, obs, is_init, pixels=None):
+        """The core's input: the encoder MLP over the normalized values (when `obs_dim` > 0),
+        then each image's features, concatenated -> `[B, core.input_size]`."""
+        parts = []
+        if self.obs_dim > 0:
+            x = self.obs_norm(obs)
+            for layer in self.encoder:
+                x = torch.tanh(layer(x))
+            parts.append(x)
+        if self.cnn:
+            images = self.images(pixels, is_init.shape[0])
+            parts.extend(cnn(image) for cnn, image in zip(self.cnn, images))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+    def forward(self, obs, state, is_init, pixels=None):
+        """One sequential step: `obs` `[B, obs_dim]` (`None` when `obs_dim` is 0), `state`
+        `{"rs_h": [B, S, H] (, "rs_c")}`, `is_init` `[B]` bool (zeroes the incoming state of
+        those rows first), `pixels` with images (see the module doc).
         Returns `(params, value [B], next_state)`."""
         reset = is_init.to(torch.bool).view(-1, 1, 1)
         h = torch.where(reset, 0.0, state["rs_h"])
         c = torch.where(reset, 0.0, state["rs_c"]) if "rs_c" in state else None
-        x = self.obs_norm(obs)
-        for layer in self.encoder:
-            x = torch.tanh(layer(x))
+        x = self.encode(obs, is_init, pixels)
         n = self.num_layers
         part = lambda t, k: None if t is None else t[:, k * n:(k + 1) * n]
         features, h1, c1 = self._run_core(self.core, x, part(h, 0), part(c, 0))
@@ -188,12 +278,12 @@ class RecurPolicy(nn.Module):
         return self.action_low + (torch.tanh(u) + 1.0) * 0.5 * (self.action_high - self.action_low)
 
     @torch.no_grad()
-    def act(self, obs, state, is_init, deterministic=True):
+    def act(self, obs, state, is_init, deterministic=True, pixels=None):
         """One step: `(action, next_state)`. Deterministic: the argmax of the logits (of each
         component, multi-discrete), or the squashed mean (box), as `recur-actor --exploration
         greedy`; else a sample. Discrete actions are int64 `[B]` (`[B, K]` multi-discrete),
-        box actions float32 `[B, A]`."""
-        params, _, next_state = self(obs, state, is_init)
+        box actions float32 `[B, A]`. `pixels` as in `forward`."""
+        params, _, next_state = self(obs, state, is_init, pixels)
         if self.action_kind == "discrete":
             logits = params["logits"]
             action = logits.argmax(dim=1) if deterministic else torch.distributions.Categorical(logits=logits).sample()

@@ -702,9 +702,29 @@ fn metrics_without_timings(run_dir: &Path) -> Vec<String> {
 /// reward statistics and the open episode returns all cross the checkpoint.
 #[test]
 fn a_killed_and_resumed_sync_run_ends_bit_identical_to_the_uninterrupted_run() {
-    let dir = temp_dir("crash-exact");
+    exact_resume("crash-exact", |t| t);
+}
+
+/// The same with images: PixelCartPole's frames through a small conv encoder (the fused
+/// update's), so the pixels lane crosses the rings, the actors' saved states (their frames
+/// are drawn again from the environments' states on load) and the checkpoint.
+#[test]
+fn a_killed_and_resumed_sync_image_run_ends_bit_identical_to_the_uninterrupted_run() {
+    exact_resume("crash-exact-images", |t| {
+        t.replace("\"CartPole-v1\"", "\"PixelCartPole-v1\"")
+            .replace(
+            "encoder = [16]",
+            "[policy.encoder]\nmlp = []\ncnn = { channels = [4], kernels = [8], strides = [8], \
+             scale = 0.00392156862, features = 8 }",
+        )
+    });
+}
+
+fn exact_resume(name: &str, edit: impl Fn(String) -> String) {
+    let dir = temp_dir(name);
     let config = tiny_config(&dir, |t| {
-        t.replace("actors = 1", "actors = 2")
+        edit(t)
+            .replace("actors = 1", "actors = 2")
             // 48 updates of 128 frames: after the actor is killed at update ~6 of the resumed
             // run, dozens of updates remain that need its restart (a sync update waits for
             // every actor's chunk), however fast the learner finishes the ones it can.

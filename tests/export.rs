@@ -3,7 +3,10 @@
 //! steps with resets, and the exported policy, in PyTorch (`scripts/recur_policy.py`) and in
 //! onnxruntime (`policy.onnx`), is stepped through the recording carrying its own state: the
 //! same greedy actions as the actor recorded; logits or means, values and states within 1e-5
-//! (`tests/python/check_export.py`). A damaged checkpoint, an unknown architecture and an
+//! (`tests/python/check_export.py`). Image policies (issue 54) too: PixelCartPole-v1 (one
+//! frame, no values) and MiniGrid's memory room as a Dict (direction and image), their
+//! convolutions and the concatenation before the core rebuilt in both; a conv weight moved by
+//! 0.01 puts the heads 1e-3 off, a swapped concatenation 1. A damaged checkpoint, an unknown architecture and an
 //! unwritable or occupied output directory are errors naming the file, and leave nothing half
 //! written. docs/use-a-trained-policy.md is run, code block by code block.
 //!
@@ -80,15 +83,26 @@ fn run_ok(cmd: Command, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Trains `config` (a file of configs/ with each `(from, to)` replaced) for `frames` frames
-/// with one actor into `dir/run`; returns the run directory.
-fn train(dir: &Path, config: &str, replace: &[(&str, &str)], frames: &str) -> PathBuf {
-    binary("recur-actor");
+/// `config` (a file of configs/) with each `(from, to)` replaced.
+fn config_text(config: &str, replace: &[(&str, &str)]) -> String {
     let mut text = std::fs::read_to_string(root().join("configs").join(config)).unwrap();
     for (from, to) in replace {
         assert!(text.contains(from), "{config} has `{from}`");
         text = text.replace(from, to);
     }
+    text
+}
+
+/// Trains `config` (a file of configs/ with each `(from, to)` replaced) for `frames` frames
+/// with one actor into `dir/run`; returns the run directory.
+fn train(dir: &Path, config: &str, replace: &[(&str, &str)], frames: &str) -> PathBuf {
+    train_text(dir, &config_text(config, replace), frames)
+}
+
+/// Trains the config `text` for `frames` frames with one actor into `dir/run`; returns the
+/// run directory.
+fn train_text(dir: &Path, text: &str, frames: &str) -> PathBuf {
+    binary("recur-actor");
     let cfg = dir.join("config.toml");
     std::fs::write(&cfg, text).unwrap();
     let run = dir.join("run");
@@ -122,12 +136,14 @@ fn export(run: &Path, out: &Path) -> (bool, String) {
     )
 }
 
-/// `recur-actor --checkpoint RUN --exploration greedy --record DATA` on `env`.
-fn record_greedy(run: &Path, env: &str, data: &Path) {
+/// `recur-actor --checkpoint RUN --exploration greedy --record DATA` on `env` (with `args`)
+/// for `frames` frames.
+fn record_greedy(run: &Path, env: &str, args: &[&str], frames: &str, data: &Path) {
     let mut cmd = Command::new(binary("recur-actor"));
     cmd.args([
-        "--env", env, "--envs", "8", "--steps", "32", "--frames", FRAMES,
+        "--env", env, "--envs", "8", "--steps", "32", "--frames", frames,
     ])
+    .args(args)
     .args(["--seed", "11", "--exploration", "greedy"])
     .arg("--checkpoint")
     .arg(run)
@@ -138,8 +154,8 @@ fn record_greedy(run: &Path, env: &str, data: &Path) {
 
 /// recur's head outputs at every recorded step, from the recorded inputs with the actor's
 /// inference path, written as little-endian f32 (`[envs, steps, K]` per chunk, in order) to
-/// `out`. Checks first that they give the recorded values and greedy actions.
-fn recur_heads(run: &Path, data: &Path, out: &Path) {
+/// `out`, and returned. Checks first that they give the recorded values and greedy actions.
+fn recur_heads(run: &Path, data: &Path, out: &Path) -> Vec<f32> {
     let (policy, _) = common::checkpoint::load_checkpoint_policy(run).unwrap();
     let mut fast = InferencePolicy::from_policy(&policy);
     let dataset = read_dataset(data).unwrap();
@@ -196,7 +212,65 @@ fn recur_heads(run: &Path, data: &Path, out: &Path) {
         worst_value < 1e-6,
         "recomputing the actor's step gives values {worst_value} off the recorded ones"
     );
-    std::fs::write(out, bytes).unwrap();
+    std::fs::write(out, &bytes).unwrap();
+    (bytes.chunks_exact(4))
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+/// One export case: what to train, and what to record the greedy actor on.
+struct Case<'a> {
+    tag: &'a str,
+    /// The run's config.
+    config: String,
+    /// Frames of the training run.
+    train_frames: &'a str,
+    env: &'a str,
+    /// More `recur-actor` arguments of the recording (`--env-import`, `--env-keys`).
+    actor_args: &'a [&'a str],
+    /// Frames recorded (8 environments, 32 steps a chunk).
+    record_frames: &'a str,
+    /// Sharpens the trained policy by this factor before the export (see [`sharpen`]), and
+    /// asserts that the greedy actor then chose at least two actions.
+    sharpen: Option<f32>,
+}
+
+/// Writes into checkpoint directory `out` the policy of run `run` with its policy head's
+/// logits centred and multiplied by `factor`: `W' = factor W`, `b' = factor (b - mean)`, with
+/// `mean` the mean logits (`[K]`) of the policy over a greedy recording; returns `out`.
+///
+/// A briefly trained policy's greedy action is the same at every step (the head starts at
+/// gain 0.01 and the recurrent features vary little around their mean, so one logit leads
+/// throughout). Centred, the argmax follows how the observation and the state depart from
+/// the usual, the recorded greedy actions vary, and reproducing each of them tests
+/// something; scaled, the logits are of order 1, far from ties at 1e-5.
+fn sharpen(run: &Path, out: &Path, mean: &[f32], factor: f32) -> PathBuf {
+    use common::weights::{from_blob, layout, to_blob};
+    let (policy, version) = common::checkpoint::load_checkpoint_policy(run).unwrap();
+    let shapes = layout(&policy);
+    let size = |s: &Vec<usize>| s.iter().product::<usize>();
+    let total: usize = shapes.iter().map(size).sum();
+    let mut blob = to_blob(&policy, version);
+    let header = blob.len() - 4 * total;
+    // The blob ends with policy_head.weight [H, K] (burn's [in, out]), its bias, and
+    // value_head.weight [H, 1] and its bias.
+    let n = shapes.len();
+    let (h, k) = (policy.config().hidden_size, policy.action().head_size());
+    assert_eq!(shapes[n - 4..], [vec![h, k], vec![k], vec![h, 1], vec![1]]);
+    assert_eq!(mean.len(), k);
+    let from = header + 4 * shapes[..n - 4].iter().map(size).sum::<usize>();
+    let (weight, rest) = blob[from..].split_at_mut(4 * h * k);
+    let edit = |bytes: &mut [u8], f: &dyn Fn(usize, f32) -> f32| {
+        for (i, value) in bytes.chunks_exact_mut(4).enumerate() {
+            let new = f(i, f32::from_le_bytes(value.try_into().unwrap()));
+            value.copy_from_slice(&new.to_le_bytes());
+        }
+    };
+    edit(weight, &|_, w| w * factor);
+    edit(&mut rest[..4 * k], &|j, b| (b - mean[j]) * factor);
+    let (policy, _) = from_blob(policy, &blob).unwrap();
+    common::checkpoint::save_policy(out, &policy, "ppo", version, &[]).unwrap();
+    out.to_path_buf()
 }
 
 /// Trains, exports, records and compares one policy (see the module docs).
@@ -206,13 +280,39 @@ fn export_matches_the_greedy_actor(
     replace: &[(&str, &str)],
     env: &str,
 ) -> Value {
+    check_case(&Case {
+        tag,
+        config: config_text(config, replace),
+        train_frames: "2048",
+        env,
+        actor_args: &[],
+        record_frames: FRAMES,
+        sharpen: None,
+    })
+}
+
+/// Trains, exports, records and compares `case`.
+fn check_case(case: &Case) -> Value {
+    let tag = case.tag;
     let dir = temp_dir(tag);
-    let run = train(&dir, config, replace, "2048");
+    let mut run = train_text(&dir, &case.config, case.train_frames);
+    if let Some(factor) = case.sharpen {
+        let probe = dir.join("probe");
+        record_greedy(&run, case.env, case.actor_args, case.record_frames, &probe);
+        let heads = recur_heads(&run, &probe, &dir.join("probe.f32"));
+        let (policy, _) = common::checkpoint::load_checkpoint_policy(&run).unwrap();
+        let k = policy.action().head_size();
+        let steps = heads.len() / k;
+        let mean: Vec<f32> = (0..k)
+            .map(|j| heads.iter().skip(j).step_by(k).sum::<f32>() / steps as f32)
+            .collect();
+        run = sharpen(&run, &dir.join("sharpened"), &mean, factor);
+    }
     let out = dir.join("exported");
     let (ok, text) = export(&run, &out);
     assert!(ok, "{text}");
     let data = dir.join("greedy");
-    record_greedy(&run, env, &data);
+    record_greedy(&run, case.env, case.actor_args, case.record_frames, &data);
     let heads = dir.join("heads.f32");
     recur_heads(&run, &data, &heads);
     let mut cmd = Command::new(python());
@@ -223,9 +323,10 @@ fn export_matches_the_greedy_actor(
     let stdout = run_ok(cmd, "check_export.py");
     let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
         .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let frames: u64 = case.record_frames.parse().unwrap();
     for backend in ["torch", "onnx"] {
         let r = &report[backend];
-        assert!(r["steps"].as_u64().unwrap() >= 10_000, "{report}");
+        assert!(r["steps"].as_u64().unwrap() >= frames, "{report}");
         assert!(r["resets"].as_u64().unwrap() > 0, "no resets: {report}");
         for key in ["head_err", "value_err", "state_err"] {
             let err = r[key].as_f64().unwrap();
@@ -237,6 +338,11 @@ fn export_matches_the_greedy_actor(
             r["ties"].as_u64().unwrap() <= 10,
             "{tag} {backend}: {report}"
         );
+    }
+    if case.sharpen.is_some() {
+        let counts = report["action_counts"].as_array().unwrap();
+        let chosen = counts.iter().filter(|c| c.as_u64().unwrap() > 0).count();
+        assert!(chosen >= 2, "{tag}: one greedy action only: {report}");
     }
     eprintln!("{tag}: {report}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -301,6 +407,100 @@ fn two_layer_exports_act_as_the_greedy_actor() {
         &[],
         "MaskedCartPole-v1",
     );
+}
+
+/// Frames recorded from an image policy (each step runs its convolutions in recur, torch and
+/// onnxruntime): 8 environments x 320 steps.
+const IMAGE_FRAMES: &str = "2560";
+
+/// The factor on an image policy's head weight ([`sharpen`]): its logits of order 1.
+const SHARPEN: f32 = 100.0;
+
+/// An image policy: PixelCartPole-v1, whose observation is one 64x64 grayscale frame and no
+/// values (`obs_dim` 0: no normalizer, no MLP, no `obs` input), the preset's three
+/// convolutions before an LSTM. Trained for one small update (burn's update path).
+#[test]
+fn pixel_cartpole_image_export_acts_as_the_greedy_actor() {
+    let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    if !exporter_python_available() {
+        return;
+    }
+    let config = config_text(
+        "pixel_cartpole.toml",
+        &[
+            ("frames_per_update = 2048", "frames_per_update = 256"),
+            ("epochs = 4", "epochs = 1"),
+            ("num_slices = 16", "num_slices = 8"),
+        ],
+    );
+    let report = check_case(&Case {
+        tag: "export-pixel-cartpole",
+        config,
+        train_frames: "256",
+        env: "PixelCartPole-v1",
+        actor_args: &[],
+        record_frames: IMAGE_FRAMES,
+        sharpen: Some(SHARPEN),
+    });
+    assert!(report["images"] == serde_json::json!([""]), "{report}");
+}
+
+/// A Dict policy: MiniGrid's memory room through the bridge, keeping `direction` (one-hot,
+/// the values lane: normalizer and MLP) and `image` (`[7, 7, 3]` codes: the `minigrid` preset
+/// with its max-pool), the MLP's output and the image's features concatenated before a GRU.
+const MINIGRID_CONFIG: &str = r#"
+[run]
+env = "gymnasium:MiniGrid-MemoryS7-v0"
+env_imports = ["minigrid"]
+env_keys = ["direction", "image"]
+frames = 256
+seed = 0
+device = "cpu"
+actors = 1
+
+[collector]
+envs_per_actor = 8
+steps = 32
+
+[policy]
+cell = "gru"
+hidden_size = 32
+obs_norm = true
+
+[policy.encoder]
+mlp = [16]
+cnn = "minigrid"
+
+[ppo]
+frames_per_update = 256
+epochs = 1
+slice_len = 32
+num_slices = 8
+lr = 1e-3
+gamma = 0.99
+gae_lambda = 0.95
+clip_eps = 0.2
+value_coef = 0.5
+entropy_coef = 0.01
+max_grad_norm = 0.5
+"#;
+
+#[test]
+fn minigrid_dict_export_acts_as_the_greedy_actor() {
+    let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    if !python_has("numpy, torch, safetensors, onnxruntime, gymnasium, minigrid") {
+        return;
+    }
+    let report = check_case(&Case {
+        tag: "export-minigrid-dict",
+        config: MINIGRID_CONFIG.into(),
+        train_frames: "256",
+        env: "gymnasium:MiniGrid-MemoryS7-v0",
+        actor_args: &["--env-import", "minigrid", "--env-keys", "direction,image"],
+        record_frames: IMAGE_FRAMES,
+        sharpen: Some(SHARPEN),
+    });
+    assert!(report["images"] == serde_json::json!(["image"]), "{report}");
 }
 
 /// Rewrites file `name` of checkpoint `ckpt` with `edit` applied, and its manifest entry

@@ -160,6 +160,7 @@ struct PolicyConfigDef {
     action: ActionSpec,
     images: Vec<crate::envs::ImagePart>,
     encoder: Vec<usize>,
+    #[serde(with = "cnn_text")]
     cnn: Option<recur_rnn::encoder::EncoderConfig>,
     cell: CellKind,
     hidden_size: usize,
@@ -168,6 +169,7 @@ struct PolicyConfigDef {
     obs_norm: bool,
     obs_clip: f32,
     critic_core: CriticCore,
+    memory: bool,
 }
 
 /// serde's description of [`EpsilonSchedule`] (defined in `rollout`, which has no serde).
@@ -185,6 +187,38 @@ struct EpsilonScheduleDef {
 enum ExplorationDef {
     Sample(#[serde(with = "EpsilonScheduleDef")] EpsilonSchedule),
     Greedy(#[serde(with = "EpsilonScheduleDef")] EpsilonSchedule),
+}
+
+/// The policy's conv encoder: itself in human-readable formats (JSON), its JSON text in binary
+/// ones (its layers are an internally tagged enum, which bincode cannot deserialize).
+mod cnn_text {
+    use recur_rnn::encoder::EncoderConfig;
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<EncoderConfig>, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            v.serialize(s)
+        } else {
+            v.as_ref()
+                .map(|c| serde_json::to_string(c).expect("an encoder config serializes"))
+                .serialize(s)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<EncoderConfig>, D::Error> {
+        if d.is_human_readable() {
+            Option::<EncoderConfig>::deserialize(d)
+        } else {
+            Option::<String>::deserialize(d)?
+                .map(|text| {
+                    serde_json::from_str(&text).map_err(|e| {
+                        D::Error::custom(format!("policy.cnn {text:?}: not an encoder config: {e}"))
+                    })
+                })
+                .transpose()
+        }
+    }
 }
 
 /// An optional JSON object: itself in human-readable formats (JSON), its JSON text in binary
@@ -258,6 +292,7 @@ mod tests {
                 obs_norm: true,
                 obs_clip: 5.5,
                 critic_core: CriticCore::Separate,
+                memory: false,
             },
             seed: u64::MAX - 5,
             exploration: Exploration::Greedy(EpsilonSchedule {

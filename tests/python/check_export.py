@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Steps an exported policy (scripts/recur_policy.py in torch, and policy.onnx in onnxruntime)
 through what `recur-actor --exploration greedy --record` recorded, and compares it with what
-the actor did. Used by tests/export.rs.
+the actor did. Used by tests/export.rs. A policy with images is fed the recorded pixels lane
+(uint8 `[B, P]`): the ONNX graph and the torch module's forward as it is, the torch module's
+`act` as a dict of `[B, H, W, C]` images.
 
     check_export.py EXPORT_DIR DATASET_DIR HEADS_FILE
 
@@ -17,6 +19,9 @@ inference path. Each backend carries its own recurrent state from step to step (
 - `action_mismatches`: steps whose greedy action differs from the recorded one, beyond ties
   (discrete: recur's two best logits within `tie` of each other; box: beyond `action_tol`)
 - `ties`: differing discrete actions at such a tie
+
+and, beside them, `images` (the keys of the policy's images) and, for a discrete action space,
+`action_counts` (how often the actor chose each action).
 """
 import json
 import sys
@@ -35,8 +40,9 @@ def recording(dataset, heads_file):
     """The recorded columns joined along time: `[E, N, ...]` (one actor, chunks in order)."""
     meta, chunks, _ = read_dataset(dataset)
     keys = ["observation", "action", "state_value", "is_init", "rs_h"]
-    if "rs_c" in chunks[0]:
-        keys.append("rs_c")
+    for optional in ("rs_c", "pixels"):
+        if optional in chunks[0]:
+            keys.append(optional)
     rec = {k: np.concatenate([c[k] for c in chunks], axis=1) for k in keys}
     e, t = meta["schema"]["envs"], meta["schema"]["steps"]
     heads = np.fromfile(heads_file, dtype="<f4")
@@ -62,12 +68,17 @@ class TorchStep:
     def initial_state(self, batch):
         return {k: v.numpy() for k, v in self.policy.initial_state(batch).items()}
 
-    def __call__(self, obs, is_init, state):
+    def __call__(self, obs, is_init, state, pixels):
         t = self.torch
         with t.no_grad():
-            args = (t.from_numpy(obs), {k: t.from_numpy(v) for k, v in state.items()}, t.from_numpy(is_init))
-            params, value, next_state = self.policy(*args)
-            action, again = self.policy.act(*args, deterministic=True)
+            values = t.from_numpy(obs) if self.policy.obs_dim > 0 else None
+            args = (values, {k: t.from_numpy(v) for k, v in state.items()}, t.from_numpy(is_init))
+            # The pixels lane to the forward, the dict of images to act: both interfaces.
+            lane = None if pixels is None else t.from_numpy(pixels)
+            params, value, next_state = self.policy(*args, pixels=lane)
+            images = None if pixels is None else {
+                k: image for k, image in zip(self.policy.image_keys, self.policy.images(lane, lane.shape[0]))}
+            action, again = self.policy.act(*args, deterministic=True, pixels=images)
         assert all(t.equal(again[k], next_state[k]) for k in next_state)
         return ({k: v.numpy() for k, v in params.items()}, action.numpy(), value.numpy(),
                 {k: v.numpy() for k, v in next_state.items()})
@@ -92,8 +103,14 @@ class OnnxStep:
     def initial_state(self, batch):
         return {s["name"]: np.zeros((batch,) + tuple(s["shape"]), np.float32) for s in self.spec["state"]}
 
-    def __call__(self, obs, is_init, state):
-        got = dict(zip(self.outputs, self.session.run(None, {"obs": obs, "is_init": is_init, **state})))
+    def __call__(self, obs, is_init, state, pixels):
+        inputs = self.spec["onnx"]["inputs"]
+        feed = {"is_init": is_init, **state}
+        if "obs" in inputs:
+            feed["obs"] = obs
+        if "pixels" in inputs:
+            feed["pixels"] = pixels
+        got = dict(zip(self.outputs, self.session.run(None, feed)))
         params = {k: got[k] for k in ("logits", "mean", "log_std") if k in got}
         next_state = {k[len("next_"):]: v for k, v in got.items() if k.startswith("next_")}
         return params, got["action"], got["value"], next_state
@@ -115,7 +132,9 @@ def check(step, meta, rec, spec):
         for key, value in state.items():
             carried = np.where(is_init[:, t, None, None], 0.0, value)
             errs["state_err"] = max(errs["state_err"], float(np.abs(carried - rec[key][:, t]).max()))
-        params, action, value, state = step(np.ascontiguousarray(obs[:, t]), np.ascontiguousarray(is_init[:, t]), state)
+        pixels = np.ascontiguousarray(rec["pixels"][:, t]) if "pixels" in rec else None
+        params, action, value, state = step(np.ascontiguousarray(obs[:, t]), np.ascontiguousarray(is_init[:, t]), state,
+                                            pixels)
         heads = rec["heads"][:, t]
         if kind == "continuous":
             a = heads.shape[1] // 2
@@ -149,7 +168,12 @@ def main():
     export_dir, dataset, heads_file = sys.argv[1:4]
     spec = json.loads((Path(export_dir) / "policy.json").read_text())
     meta, rec = recording(dataset, heads_file)
-    report = {}
+    report = {"images": [p["key"] for p in spec.get("images", {}).get("parts", [])]}
+    (kind, _), = spec["action"].items()
+    if kind == "discrete":
+        # How often the actor chose each action: a check of every greedy action means more
+        # when the actions vary.
+        report["action_counts"] = np.bincount(rec["action"].reshape(-1)).tolist()
     for backend in (TorchStep, OnnxStep):
         report[backend.name] = check(backend(export_dir), meta, rec, spec)
     print(json.dumps(report))

@@ -150,6 +150,8 @@ pub struct InferencePolicy {
     encoder: Vec<Dense>,
     /// One convolutional encoder per image, its features after the MLP's output.
     cnn: Vec<HostImage>,
+    /// `false`: every step starts from a zero state ([`super::PolicyConfig::memory`]).
+    memory: bool,
     core: Vec<CellWeights>,
     /// The value head's own core (empty with a shared core); its state follows the actor
     /// core's layers.
@@ -207,6 +209,7 @@ impl InferencePolicy {
             cell: core.cell(),
             obs_dim: policy.config().obs_dim,
             pixels: policy.config().pixels(),
+            memory: policy.config().memory,
             cnn: policy.cnn.iter().map(HostImage::of).collect(),
             hidden: core.hidden_size(),
             action: policy.action().clone(),
@@ -301,6 +304,8 @@ impl InferencePolicy {
         if !self.cnn.is_empty() {
             self.encode_images(pixels, n);
         }
+        let every_step = vec![true; if self.memory { 0 } else { n }];
+        let is_init = if self.memory { is_init } else { &every_step };
         out.next_h.resize(n * lh, 0.0);
         out.next_c.resize(if lstm { n * lh } else { 0 }, 0.0);
         // The actor core from the encoder output, then (separate critic) the critic core from
@@ -672,10 +677,12 @@ mod image_tests {
         ];
         for (case, (d, images, cnn)) in cases.into_iter().enumerate() {
             for cell in [CellKind::Lstm, CellKind::Gru] {
+                // One of them without memory (every step from zeros).
                 let config = PolicyConfig::new(d, ActionSpec::Discrete { n: 3 })
                     .with_images(images.clone())
                     .with_cnn(Some(cnn.clone()))
                     .with_cell(cell)
+                    .with_memory(!(case == 1 && cell == CellKind::Gru))
                     .with_hidden_size(16);
                 let policy = config.init_seeded::<Cpu>(case as u64, &device).unwrap();
                 let mut fast = InferencePolicy::from_policy(&policy);

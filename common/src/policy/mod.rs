@@ -162,6 +162,11 @@ pub struct PolicyConfig {
     /// own (`separate`, SB3's `enable_critic_lstm`) on the same encoder output.
     #[config(default = "CriticCore::Shared")]
     pub critic_core: CriticCore,
+    /// `false`: the core starts from a zero state at every step (every step is `is_init`), so
+    /// the policy is feedforward with the same layers: the floor a task that needs memory is
+    /// measured against.
+    #[config(default = true)]
+    pub memory: bool,
 }
 
 /// Where the value head's recurrent features come from.
@@ -569,6 +574,18 @@ impl<B: Backend> Policy<B> {
     ) -> Result<PolicyOutput<B, D, DS>, RecurrentError> {
         check_obs(&obs.dims(), self.config.obs_dim)?;
         let x = self.encode(obs, pixels)?;
+        let (is_init, state) = if self.config.memory {
+            (is_init, state)
+        } else {
+            // Every step from zeros: `is_init` everywhere, the stored state zeroed.
+            let dims = is_init.dims();
+            let all = TensorData::new(vec![true; dims.iter().product()], dims);
+            let state = RecurrentState {
+                rs_h: state.rs_h.zeros_like(),
+                rs_c: state.rs_c.map(|c| c.zeros_like()),
+            };
+            (Tensor::from_data(all, &is_init.device()), state)
+        };
         let (actor_state, critic_state) = self.split_state(state);
         let out = core_forward(&self.core, x.clone(), is_init.clone(), actor_state)?;
         let critic = match (&self.critic_core, critic_state) {

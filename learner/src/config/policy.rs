@@ -58,4 +58,5 @@ fn with_section(fitted: PolicyConfig, p: &PolicySection) -> PolicyConfig {
         .with_obs_norm(p.obs_norm)
         .with_obs_clip(p.obs_clip)
         .with_critic_core(p.critic_core)
+        .with_memory(p.memory)
 }

@@ -168,6 +168,10 @@ pub struct PolicySection {
     /// a core of its own (PPO).
     #[serde(default)]
     pub critic_core: CriticCore,
+    /// `false`: a feedforward policy with the same layers (the core starts from zeros at every
+    /// step): the floor for a task that needs memory.
+    #[serde(default = "yes")]
+    pub memory: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -4,9 +4,11 @@
 //! recur-learner export --checkpoint runs/mcp --out policy/
 //! policy/
 //!   policy.safetensors   every parameter under its PyTorch name (the state_dict of the module
-//!                        scripts/recur_policy.py builds), and the observation statistics
-//!   policy.json          the architecture: cell, sizes, spaces, obs_norm, distribution, state
-//!                        entries, the ONNX file's inputs and outputs, the recur version
+//!                        scripts/recur_policy.py builds: the image encoders' convolutions
+//!                        too), and the observation statistics
+//!   policy.json          the architecture: cell, sizes, spaces, obs_norm, the images and
+//!                        their cnn, distribution, state entries, the ONNX file's inputs and
+//!                        outputs, the recur version
 //!   policy.onnx          the sequential-mode step (opset 17), see [`onnx`]
 //! ```
 //!
@@ -37,8 +39,9 @@ use common::weights::{check_finite, from_blob, layout, layout_hash};
 use serde::Serialize;
 
 use params::{
-    core_spec, distribution_spec, named_tensors, state_spec, EncoderSpec, ObsNormSpec, OnnxSpec,
-    PolicySpec, Source, FORMAT, FORMAT_VERSION, OBS_NORM_EPS,
+    core_spec, distribution_spec, encoder_widths, images_spec, named_tensors, state_spec,
+    EncoderSpec, ObsNormSpec, OnnxSpec, PolicySpec, Source, FORMAT, FORMAT_VERSION,
+    FORMAT_VERSION_IMAGES, OBS_NORM_EPS,
 };
 
 /// The files of an export directory.
@@ -188,15 +191,19 @@ fn render(loaded: &Loaded) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
     let safetensors = safetensors::tensor::serialize(views, Some(metadata))
         .map_err(|e| path_error(Path::new(SAFETENSORS_FILE), e))?;
 
-    let onnx = onnx::step_model(&onnx::StepModel {
-        config,
-        tensors: &tensors,
-        producer_version: env!("CARGO_PKG_VERSION"),
-    });
+    let onnx = onnx::step_model(&onnx::StepModel::of(
+        policy,
+        &tensors,
+        env!("CARGO_PKG_VERSION"),
+    ));
 
+    let images = images_spec(policy);
     let spec = PolicySpec {
         format: FORMAT,
-        format_version: FORMAT_VERSION,
+        format_version: match images {
+            Some(_) => FORMAT_VERSION_IMAGES,
+            None => FORMAT_VERSION,
+        },
         recur_version: env!("CARGO_PKG_VERSION"),
         source: Source {
             checkpoint: loaded.dir.display().to_string(),
@@ -211,9 +218,10 @@ fn render(loaded: &Loaded) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
             formula: "clamp((obs - mean) / sqrt(var + eps), -clip, clip)",
         },
         encoder: EncoderSpec {
-            widths: config.encoder.clone(),
+            widths: encoder_widths(policy),
             activation: "tanh",
         },
+        images,
         core: core_spec(policy),
         critic_core: config.critic_core,
         state: state_spec(policy),
@@ -222,7 +230,7 @@ fn render(loaded: &Loaded) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
         onnx: OnnxSpec {
             file: ONNX_FILE,
             opset: onnx::OPSET,
-            inputs: onnx::input_names(config.cell),
+            inputs: onnx::input_names(config),
             outputs: onnx::output_names(config.cell, &config.action),
         },
     };
@@ -238,6 +246,8 @@ fn render(loaded: &Loaded) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
 /// directory) into the new directory `out` (see the module docs).
 pub fn export(checkpoint: &Path, out: &Path) -> anyhow::Result<Exported> {
     let loaded = load(checkpoint)?;
+    exportable(loaded.policy.config())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", loaded.dir.display()))?;
     let files = render(&loaded)?;
     write_dir(out, &files)?;
     Ok(Exported {
@@ -248,6 +258,17 @@ pub fn export(checkpoint: &Path, out: &Path) -> anyhow::Result<Exported> {
         cell: loaded.policy.config().cell.name(),
         files: files.iter().map(|(name, _)| *name).collect(),
     })
+}
+
+/// Refuses a policy the exported module would not reproduce.
+fn exportable(config: &common::policy::PolicyConfig) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        config.memory,
+        "its policy has policy.memory = false (every step from a zero state, a feedforward \
+         floor), which the exported recurrent module does not reproduce; export a policy with \
+         memory"
+    );
+    Ok(())
 }
 
 /// Writes `files` into the new directory `out`: all of them, or (on an error) none.
@@ -317,6 +338,17 @@ mod tests {
 
     /// A directory is written whole; an existing non-empty one is refused untouched; an empty
     /// one is replaced; a path under a regular file is refused naming it, leaving nothing.
+    #[test]
+    fn a_policy_without_memory_is_refused() {
+        use common::policy::{ActionSpec, PolicyConfig};
+        let config = PolicyConfig::new(3, ActionSpec::Discrete { n: 2 });
+        assert!(exportable(&config).is_ok());
+        let err = exportable(&config.with_memory(false))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("policy.memory = false"), "{err}");
+    }
+
     #[test]
     fn the_output_directory_is_written_whole_or_not_at_all() {
         let dir = temp("write");

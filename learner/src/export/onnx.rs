@@ -2,7 +2,8 @@
 //! that it computes what recur's actor computes (`common::policy::inference`), op for op:
 //!
 //! ```text
-//! inputs:  obs [B, obs_dim] f32, is_init [B] bool, rs_h [B, S, H] f32 (, rs_c [B, S, H] f32)
+//! inputs:  obs [B, obs_dim] f32 (absent when obs_dim is 0), pixels [B, P] u8 (with images
+//!          only), is_init [B] bool, rs_h [B, S, H] f32 (, rs_c [B, S, H] f32)
 //! outputs: logits [B, K]            (discrete, multi-discrete)
 //!          | mean, log_std [B, A]   (box: log_std clamped to [-5, 2], as the distribution uses it)
 //!          action [B] i64 | [B, K] i64 | [B, A] f32   (the greedy action)
@@ -11,18 +12,25 @@
 //! ```
 //!
 //! The step: normalize (`clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)`), the encoder
-//! (`Gemm` + `Tanh` per layer), then each recurrent layer `k` reads its state `rs_h[:, k]`
-//! (zeroed where `is_init`: the primer's state at a reset), runs its cell (LSTM, GRU, minGRU
-//! equations of docs/recurrent-cells.md) and writes `next_rs_h[:, k]`; a separate critic core
-//! reads layers `L..2L`. `B` is symbolic (`"batch"`).
+//! (`Gemm` + `Tanh` per layer); each image `k` of `pixels` (bytes `offset..offset + H*W*C`)
+//! cast to f32, reshaped to `[B, H, W, C]`, transposed to NCHW and multiplied by the cnn's
+//! `scale`, through its layers (`Conv` + `Relu`, `MaxPool`), `Flatten` (CHW order), `Gemm` +
+//! `Relu`; the MLP's output and the images' features `Concat`enated in that order (the
+//! core's input, as `common::policy::Policy` encodes it); then each recurrent layer `k` reads
+//! its state `rs_h[:, k]` (zeroed where `is_init`: the primer's state at a reset), runs its
+//! cell (LSTM, GRU, minGRU equations of docs/recurrent-cells.md) and writes `next_rs_h[:, k]`;
+//! a separate critic core reads layers `L..2L`. `B` is symbolic (`"batch"`).
 
 use prost::Message;
 
-use common::policy::{ActionSpec, CriticCore, PolicyConfig};
+use common::backend::Cpu;
+use common::policy::image::ImageSpec;
+use common::policy::{ActionSpec, CriticCore, Policy, PolicyConfig};
+use recur_rnn::encoder::EncoderLayer;
 use recur_rnn::CellKind;
 
 use super::onnx_proto::*;
-use super::params::{Named, OBS_NORM_EPS};
+use super::params::{cnn_prefix, Named, OBS_NORM_EPS};
 
 /// The opset the graph is written for (`Split` with a `split` input, `Squeeze`/`Unsqueeze`
 /// with an `axes` input: opset 13 and later).
@@ -33,14 +41,41 @@ const IR_VERSION: i64 = 8;
 /// What the graph is built from: the architecture and the named tensors (PyTorch names).
 pub struct StepModel<'a> {
     pub config: &'a PolicyConfig,
+    /// Layers of the encoder MLP (none when `obs_dim` is 0).
+    pub encoder_layers: usize,
+    /// Each image's encoder: its part of the pixels and its layers.
+    pub images: Vec<ImageSpec>,
     pub tensors: &'a [Named],
     pub producer_version: &'a str,
 }
 
-/// The graph's input names, in order.
-pub fn input_names(cell: CellKind) -> Vec<String> {
-    let mut names = vec!["obs".to_string(), "is_init".into(), "rs_h".into()];
-    if cell.has_cell_state() {
+impl<'a> StepModel<'a> {
+    /// The step of `policy`, whose parameters are `tensors` ([`named_tensors`] of it).
+    ///
+    /// [`named_tensors`]: super::params::named_tensors
+    pub fn of(policy: &'a Policy<Cpu>, tensors: &'a [Named], producer_version: &'a str) -> Self {
+        StepModel {
+            config: policy.config(),
+            encoder_layers: policy.encoder.len(),
+            images: policy.cnn.iter().map(|c| c.spec().clone()).collect(),
+            tensors,
+            producer_version,
+        }
+    }
+}
+
+/// The graph's input names, in order: `obs` (when `obs_dim` > 0), `pixels` (with images),
+/// `is_init`, `rs_h` (, `rs_c`).
+pub fn input_names(config: &PolicyConfig) -> Vec<String> {
+    let mut names = Vec::new();
+    if config.obs_dim > 0 {
+        names.push("obs".to_string());
+    }
+    if !config.images.is_empty() {
+        names.push("pixels".into());
+    }
+    names.extend(["is_init".to_string(), "rs_h".into()]);
+    if config.cell.has_cell_state() {
         names.push("rs_c".into());
     }
     names
@@ -71,7 +106,17 @@ fn int_attr(name: &str, value: i64) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         i: Some(value),
+        ints: Vec::new(),
         r#type: AttributeType::Int as i32,
+    }
+}
+
+fn ints_attr(name: &str, values: &[usize]) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        i: None,
+        ints: values.iter().map(|&v| v as i64).collect(),
+        r#type: AttributeType::Ints as i32,
     }
 }
 
@@ -168,6 +213,61 @@ fn init_opt(g: &mut Graph, tensors: &[Named], name: &str) -> Option<String> {
         .iter()
         .any(|t| t.name == name)
         .then(|| init(g, tensors, name))
+}
+
+/// Image `k`'s encoder (`common::policy::image::ImageEncoder`) on the pixels `px` `[B, P]`
+/// (already f32): its bytes cut out, `[B, H, W, C]` -> NCHW, scaled, the layers, flattened in
+/// CHW order, the linear layer and ReLU -> `[B, features]`.
+fn image_encoder(g: &mut Graph, m: &StepModel, k: usize, spec: &ImageSpec, px: &str) -> String {
+    let [h, w, c] = spec.part.shape;
+    let prefix = cnn_prefix(k);
+    let at = spec.offset as i64;
+    let starts = g.i64_tensor(&format!("const.{prefix}.start"), &[1], &[at]);
+    let ends = g.i64_tensor(
+        &format!("const.{prefix}.end"),
+        &[1],
+        &[at + (h * w * c) as i64],
+    );
+    let axis_one = g.i64_tensor("const.axis_1", &[1], &[1]);
+    let bytes = g.op("Slice", &[px, &starts, &ends, &axis_one]);
+    let shape = [-1, h as i64, w as i64, c as i64];
+    let shape = g.i64_tensor(&format!("const.{prefix}.hwc"), &[4], &shape);
+    let hwc = g.op("Reshape", &[&bytes, &shape]);
+    let nchw = g.op_attr("Transpose", &[&hwc], vec![ints_attr("perm", &[0, 3, 1, 2])]);
+    let scale = g.scalar(&format!("const.{prefix}.scale"), spec.config.scale);
+    let mut x = g.op("Mul", &[&nchw, &scale]);
+    for (i, layer) in spec.config.layers.iter().enumerate() {
+        x = match *layer {
+            EncoderLayer::Conv {
+                kernel,
+                stride,
+                padding,
+                ..
+            } => {
+                let weight = init(g, m.tensors, &format!("{prefix}.convs.{i}.weight"));
+                let bias = init(g, m.tensors, &format!("{prefix}.convs.{i}.bias"));
+                let attrs = vec![
+                    ints_attr("kernel_shape", &[kernel, kernel]),
+                    ints_attr("strides", &[stride, stride]),
+                    ints_attr("pads", &[padding; 4]),
+                ];
+                let y = g.op_attr("Conv", &[&x, &weight, &bias], attrs);
+                g.op("Relu", &[&y])
+            }
+            EncoderLayer::Maxpool { kernel } => {
+                let attrs = vec![
+                    ints_attr("kernel_shape", &[kernel, kernel]),
+                    ints_attr("strides", &[kernel, kernel]),
+                ];
+                g.op_attr("MaxPool", &[&x], attrs)
+            }
+        };
+    }
+    let flat = g.op_attr("Flatten", &[&x], vec![int_attr("axis", 1)]);
+    let weight = init(g, m.tensors, &format!("{prefix}.linear.weight"));
+    let bias = init(g, m.tensors, &format!("{prefix}.linear.bias"));
+    let y = gemm(g, &flat, &weight, Some(&bias));
+    g.op("Relu", &[&y])
 }
 
 /// The recurrent state handed to one layer: `[B, H]` of state layer `layer`, zeroed at
@@ -299,26 +399,45 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
     let reset = g.op("Unsqueeze", &["is_init", &axis_one]);
     let zero = g.scalar("const.zero", 0.0);
 
-    // Observation normalizer.
-    let mean = init(&mut g, t, "obs_norm.mean");
-    let var = init(&mut g, t, "obs_norm.var");
-    let clip = init(&mut g, t, "obs_norm.clip");
-    let eps = g.scalar("const.obs_norm_eps", OBS_NORM_EPS);
-    let centred = g.op("Sub", &["obs", &mean]);
-    let var_eps = g.op("Add", &[&var, &eps]);
-    let std = g.op("Sqrt", &[&var_eps]);
-    let scaled = g.op("Div", &[&centred, &std]);
-    let neg_clip = g.op("Neg", &[&clip]);
-    let lower = g.op("Max", &[&scaled, &neg_clip]);
-    let mut x = g.op("Min", &[&lower, &clip]);
+    // The core's input: the values' part, then each image's.
+    let mut parts = Vec::new();
+    if pc.obs_dim > 0 {
+        // Observation normalizer.
+        let mean = init(&mut g, t, "obs_norm.mean");
+        let var = init(&mut g, t, "obs_norm.var");
+        let clip = init(&mut g, t, "obs_norm.clip");
+        let eps = g.scalar("const.obs_norm_eps", OBS_NORM_EPS);
+        let centred = g.op("Sub", &["obs", &mean]);
+        let var_eps = g.op("Add", &[&var, &eps]);
+        let std = g.op("Sqrt", &[&var_eps]);
+        let scaled = g.op("Div", &[&centred, &std]);
+        let neg_clip = g.op("Neg", &[&clip]);
+        let lower = g.op("Max", &[&scaled, &neg_clip]);
+        let mut x = g.op("Min", &[&lower, &clip]);
 
-    // Encoder.
-    for i in 0..pc.encoder.len() {
-        let w = init(&mut g, t, &format!("encoder.{i}.weight"));
-        let b = init_opt(&mut g, t, &format!("encoder.{i}.bias"));
-        let y = gemm(&mut g, &x, &w, b.as_deref());
-        x = g.op("Tanh", &[&y]);
+        // Encoder.
+        for i in 0..m.encoder_layers {
+            let w = init(&mut g, t, &format!("encoder.{i}.weight"));
+            let b = init_opt(&mut g, t, &format!("encoder.{i}.bias"));
+            let y = gemm(&mut g, &x, &w, b.as_deref());
+            x = g.op("Tanh", &[&y]);
+        }
+        parts.push(x);
     }
+    if !m.images.is_empty() {
+        let attrs = vec![int_attr("to", DataType::Float as i64)];
+        let px = g.op_attr("Cast", &["pixels"], attrs);
+        for (k, spec) in m.images.iter().enumerate() {
+            parts.push(image_encoder(&mut g, m, k, spec, &px));
+        }
+    }
+    let x = match parts.len() {
+        1 => parts.remove(0),
+        _ => {
+            let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+            g.op_attr("Concat", &refs, vec![int_attr("axis", 1)])
+        }
+    };
 
     // Cores.
     let actor = core(&mut g, m, ("core", 0), &x, &reset, &zero);
@@ -407,6 +526,7 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
     let info = |name: String| {
         let (elem, dims) = match (name.as_str(), &pc.action) {
             ("obs", _) => (DataType::Float, vec![batch(), fixed(pc.obs_dim)]),
+            ("pixels", _) => (DataType::Uint8, vec![batch(), fixed(pc.pixels())]),
             ("is_init", _) => (DataType::Bool, vec![batch()]),
             ("value", _) => (DataType::Float, vec![batch()]),
             ("rs_h" | "rs_c" | "next_rs_h" | "next_rs_c", _) => (DataType::Float, state_dims()),
@@ -423,7 +543,7 @@ pub fn step_model(m: &StepModel) -> Vec<u8> {
         };
         value_info(&name, elem, dims)
     };
-    let inputs = input_names(pc.cell).into_iter().map(info).collect();
+    let inputs = input_names(pc).into_iter().map(info).collect();
     let outputs = output_names(pc.cell, &pc.action)
         .into_iter()
         .map(info)
@@ -483,11 +603,7 @@ mod tests {
     fn model_for(config: &PolicyConfig) -> ModelProto {
         let policy = config.init_seeded::<Cpu>(3, &cpu_device()).unwrap();
         let tensors = named_tensors(&policy);
-        let bytes = step_model(&StepModel {
-            config,
-            tensors: &tensors,
-            producer_version: "test",
-        });
+        let bytes = step_model(&StepModel::of(&policy, &tensors, "test"));
         ModelProto::decode(&bytes[..]).expect("the model decodes")
     }
 
@@ -515,40 +631,132 @@ mod tests {
                             .with_encoder(encoder)
                             .with_critic_core(critic);
                         let model = model_for(&config);
-                        let graph = model.graph.as_ref().unwrap();
-                        let mut defined: std::collections::HashSet<String> = graph
-                            .input
-                            .iter()
-                            .map(|i| i.name.clone())
-                            .chain(graph.initializer.iter().map(|t| t.name.clone()))
-                            .collect();
-                        let mut used = std::collections::HashSet::new();
-                        for node in &graph.node {
-                            for input in &node.input {
-                                assert!(
-                                    defined.contains(input),
-                                    "{cell:?} L={layers}: {} reads undefined {input}",
-                                    node.name
-                                );
-                                used.insert(input.clone());
-                            }
-                            for output in &node.output {
-                                assert!(defined.insert(output.clone()), "{output} twice");
-                            }
-                        }
-                        for init in &graph.initializer {
-                            assert!(used.contains(&init.name), "unused {}", init.name);
-                        }
-                        let outputs: Vec<String> =
-                            graph.output.iter().map(|o| o.name.clone()).collect();
-                        assert_eq!(outputs, output_names(cell, action));
-                        for o in &outputs {
-                            assert!(defined.contains(o), "{o} is never computed");
-                        }
-                        assert_eq!(model.opset_import[0].version, OPSET);
+                        assert_well_formed(&model, &config, &format!("{cell:?} L={layers}"));
                     }
                 }
             }
         }
+    }
+
+    /// Each node input is a graph input, an initializer or an earlier node's output; every
+    /// output is produced once; every initializer is used; the graph's inputs and outputs are
+    /// the documented ones. Returns the op types in order.
+    fn assert_well_formed(model: &ModelProto, config: &PolicyConfig, what: &str) -> Vec<String> {
+        let graph = model.graph.as_ref().unwrap();
+        let mut defined: std::collections::HashSet<String> = graph
+            .input
+            .iter()
+            .map(|i| i.name.clone())
+            .chain(graph.initializer.iter().map(|t| t.name.clone()))
+            .collect();
+        let mut used = std::collections::HashSet::new();
+        for node in &graph.node {
+            for input in &node.input {
+                assert!(
+                    defined.contains(input),
+                    "{what}: {} reads undefined {input}",
+                    node.name
+                );
+                used.insert(input.clone());
+            }
+            for output in &node.output {
+                assert!(defined.insert(output.clone()), "{what}: {output} twice");
+            }
+        }
+        for init in &graph.initializer {
+            assert!(used.contains(&init.name), "{what}: unused {}", init.name);
+        }
+        let inputs: Vec<String> = graph.input.iter().map(|o| o.name.clone()).collect();
+        assert_eq!(inputs, input_names(config), "{what}");
+        let outputs: Vec<String> = graph.output.iter().map(|o| o.name.clone()).collect();
+        assert_eq!(outputs, output_names(config.cell, &config.action), "{what}");
+        for o in &outputs {
+            assert!(defined.contains(o), "{what}: {o} is never computed");
+        }
+        assert_eq!(model.opset_import[0].version, OPSET);
+        graph.node.iter().map(|n| n.op_type.clone()).collect()
+    }
+
+    /// Image policies: an image alone (no `obs` input, no normalizer), and a Dict of values
+    /// and two images (the MLP's output and both images' features concatenated, in that
+    /// order); the pixels input is uint8 `[batch, P]`; convolutions carry their kernel,
+    /// stride and padding, max-pools their kernel as the stride.
+    #[test]
+    fn image_policies_give_well_formed_graphs() {
+        let part = |key: &str, shape| common::envs::ImagePart {
+            key: key.into(),
+            shape,
+        };
+        let alone = PolicyConfig::new(0, ActionSpec::Discrete { n: 2 })
+            .with_hidden_size(8)
+            .with_images(vec![part("", [64, 64, 1])])
+            .with_cnn(Some(recur_rnn::encoder::EncoderConfig {
+                layers: vec![
+                    EncoderLayer::conv(4, 8, 4, 1),
+                    EncoderLayer::conv(8, 3, 2, 0),
+                ],
+                scale: 1.0 / 255.0,
+                features: 16,
+            }));
+        let model = model_for(&alone);
+        let ops = assert_well_formed(&model, &alone, "alone");
+        assert_eq!(input_names(&alone), ["pixels", "is_init", "rs_h", "rs_c"]);
+        assert_eq!(ops.iter().filter(|o| *o == "Conv").count(), 2);
+        assert!(
+            !ops.contains(&"Sqrt".to_string()),
+            "a normalizer without values"
+        );
+        let graph = model.graph.as_ref().unwrap();
+        let conv = graph.node.iter().find(|n| n.op_type == "Conv").unwrap();
+        let attr = |name: &str| &conv.attribute.iter().find(|a| a.name == name).unwrap().ints;
+        assert_eq!(
+            (attr("kernel_shape"), attr("strides"), attr("pads")),
+            (&vec![8, 8], &vec![4, 4], &vec![1, 1, 1, 1])
+        );
+        let pixels = &graph.input[0];
+        let tensor = pixels
+            .r#type
+            .as_ref()
+            .unwrap()
+            .tensor_type
+            .as_ref()
+            .unwrap();
+        assert_eq!(tensor.elem_type, DataType::Uint8 as i32);
+        let dims = &tensor.shape.as_ref().unwrap().dim;
+        assert_eq!(dims[1].value, Some(DimensionValue::DimValue(64 * 64)));
+
+        let dict = PolicyConfig::new(4, ActionSpec::Discrete { n: 3 })
+            .with_cell(CellKind::Gru)
+            .with_hidden_size(8)
+            .with_images(vec![part("image", [7, 7, 3]), part("map", [7, 7, 1])])
+            .with_cnn(Some(recur_rnn::encoder::EncoderConfig::minigrid()));
+        let model = model_for(&dict);
+        let ops = assert_well_formed(&model, &dict, "dict");
+        assert_eq!(input_names(&dict), ["obs", "pixels", "is_init", "rs_h"]);
+        assert_eq!(ops.iter().filter(|o| *o == "MaxPool").count(), 2);
+        let graph = model.graph.as_ref().unwrap();
+        // The core's input: the encoder's Tanh, then the two images' last Relu.
+        let concat = (graph.node.iter())
+            .find(|n| n.op_type == "Concat" && n.input.len() == 3)
+            .unwrap();
+        let producer = |name: &str| {
+            let node = graph.node.iter().find(|n| n.output[0] == name).unwrap();
+            (node.op_type.as_str(), node.input.clone())
+        };
+        let kinds: Vec<&str> = concat.input.iter().map(|i| producer(i).0).collect();
+        assert_eq!(kinds, ["Tanh", "Relu", "Relu"]);
+        for (k, input) in concat.input[1..].iter().enumerate() {
+            let gemm = producer(&producer(input).1[0]).1;
+            assert_eq!(gemm[1], format!("cnn.{k}.linear.weight"));
+        }
+        let slices: Vec<Vec<i64>> = (graph.node.iter())
+            .filter(|n| n.op_type == "Slice")
+            .map(|n| {
+                let start = graph.initializer.iter().find(|t| t.name == n.input[1]);
+                let raw = &start.unwrap().raw_data;
+                vec![i64::from_le_bytes(raw[..8].try_into().unwrap())]
+            })
+            .collect();
+        assert_eq!(slices, [vec![0], vec![147]]);
     }
 }

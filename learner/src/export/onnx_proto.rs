@@ -12,6 +12,7 @@
 #[repr(i32)]
 pub enum DataType {
     Float = 1,
+    Uint8 = 2,
     Int64 = 7,
     Bool = 9,
 }
@@ -21,6 +22,7 @@ pub enum DataType {
 #[repr(i32)]
 pub enum AttributeType {
     Int = 2,
+    Ints = 7,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -92,6 +94,10 @@ pub struct AttributeProto {
     pub name: String,
     #[prost(int64, optional, tag = "3")]
     pub i: Option<i64>,
+    /// A list of integers (`kernel_shape`, `strides`, `pads`, `perm`); empty, it is not
+    /// written, so graphs without one encode as before.
+    #[prost(int64, repeated, packed = "false", tag = "8")]
+    pub ints: Vec<i64>,
     /// An `AttributeType`.
     #[prost(int32, tag = "20")]
     pub r#type: i32,

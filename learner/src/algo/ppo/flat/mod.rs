@@ -292,6 +292,7 @@ impl FlatUpdate {
             recompute: self.recompute,
             nvec: &self.nvec,
             packs: Some(&self.packs),
+            memory: self.config.memory,
         }
     }
 

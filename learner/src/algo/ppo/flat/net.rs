@@ -29,6 +29,26 @@ pub struct Net<'a> {
     /// Each core layer's weights packed from `params` ([`Net::pack`]); `None`: each call
     /// packs its own.
     pub packs: Option<&'a [LayerPacks]>,
+    /// `false`: every step starts from a zero state (`PolicyConfig::memory`).
+    pub memory: bool,
+}
+
+/// `start`, `rs_h` and `rs_c` as the core sees them: themselves, or for a policy without
+/// memory every step a start from zeros.
+struct Starts {
+    start: Vec<bool>,
+    h: Vec<f32>,
+    c: Option<Vec<f32>>,
+}
+
+impl Starts {
+    fn of(memory: bool, start: &[bool], h: &[f32], c: Option<&[f32]>) -> Option<Starts> {
+        (!memory).then(|| Starts {
+            start: vec![true; start.len()],
+            h: vec![0.0; h.len()],
+            c: c.map(|c| vec![0.0; c.len()]),
+        })
+    }
 }
 
 /// A minibatch of `rows` slices of `len` steps, position `p = row * len + t`.
@@ -211,10 +231,24 @@ impl Net<'_> {
         let acts = self.encode(b.obs, n);
         let values_width = acts.last().expect("non-empty").len() / n;
         let core_in = &Self::core_input(acts.last().expect("non-empty").clone(), b.images, n);
-        let stored = StoredStates {
-            h: b.rs_h,
-            c: b.rs_c,
-            layers,
+        let zeros = Starts::of(self.memory, b.start, b.rs_h, b.rs_c);
+        let (start, stored) = match &zeros {
+            None => (
+                b.start,
+                StoredStates {
+                    h: b.rs_h,
+                    c: b.rs_c,
+                    layers,
+                },
+            ),
+            Some(z) => (
+                &z.start[..],
+                StoredStates {
+                    h: &z.h,
+                    c: z.c.as_deref(),
+                    layers,
+                },
+            ),
         };
         let mut outs: Vec<Vec<f32>> = Vec::with_capacity(layers);
         let mut tapes: Vec<Tape> = Vec::with_capacity(layers);
@@ -225,7 +259,7 @@ impl Net<'_> {
                 &self.dims(c, b.rows, b.len),
                 &self.core_params(l),
                 input,
-                b.start,
+                start,
                 stored,
                 l,
                 self.recompute,
@@ -329,7 +363,7 @@ impl Net<'_> {
         for (l, (c, tape)) in layout.core.iter().zip(tapes).enumerate().rev() {
             let input = if l == 0 { core_in } else { &outs[l - 1] };
             let want_x = l > 0 || !layout.encoder.is_empty() || !b.images.is_empty();
-            let g = layer_backward(tape, &self.core_params(l), input, b.start, &dh, want_x);
+            let g = layer_backward(tape, &self.core_params(l), input, start, &dh, want_x);
             grads[c.w_ih.range()].copy_from_slice(&g.w_ih);
             grads[c.w_hh.range()].copy_from_slice(&g.w_hh);
             if let (Some(s), Some(v)) = (&c.b_ih, &g.b_ih) {
@@ -397,10 +431,24 @@ impl Net<'_> {
         let (n, h, layout) = (rows * len, self.hidden, self.layout);
         let layers = layout.core.len();
         let mut x = Self::core_input(self.encode(obs, n).pop().expect("non-empty"), images, n);
-        let stored = StoredStates {
-            h: rs_h,
-            c: rs_c,
-            layers,
+        let zeros = Starts::of(self.memory, start, rs_h, rs_c);
+        let (start, stored) = match &zeros {
+            None => (
+                start,
+                StoredStates {
+                    h: rs_h,
+                    c: rs_c,
+                    layers,
+                },
+            ),
+            Some(z) => (
+                &z.start[..],
+                StoredStates {
+                    h: &z.h,
+                    c: z.c.as_deref(),
+                    layers,
+                },
+            ),
         };
         let mut next_h = vec![0.0f32; n * layers * h];
         let mut next_c = self

@@ -593,3 +593,30 @@ fn image_policies_train_and_criticize_as_burn_does() {
         close("bootstrap values", &fnext, &bn, 1e-5);
     }
 }
+
+/// `policy.memory = false`: the fused update and critic match burn's, and the core's output at
+/// a step depends on that step alone (a different stored state or history changes nothing).
+#[test]
+fn a_policy_without_memory_matches_burns_and_forgets() {
+    let pc = pixel_policy(CellKind::Lstm).with_memory(false);
+    loss_and_gradients_match("PixelCartPole-v1", pc.clone());
+    let data = chunks("PixelCartPole-v1", &pc, 2);
+    let (mut burn, mut fused) = (ppo(&pc, UpdatePath::Burn), ppo(&pc, UpdatePath::Fused));
+    for p in [&mut burn, &mut fused] {
+        p.add_chunk(&data[0]);
+        p.update().unwrap();
+    }
+    let (bv, _) = burn.critic_pass(&data[1]);
+    let (fv, _) = fused.critic_pass(&data[1]);
+    close("values", &fv, &bv, 1e-5);
+    // The same chunk with other stored states: the same values.
+    let mut other = data[1].clone();
+    other.rs_h.iter_mut().for_each(|v| *v += 0.5);
+    assert_eq!(fused.critic_pass(&other).0, fv);
+    // With memory, they differ.
+    let remembering = ppo(&pc.clone().with_memory(true), UpdatePath::Fused);
+    assert_ne!(
+        remembering.critic_pass(&other).0,
+        remembering.critic_pass(&data[1]).0
+    );
+}
