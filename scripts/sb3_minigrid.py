@@ -5,7 +5,7 @@ of CI. Run it with the Python that has sb3-contrib and minigrid (`pip install sb
 minigrid`):
 
   python3 scripts/sb3_minigrid.py --env MiniGrid-MemoryS7-v0 --seed 0 --frames 1000000 \
-      [--eval-seed 1000] [--episodes 100] [--out FILE.jsonl]
+      [--eval-seed 1000] [--episodes 100] [--max-seconds S] [--progress FILE.jsonl] [--out FILE.jsonl]
 
 Policy: `CnnLstmPolicy` over MiniGrid's image alone (`ImgObsWrapper`: the 7x7x3 codes, no
 direction, no mission) with the features extractor of the minigrid documentation's SB3
@@ -22,10 +22,13 @@ lambda 0.95, clip 0.2, entropy 0.01, value 0.5, gradient norm 0.5. `--n-steps` e
 them (`--help`).
 
 After training, `--episodes` greedy (deterministic) episodes, one per environment seed
-`--eval-seed` + k (recur-learner eval's `--seed` contract: apart from training's seeds).
+`--eval-seed` + k, stepped together (recur-learner eval's `--seed` contract: apart from training's seeds).
 Success is MiniGrid's: an episode whose final reward is positive. One JSON line: env, seed,
 frames, wall_s (training only), eval_wall_s, mean_return, std_return, success_rate, episodes,
-eval_seed, hyperparameters, torch_threads.
+eval_seed, hyperparameters, torch_threads, and `stopped_early` (true when `--max-seconds` ended
+training before `--frames`: `frames` is then what was trained). `--progress` gets a JSON line
+after every rollout: frames, wall_s, and the mean return and success rate of the last 100
+finished training episodes.
 """
 
 import argparse
@@ -39,6 +42,7 @@ import numpy as np
 import torch
 from minigrid.wrappers import ImgObsWrapper
 from sb3_contrib import RecurrentPPO
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
@@ -70,27 +74,59 @@ class MinigridFeaturesExtractor(BaseFeaturesExtractor):
         return self.linear(self.cnn(observations))
 
 
+class Progress(BaseCallback):
+    """A JSON line after every rollout (to `path`, if any); stops training after `max_seconds`."""
+
+    def __init__(self, path, max_seconds):
+        super().__init__()
+        self.path, self.max_seconds = path, max_seconds
+        self.t0, self.stopped = time.time(), False
+        self.last = []
+
+    def _on_step(self):
+        for info, reward, done in zip(self.locals["infos"], self.locals["rewards"], self.locals["dones"]):
+            if done:
+                self.last = (self.last + [float(reward) > 0.0])[-100:]
+        if self.max_seconds is not None and time.time() - self.t0 > self.max_seconds:
+            self.stopped = True
+            return False
+        return True
+
+    def _on_rollout_end(self):
+        if not self.path:
+            return
+        buf = self.model.ep_info_buffer
+        line = {
+            "frames": int(self.num_timesteps), "wall_s": round(time.time() - self.t0, 2),
+            "mean_return_100": float(np.mean([e["r"] for e in buf])) if buf else None,
+            "success_100": float(np.mean(self.last)) if self.last else None,
+        }
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 def make(env_id):
     return ImgObsWrapper(gym.make(env_id))
 
 
 def evaluate(model, env_id, episodes, seed):
-    """Greedy episodes, one per env seed `seed + k`; success: a positive final reward."""
-    returns, successes = [], []
-    for k in range(episodes):
-        env = make(env_id)
-        obs, _ = env.reset(seed=seed + k)
-        state, start, total, done, last = None, np.ones((1,), dtype=bool), 0.0, False, 0.0
-        while not done:
-            action, state = model.predict(obs, state=state, episode_start=start, deterministic=True)
-            obs, r, term, trunc, _ = env.step(int(action))
-            total += float(r)
-            last = float(r)
-            start = np.zeros((1,), dtype=bool)
-            done = term or trunc
-        returns.append(total)
-        successes.append(last > 0.0)
-    return returns, successes
+    """Greedy episodes, one per env seed `seed + k`, all stepped in one batch (one `predict`
+    call a step); success: a positive final reward."""
+    envs = [make(env_id) for _ in range(episodes)]
+    obs = np.stack([env.reset(seed=seed + k)[0] for k, env in enumerate(envs)])
+    returns, last = np.zeros(episodes), np.zeros(episodes)
+    running = np.ones(episodes, dtype=bool)
+    state, start = None, np.ones((episodes,), dtype=bool)
+    while running.any():
+        actions, state = model.predict(obs, state=state, episode_start=start, deterministic=True)
+        start = np.zeros((episodes,), dtype=bool)
+        for k in np.flatnonzero(running):
+            o, r, term, trunc, _ = envs[k].step(int(actions[k]))
+            obs[k] = o
+            returns[k] += float(r)
+            last[k] = float(r)
+            running[k] = not (term or trunc)
+    return returns.tolist(), (last > 0.0).tolist()
 
 
 def main():
@@ -106,6 +142,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--ent-coef", type=float, default=0.01)
+    ap.add_argument("--max-seconds", type=float)
+    ap.add_argument("--progress")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -124,8 +162,9 @@ def main():
     )
     model = RecurrentPPO("CnnLstmPolicy", venv, seed=args.seed, policy_kwargs=policy_kwargs,
                          verbose=0, **hp)
+    progress = Progress(args.progress, args.max_seconds)
     t0 = time.time()
-    model.learn(total_timesteps=args.frames)
+    model.learn(total_timesteps=args.frames, callback=progress)
     wall = time.time() - t0
     t1 = time.time()
     returns, successes = evaluate(model, args.env, args.episodes, args.eval_seed)
@@ -138,7 +177,7 @@ def main():
         "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
         "success_rate": float(np.mean(successes)), "episodes": args.episodes,
         "eval_seed": args.eval_seed, "hyperparameters": shown,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(), "stopped_early": progress.stopped,
     })
     print(line, flush=True)
     if args.out:
