@@ -84,7 +84,7 @@ class Progress(BaseCallback):
         self.last = []
 
     def _on_step(self):
-        for info, reward, done in zip(self.locals["infos"], self.locals["rewards"], self.locals["dones"]):
+        for reward, done in zip(self.locals["rewards"], self.locals["dones"]):
             if done:
                 self.last = (self.last + [float(reward) > 0.0])[-100:]
         if self.max_seconds is not None and time.time() - self.t0 > self.max_seconds:
