@@ -432,3 +432,107 @@ fn the_65th_pending_connection_is_refused_and_counted() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Images over TLS, bit for bit: a learner training PixelCartPole from one remote actor on a
+/// TLS link (loopback, `--tls`), recording every chunk it receives (`--save-replay`). Each
+/// environment of the recording is then replayed in a fresh PixelCartPole: reset with the
+/// actor's episode seeds, stepped with the recorded actions, its frames (`pixels`,
+/// `next.pixels`), rewards and ends equal the received ones at every step.
+#[test]
+fn image_chunks_cross_a_tls_link_bit_exactly() {
+    use common::dataset::read_dataset;
+    use common::envs::{episode_seed, make, ActionRef};
+    let dir = temp_dir("tls-images");
+    let (run_dir, data) = (dir.join("run"), dir.join("data"));
+    let config = dir.join("pixel.toml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/pixel_cartpole.toml"
+    ))
+    .unwrap()
+    .replace("frames = 1_000_000", "frames = 2_048")
+    .replace("frames_per_update = 2048", "frames_per_update = 512")
+    .replace("envs_per_actor = 8", "envs_per_actor = 4")
+    .replace("seed = 0", "seed = 21");
+    std::fs::write(&config, text).unwrap();
+    let mut cmd = recur_tests::remote_support::learner(&["train", "--config"]);
+    cmd.arg(&config)
+        .args([
+            "--actors",
+            "0",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls",
+            "--quiet",
+        ])
+        .arg("--run-dir")
+        .arg(&run_dir)
+        .arg("--save-replay")
+        .arg(&data);
+    let run = Watched::spawn(cmd);
+    let addr = listen_address(&run, "127.0.0.1");
+    let remote = Watched::spawn(actor(&addr, &run_dir.join("token"), 0));
+    let (ok, _, lines) = run.finish(LONG);
+    assert!(ok, "{}", lines.join("\n"));
+    assert!(
+        lines.iter().any(|l| l.contains("TLS")),
+        "the link is TLS:\n{}",
+        lines.join("\n")
+    );
+    let _ = exits_within(remote, LONG, "the remote actor");
+    let dataset = read_dataset(&data).unwrap();
+    let s = &dataset.meta.schema;
+    assert_eq!(s.pixels(), 64 * 64, "{s:?}");
+    assert!(
+        dataset.chunks.len() >= 2048 / (4 * 32),
+        "{}",
+        dataset.chunks.len()
+    );
+    let (envs, steps, px) = (s.envs, s.steps, s.pixels());
+    // The actor's vector seed: the run's seed with its id and incarnation (0, 0) mixed in.
+    let vector_seed = 21u64;
+    let (mut compared, mut episodes) = (0usize, 0usize);
+    for j in 0..envs {
+        let mut env = make("PixelCartPole-v1").unwrap();
+        let mut episode = 0u64;
+        env.reset(episode_seed(vector_seed, j as u64, episode), &mut []);
+        let mut frame = vec![0u8; px];
+        for (k, chunk) in dataset.chunks.iter().enumerate() {
+            assert_eq!((chunk.meta.actor_id, chunk.meta.seq), (0, k as u64));
+            for t in 0..steps {
+                let p = j * steps + t;
+                env.pixels(&mut frame);
+                assert!(
+                    chunk.pixels[p * px..(p + 1) * px] == frame[..],
+                    "env {j}, chunk {k}, step {t}: pixels differ from the environment's"
+                );
+                let a = match &chunk.action {
+                    common::chunk::ActionColumn::Discrete(a) => a[p],
+                    other => panic!("{other:?}"),
+                };
+                let r = env.step(ActionRef::Discrete(a), &mut []);
+                env.pixels(&mut frame);
+                assert!(
+                    chunk.next_pixels[p * px..(p + 1) * px] == frame[..],
+                    "env {j}, chunk {k}, step {t}: next.pixels differ"
+                );
+                assert_eq!(
+                    (chunk.next_reward[p] as f64, chunk.next_terminated[p] == 1),
+                    (r.reward, r.terminated),
+                    "env {j}, chunk {k}, step {t}"
+                );
+                compared += 1;
+                if r.terminated || r.truncated {
+                    episode += 1;
+                    episodes += 1;
+                    env.reset(episode_seed(vector_seed, j as u64, episode), &mut []);
+                }
+            }
+        }
+    }
+    assert!(
+        compared >= 2048 && episodes >= envs,
+        "{compared} steps, {episodes} episodes"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -152,15 +152,17 @@ impl ActorArgs {
 }
 
 /// serde's description of [`PolicyConfig`] (burn's `Config` derive accepts unknown fields):
-/// every field required, none other accepted.
+/// every field required (but the two added since checkpoints were first written, which older
+/// manifests lack), none other accepted.
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "PolicyConfig", deny_unknown_fields)]
-struct PolicyConfigDef {
+pub(crate) struct PolicyConfigDef {
     obs_dim: usize,
     action: ActionSpec,
     images: Vec<crate::envs::ImagePart>,
     encoder: Vec<usize>,
-    #[serde(with = "cnn_text")]
+    // Absent from checkpoints written before images reached the policy: none.
+    #[serde(with = "cnn_text", default)]
     cnn: Option<recur_rnn::encoder::EncoderConfig>,
     cell: CellKind,
     hidden_size: usize,
@@ -169,7 +171,21 @@ struct PolicyConfigDef {
     obs_norm: bool,
     obs_clip: f32,
     critic_core: CriticCore,
+    // Absent from checkpoints written before `policy.memory` existed: a policy with memory.
+    #[serde(default = "with_memory")]
     memory: bool,
+}
+
+fn with_memory() -> bool {
+    true
+}
+
+/// A [`PolicyConfig`] from JSON as [`PolicyConfigDef`] reads it: the fields added since
+/// checkpoints were first written may be absent (a checkpoint's `policy.json`).
+pub(crate) fn policy_from_json(bytes: &[u8]) -> serde_json::Result<PolicyConfig> {
+    #[derive(Deserialize)]
+    struct Read(#[serde(with = "PolicyConfigDef")] PolicyConfig);
+    serde_json::from_slice::<Read>(bytes).map(|r| r.0)
 }
 
 /// serde's description of [`EpsilonSchedule`] (defined in `rollout`, which has no serde).
@@ -324,6 +340,18 @@ mod tests {
         assert_eq!(json["policy"]["hidden_size"], 12);
         assert_eq!(json["env_kwargs"]["length"], 7);
         assert_eq!(json["exploration"]["greedy"]["decay_versions"], 200);
+        // Written before the policy had `cnn` and `memory` (older checkpoints' manifests):
+        // read as no cnn, with memory.
+        let mut old: Value = serde_json::from_str(&ActorArgs::default().to_json()).unwrap();
+        let policy = old["policy"].as_object_mut().unwrap();
+        policy.remove("cnn");
+        policy.remove("memory");
+        let back = ActorArgs::from_json(&old.to_string()).unwrap();
+        assert_eq!(back, ActorArgs::default());
+        assert!(back.policy.memory && back.policy.cnn.is_none());
+        // So is a checkpoint's policy.json.
+        let policy = policy_from_json(old["policy"].to_string().as_bytes()).unwrap();
+        assert_eq!(policy, ActorArgs::default().policy);
     }
 
     #[test]

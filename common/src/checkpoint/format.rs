@@ -48,7 +48,9 @@ pub struct Manifest {
     pub format: u32,
     /// The algorithm whose model and optimizer state the checkpoint holds (`ppo`, `dqn`, `bc`).
     pub algo: String,
-    /// The architecture.
+    /// The architecture (read as actors read it, so that manifests written before a field
+    /// existed load with its default).
+    #[serde(with = "crate::actor_args::PolicyConfigDef")]
     pub policy: PolicyConfig,
     /// The weight layout hash (crate::weights).
     pub layout_hash: u64,

@@ -276,7 +276,7 @@ pub fn load_checkpoint_policy(dir: &Path) -> anyhow::Result<(Policy<Cpu>, u64)> 
             }),
         }
     };
-    let config: PolicyConfig = serde_json::from_slice(&read(CHECKPOINT_POLICY)?)
+    let config: PolicyConfig = crate::actor_args::policy_from_json(&read(CHECKPOINT_POLICY)?)
         .with_context(|| format!("parsing {}", dir.join(CHECKPOINT_POLICY).display()))?;
     let blob = read(CHECKPOINT_WEIGHTS)?;
     from_blob(init_policy(&config, 0)?, &blob)

@@ -518,4 +518,6 @@ fn by_row_blocks<T: Send>(
 }
 
 #[cfg(test)]
+mod image_tests;
+#[cfg(test)]
 mod tests;
