@@ -989,3 +989,69 @@ print(json.dumps({"frames": sum(c["is_init"].size for c in chunks)}))
     assert_eq!(r["frames"], 64, "{r}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The shipped MiniGrid preset trains through the bridge (cut to a few updates), and its
+/// evaluations report a success rate (MiniGrid's: a positive final reward), in `eval.csv`
+/// beside training and in `recur-learner eval`'s JSON, consistent with the returns: the memory
+/// room rewards only at the end, so an episode succeeded exactly when its return is positive.
+#[test]
+fn minigrid_evaluations_report_a_success_rate() {
+    if !python_module_available("minigrid, gymnasium, numpy") {
+        return;
+    }
+    let dir = temp_dir("gym-minigrid-success");
+    let run_dir = dir.join("run");
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.args(["train", "--config"])
+        .arg(root().join("configs/minigrid_memory_s7.toml"))
+        .args([
+            "--frames", "2048", "--actors", "1", "--seed", "7", "--quiet",
+        ])
+        .args(["--set", "collector.envs_per_actor=4"])
+        .args(["--set", "ppo.frames_per_update=512"])
+        .args(["--set", "ppo.num_slices=4"])
+        .args(["--set", "policy.hidden_size=16"])
+        .args(["--set", "eval.every_frames=1024"])
+        .args(["--set", "eval.episodes=4"])
+        .arg("--run-dir")
+        .arg(&run_dir);
+    let (ok, out) = run(cmd);
+    assert!(ok, "{out}");
+    let csv = std::fs::read_to_string(run_dir.join("eval.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("frames,wall_s,eval_return_mean,eval_return_std,episodes,eval_success_rate"),
+        "{csv}"
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert!(
+        rows.len() >= 2,
+        "evaluations at 1024 frames and at the end: {csv}"
+    );
+    for row in rows {
+        let rate: f64 = row.rsplit(',').next().unwrap().parse().unwrap();
+        assert!([0.0, 0.25, 0.5, 0.75, 1.0].contains(&rate), "{csv}");
+    }
+
+    let mut cmd = Command::new(binary("recur-learner"));
+    cmd.args(["eval", "--episodes", "8", "--seed", "1000", "--checkpoint"])
+        .arg(&run_dir);
+    let (ok, out) = run(cmd);
+    assert!(ok, "{out}");
+    let e: Value = serde_json::from_str(out.lines().rfind(|l| l.starts_with('{')).unwrap())
+        .unwrap_or_else(|err| panic!("{err}: {out}"));
+    assert_eq!(e["env"], "gymnasium:MiniGrid-MemoryS7-v0", "{e}");
+    let rate = e["success_rate"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no success_rate: {e}"));
+    let (min, max) = (
+        e["min_return"].as_f64().unwrap(),
+        e["max_return"].as_f64().unwrap(),
+    );
+    let wins = rate * 8.0;
+    assert!((wins - wins.round()).abs() < 1e-9, "{e}");
+    assert_eq!(rate > 0.0, max > 0.0, "{e}");
+    assert_eq!(rate == 1.0, min > 0.0, "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

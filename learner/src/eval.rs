@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use anyhow::Context;
 use burn::tensor::backend::Backend;
 use common::backend::{cpu_device, Cpu};
-use common::envs::{GymnasiumOptions, Registry};
+use common::envs::{GymnasiumOptions, Registry, Success};
 use common::policy::{init_policy, Policy, PolicyConfig};
 use common::rollout::{Actor, ActorConfig, EpsilonSchedule, Exploration};
 use common::weights::{from_blob, to_blob};
@@ -35,6 +35,30 @@ pub struct Evaluation {
     pub std_return: f64,
     pub min_return: f64,
     pub max_return: f64,
+    /// The fraction of episodes that succeeded, for an environment that defines success
+    /// ([`Success::of`]: MiniGrid's positive final reward); absent for the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub success_rate: Option<f64>,
+}
+
+impl Evaluation {
+    /// The statistics of finished episodes: `(return, final reward)` of each, success by
+    /// `success` when the environment defines it.
+    pub fn of(episodes: &[(f64, f64)], success: Option<Success>) -> Self {
+        let n = episodes.len();
+        let returns = episodes.iter().map(|e| e.0);
+        let mean = returns.clone().sum::<f64>() / n as f64;
+        let var = returns.clone().map(|r| (r - mean).powi(2)).sum::<f64>() / n as f64;
+        let last: Vec<f64> = episodes.iter().map(|e| e.1).collect();
+        Evaluation {
+            episodes: n,
+            mean_return: mean,
+            std_return: var.sqrt(),
+            min_return: returns.clone().fold(f64::INFINITY, f64::min),
+            max_return: returns.fold(f64::NEG_INFINITY, f64::max),
+            success_rate: success.and_then(|s| s.rate(&last)),
+        }
+    }
 }
 
 /// A row of `eval.csv`: the weights of the moment `frames` / `wall_s` of training, evaluated.
@@ -45,17 +69,24 @@ pub struct EvalRow {
     pub eval_return_mean: f64,
     pub eval_return_std: f64,
     pub episodes: usize,
+    /// [`Evaluation::success_rate`]: a column only in the `eval.csv` of an environment that
+    /// defines success (every row of a run has the same environment, so the same columns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_success_rate: Option<f64>,
 }
 
 impl EvalRow {
     /// The row as TensorBoard scalars at step `frames` (SB3's EvalCallback tags, and recur's).
-    pub fn scalars(&self) -> [(&'static str, f64); 4] {
-        [
+    /// `eval/success_rate` only where the environment defines success.
+    pub fn scalars(&self) -> Vec<(&'static str, f64)> {
+        let mut scalars = vec![
             ("eval/mean_reward", self.eval_return_mean),
             ("eval/std_reward", self.eval_return_std),
             ("eval/episodes", self.episodes as f64),
             ("eval/time_elapsed", self.wall_s),
-        ]
+        ];
+        scalars.extend(self.eval_success_rate.map(|s| ("eval/success_rate", s)));
+        scalars
     }
 }
 
@@ -135,9 +166,13 @@ impl EvalWorker {
                         eval_return_mean: e.mean_return,
                         eval_return_std: e.std_return,
                         episodes: e.episodes,
+                        eval_success_rate: e.success_rate,
                     };
+                    let success = row
+                        .eval_success_rate
+                        .map_or(String::new(), |s| format!(", success rate {s:.2}"));
                     tracing::info!(
-                        "eval at {frames} frames ({wall_s:.1} s): greedy return {:.2} +- {:.2} over {} episodes",
+                        "eval at {frames} frames ({wall_s:.1} s): greedy return {:.2} +- {:.2} over {} episodes{success}",
                         row.eval_return_mean,
                         row.eval_return_std,
                         row.episodes
@@ -356,7 +391,8 @@ pub fn host_policy<B: Backend>(policy: &Policy<B>) -> anyhow::Result<Policy<Cpu>
 }
 
 /// Runs `episodes` greedy episodes of `env`, built by `registry` (one per environment, all in
-/// parallel), and averages their returns.
+/// parallel), and averages their returns; the success rate where `env` defines success
+/// ([`Success::of`]).
 pub fn evaluate(
     policy: Policy<Cpu>,
     registry: &Registry,
@@ -371,23 +407,15 @@ pub fn evaluate(
     };
     let mut actor = Actor::with_envs(config, policy, envs)?;
     // The first episode of every environment: no bias towards short episodes.
-    let mut first: Vec<Option<f64>> = vec![None; episodes];
+    let mut first: Vec<Option<(f64, f64)>> = vec![None; episodes];
     for _ in 0..MAX_CHUNKS {
         actor.collect()?;
         for ep in actor.take_finished() {
-            first[ep.env].get_or_insert(ep.ret);
+            first[ep.env].get_or_insert((ep.ret, ep.last_reward));
         }
         if first.iter().all(Option::is_some) {
-            let returns: Vec<f64> = first.into_iter().flatten().collect();
-            let mean = returns.iter().sum::<f64>() / episodes as f64;
-            let var = returns.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / episodes as f64;
-            return Ok(Evaluation {
-                episodes,
-                mean_return: mean,
-                std_return: var.sqrt(),
-                min_return: returns.iter().copied().fold(f64::INFINITY, f64::min),
-                max_return: returns.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            });
+            let finished: Vec<(f64, f64)> = first.into_iter().flatten().collect();
+            return Ok(Evaluation::of(&finished, Success::of(env)));
         }
     }
     anyhow::bail!(
@@ -400,6 +428,63 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Statistics of finished episodes; `success_rate` (JSON and eval.csv) only where the
+    /// environment defines success, counted on final rewards, not returns.
+    #[test]
+    fn evaluation_reports_success_only_where_defined() {
+        // (return, final reward): two successes, a wrong choice after a shaped reward, a time-out.
+        let episodes = [(0.9, 0.9), (0.2, 0.2), (0.5, 0.0), (0.0, 0.0)];
+        let e = Evaluation::of(&episodes, Success::of("gymnasium:MiniGrid-MemoryS7-v0"));
+        assert_eq!(e.episodes, 4);
+        assert!((e.mean_return - 0.4).abs() < 1e-12, "{e:?}");
+        assert_eq!((e.min_return, e.max_return), (0.0, 0.9));
+        assert_eq!(e.success_rate, Some(0.5));
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["success_rate"], 0.5, "{json}");
+        let plain = Evaluation::of(&episodes, Success::of("CartPole-v1"));
+        assert_eq!(plain.success_rate, None);
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(json.get("success_rate").is_none(), "{json}");
+        assert_eq!(json["mean_return"], e.mean_return, "{json}");
+
+        // eval.csv: the column only with a success rate, and rows read back either way.
+        let row = |s| EvalRow {
+            frames: 10,
+            wall_s: 1.0,
+            eval_return_mean: 0.4,
+            eval_return_std: 0.1,
+            episodes: 4,
+            eval_success_rate: s,
+        };
+        for (rate, header) in [
+            (
+                None,
+                "frames,wall_s,eval_return_mean,eval_return_std,episodes",
+            ),
+            (
+                Some(0.5),
+                "frames,wall_s,eval_return_mean,eval_return_std,episodes,eval_success_rate",
+            ),
+        ] {
+            let mut w = csv::Writer::from_writer(Vec::new());
+            w.serialize(row(rate)).unwrap();
+            let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+            assert_eq!(text.lines().next(), Some(header), "{text}");
+            let back: Vec<EvalRow> = csv::Reader::from_reader(text.as_bytes())
+                .deserialize()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert_eq!(back, vec![row(rate)]);
+            assert_eq!(
+                row(rate)
+                    .scalars()
+                    .iter()
+                    .any(|s| s.0 == "eval/success_rate"),
+                rate.is_some()
+            );
+        }
+    }
 
     /// The worker evaluates every submitted snapshot in order, plus the final one, and
     /// eval.csv holds the same rows.

@@ -45,6 +45,8 @@ EVAL_TAGS = {
     "episodes": "eval/episodes",
     "wall_s": "eval/time_elapsed",
 }
+# A column only for an environment that defines success (MiniGrid's: common/src/envs/success.rs).
+EVAL_SUCCESS_TAGS = {"eval_success_rate": "eval/success_rate"}
 
 
 def rows(path):
@@ -72,10 +74,13 @@ def main(run_dir):
     eval_csv = os.path.join(run_dir, "eval.csv")
     if os.path.exists(eval_csv):
         evals = rows(eval_csv)
+        eval_tags = dict(EVAL_TAGS)
+        if "eval_success_rate" in evals[0]:
+            eval_tags.update(EVAL_SUCCESS_TAGS)
         assert list(evals[0].keys())[0] == "frames" and set(list(evals[0].keys())[1:]) == set(
-            EVAL_TAGS
+            eval_tags
         ), evals[0].keys()
-        expected.update(expected_points(evals, EVAL_TAGS))
+        expected.update(expected_points(evals, eval_tags))
 
     acc = EventAccumulator(
         os.path.join(run_dir, "tb"), size_guidance={"scalars": 0, "tensors": 0}

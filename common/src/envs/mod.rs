@@ -66,6 +66,7 @@ mod registry;
 mod repeat_previous;
 mod space;
 mod spec;
+mod success;
 mod time_limit;
 mod vector;
 
@@ -79,6 +80,7 @@ pub use registry::Registry;
 pub use repeat_previous::RepeatPrevious;
 pub use space::{ActionRef, ImagePart, Space};
 pub use spec::EnvSpec;
+pub use success::Success;
 pub use time_limit::TimeLimit;
 pub use vector::{episode_seed, VecActions, VecEnv, VecStep, VectorEnv};
 

@@ -103,6 +103,8 @@ pub struct Episode {
     pub env: usize,
     pub ret: f64,
     pub length: u64,
+    /// The episode's final reward (MiniGrid's success is a positive one: `envs::Success`).
+    pub last_reward: f64,
 }
 
 /// One actor: environments, policy, per-environment recurrent state.
@@ -513,6 +515,7 @@ impl Actor {
                     env,
                     ret: out.episode_return[env].unwrap_or(f64::NAN),
                     length: out.episode_length[env].unwrap_or(0),
+                    last_reward: f64::from(out.reward[env]),
                 });
                 self.episode[env] += 1;
                 self.traj_incarnation[env] = self.config.incarnation;

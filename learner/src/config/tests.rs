@@ -235,6 +235,8 @@ fn every_shipped_config_is_valid() {
             "masked_cartpole.toml",
             "masked_cartpole_mingru.toml",
             "masked_pendulum.toml",
+            "minigrid_memory_s11.toml",
+            "minigrid_memory_s7.toml",
             "pendulum.toml",
             "pixel_cartpole.toml",
             "popgym_position_only_cartpole.toml",
