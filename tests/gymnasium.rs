@@ -478,8 +478,7 @@ print(json.dumps({"checked": n}))
 "#;
 
 /// A conv encoder small enough for any test image (`recur-actor --cnn`).
-const SMALL_CNN: &str =
-    r#"{"layers": [{"type": "conv", "out_channels": 4, "kernel": 2}], "scale": 1.0, "features": 8}"#;
+const SMALL_CNN: &str = r#"{"layers": [{"type": "conv", "out_channels": 4, "kernel": 2}], "scale": 1.0, "features": 8}"#;
 
 #[test]
 fn every_supported_space_kind_flattens_as_documented() {
