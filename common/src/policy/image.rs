@@ -33,6 +33,36 @@ pub struct ImageSpec {
     pub config: EncoderConfig,
 }
 
+impl ImageSpec {
+    /// This image's bytes of every step of a pixels lane `[n, px]`: the lane itself where it
+    /// holds this image alone, else gathered into `own`.
+    pub fn bytes_in<'a>(&self, pixels: &'a [u8], px: usize, own: &'a mut Vec<u8>) -> &'a [u8] {
+        let bytes = self.part.bytes();
+        if bytes == px {
+            return pixels;
+        }
+        own.clear();
+        for row in pixels.chunks_exact(px) {
+            own.extend_from_slice(&row[self.offset..self.offset + bytes]);
+        }
+        own
+    }
+}
+
+/// `n` rows of every part side by side into `out`: part `k` is `[n, w_k]` (`w_k` may be 0),
+/// `out` becomes `[n, sum of w_k]`. How the core's input is put together on the host: the
+/// MLP's output, then each image's features.
+pub fn concat_rows(parts: &[&[f32]], n: usize, out: &mut Vec<f32>) {
+    let widths: Vec<usize> = parts.iter().map(|p| p.len() / n).collect();
+    out.clear();
+    out.reserve(n * widths.iter().sum::<usize>());
+    for row in 0..n {
+        for (part, &w) in parts.iter().zip(&widths) {
+            out.extend_from_slice(&part[row * w..(row + 1) * w]);
+        }
+    }
+}
+
 /// One image's convolutional encoder (see the module doc).
 #[derive(Module, Debug)]
 pub struct ImageEncoder<B: Backend> {

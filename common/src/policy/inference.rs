@@ -8,6 +8,7 @@
 //! because a burn call per op costs more than the arithmetic at actor batch sizes: one actor
 //! thread steps `E` environments at a time and the policy is small (hidden 64).
 
+use super::image::{concat_rows, image_shape, ImageSpec};
 use super::{ActionSpec, Policy};
 use crate::backend::to_vec as host;
 use burn::tensor::backend::Backend;
@@ -84,53 +85,48 @@ pub struct StepOutput {
 /// One image's convolutional encoder on the host ([`Encoder`], with its parameters copied from
 /// the burn [`super::image::ImageEncoder`]).
 struct HostImage {
-    /// Where the image's bytes start in a step's pixels lane, and how many there are.
-    offset: usize,
-    bytes: usize,
-    config: recur_rnn::encoder::EncoderConfig,
+    spec: ImageSpec,
     encoder: Encoder,
 }
 
 impl HostImage {
-    fn of<B: Backend>(enc: &super::image::ImageEncoder<B>) -> Self {
-        let spec = enc.spec();
-        let mut encoder = Encoder::new(&spec.config, super::image::image_shape(&spec.part), 0)
+    /// An encoder of `spec`'s image with the parameters `params` (torch's names and layouts).
+    fn new<'a>(spec: &ImageSpec, params: impl IntoIterator<Item = (&'a str, &'a [f32])>) -> Self {
+        let mut encoder = Encoder::new(&spec.config, image_shape(&spec.part), 0)
             .expect("the burn encoder was built from this config and shape");
-        for (name, _, values) in enc.torch_params() {
+        for (name, values) in params {
             encoder
-                .set_param(&name, &values)
+                .set_param(name, values)
                 .expect("the burn encoder has the host encoder's parameters");
         }
         HostImage {
-            offset: spec.offset,
-            bytes: spec.part.bytes(),
-            config: spec.config.clone(),
+            spec: spec.clone(),
             encoder,
         }
+    }
+
+    fn of<B: Backend>(enc: &super::image::ImageEncoder<B>) -> Self {
+        let params = enc.torch_params();
+        Self::new(
+            enc.spec(),
+            params.iter().map(|(name, _, v)| (name.as_str(), &v[..])),
+        )
     }
 }
 
 impl Clone for HostImage {
     fn clone(&self) -> Self {
-        let mut encoder = Encoder::new(&self.config, self.encoder.plan().input, 0)
-            .expect("a config that built once builds again");
-        for (name, _, values) in self.encoder.params() {
-            encoder.set_param(name, values).expect("same parameters");
-        }
-        HostImage {
-            offset: self.offset,
-            bytes: self.bytes,
-            config: self.config.clone(),
-            encoder,
-        }
+        Self::new(
+            &self.spec,
+            self.encoder.params().map(|(name, _, v)| (name, v)),
+        )
     }
 }
 
 impl std::fmt::Debug for HostImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostImage")
-            .field("offset", &self.offset)
-            .field("bytes", &self.bytes)
+            .field("spec", &self.spec)
             .field("plan", self.encoder.plan())
             .finish()
     }
@@ -328,37 +324,13 @@ impl InferencePolicy {
     /// Appends every image's features to each row of `self.x` (the MLP's output, or nothing
     /// without values): the core's input `[N, values + features...]`.
     fn encode_images(&mut self, pixels: &[u8], n: usize) {
-        let values = self.x.len() / n;
-        let widths: Vec<usize> = self.cnn.iter().map(|c| c.encoder.plan().features).collect();
-        let width = values + widths.iter().sum::<usize>();
-        self.y.resize(n * width, 0.0);
-        for row in 0..n {
-            self.y[row * width..row * width + values]
-                .copy_from_slice(&self.x[row * values..(row + 1) * values]);
+        let mut parts: Vec<&[f32]> = vec![&self.x];
+        for img in self.cnn.iter_mut() {
+            let bytes = img.spec.bytes_in(pixels, self.pixels, &mut self.image);
+            let features = img.encoder.forward(bytes, n);
+            parts.push(features.expect("the pixels lane holds every image of every row"));
         }
-        let mut at = values;
-        let whole = self.cnn.len() == 1;
-        for (img, f) in self.cnn.iter_mut().zip(widths) {
-            let bytes: &[u8] = if whole {
-                pixels
-            } else {
-                self.image.clear();
-                for row in pixels.chunks_exact(self.pixels) {
-                    self.image
-                        .extend_from_slice(&row[img.offset..img.offset + img.bytes]);
-                }
-                &self.image
-            };
-            let features = img
-                .encoder
-                .forward(bytes, n)
-                .expect("the pixels lane holds every image of every row");
-            for row in 0..n {
-                self.y[row * width + at..row * width + at + f]
-                    .copy_from_slice(&features[row * f..(row + 1) * f]);
-            }
-            at += f;
-        }
+        concat_rows(&parts, n, &mut self.y);
         std::mem::swap(&mut self.x, &mut self.y);
     }
 

@@ -31,7 +31,7 @@ use recur_rnn::{CellKind, RecurrentBackend};
 
 use std::sync::{Mutex, MutexGuard};
 
-use common::policy::image::{image_shape, ImageSpec};
+use common::policy::image::{concat_rows, image_shape, ImageSpec};
 use recur_rnn::encoder::{Encoder, EncoderGrads, Tape as EncoderTape};
 
 use adam::FlatAdam;
@@ -108,11 +108,9 @@ pub struct FlatUpdate {
 /// One image's encoder on the host ([`Encoder`]: im2col into the fused GEMM, a hand-written
 /// backward), with what its backward keeps between a minibatch's forward and backward.
 struct ImageTrainer {
+    spec: ImageSpec,
     encoder: Encoder,
     slots: CnnSlots,
-    /// Where its bytes start in a step's pixels lane, and how many.
-    offset: usize,
-    bytes: usize,
     tape: EncoderTape,
     grads: EncoderGrads,
 }
@@ -123,10 +121,9 @@ impl ImageTrainer {
             .expect("the model's encoder was built from this config and shape");
         ImageTrainer {
             grads: EncoderGrads::zeros(&encoder),
+            spec: spec.clone(),
             encoder,
             slots,
-            offset: spec.offset,
-            bytes: spec.part.bytes(),
             tape: EncoderTape::default(),
         }
     }
@@ -144,18 +141,6 @@ impl ImageTrainer {
                 .set_param(name, &values)
                 .expect("the layout's slots are the encoder's parameters");
         }
-    }
-
-    /// This image's bytes of every step of a pixels lane `[n, px]`.
-    fn bytes_of<'a>(&self, pixels: &'a [u8], px: usize, own: &'a mut Vec<u8>) -> &'a [u8] {
-        if self.bytes == px {
-            return pixels;
-        }
-        own.clear();
-        for row in pixels.chunks_exact(px) {
-            own.extend_from_slice(&row[self.offset..self.offset + self.bytes]);
-        }
-        own
     }
 }
 
@@ -215,29 +200,24 @@ impl FlatUpdate {
         let _phase = Phase::start("fused.images");
         let px = pixels.len() / n;
         let mut own = Vec::new();
-        let mut parts = Vec::with_capacity(images.len());
+        let mut parts: Vec<&[f32]> = Vec::with_capacity(images.len());
         for img in images.iter_mut() {
-            let mut buf = std::mem::take(&mut own);
-            let bytes = img.bytes_of(pixels, px, &mut buf).to_vec();
-            own = buf;
+            let ImageTrainer {
+                spec,
+                encoder,
+                tape,
+                ..
+            } = img;
+            let bytes = spec.bytes_in(pixels, px, &mut own);
             let features = if train {
-                let ImageTrainer { encoder, tape, .. } = img;
-                encoder.forward_train(&bytes, n, tape).map(<[f32]>::to_vec)
+                encoder.forward_train(bytes, n, tape)
             } else {
-                img.encoder.forward(&bytes, n).map(<[f32]>::to_vec)
+                encoder.forward(bytes, n)
             };
             parts.push(features.expect("the pixels lane holds every image of every step"));
         }
-        if parts.len() == 1 {
-            return parts.pop().expect("one image");
-        }
-        let widths: Vec<usize> = parts.iter().map(|p| p.len() / n).collect();
-        let mut out = Vec::with_capacity(n * widths.iter().sum::<usize>());
-        for p in 0..n {
-            for (part, &w) in parts.iter().zip(&widths) {
-                out.extend_from_slice(&part[p * w..(p + 1) * w]);
-            }
-        }
+        let mut out = Vec::new();
+        concat_rows(&parts, n, &mut out);
         out
     }
 

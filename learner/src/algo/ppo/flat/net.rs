@@ -13,6 +13,7 @@ use recur_rnn::{CellKind, Recompute};
 use super::layout::{CoreSlots, DenseSlots, Layout};
 use crate::run::metrics::UpdateStats;
 use crate::run::profile::Phase;
+use common::policy::image::concat_rows;
 
 /// The network the flat parameters describe.
 #[derive(Clone, Copy)]
@@ -48,6 +49,28 @@ impl Starts {
             h: vec![0.0; h.len()],
             c: c.map(|c| vec![0.0; c.len()]),
         })
+    }
+
+    /// The starts and stored states the core reads: `zeros` ([`Starts::of`]) where there are,
+    /// else the given ones.
+    fn view<'a>(
+        zeros: &'a Option<Starts>,
+        start: &'a [bool],
+        h: &'a [f32],
+        c: Option<&'a [f32]>,
+        layers: usize,
+    ) -> (&'a [bool], StoredStates<'a>) {
+        match zeros {
+            None => (start, StoredStates { h, c, layers }),
+            Some(z) => (
+                &z.start,
+                StoredStates {
+                    h: &z.h,
+                    c: z.c.as_deref(),
+                    layers,
+                },
+            ),
+        }
     }
 }
 
@@ -192,20 +215,15 @@ impl Net<'_> {
         acts
     }
 
-    /// The core's input `[n, values + F]`: the MLP's output (`values` wide; none without an
-    /// observation's values) and the images' features, row by row; `values` alone without
-    /// images.
-    fn core_input(values: Vec<f32>, images: &[f32], n: usize) -> Vec<f32> {
-        if images.is_empty() {
-            return values;
-        }
-        let (wv, wi) = (values.len() / n, images.len() / n);
-        let mut x = Vec::with_capacity(n * (wv + wi));
-        for p in 0..n {
-            x.extend_from_slice(&values[p * wv..(p + 1) * wv]);
-            x.extend_from_slice(&images[p * wi..(p + 1) * wi]);
-        }
-        x
+    /// The core's input `[n, values + F]` where there are images: the MLP's output (`values`
+    /// wide; none without an observation's values) and the images' features, row by row.
+    /// `None` without images: the MLP's output is the core's input as it is.
+    fn core_input(values: &[f32], images: &[f32], n: usize) -> Option<Vec<f32>> {
+        (!images.is_empty()).then(|| {
+            let mut x = Vec::new();
+            concat_rows(&[values, images], n, &mut x);
+            x
+        })
     }
 
     /// A core layer call's shape over `[rows, len]`.
@@ -229,27 +247,12 @@ impl Net<'_> {
         let layers = layout.core.len();
         // Forward. acts[k] is encoder layer k's input; the last is the core's input.
         let acts = self.encode(b.obs, n);
-        let values_width = acts.last().expect("non-empty").len() / n;
-        let core_in = &Self::core_input(acts.last().expect("non-empty").clone(), b.images, n);
+        let values = acts.last().expect("non-empty");
+        let values_width = values.len() / n;
+        let joined = Self::core_input(values, b.images, n);
+        let core_in = joined.as_deref().unwrap_or(values);
         let zeros = Starts::of(self.memory, b.start, b.rs_h, b.rs_c);
-        let (start, stored) = match &zeros {
-            None => (
-                b.start,
-                StoredStates {
-                    h: b.rs_h,
-                    c: b.rs_c,
-                    layers,
-                },
-            ),
-            Some(z) => (
-                &z.start[..],
-                StoredStates {
-                    h: &z.h,
-                    c: z.c.as_deref(),
-                    layers,
-                },
-            ),
-        };
+        let (start, stored) = Starts::view(&zeros, b.start, b.rs_h, b.rs_c, layers);
         let mut outs: Vec<Vec<f32>> = Vec::with_capacity(layers);
         let mut tapes: Vec<Tape> = Vec::with_capacity(layers);
         for (l, c) in layout.core.iter().enumerate() {
@@ -430,26 +433,10 @@ impl Net<'_> {
     ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
         let (n, h, layout) = (rows * len, self.hidden, self.layout);
         let layers = layout.core.len();
-        let mut x = Self::core_input(self.encode(obs, n).pop().expect("non-empty"), images, n);
+        let values = self.encode(obs, n).pop().expect("non-empty");
+        let mut x = Self::core_input(&values, images, n).unwrap_or(values);
         let zeros = Starts::of(self.memory, start, rs_h, rs_c);
-        let (start, stored) = match &zeros {
-            None => (
-                start,
-                StoredStates {
-                    h: rs_h,
-                    c: rs_c,
-                    layers,
-                },
-            ),
-            Some(z) => (
-                &z.start[..],
-                StoredStates {
-                    h: &z.h,
-                    c: z.c.as_deref(),
-                    layers,
-                },
-            ),
-        };
+        let (start, stored) = Starts::view(&zeros, start, rs_h, rs_c, layers);
         let mut next_h = vec![0.0f32; n * layers * h];
         let mut next_c = self
             .cell
