@@ -40,6 +40,13 @@ from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
+import stable_baselines3.common.torch_layers as sb3_layers
+
+# SB3 2.9 sizes a MultiDiscrete observation's one-hot as numpy's int64 sum of `nvec`, which
+# torch >= 2.10's LSTM refuses as `input_size` (popgym's card games, e.g. CountRecall): the same
+# size, as a Python int.
+_flat_dim = sb3_layers.get_flattened_obs_dim
+sb3_layers.get_flattened_obs_dim = lambda space: int(_flat_dim(space))
 
 
 def zoo_hyperparams(zoo_env="CartPoleNoVel-v1"):

@@ -158,6 +158,70 @@ mod mpi {
         }
     }
 
+    /// Remote actors on a group: each rank listens on a port of its own with rank 0's token and
+    /// TLS certificate (the run's one token file pins it on every rank), takes the remote actor
+    /// ids equal to its rank modulo 2 and refuses the others naming the rank to dial. With no
+    /// local actors the group trains from the remote ones alone, so every rank was fed.
+    #[test]
+    fn remote_actors_feed_every_rank_over_tls() {
+        use recur_tests::remote_support::actor;
+        let dir = temp_dir("ranks-remote");
+        let run_dir = dir.join("run");
+        let run_s = run_dir.to_string_lossy().into_owned();
+        let listen = ["--actors", "0", "--listen", "127.0.0.1:0", "--tls"];
+        let args = train_args(&run_s, &[&["--frames", "4096"][..], &listen].concat());
+        let run = recur_tests::Watched::spawn(mpirun_command(&[args.clone(), args]));
+        let address = |k: usize| -> String {
+            let marker = format!("learner rank {k} of 2 at tcp://");
+            let line = run.wait_for(&marker, DEADLINE, |l| l.contains(&marker));
+            let bound = line.split(&marker).nth(1).unwrap();
+            format!("tcp://{}", bound.split_whitespace().next().unwrap())
+        };
+        let (rank0, rank1) = (address(0), address(1));
+        assert_ne!(rank0, rank1, "one port per rank");
+        let token = run_dir.join("token");
+        let pinned = std::fs::read_to_string(&token).unwrap();
+        assert!(pinned.contains("tls-sha256"), "{pinned}");
+        // An odd id is rank 1's: rank 0 refuses it and names the rank to dial.
+        let out = recur_tests::run_with_deadline(actor(&rank0, &token, 1), DEADLINE);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("dial rank 1"),
+            "{err}"
+        );
+        // One remote actor per rank, each pinning the certificate of the run's token file.
+        let feeders = [
+            recur_tests::Watched::spawn(actor(&rank0, &token, 2)),
+            recur_tests::Watched::spawn(actor(&rank1, &token, 3)),
+        ];
+        let (ok, _, lines) = run.finish(DEADLINE);
+        let stderr = lines.join("\n");
+        assert!(ok, "{stderr}");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["world_size"], 2, "{summary}");
+        assert!(summary["frames"].as_u64().unwrap() >= 4096, "{summary}");
+        // Each rank trained on frames of its own remote actor.
+        let took: Vec<u64> = (stderr.lines())
+            .filter_map(|l| l.split_once(": took ")?.1.split(' ').next()?.parse().ok())
+            .collect();
+        assert_eq!(took.len(), 2, "{stderr}");
+        assert!(took.iter().all(|&f| f > 0), "{took:?}");
+        for (id, rank) in [(2, 0), (3, 1)] {
+            let registered = format!("actor {id}/0");
+            assert!(
+                stderr.contains(&registered),
+                "actor {id} on rank {rank}: {stderr}"
+            );
+        }
+        // The remote actors leave once the group is done.
+        for feeder in feeders {
+            let (_, _, lines) = feeder.finish(DEADLINE);
+            assert!(!lines.is_empty());
+        }
+    }
+
     /// A 2-rank run with a checkpoint every 2 updates, for the fault tests. (When a rank dies,
     /// mpirun ends the others with SIGTERM, then SIGKILL 1 s later: a survivor names the lost
     /// rank and stops its actors well within that.)

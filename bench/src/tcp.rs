@@ -74,6 +74,7 @@ fn server(
         weight_bytes,
         window,
         local_actors: 0,
+        group: learner::ranks::Rank::SINGLE,
         tls: config,
     })?;
     Ok((server, token, fingerprint))

@@ -100,6 +100,7 @@ impl Actors {
         let shm = ShmTransport::start(names, config, expected.clone(), slot_bytes, initial_blob)?;
         let mut transports: Vec<Box<dyn Transport>> = vec![Box::new(shm)];
         if let Some(listen) = &config.listen {
+            let group = crate::ranks::world();
             let use_tls = config
                 .tls
                 .resolve(listen)
@@ -120,9 +121,12 @@ impl Actors {
                 chunk_bytes: slot_bytes,
                 weight_bytes: initial_blob.len(),
                 window: config.slots,
-                local_actors: config.first_actor + config.actors,
+                // Every rank's local actors (rank k's are ids k * actors..): none of them remote.
+                local_actors: config.first_actor + config.actors * (group.size - group.rank) as u32,
+                group,
                 tls,
             };
+            let opts_local = opts.local_actors;
             let tcp = TcpTransport::start(expected, opts, initial_blob)?;
             let token_path = names.path().join("token");
             match fingerprint {
@@ -146,6 +150,16 @@ impl Actors {
                     tcp.address(),
                     token_path.display()
                 ),
+            }
+            if group.size > 1 {
+                tracing::info!(
+                    "remote actors: learner rank {k} of {n} at {} takes the remote actor ids \
+                     equal to {k} modulo {n} (from {} on)",
+                    tcp.address(),
+                    opts_local,
+                    k = group.rank,
+                    n = group.size,
+                );
             }
             summary.listen = Some(tcp.address());
             transports.push(Box::new(tcp));

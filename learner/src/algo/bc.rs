@@ -15,6 +15,7 @@ use crate::algo::slice_sampler::SampledBatch;
 use crate::algo::slices::SliceTrainer;
 use crate::algo::Algorithm;
 use crate::config::BcSection;
+use crate::ranks::RankLost;
 use crate::run::metrics::UpdateStats;
 
 pub struct Bc<B: AutodiffBackend = CpuAutodiff> {
@@ -36,25 +37,25 @@ impl<B: AutodiffBackend> Bc<B> {
     }
 
     /// Mean negative log-likelihood of the recorded actions on the real steps after burn-in.
-    pub fn loss(&self, batch: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
+    pub fn loss(&self, batch: &SampledBatch) -> Result<(Tensor<B, 1>, UpdateStats), RankLost> {
         let t = &self.trainer;
         let burn = t.slices.burn_in;
         let (sb, inputs) = t.inputs(batch);
         let device = t.trainee.device();
         let out = inputs.forward_learn(&t.trainee.model, &t.inference, burn);
         let logp = sb.log_prob(t.trainee.model.action(), out.head, burn, &device);
-        let (mask, count) = t.learn_mask(&sb);
+        let (mask, count) = t.learn_mask(&sb)?;
         let loss = (logp * mask).sum().neg() / count;
         // Several learner ranks: each rank's loss is its part of the group's mean.
         let mut value = [host(loss.clone().inner())[0]];
-        crate::ranks::or_exit(crate::ranks::all_reduce_sum(&mut value));
+        crate::ranks::all_reduce_sum(&mut value)?;
         let value = value[0];
         let stats = UpdateStats {
             loss: value,
             policy_loss: value,
             ..UpdateStats::default()
         };
-        (loss, stats)
+        Ok((loss, stats))
     }
 }
 
@@ -71,8 +72,8 @@ impl<B: AutodiffBackend> Algorithm<B> for Bc<B> {
     /// One gradient step on a freshly sampled batch.
     fn update(&mut self) -> anyhow::Result<UpdateStats> {
         let batch = self.trainer.sample()?;
-        let (loss, stats) = self.loss(&batch);
-        let grad_norm = self.trainer.step(loss);
+        let (loss, stats) = self.loss(&batch)?;
+        let grad_norm = self.trainer.step(loss)?;
         Ok(UpdateStats { grad_norm, ..stats })
     }
 

@@ -28,6 +28,7 @@ use crate::algo::slices::{
 };
 use crate::algo::Algorithm;
 use crate::config::DqnSection;
+use crate::ranks::RankLost;
 use crate::run::metrics::UpdateStats;
 
 /// One slice's inputs to [`nstep_targets`].
@@ -123,8 +124,8 @@ impl<B: AutodiffBackend> Dqn<B> {
     /// One gradient step on a freshly sampled batch; the target network follows.
     fn train_step(&mut self) -> anyhow::Result<UpdateStats> {
         let batch = self.trainer.sample()?;
-        let (loss, stats) = self.loss(&batch);
-        let grad_norm = self.trainer.step(loss);
+        let (loss, stats) = self.loss(&batch)?;
+        let grad_norm = self.trainer.step(loss)?;
         self.steps += 1;
         let online = &self.trainer.inference;
         match self.config.tau {
@@ -141,7 +142,7 @@ impl<B: AutodiffBackend> Dqn<B> {
     }
 
     /// The TD loss of `batch` (slices of `slice_len`, padded) with the current networks.
-    pub fn loss(&self, batch: &SampledBatch) -> (Tensor<B, 1>, UpdateStats) {
+    pub fn loss(&self, batch: &SampledBatch) -> Result<(Tensor<B, 1>, UpdateStats), RankLost> {
         let (c, t) = (&self.config, &self.trainer);
         let (len, burn) = (c.slice_len, c.burn_in);
         let (sb, inputs) = t.inputs(batch);
@@ -186,7 +187,7 @@ impl<B: AutodiffBackend> Dqn<B> {
         let out = inputs.forward_learn(&t.trainee.model, &t.inference, burn);
         let actions = sb.action_indices(burn, 1, &device);
         let q_taken = out.head.clone().gather(2, actions);
-        let (mask, count) = t.learn_mask(&sb);
+        let (mask, count) = t.learn_mask(&sb)?;
         let target = columns(&targets, rows, len, 1, burn, len);
         let target = tensor3(target, rows, len - burn, 1, &device);
         let err = q_taken.clone() - target;
@@ -218,7 +219,7 @@ impl<B: AutodiffBackend> Dqn<B> {
             q_mean,
             ..UpdateStats::default()
         };
-        (loss, stats)
+        Ok((loss, stats))
     }
 
     /// `net`'s Q-values over the whole slices (`[rows * len * A]`) and at each slice's cut
@@ -430,7 +431,7 @@ mod tests {
     }
 
     fn loss_of(dqn: &Dqn) -> f32 {
-        host(dqn.loss(&batch()).0.inner())[0]
+        host(dqn.loss(&batch()).unwrap().0.inner())[0]
     }
 
     #[test]
@@ -503,8 +504,8 @@ mod tests {
         let before = loss_of(&dqn);
         for _ in 0..40 {
             let b = batch();
-            let (loss, _) = dqn.loss(&b);
-            dqn.trainer.trainee.step(loss, 3e-3, 10.0);
+            let (loss, _) = dqn.loss(&b).unwrap();
+            dqn.trainer.trainee.step(loss, 3e-3, 10.0).unwrap();
             dqn.trainer.inference = dqn.trainer.trainee.inference();
         }
         let after = loss_of(&dqn);
@@ -517,7 +518,7 @@ mod tests {
         let plain = loss_of(&d);
         d.config.cql_alpha = 0.5;
         let b = batch();
-        let (loss, stats) = d.loss(&b);
+        let (loss, stats) = d.loss(&b).unwrap();
         let with = host(loss.inner())[0];
         assert_eq!(stats.value_loss, plain);
         // The gap is positive (logsumexp exceeds every single value) and weighted by alpha.

@@ -43,17 +43,24 @@ impl<B: AutodiffBackend> Trainee<B> {
     }
 
     /// Backpropagates `loss`, clips the gradients' global norm to `max_norm` and takes one
-    /// Adam step with learning rate `lr`; returns the norm before clipping.
-    pub fn step(&mut self, loss: Tensor<B, 1>, lr: f64, max_norm: f32) -> f32 {
+    /// Adam step with learning rate `lr`; returns the norm before clipping. Under several
+    /// learner ranks the gradients are summed over the group first; a rank lost there is the
+    /// error, and no step is taken.
+    pub fn step(
+        &mut self,
+        loss: Tensor<B, 1>,
+        lr: f64,
+        max_norm: f32,
+    ) -> Result<f32, crate::ranks::RankLost> {
         let grads = loss.backward();
         let mut grads = GradientsParams::from_grads(grads, &self.model);
         if crate::ranks::world().size > 1 {
-            all_reduce_grads(&self.model, &mut grads);
+            all_reduce_grads(&self.model, &mut grads)?;
         }
         let grad_norm = clip_global_norm(&self.model, &mut grads, max_norm);
         let model = self.model.clone();
         self.model = self.optim.step(lr, model, grads);
-        grad_norm
+        Ok(grad_norm)
     }
 
     /// The model record and the optimizer state, as bytes (checkpoints): host data, the same
@@ -89,7 +96,10 @@ impl<B: AutodiffBackend> Trainee<B> {
 /// Sums `grads` over every learner rank ([`crate::ranks::all_reduce_gradient`]): read into one
 /// flat host buffer in the model's parameter order, reduced, and written back (each rank's loss
 /// divides by the group's count, so the sum is the gradient of the group's minibatch).
-fn all_reduce_grads<B: AutodiffBackend>(model: &Model<B>, grads: &mut GradientsParams) {
+fn all_reduce_grads<B: AutodiffBackend>(
+    model: &Model<B>,
+    grads: &mut GradientsParams,
+) -> Result<(), crate::ranks::RankLost> {
     /// Reads every gradient into `flat` (`back` None), or writes `back` into them.
     struct Flat<'a, B: AutodiffBackend> {
         grads: &'a mut GradientsParams,
@@ -129,9 +139,10 @@ fn all_reduce_grads<B: AutodiffBackend>(model: &Model<B>, grads: &mut GradientsP
         device: None,
     };
     model.visit(&mut visitor);
-    crate::ranks::or_exit(crate::ranks::all_reduce_gradient(&mut visitor.flat));
+    crate::ranks::all_reduce_gradient(&mut visitor.flat)?;
     visitor.back = Some(std::mem::take(&mut visitor.flat).into_iter());
     model.visit(&mut visitor);
+    Ok(())
 }
 
 /// Scales every gradient so that their global L2 norm is at most `max_norm` (PyTorch's

@@ -20,6 +20,7 @@ use crate::algo::slice_sampler::{
     SampledBatch, SamplerError, ShardSamplers, SliceSampler, SliceSamplerConfig,
 };
 use crate::config::{InitialState, SliceTraining};
+use crate::ranks::RankLost;
 
 /// A model trained on slices of replayed steps: one gradient step samples `num_slices` padded
 /// slices of `slice_len` (with replacement, `is_init` at every slice start), computes the
@@ -125,27 +126,28 @@ impl<B: AutodiffBackend> SliceTrainer<B> {
     }
 
     /// The mask of the learned steps (real, after the burn-in), `[rows, len - burn_in, 1]`,
-    /// and their count (at least 1).
-    pub fn learn_mask(&self, sb: &SliceBatch) -> (Tensor<B, 3>, f32) {
+    /// and their count (at least 1; under several learner ranks the group's, so a rank lost
+    /// while it is summed is the error).
+    pub fn learn_mask(&self, sb: &SliceBatch) -> Result<(Tensor<B, 3>, f32), RankLost> {
         let (len, burn) = (self.slices.slice_len, self.slices.burn_in);
         let mask: Vec<f32> = sb.mask().iter().map(|&m| m as u8 as f32).collect();
         let mask = columns(&mask, sb.rows, len, 1, burn, len);
         // Several learner ranks: the group's count, each rank's loss a part of the group's mean.
         let mut count = [mask.iter().map(|&m| m as f64).sum::<f64>()];
-        crate::ranks::or_exit(crate::ranks::all_reduce_sum(&mut count));
+        crate::ranks::all_reduce_sum(&mut count)?;
         let count = (count[0] as f32).max(1.0);
         let device = self.trainee.device();
-        (tensor3(mask, sb.rows, len - burn, 1, &device), count)
+        Ok((tensor3(mask, sb.rows, len - burn, 1, &device), count))
     }
 
     /// One Adam step on `loss` (the gradient norm clipped); refreshes the inference copy and
     /// returns the norm before clipping.
-    pub fn step(&mut self, loss: Tensor<B, 1>) -> f32 {
+    pub fn step(&mut self, loss: Tensor<B, 1>) -> Result<f32, RankLost> {
         let norm = self
             .trainee
-            .step(loss, self.slices.lr, self.slices.max_grad_norm);
+            .step(loss, self.slices.lr, self.slices.max_grad_norm)?;
         self.inference = self.trainee.inference();
-        norm
+        Ok(norm)
     }
 
     /// The sampler's position ([`Checkpointed::host_state`](common::checkpoint::Checkpointed)).

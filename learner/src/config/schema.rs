@@ -79,6 +79,11 @@ pub struct RunSection {
     /// End the run as soon as `target_return` is reached.
     #[serde(default)]
     pub stop_at_target: bool,
+    /// The episodes whose training mean counts against `target_return`: 20 (recur's
+    /// `mean_return`, default) or 100 (`mean_return_100`, RLlib's window, which the POPGym
+    /// paper's MMER maximizes). The window must be full.
+    #[serde(default = "default_target_window")]
+    pub target_window: usize,
     /// Where the learner trains: `"cpu"` (default), `"cuda"` or `"cuda:N"` (a build with
     /// `--features cuda`). Actors always run on the CPU.
     #[serde(default)]
@@ -479,6 +484,7 @@ macro_rules! defaults {
 }
 defaults! {
     default_checkpoint_every: u64 = 50;
+    default_target_window: usize = 20;
     yes: bool = true;
     default_target_every: u64 = 250;
     default_buffer: usize = 100_000;

@@ -418,6 +418,11 @@ fn floats_are_finite_sizes_bounded_and_flags_blamed() {
             "`run.target_return` = inf",
         ),
         (
+            "frames = 1000000",
+            "frames = 1000000\ntarget_window = 50",
+            "`run.target_window` = 50",
+        ),
+        (
             "steps = 32",
             "steps = 32\nrestart_window_s = 0.0",
             "`collector.restart_window_s` = 0",

@@ -362,6 +362,13 @@ impl Checker<'_> {
     /// Finite floats and sizes a training run can allocate.
     fn train_bounds(&self, c: &TrainConfig) -> Result<(), ConfigError> {
         self.finite("run.target_return", c.run.target_return)?;
+        if ![20, 100].contains(&c.run.target_window) {
+            self.fail(
+                "run.target_window",
+                c.run.target_window,
+                "20 or 100 (episodes of the training mean compared with run.target_return)",
+            )?;
+        }
         let col = &c.collector;
         self.check(
             "collector.restart_window_s",

@@ -358,18 +358,6 @@ pub fn all_reduce_sum<T: Reducible>(buf: &mut [T]) -> Result<(), RankLost> {
     Ok(())
 }
 
-/// `result`, or the process's end on a lost rank: for the collectives of learner-only replay's
-/// BC step (its loss, its count of learned steps, burn's gradients), deep in code that returns
-/// no error, where a replay rank holds no actors or segments to clean up first. The error is
-/// logged as [`RankLost`] says it; the launcher ends the rest.
-pub fn or_exit<T>(result: Result<T, RankLost>) -> T {
-    result.unwrap_or_else(|lost| {
-        tracing::error!("{lost}");
-        eprintln!("Error: {lost}");
-        std::process::exit(1)
-    })
-}
-
 /// The environment variable that makes one rank corrupt its gradient before the gradient
 /// all-reduce, for the tests that show the replay equality test catches a rank's gradient
 /// dropped or counted twice: `RANK:zero` or `RANK:double` (e.g. `1:double`). Test-only; it

@@ -40,11 +40,7 @@ pub fn rank_config(config: &TrainConfig, rank: Rank) -> anyhow::Result<TrainConf
         config.run.algo.name()
     );
     if let Some(listen) = &config.run.listen {
-        anyhow::bail!(
-            "run.listen = {listen:?} on {n} learner ranks: in this version a group of ranks runs \
-             local actors only (each rank its share of run.actors); start one learner to take \
-             remote actors"
-        );
+        local.run.listen = Some(rank_listen(listen, rank)?);
     }
     let split = |key: &str, value: usize| -> anyhow::Result<usize> {
         anyhow::ensure!(
@@ -68,6 +64,78 @@ pub fn rank_config(config: &TrainConfig, rank: Rank) -> anyhow::Result<TrainConf
         local.eval = None;
     }
     Ok(local)
+}
+
+/// Where rank `rank` listens for remote actors when the run listens on `listen`: the same host,
+/// port `PORT + rank` (port 0: a free port each, logged). Rank `k` takes the remote actors whose
+/// ids equal `k` modulo the group's size (the TCP server refuses others, naming their rank).
+pub fn rank_listen(listen: &str, rank: Rank) -> anyhow::Result<String> {
+    let bad = || {
+        anyhow::anyhow!(
+            "run.listen = {listen:?}: expected \"HOST:PORT\" (each learner rank k listens on \
+             PORT + k)"
+        )
+    };
+    let (host, port) = listen.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if port == 0 {
+        return Ok(listen.to_string());
+    }
+    let mine = u16::try_from(port as usize + rank.rank).map_err(|_| {
+        anyhow::anyhow!(
+            "run.listen = {listen:?}: learner rank {} of {} would listen on port {port} + {} \
+             > 65535; pick a lower port",
+            rank.rank,
+            rank.size,
+            rank.rank
+        )
+    })?;
+    Ok(format!("{host}:{mine}"))
+}
+
+/// Rank 0's run token and TLS identity on every rank, so that a remote actor holding the run's
+/// token file (`RUN_DIR/token`, with the certificate's fingerprint) can dial any rank: rank 0
+/// makes them in the run directory (or keeps a resumed run's) as a single learner does, and the
+/// other ranks write them into their scratch directories (`names`), where their transports
+/// find them. Nothing for a run that does not listen, or for one rank.
+pub fn share_remote_identity(
+    config: &TrainConfig,
+    names: &crate::run::dir::RunNames,
+) -> anyhow::Result<()> {
+    let rank = ranks::world();
+    let Some(listen) = config.run.listen.as_deref() else {
+        return Ok(());
+    };
+    if rank.size == 1 {
+        return Ok(());
+    }
+    const FILES: [&str; 3] = ["token", "tls-cert.der", "tls-key.der"];
+    let mut bytes = Vec::new();
+    if rank.is_root() {
+        let tls =
+            (config.run.tls.resolve(listen)).map_err(|e| anyhow::anyhow!("`run.listen`: {e}"))?;
+        let fingerprint = match tls {
+            true => Some(common::tls::Fingerprint::of(
+                &names.tls_identity()?.cert_der,
+            )),
+            false => None,
+        };
+        names.token(fingerprint)?;
+        let files: Vec<Option<Vec<u8>>> = (FILES.iter())
+            .map(|f| std::fs::read(names.path().join(f)).ok())
+            .collect();
+        bytes = encode(&files);
+    }
+    ranks::broadcast(&mut bytes)?;
+    if !rank.is_root() {
+        let files: Vec<Option<Vec<u8>>> = decode(&bytes).context("rank 0's run token")?;
+        for (name, file) in FILES.iter().zip(files) {
+            if let Some(file) = file {
+                common::checkpoint::write_atomic(&names.path().join(name), &file)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Starts every rank from rank 0's learner, counters and resume state (a new run's initial
@@ -240,6 +308,7 @@ pub fn report_over_ranks(
         m100,
         has_m100,
         f64::from(u8::from(means.full)),
+        f64::from(u8::from(means.full_100)),
         lag,
         dropped as f64,
     ];
@@ -249,8 +318,9 @@ pub fn report_over_ranks(
         mean: mean(sums[0], sums[1]),
         mean_100: mean(sums[2], sums[3]),
         full: sums[4] as usize == n,
+        full_100: sums[5] as usize == n,
     };
-    Ok((group, sums[5] / n as f64, sums[6] as u64))
+    Ok((group, sums[6] / n as f64, sums[7] as u64))
 }
 
 /// Logs the weights this rank ends with (the hash of `blob()`, made only then) and its own
@@ -279,4 +349,40 @@ pub fn check_weights(updates: u64, blob: &[u8]) -> anyhow::Result<()> {
         &format!("weights after update {updates}"),
         fnv1a(blob.iter().copied()),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::transport::tcp::wrong_rank;
+
+    fn rank(rank: usize, size: usize) -> Rank {
+        Rank { rank, size }
+    }
+
+    #[test]
+    fn each_rank_listens_on_its_own_port_and_takes_its_own_ids() {
+        assert_eq!(
+            rank_listen("0.0.0.0:7070", rank(0, 4)).unwrap(),
+            "0.0.0.0:7070"
+        );
+        assert_eq!(
+            rank_listen("0.0.0.0:7070", rank(3, 4)).unwrap(),
+            "0.0.0.0:7073"
+        );
+        assert_eq!(rank_listen("[::1]:0", rank(1, 2)).unwrap(), "[::1]:0");
+        let err = rank_listen("host:65535", rank(1, 2))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("run.listen") && err.contains("65535"), "{err}");
+        let err = rank_listen("no-port", rank(1, 2)).unwrap_err().to_string();
+        assert!(err.contains("run.listen = \"no-port\""), "{err}");
+        // Ids equal to the rank modulo the group's size; any id on a single learner.
+        assert_eq!(wrong_rank(9, Rank::SINGLE), None);
+        assert_eq!(wrong_rank(6, rank(2, 4)), None);
+        let why = wrong_rank(7, rank(1, 4)).unwrap();
+        assert!(why.contains("dial rank 3") && why.contains("+ 2"), "{why}");
+        let why = wrong_rank(4, rank(1, 4)).unwrap();
+        assert!(why.contains("dial rank 0") && why.contains("- 1"), "{why}");
+    }
 }

@@ -195,6 +195,18 @@ pub struct ReturnMeans {
     pub mean_100: f64,
     /// Whether the window of [`RECENT`] is full (on every rank).
     pub full: bool,
+    /// Whether the window of [`WIDE`] is full (on every rank).
+    pub full_100: bool,
+}
+
+impl ReturnMeans {
+    /// The mean over the last `window` episodes (20 or 100) and whether that window is full.
+    pub fn over(&self, window: usize) -> (f64, bool) {
+        match window {
+            WIDE => (self.mean_100, self.full_100),
+            _ => (self.mean, self.full),
+        }
+    }
 }
 
 /// Episode returns: rewards summed per trajectory until its `done`; the last [`WIDE`]
@@ -229,6 +241,7 @@ impl Returns {
             mean: self.mean(),
             mean_100: self.mean_100(),
             full: self.recent.len() >= RECENT,
+            full_100: self.recent.len() >= WIDE,
         }
     }
 
@@ -258,13 +271,13 @@ impl Returns {
 
 impl TrainState {
     /// Takes in the returns after an update at wall time `now`: the recent ones, the best mean,
-    /// when the mean first reached `target` (`means`: this rank's, or the group's). Returns the
-    /// mean.
+    /// when the mean over the last `window` episodes (20 or 100) first reached `target`
+    /// (`means`: this rank's, or the group's). Returns the mean of the last 20.
     pub fn note_returns(
         &mut self,
         returns: &Returns,
         means: ReturnMeans,
-        target: Option<f64>,
+        (target, window): (Option<f64>, usize),
         now: f64,
     ) -> f64 {
         let mean_return = means.mean;
@@ -276,15 +289,55 @@ impl TrainState {
             );
         }
         if let (Some(target), None) = (target, self.frames_to_target) {
-            if means.full && mean_return >= target {
+            let (mean, full) = means.over(window);
+            if full && mean >= target {
                 self.frames_to_target = Some(self.frames);
                 self.seconds_to_target = Some(now);
                 tracing::info!(
-                    "mean return {mean_return:.2} >= {target} after {} frames, {now:.1} s",
+                    "mean return ({window} episodes) {mean:.3} >= {target} after {} frames, \
+                     {now:.1} s",
                     self.frames
                 );
             }
         }
         mean_return
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn means(mean: f64, mean_100: f64, episodes: usize) -> ReturnMeans {
+        ReturnMeans {
+            mean,
+            mean_100,
+            full: episodes >= RECENT,
+            full_100: episodes >= WIDE,
+        }
+    }
+
+    #[test]
+    fn the_target_counts_on_the_window_asked_for_once_it_is_full() {
+        let returns = Returns {
+            open: HashMap::new(),
+            recent: VecDeque::new(),
+        };
+        // The 20-episode mean reaches the target first; the 100-episode one counts only when
+        // its window is full.
+        let mut state = TrainState::default();
+        state.frames = 1000;
+        state.note_returns(&returns, means(0.9, 0.7, 50), (Some(0.8), 20), 1.0);
+        assert_eq!(state.frames_to_target, Some(1000));
+        let mut wide = TrainState::default();
+        for (frames, m) in [(1000, means(0.9, 0.9, 50)), (2000, means(0.9, 0.7, 100))] {
+            wide.frames = frames;
+            wide.note_returns(&returns, m, (Some(0.8), 100), 1.0);
+            assert_eq!(wide.frames_to_target, None, "at {frames}");
+        }
+        wide.frames = 3000;
+        wide.note_returns(&returns, means(0.5, 0.81, 120), (Some(0.8), 100), 2.0);
+        assert_eq!(wide.frames_to_target, Some(3000));
+        assert_eq!(wide.seconds_to_target, Some(2.0));
     }
 }

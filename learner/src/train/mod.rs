@@ -125,6 +125,7 @@ fn train_on<B: AutodiffBackend>(
         &mut resumed,
         first_actor..first_actor + plan.actors,
     )?;
+    group::share_remote_identity(config, run.dir().names())?;
     run.write_config(&config.to_toml())?;
     let resumed_at = opts
         .resume
@@ -369,7 +370,7 @@ impl<B: AutodiffBackend> Training<B> {
     ) -> anyhow::Result<()> {
         let (state, intake) = (&mut self.state, &mut self.intake);
         let now = self.run.wall();
-        let target = config.run.target_return;
+        let target = (config.run.target_return, config.run.target_window);
         let mean_return = state.note_returns(&intake.returns, means, target, now);
         let last = std::mem::replace(&mut self.last_report, (state.frames, now));
         let fps = (state.frames - last.0) as f64 / (now - last.1).max(1e-9);

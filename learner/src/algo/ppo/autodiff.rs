@@ -62,7 +62,7 @@ impl<B: AutodiffBackend> Update<B> for AutodiffUpdate<B> {
         let (loss, stats) = profile::time("burn.loss", || loss(trainee, mb));
         let grad_norm = profile::time("burn.backward_step", || {
             trainee.step(loss, mb.lr, mb.max_grad_norm)
-        });
+        })?;
         Ok(UpdateStats { grad_norm, ..stats })
     }
 

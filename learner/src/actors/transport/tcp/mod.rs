@@ -6,7 +6,9 @@
 
 mod server;
 
-pub use server::{RemoteLink, RemoteOptions, RemoteRegistration, RemoteServer, PENDING_MAX};
+pub use server::{
+    wrong_rank, RemoteLink, RemoteOptions, RemoteRegistration, RemoteServer, PENDING_MAX,
+};
 
 use super::{Channel, Expected, Ledger, Received, SavedStates, Transport};
 

@@ -66,8 +66,13 @@ pub struct RemoteOptions {
     pub weight_bytes: usize,
     /// Chunks queued per connection (and unacknowledged per actor).
     pub window: usize,
-    /// Actor ids below this are the learner's own (local) actors: refused for remote ones.
+    /// Actor ids below this are the learner's own (local) actors: refused for remote ones
+    /// (on several learner ranks, every rank's local actors).
     pub local_actors: u32,
+    /// The learner rank this server belongs to: on several, rank `k` takes the remote actor
+    /// ids equal to `k` modulo the group's size (so that ids, incarnations and trajectory ids
+    /// stay distinct across the group); any other id is refused, naming the rank to dial.
+    pub group: crate::ranks::Rank,
     /// TLS 1.3 with this configuration (the run's certificate); `None`: plaintext.
     pub tls: Option<Arc<rustls::ServerConfig>>,
 }
@@ -322,6 +327,22 @@ async fn handshake_read(
     }
 }
 
+/// Why a remote actor id is not this learner rank's to take (`None`: it is): on `n` ranks, rank
+/// `k` takes the ids equal to `k` modulo `n`.
+pub fn wrong_rank(actor_id: u32, group: crate::ranks::Rank) -> Option<String> {
+    let (k, n) = (group.rank as u32, group.size as u32);
+    let owner = actor_id % n.max(1);
+    (owner != k).then(|| {
+        format!(
+            "actor id {actor_id} dialed learner rank {k} of {n}, which takes the remote actor ids \
+             equal to {k} modulo {n}: dial rank {owner} (its port is this one's {} {}, when \
+             run.listen names a port) or give this actor an id equal to {k} modulo {n}",
+            if owner > k { "+" } else { "-" },
+            owner.abs_diff(k),
+        )
+    })
+}
+
 async fn session(
     rd: &mut Reader,
     wr: &mut Writer,
@@ -362,6 +383,9 @@ async fn session(
     }
     if actor_id >= 2048 {
         return End::Refused(format!("actor id {actor_id}: at most 2047"));
+    }
+    if let Some(why) = wrong_rank(actor_id, opts.group) {
+        return End::Refused(why);
     }
     let incarnation = {
         let mut next = lock(&ctx.shared.incarnations);
