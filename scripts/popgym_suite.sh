@@ -4,7 +4,7 @@
 #
 #   scripts/popgym_suite.sh [--cells gru,lstm,mingru] [--levels Easy,Medium] [--seeds 0,1,2]
 #                           [--families RepeatFirst,...] [--frames N] [--out DIR]
-#                           [--eval-episodes N] [--jobs N]
+#                           [--eval-episodes N] [--jobs N] [--until-paper] [--set KEY=VALUE]...
 #
 # Each (id, cell, seed) trains `configs/popgym/<Family><Level>.toml` with
 # `--set policy.cell=<cell> --seed <seed>` (and `--frames N` when given; default: the
@@ -21,8 +21,18 @@
 #               100 episodes: RLlib's `episode_reward_mean` window, which the POPGym paper's
 #               MMER is the maximum of (RLlib takes it once per training iteration, recur once
 #               per update). Comparisons with the paper and with SB3 use this one.
-# At the end, DIR/suite.md holds the table (mean +- std over seeds per id and cell): MMER,
-# MMER (100) and greedy per cell.
+#   paper_gru, paper_best, paper_best_model  the POPGym paper's MMER for the id (its GRU, and
+#               the best of its 13 models), from benchmarks/popgym-paper.json (a third party's
+#               transcription; null for the ids it has no number for);
+#   frames_to_paper  the frames at which mean_return_100 first reached paper_gru (null: never).
+# --until-paper: a run whose id has a paper GRU number stops once its MMER (100) reaches it
+# (run.target_window = 100, run.stop_at_target), so runs that get there early cost little; the
+# budget (--frames, or the preset's) is the ceiling. The paper trained 15M frames.
+# --set KEY=VALUE passes a config override to every run (preset variants, e.g.
+# --set ppo.lr=3e-4); the overrides are kept in each row (`set`).
+# At the end, DIR/suite.md holds the table (mean +- population std over seeds per id and
+# cell): MMER (100) first (the paper's window, the headline), then MMER (20), greedy, the
+# paper's GRU and best model, and the frames to the paper's GRU per seed.
 # Defaults: gru and lstm, Easy and Medium, seeds 0-2, every family, DIR
 # benchmarks/results/popgym-suite-<time>. --jobs N runs N trainings at once (each uses the
 # preset's actors; default 1).
@@ -38,6 +48,8 @@ frames=
 out=benchmarks/results/popgym-suite-$(date +%Y%m%d-%H%M%S)
 eval_episodes=100
 jobs=1
+until_paper=0
+sets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --cells) cells=$2; shift 2 ;;
@@ -48,7 +60,9 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --eval-episodes) eval_episodes=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --until-paper) until_paper=1; shift ;;
+    --set) sets+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "popgym_suite.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -73,16 +87,26 @@ one() {
   local f=$1 l=$2 c=$3 s=$4
   local id="popgym-$f$l-v0" run="$out/runs/$f$l-$c-$s"
   local args=(train --config "configs/popgym/$f$l.toml" --seed "$s" --run-dir "$run" --quiet
-    --set "policy.cell=\"$c\"" --set run.stop_at_target=false)
+    --set "policy.cell=\"$c\"")
+  local gru
+  gru=$(paper_gru "$f$l")
+  if [ "$until_paper" = 1 ] && [ -n "$gru" ]; then
+    args+=(--set "run.target_return=$gru" --set run.target_window=100 --set run.stop_at_target=true)
+  else
+    args+=(--set run.stop_at_target=false)
+  fi
+  local kv
+  for kv in "${sets[@]}"; do args+=(--set "$kv"); done
   [ -z "$frames" ] || args+=(--frames "$frames")
   if ! "$bin" "${args[@]}" >"$run.log" 2>&1; then
     echo "popgym_suite: $id $c seed $s failed, see $run.log" >&2
     return 1
   fi
   "$bin" eval --checkpoint "$run" --episodes "$eval_episodes" >"$run.eval.json" 2>>"$run.log"
-  python3 - "$run" "$id" "$f" "$l" "$c" "$s" <<'EOF' >>"$out/suite.jsonl"
+  python3 - "$run" "$id" "$f" "$l" "$c" "$s" "${sets[*]}" <<'EOF' >>"$out/suite.jsonl"
 import csv, json, sys
-run, id_, fam, lvl, cell, seed = sys.argv[1:]
+run, id_, fam, lvl, cell, seed, sets = sys.argv[1:]
+paper = json.load(open("benchmarks/popgym-paper.json"))["ids"].get(fam + lvl, {})
 # Rows before the first finished episode have mean_return NaN.
 rows = [r for r in csv.DictReader(open(run + "/metrics.csv")) if r["mean_return"] != "NaN"]
 summary = json.load(open(run + "/summary.json"))
@@ -90,15 +114,26 @@ ev = json.loads(open(run + ".eval.json").read().strip().splitlines()[-1])
 best = max(rows, key=lambda r: float(r["mean_return"]))
 # RLlib's 100-episode window (metrics.csv files from before the column have none: null).
 wide = [float(r["mean_return_100"]) for r in rows if r.get("mean_return_100", "NaN") != "NaN"]
+reached = [int(r["frames"]) for r in rows if "gru" in paper
+           and r.get("mean_return_100", "NaN") != "NaN" and float(r["mean_return_100"]) >= paper["gru"]]
 print(json.dumps({
     "id": id_, "family": fam, "level": lvl, "cell": cell, "seed": int(seed),
     "frames": summary["frames"], "wall_s": round(summary["seconds"], 2),
     "mmer": float(best["mean_return"]), "frames_to_mmer": int(best["frames"]),
     "mmer_100": max(wide) if wide else None,
     "final_greedy": ev.get("mean_return"),
+    "paper_gru": paper.get("gru"), "paper_best": paper.get("best"),
+    "paper_best_model": paper.get("best_model"),
+    "frames_to_paper": reached[0] if reached else None,
+    "set": sets,
 }))
 EOF
   echo "popgym_suite: $id $c seed $s: $(tail -1 "$out/suite.jsonl")" >&2
+}
+
+# The paper's GRU MMER for an id (empty when the transcription has none).
+paper_gru() {
+  python3 -c 'import json, sys; print(json.load(open("benchmarks/popgym-paper.json"))["ids"].get(sys.argv[1], {}).get("gru", ""))' "$1"
 }
 
 running=0
@@ -119,7 +154,6 @@ python3 - "$out" <<'EOF'
 import collections, json, statistics, sys
 out = sys.argv[1]
 rows = [json.loads(l) for l in open(out + "/suite.jsonl")]
-cells = sorted({r["cell"] for r in rows})
 by = collections.defaultdict(list)
 for r in rows:
     by[(r["id"], r["cell"])].append(r)
@@ -129,20 +163,22 @@ def fmt(xs):
         return "-"
     if len(xs) == 1:
         return "%.3f" % xs[0]
-    return "%.3f ± %.3f" % (statistics.mean(xs), statistics.stdev(xs))
-lines = ["| id | " + " | ".join("%s MMER | %s MMER (100) | %s greedy" % (c, c, c) for c in cells)
-         + " | frames | wall s |",
-         "| --- |" + " --- | --- | --- |" * len(cells) + " --- | --- |"]
-for id_ in dict.fromkeys(r["id"] for r in rows):
-    cols = []
-    for c in cells:
-        rs = by.get((id_, c), [])
-        cols += [fmt([r["mmer"] for r in rs]), fmt([r.get("mmer_100") for r in rs]),
-                 fmt([r["final_greedy"] for r in rs])]
-    rs = [r for c in cells for r in by.get((id_, c), [])]
-    frames = max(r["frames"] for r in rs)
-    wall = statistics.mean(r["wall_s"] for r in rs)
-    lines.append("| %s | %s | %d | %.1f |" % (id_, " | ".join(cols), frames, wall))
+    return "%.3f ± %.3f" % (statistics.mean(xs), statistics.pstdev(xs))
+def num(x):
+    return "-" if x is None else "%.3f" % x
+lines = ["| id | cell | MMER (100) | MMER (20) | greedy | paper GRU | paper best (model) | "
+         "frames to the paper's GRU, per seed | frames | wall s |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+for (id_, cell), rs in by.items():
+    r0 = rs[0]
+    best = "-" if r0.get("paper_best") is None else "%.3f (%s)" % (r0["paper_best"], r0["paper_best_model"])
+    to = " / ".join("-" if r.get("frames_to_paper") is None else "%d" % r["frames_to_paper"] for r in rs)
+    if r0.get("paper_gru") is None:
+        to = "no paper number"
+    lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %d | %.1f |" % (
+        id_, cell, fmt([r.get("mmer_100") for r in rs]), fmt([r["mmer"] for r in rs]),
+        fmt([r["final_greedy"] for r in rs]), num(r0.get("paper_gru")), best, to,
+        max(r["frames"] for r in rs), statistics.mean(r["wall_s"] for r in rs)))
 open(out + "/suite.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF

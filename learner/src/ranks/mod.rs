@@ -417,7 +417,7 @@ pub fn rank_seed(seed: u64, rank: usize) -> u64 {
 
 /// Element types the collectives sum.
 #[cfg(feature = "mpi")]
-pub trait Reducible: mpi::datatype::Equivalence + Copy {}
+pub trait Reducible: mpi::datatype::Equivalence + Copy + 'static {}
 /// Element types the collectives sum.
 #[cfg(not(feature = "mpi"))]
 pub trait Reducible: Copy {}

@@ -3,7 +3,9 @@
 //! preceded by the arrival notices of [`super::arrival`], so that a lost rank is named instead
 //! of blocking the group.
 
+use std::any::{Any, TypeId};
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Equivalence, PartitionMut};
@@ -25,6 +27,11 @@ pub(super) struct MpiWorld {
     sent: RefCell<Vec<Request<'static, u8>>>,
     /// The number of collectives begun so far, the same on every rank.
     seq: Cell<u64>,
+    /// The all-reduce's send buffers, one per element type, kept between calls: rsmpi has no
+    /// in-place all-reduce, and a fresh copy of a gradient each minibatch (past the
+    /// allocator's mmap threshold) page-faulted its whole length in, which cost about as much
+    /// as the all-reduce itself.
+    send: RefCell<HashMap<TypeId, Box<dyn Any>>>,
     // Finalizes MPI when dropped, after `world`.
     _universe: Universe,
 }
@@ -37,6 +44,7 @@ impl MpiWorld {
             world: universe.world(),
             sent: RefCell::new(Vec::new()),
             seq: Cell::new(0),
+            send: RefCell::new(HashMap::new()),
             _universe: universe,
         })
     }
@@ -64,8 +72,14 @@ impl MpiWorld {
         }
     }
 
-    pub(super) fn all_reduce_sum<T: Equivalence + Copy>(&self, buf: &mut [T]) {
-        let send = buf.to_vec();
+    pub(super) fn all_reduce_sum<T: Equivalence + Copy + 'static>(&self, buf: &mut [T]) {
+        let mut kept = self.send.borrow_mut();
+        let send = (kept.entry(TypeId::of::<T>()))
+            .or_insert_with(|| Box::new(Vec::<T>::new()))
+            .downcast_mut::<Vec<T>>()
+            .expect("kept under its own type's id");
+        send.clear();
+        send.extend_from_slice(buf);
         (self.world).all_reduce_into(&send[..], buf, SystemOperation::sum());
         self.complete_notices();
     }
