@@ -779,6 +779,25 @@ initial_state = "zeros"
         replay_on_ranks_equals_one_process("ranks-replay-bc", BC_REPLAY);
     }
 
+    /// Burn's autodiff update path (the one a CUDA learner takes) on 2 ranks: each rank's loss
+    /// a part of the group's mean, the gradients summed over the host before the step.
+    #[test]
+    fn ppo_replay_on_burns_update_path_on_2_ranks_equals_one_process() {
+        let root = temp_dir("ranks-replay-ppo-burn");
+        let config = format!(
+            "{}update = \"burn\"\n",
+            PPO_REPLAY.replace("updates = 20", "updates = 8")
+        );
+        let (data, config) = recorded(&root, &config);
+        let one = one_process_as(2, &data, &config, &root);
+        let group = ranks_replay(2, &data, &config, &root, None);
+        let (rel, name) = worst(&group, &one);
+        assert!(
+            rel <= EQUAL,
+            "burn's path on 2 ranks: {name} differs from one process's by {rel:e} (relative)"
+        );
+    }
+
     /// The equality catches a rank's gradient dropped or counted twice: with rank 1's
     /// gradient zeroed or doubled before the all-reduce, the group's weights are far from one
     /// process's (and the weight-hash check still passes: every rank steps alike).

@@ -157,7 +157,10 @@ pub fn rank_config(
 
 /// Runs a learner-only replay training on `replay.device`.
 pub fn replay(opts: &ReplayOptions) -> anyhow::Result<ReplaySummary> {
-    on_train_device!(opts.config.replay.device, replay_on(opts))
+    on_train_device!(
+        ranks::rank_device(opts.config.replay.device),
+        replay_on(opts)
+    )
 }
 
 /// A replay training with the learner on `device`.

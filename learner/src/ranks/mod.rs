@@ -415,6 +415,49 @@ pub fn rank_seed(seed: u64, rank: usize) -> u64 {
     seed.wrapping_add((rank as u64) << 40)
 }
 
+/// The launchers' variables for a process's rank among the ranks on its own machine, in order:
+/// Open MPI's `mpirun`, MPICH's Hydra, Slurm's `srun`.
+const LOCAL_RANK_VARS: [&str; 3] = [
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "SLURM_LOCALID",
+];
+
+/// Set to 1, every rank of a machine trains on the GPU its config names (ranks sharing one GPU,
+/// as a one-GPU machine tests a group); otherwise local rank `k` takes the GPU `k` after it.
+pub const SHARE_GPU_VAR: &str = "RECUR_RANKS_SHARE_GPU";
+
+/// The device this rank trains on: `device` itself for one rank or the CPU; on several ranks,
+/// `cuda:N` is GPU `N + k` for the rank `k`-th on its machine (the launcher's local rank;
+/// `cuda` and `cuda:0` give local rank k GPU k), unless [`SHARE_GPU_VAR`] is 1.
+pub fn rank_device(device: common::backend::TrainDevice) -> common::backend::TrainDevice {
+    rank_device_from(device, world(), |k| std::env::var(k).ok())
+}
+
+/// [`rank_device`] over any variable lookup (tests).
+pub fn rank_device_from(
+    device: common::backend::TrainDevice,
+    rank: Rank,
+    get: impl Fn(&str) -> Option<String>,
+) -> common::backend::TrainDevice {
+    use common::backend::TrainDevice;
+    let TrainDevice::Cuda(first) = device else {
+        return device;
+    };
+    if rank.size == 1 || get(SHARE_GPU_VAR).as_deref() == Some("1") {
+        return device;
+    }
+    let local = (LOCAL_RANK_VARS.iter()).find_map(|v| get(v)?.trim().parse::<usize>().ok());
+    let local = local.unwrap_or_else(|| {
+        tracing::warn!(
+            "{rank}: no local rank from the launcher ({}): training on {device}",
+            LOCAL_RANK_VARS.join(", ")
+        );
+        0
+    });
+    TrainDevice::Cuda(first + local)
+}
+
 /// Element types the collectives sum.
 #[cfg(feature = "mpi")]
 pub trait Reducible: mpi::datatype::Equivalence + Copy + 'static {}

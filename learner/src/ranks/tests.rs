@@ -92,3 +92,26 @@ fn several_ranks_without_mpi_are_refused_naming_the_feature() {
         "{msg}"
     );
 }
+
+#[test]
+fn each_rank_on_a_machine_takes_its_own_gpu_unless_told_to_share() {
+    use common::backend::TrainDevice::{Cpu, Cuda};
+    let two = |rank| Rank { rank, size: 2 };
+    // One rank, or the CPU: the config's device.
+    assert_eq!(rank_device_from(Cuda(1), Rank::SINGLE, vars(&[])), Cuda(1));
+    assert_eq!(
+        rank_device_from(Cpu, two(1), vars(&[("OMPI_COMM_WORLD_LOCAL_RANK", "1")])),
+        Cpu
+    );
+    // Local rank k: the k-th GPU from the one named, from any launcher's variable.
+    let mpirun = vars(&[("OMPI_COMM_WORLD_LOCAL_RANK", "1")]);
+    assert_eq!(rank_device_from(Cuda(0), two(1), mpirun), Cuda(1));
+    let srun = vars(&[("SLURM_LOCALID", "3")]);
+    assert_eq!(rank_device_from(Cuda(2), two(1), srun), Cuda(5));
+    // Ranks on other machines count from 0 on theirs: rank 1 of 2 alone on its machine.
+    let own = vars(&[("OMPI_COMM_WORLD_LOCAL_RANK", "0")]);
+    assert_eq!(rank_device_from(Cuda(0), two(1), own), Cuda(0));
+    // Sharing one GPU (a one-GPU machine testing a group).
+    let share = vars(&[("OMPI_COMM_WORLD_LOCAL_RANK", "1"), (SHARE_GPU_VAR, "1")]);
+    assert_eq!(rank_device_from(Cuda(0), two(1), share), Cuda(0));
+}

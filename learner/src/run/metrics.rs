@@ -52,6 +52,34 @@ update_stats! {
     loss, policy_loss, value_loss, entropy, approx_kl, clip_frac, grad_norm, q_mean
 }
 
+impl UpdateStats {
+    /// PPO's per-minibatch statistics that several learner ranks sum (each rank's loss and
+    /// diagnostics are its part of the group's means): loss, policy and value loss, entropy,
+    /// approximate KL and clip fraction, in that order.
+    pub fn ppo_parts(&self) -> [f32; 6] {
+        [
+            self.loss,
+            self.policy_loss,
+            self.value_loss,
+            self.entropy,
+            self.approx_kl,
+            self.clip_frac,
+        ]
+    }
+
+    /// Sets what [`ppo_parts`](Self::ppo_parts) reads.
+    pub fn set_ppo_parts(&mut self, parts: [f32; 6]) {
+        [
+            self.loss,
+            self.policy_loss,
+            self.value_loss,
+            self.entropy,
+            self.approx_kl,
+            self.clip_frac,
+        ] = parts;
+    }
+}
+
 /// Axis descriptions of a learning curve.
 #[derive(Clone, Copy, Debug)]
 pub struct Axes {

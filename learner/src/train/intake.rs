@@ -325,8 +325,10 @@ mod tests {
         };
         // The 20-episode mean reaches the target first; the 100-episode one counts only when
         // its window is full.
-        let mut state = TrainState::default();
-        state.frames = 1000;
+        let mut state = TrainState {
+            frames: 1000,
+            ..TrainState::default()
+        };
         state.note_returns(&returns, means(0.9, 0.7, 50), (Some(0.8), 20), 1.0);
         assert_eq!(state.frames_to_target, Some(1000));
         let mut wide = TrainState::default();

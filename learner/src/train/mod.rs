@@ -80,7 +80,7 @@ pub struct TrainOptions {
 
 /// Runs (or resumes) a training run on `run.device`.
 pub fn train(opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
-    on_train_device!(opts.config.run.device, train_on(opts))
+    on_train_device!(ranks::rank_device(opts.config.run.device), train_on(opts))
 }
 
 fn train_on<B: AutodiffBackend>(

@@ -59,10 +59,17 @@ impl<B: AutodiffBackend> Update<B> for AutodiffUpdate<B> {
         trainee: &mut Trainee<B>,
         mb: &Minibatch<'_>,
     ) -> anyhow::Result<UpdateStats> {
-        let (loss, stats) = profile::time("burn.loss", || loss(trainee, mb));
+        let (loss, mut stats) = profile::time("burn.loss", || loss(trainee, mb));
+        // Several learner ranks: `Trainee::step` sums the gradients over the group (each rank's
+        // loss is its part of the group's mean, `mb.group`); the statistics are parts too.
         let grad_norm = profile::time("burn.backward_step", || {
             trainee.step(loss, mb.lr, mb.max_grad_norm)
         })?;
+        if crate::ranks::world().size > 1 {
+            let mut parts = stats.ppo_parts();
+            crate::ranks::all_reduce_sum(&mut parts)?;
+            stats.set_ppo_parts(parts);
+        }
         Ok(UpdateStats { grad_norm, ..stats })
     }
 

@@ -229,16 +229,6 @@ fn update_path<B: AutodiffBackend>(
     path: UpdatePath,
 ) -> anyhow::Result<Box<dyn Update<B>>> {
     let why = unsupported(&trainee.model);
-    let ranks = crate::ranks::world().size;
-    if ranks > 1 && (path == UpdatePath::Burn || why.is_some()) {
-        anyhow::bail!(
-            "ppo.update = {:?} on {ranks} learner ranks: ranks all-reduce the fused update's \
-             flat gradient, and this run cannot use it ({})",
-            path.name(),
-            why.as_deref()
-                .unwrap_or("ppo.update = \"burn\" asks for burn's autodiff path")
-        );
-    }
     let flat = match (path, why) {
         (UpdatePath::Burn, _) => false,
         (UpdatePath::Auto, Some(why)) => {

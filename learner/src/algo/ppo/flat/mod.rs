@@ -436,23 +436,9 @@ impl<B: AutodiffBackend> Update<B> for FlatUpdate {
             // part of the group's means) ride in the same all-reduce.
             if crate::ranks::world().size > 1 {
                 let n = grads.len();
-                grads.extend([
-                    stats.loss,
-                    stats.policy_loss,
-                    stats.value_loss,
-                    stats.entropy,
-                    stats.approx_kl,
-                    stats.clip_frac,
-                ]);
+                grads.extend(stats.ppo_parts());
                 crate::ranks::all_reduce_gradient(&mut grads)?;
-                [
-                    stats.loss,
-                    stats.policy_loss,
-                    stats.value_loss,
-                    stats.entropy,
-                    stats.approx_kl,
-                    stats.clip_frac,
-                ] = grads[n..].try_into().expect("six statistics");
+                stats.set_ppo_parts(grads[n..].try_into().expect("six statistics"));
                 grads.truncate(n);
             }
             Ok::<_, crate::ranks::RankLost>(self.apply(&mut grads, mb.lr, mb.max_grad_norm))
