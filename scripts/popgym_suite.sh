@@ -5,6 +5,7 @@
 #   scripts/popgym_suite.sh [--cells gru,lstm,mingru] [--levels Easy,Medium] [--seeds 0,1,2]
 #                           [--families RepeatFirst,...] [--frames N] [--out DIR]
 #                           [--eval-episodes N] [--jobs N] [--until-paper] [--set KEY=VALUE]...
+#                           [--presets DIR]
 #
 # Each (id, cell, seed) trains `configs/popgym/<Family><Level>.toml` with
 # `--set policy.cell=<cell> --seed <seed>` (and `--frames N` when given; default: the
@@ -24,15 +25,19 @@
 #   paper_gru, paper_best, paper_best_model  the POPGym paper's MMER for the id (its GRU, and
 #               the best of its 13 models), from benchmarks/popgym-paper.json (a third party's
 #               transcription; null for the ids it has no number for);
-#   frames_to_paper  the frames at which mean_return_100 first reached paper_gru (null: never).
+#   frames_to_paper  the frames at which mean_return_100 first reached paper_gru at the paper's
+#               three decimals (null: never).
 # --until-paper: a run whose id has a paper GRU number stops once its MMER (100) reaches it
 # (run.target_window = 100, run.stop_at_target), so runs that get there early cost little; the
 # budget (--frames, or the preset's) is the ceiling. The paper trained 15M frames.
 # --set KEY=VALUE passes a config override to every run (preset variants, e.g.
-# --set ppo.lr=3e-4); the overrides are kept in each row (`set`).
+# --set ppo.lr=3e-4); the overrides are kept in each row (`set`). --presets DIR reads
+# DIR/<Family><Level>.toml instead of configs/popgym/'s (whole preset variants; the row's
+# `presets` names the directory).
 # At the end, DIR/suite.md holds the table (mean +- population std over seeds per id and
 # cell): MMER (100) first (the paper's window, the headline), then MMER (20), greedy, the
 # paper's GRU and best model, and the frames to the paper's GRU per seed.
+# --cells preset keeps each preset's own cell (the row names it).
 # Defaults: gru and lstm, Easy and Medium, seeds 0-2, every family, DIR
 # benchmarks/results/popgym-suite-<time>. --jobs N runs N trainings at once (each uses the
 # preset's actors; default 1).
@@ -50,6 +55,7 @@ eval_episodes=100
 jobs=1
 until_paper=0
 sets=()
+presets=configs/popgym
 while [ $# -gt 0 ]; do
   case "$1" in
     --cells) cells=$2; shift 2 ;;
@@ -62,19 +68,20 @@ while [ $# -gt 0 ]; do
     --jobs) jobs=$2; shift 2 ;;
     --until-paper) until_paper=1; shift ;;
     --set) sets+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    --presets) presets=${2%/}; shift 2 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "popgym_suite.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 for c in ${cells//,/ }; do
-  case "$c" in gru|lstm|mingru) ;; *) echo "--cells: unknown cell $c (gru, lstm, mingru)" >&2; exit 2 ;; esac
+  case "$c" in gru|lstm|mingru|preset) ;; *) echo "--cells: unknown cell $c (gru, lstm, mingru, preset)" >&2; exit 2 ;; esac
 done
 for l in ${levels//,/ }; do
   case "$l" in Easy|Medium|Hard) ;; *) echo "--levels: unknown level $l (Easy, Medium, Hard)" >&2; exit 2 ;; esac
 done
 for f in ${families//,/ }; do
   for l in ${levels//,/ }; do
-    [ -f "configs/popgym/$f$l.toml" ] || { echo "--families: no preset configs/popgym/$f$l.toml" >&2; exit 2; }
+    [ -f "$presets/$f$l.toml" ] || { echo "--families: no preset $presets/$f$l.toml" >&2; exit 2; }
   done
 done
 
@@ -86,8 +93,8 @@ echo "popgym_suite: writing $out/suite.jsonl ($(nproc) cores: $(grep -m1 'model 
 one() {
   local f=$1 l=$2 c=$3 s=$4
   local id="popgym-$f$l-v0" run="$out/runs/$f$l-$c-$s"
-  local args=(train --config "configs/popgym/$f$l.toml" --seed "$s" --run-dir "$run" --quiet
-    --set "policy.cell=\"$c\"")
+  local args=(train --config "$presets/$f$l.toml" --seed "$s" --run-dir "$run" --quiet)
+  [ "$c" = preset ] || args+=(--set "policy.cell=\"$c\"")
   local gru
   gru=$(paper_gru "$f$l")
   if [ "$until_paper" = 1 ] && [ -n "$gru" ]; then
@@ -103,10 +110,13 @@ one() {
     return 1
   fi
   "$bin" eval --checkpoint "$run" --episodes "$eval_episodes" >"$run.eval.json" 2>>"$run.log"
-  python3 - "$run" "$id" "$f" "$l" "$c" "$s" "${sets[*]}" <<'EOF' >>"$out/suite.jsonl"
+  python3 - "$run" "$id" "$f" "$l" "$c" "$s" "${sets[*]}" "$presets" <<'EOF' >>"$out/suite.jsonl"
 import csv, json, sys
-run, id_, fam, lvl, cell, seed, sets = sys.argv[1:]
+run, id_, fam, lvl, cell, seed, sets, presets = sys.argv[1:]
 paper = json.load(open("benchmarks/popgym-paper.json"))["ids"].get(fam + lvl, {})
+if cell == "preset":  # the preset's own cell, as the run resolved it
+    import tomllib
+    cell = tomllib.load(open(run + "/config.toml", "rb"))["policy"]["cell"]
 # Rows before the first finished episode have mean_return NaN.
 rows = [r for r in csv.DictReader(open(run + "/metrics.csv")) if r["mean_return"] != "NaN"]
 summary = json.load(open(run + "/summary.json"))
@@ -114,8 +124,10 @@ ev = json.loads(open(run + ".eval.json").read().strip().splitlines()[-1])
 best = max(rows, key=lambda r: float(r["mean_return"]))
 # RLlib's 100-episode window (metrics.csv files from before the column have none: null).
 wide = [float(r["mean_return_100"]) for r in rows if r.get("mean_return_100", "NaN") != "NaN"]
+# The paper's figures have three decimals: reaching one is reaching it rounded.
 reached = [int(r["frames"]) for r in rows if "gru" in paper
-           and r.get("mean_return_100", "NaN") != "NaN" and float(r["mean_return_100"]) >= paper["gru"]]
+           and r.get("mean_return_100", "NaN") != "NaN"
+           and float(r["mean_return_100"]) >= paper["gru"] - 0.0005]
 print(json.dumps({
     "id": id_, "family": fam, "level": lvl, "cell": cell, "seed": int(seed),
     "frames": summary["frames"], "wall_s": round(summary["seconds"], 2),
@@ -125,15 +137,18 @@ print(json.dumps({
     "paper_gru": paper.get("gru"), "paper_best": paper.get("best"),
     "paper_best_model": paper.get("best_model"),
     "frames_to_paper": reached[0] if reached else None,
-    "set": sets,
+    "set": sets, "presets": presets,
 }))
 EOF
   echo "popgym_suite: $id $c seed $s: $(tail -1 "$out/suite.jsonl")" >&2
 }
 
-# The paper's GRU MMER for an id (empty when the transcription has none).
+# The paper's GRU MMER for an id, less half its last decimal (the paper rounds to three), empty
+# when the transcription has none.
 paper_gru() {
-  python3 -c 'import json, sys; print(json.load(open("benchmarks/popgym-paper.json"))["ids"].get(sys.argv[1], {}).get("gru", ""))' "$1"
+  python3 -c 'import json, sys
+g = json.load(open("benchmarks/popgym-paper.json"))["ids"].get(sys.argv[1], {}).get("gru")
+print("" if g is None else round(g - 0.0005, 4))' "$1"
 }
 
 running=0
