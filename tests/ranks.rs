@@ -784,10 +784,7 @@ initial_state = "zeros"
     #[test]
     fn ppo_replay_on_burns_update_path_on_2_ranks_equals_one_process() {
         let root = temp_dir("ranks-replay-ppo-burn");
-        let config = format!(
-            "{}update = \"burn\"\n",
-            PPO_REPLAY.replace("updates = 20", "updates = 8")
-        );
+        let config = format!("{PPO_REPLAY}update = \"burn\"\n");
         let (data, config) = recorded(&root, &config);
         let one = one_process_as(2, &data, &config, &root);
         let group = ranks_replay(2, &data, &config, &root, None);
