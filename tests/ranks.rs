@@ -222,6 +222,90 @@ mod mpi {
         }
     }
 
+    /// `scripts/slurm/train-ranks.sbatch` with `ACTOR_NODES` under stand-ins for Slurm's
+    /// `scontrol` (every node is this machine) and `srun` (`--mpi=...` runs `mpirun`, otherwise
+    /// `--ntasks` copies with `SLURM_PROCID`): two learner ranks without local actors listen on
+    /// `PORT` and `PORT + 1`, and the actor node's two actors (ids 0 and 1) each dial their rank
+    /// over TLS, so the group trains from them alone to its frames.
+    #[test]
+    fn the_slurm_script_feeds_two_ranks_from_an_actor_node() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = temp_dir("ranks-slurm");
+        let shims = root.join("bin");
+        std::fs::create_dir_all(&shims).unwrap();
+        let scontrol = "#!/bin/bash\nfor i in 1 2 3; do echo localhost; done\n";
+        let srun = r#"#!/bin/bash
+mpi=""; ntasks=1
+while [[ $# -gt 0 && $1 == --* ]]; do
+  case $1 in --mpi=*) mpi=1 ;; --ntasks=*) ntasks=${1#--ntasks=} ;; esac; shift
+done
+if [[ -n $mpi ]]; then exec mpirun --allow-run-as-root --oversubscribe -n "$ntasks" "$@"; fi
+pids=()
+for (( p = 0; p < ntasks; p++ )); do SLURM_PROCID=$p "$@" & pids+=($!); done
+s=0; for p in "${pids[@]}"; do wait "$p" || s=$?; done; exit $s
+"#;
+        for (name, text) in [("scontrol", scontrol), ("srun", srun)] {
+            let path = shims.join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let preset = std::fs::read_to_string(format!("{repo}/configs/masked_cartpole.toml"))
+            .unwrap()
+            .lines()
+            .map(|l| match l.starts_with("frames =") {
+                true => "frames = 4096",
+                false => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config = root.join("config.toml");
+        std::fs::write(&config, preset).unwrap();
+        // Two free ports in a row for the two ranks.
+        let port = (20_000..60_000u16)
+            .step_by(7)
+            .find(|&p| (0..2).all(|k| std::net::TcpListener::bind(("0.0.0.0", p + k)).is_ok()))
+            .unwrap();
+        let run_dir = root.join("run");
+        binary("recur-actor");
+        let bin = binary("recur-learner").parent().unwrap().to_path_buf();
+        let path = format!("{}:{}", shims.display(), std::env::var("PATH").unwrap());
+        let mut cmd = Command::new("bash");
+        cmd.arg("scripts/slurm/train-ranks.sbatch")
+            .current_dir(repo)
+            .env("PATH", path)
+            .envs([("SLURM_JOB_NODELIST", "n[1-3]"), ("SLURM_JOB_ID", "1")])
+            .envs([("ACTOR_NODES", "1"), ("ACTORS_PER_NODE", "2")])
+            .env("PORT", port.to_string())
+            .env("BIN", &bin)
+            .env("RUN_DIR", &run_dir)
+            .env("CONFIG", &config)
+            .env("RUST_LOG", "info")
+            .env("OMPI_MCA_orte_tmpdir_base", temp_dir("ompi"));
+        let out = run_with_deadline(cmd, DEADLINE);
+        let (_, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["world_size"], 2, "{summary}");
+        assert!(summary["frames"].as_u64().unwrap() >= 4096, "{summary}");
+        for (id, k) in [(0, 0), (1, 1)] {
+            let dialed = format!(
+                "actor {id}/0: registered with the learner at tcp://localhost:{}",
+                port + k
+            );
+            assert!(stderr.contains(&dialed), "{dialed}: {stderr}");
+        }
+        let took: Vec<u64> = (stderr.lines())
+            .filter_map(|l| l.split_once(": took ")?.1.split(' ').next()?.parse().ok())
+            .collect();
+        assert!(
+            took.len() == 2 && took.iter().all(|&f| f > 0),
+            "{took:?}: {stderr}"
+        );
+    }
+
     /// A 2-rank run with a checkpoint every 2 updates, for the fault tests. (When a rank dies,
     /// mpirun ends the others with SIGTERM, then SIGKILL 1 s later: a survivor names the lost
     /// rank and stops its actors well within that.)
