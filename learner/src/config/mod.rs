@@ -104,4 +104,6 @@ macro_rules! config_file {
 config_file!(TrainConfig, ReplayConfig);
 
 #[cfg(test)]
+mod preset_tests;
+#[cfg(test)]
 mod tests;
