@@ -71,9 +71,16 @@ mod mpi {
             .env("RUST_LOG", "info")
             // A session directory of its own: mpiruns started at once race to create the
             // shared default one (/tmp/ompi.<host>.<uid>) and one of them fails.
-            .env("OMPI_MCA_orte_tmpdir_base", temp_dir("ompi"));
+            .env("OMPI_MCA_orte_tmpdir_base", temp_dir("ompi"))
+            .env(PMIX_GDS.0, PMIX_GDS.1);
         cmd
     }
+
+    /// PMIx's store of the job's data in a hash table of each process, not in shared-memory
+    /// segments (its `ds12`/`ds21` default): under a loaded machine and several mpiruns at once,
+    /// a segment's creation failed with "PMIX ERROR: OUT-OF-RESOURCE ... dstore_segment.c" and
+    /// the rank's MPI_Init aborted.
+    const PMIX_GDS: (&str, &str) = ("PMIX_MCA_gds", "hash");
 
     /// [`mpirun_command`] run to its end.
     fn mpirun(ranks: &[Vec<String>]) -> Output {
@@ -281,7 +288,8 @@ s=0; for p in "${pids[@]}"; do wait "$p" || s=$?; done; exit $s
             .env("RUN_DIR", &run_dir)
             .env("CONFIG", &config)
             .env("RUST_LOG", "info")
-            .env("OMPI_MCA_orte_tmpdir_base", temp_dir("ompi"));
+            .env("OMPI_MCA_orte_tmpdir_base", temp_dir("ompi"))
+            .env(PMIX_GDS.0, PMIX_GDS.1);
         let out = run_with_deadline(cmd, DEADLINE);
         let (_, stderr) = text(&out);
         assert!(out.status.success(), "{stderr}");

@@ -228,11 +228,11 @@ pub fn segments_containing(needle: &str) -> Vec<String> {
 
 /// A fresh, empty directory under the system temp dir.
 pub fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "recur-{tag}-{}-{}",
-        std::process::id(),
-        Instant::now().elapsed().as_nanos()
-    ));
+    // Unique within this process by a counter: the tests of one binary run on parallel threads,
+    // and a name from the clock alone let two of them share (and remove) one directory.
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("recur-{tag}-{}-{n}", std::process::id(),));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
