@@ -82,6 +82,18 @@ mod mpi {
     /// the rank's MPI_Init aborted.
     const PMIX_GDS: (&str, &str) = ("PMIX_MCA_gds", "hash");
 
+    /// What each rank logged it took of the run (`rank k of N: took F frames and E episodes of
+    /// the run's`): its frames and episodes, in log order.
+    fn took(stderr: &str) -> Vec<(u64, u64)> {
+        (stderr.lines())
+            .filter_map(|l| l.split_once(": took ")?.1.split_once(" of the run's"))
+            .map(|(counts, _)| {
+                let words: Vec<&str> = counts.split(' ').collect();
+                (words[0].parse().unwrap(), words[3].parse().unwrap())
+            })
+            .collect()
+    }
+
     /// [`mpirun_command`] run to its end.
     fn mpirun(ranks: &[Vec<String>]) -> Output {
         run_with_deadline(mpirun_command(ranks), DEADLINE)
@@ -106,9 +118,7 @@ mod mpi {
             updates >= 10,
             "the weight check runs every 10 updates: {summary}"
         );
-        let on_disk: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
-                .unwrap();
+        let on_disk = recur_tests::remote_support::summary(&dir);
         assert_eq!(on_disk["world_size"], 2);
         assert!(dir.join("checkpoint").is_dir() && dir.join("metrics.csv").is_file());
         // The same weights on both ranks at the end.
@@ -123,13 +133,7 @@ mod mpi {
         );
         // metrics.csv (rank 0's) counts every rank's frames and episodes: its last row holds
         // the sums of what each rank says it took.
-        let took: Vec<(u64, u64)> = (stderr.lines())
-            .filter_map(|l| l.split_once(": took ")?.1.split_once(" of the run's"))
-            .map(|(counts, _)| {
-                let words: Vec<&str> = counts.split(' ').collect();
-                (words[0].parse().unwrap(), words[3].parse().unwrap())
-            })
-            .collect();
+        let took = took(&stderr);
         assert_eq!(took.len(), 2, "{stderr}");
         assert!(took.iter().all(|&(f, e)| f > 0 && e > 0), "{took:?}");
         let metrics = std::fs::read_to_string(dir.join("metrics.csv")).unwrap();
@@ -204,17 +208,13 @@ mod mpi {
         let (ok, _, lines) = run.finish(DEADLINE);
         let stderr = lines.join("\n");
         assert!(ok, "{stderr}");
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
-                .unwrap();
+        let summary = recur_tests::remote_support::summary(&run_dir);
         assert_eq!(summary["world_size"], 2, "{summary}");
         assert!(summary["frames"].as_u64().unwrap() >= 4096, "{summary}");
         // Each rank trained on frames of its own remote actor.
-        let took: Vec<u64> = (stderr.lines())
-            .filter_map(|l| l.split_once(": took ")?.1.split(' ').next()?.parse().ok())
-            .collect();
+        let took = took(&stderr);
         assert_eq!(took.len(), 2, "{stderr}");
-        assert!(took.iter().all(|&f| f > 0), "{took:?}");
+        assert!(took.iter().all(|&(f, _)| f > 0), "{took:?}");
         for (id, rank) in [(2, 0), (3, 1)] {
             let registered = format!("actor {id}/0");
             assert!(
@@ -293,9 +293,7 @@ s=0; for p in "${pids[@]}"; do wait "$p" || s=$?; done; exit $s
         let out = run_with_deadline(cmd, DEADLINE);
         let (_, stderr) = text(&out);
         assert!(out.status.success(), "{stderr}");
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
-                .unwrap();
+        let summary = recur_tests::remote_support::summary(&run_dir);
         assert_eq!(summary["world_size"], 2, "{summary}");
         assert!(summary["frames"].as_u64().unwrap() >= 4096, "{summary}");
         for (id, k) in [(0, 0), (1, 1)] {
@@ -305,11 +303,9 @@ s=0; for p in "${pids[@]}"; do wait "$p" || s=$?; done; exit $s
             );
             assert!(stderr.contains(&dialed), "{dialed}: {stderr}");
         }
-        let took: Vec<u64> = (stderr.lines())
-            .filter_map(|l| l.split_once(": took ")?.1.split(' ').next()?.parse().ok())
-            .collect();
+        let took = took(&stderr);
         assert!(
-            took.len() == 2 && took.iter().all(|&f| f > 0),
+            took.len() == 2 && took.iter().all(|&(f, _)| f > 0),
             "{took:?}: {stderr}"
         );
     }
@@ -578,9 +574,7 @@ s=0; for p in "${pids[@]}"; do wait "$p" || s=$?; done; exit $s
         nix::sys::signal::kill(pid, nix::sys::signal::SIGINT).unwrap();
         let (_, _, lines) = run.finish(DEADLINE);
         let stderr = lines.join("\n");
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
-                .unwrap();
+        let summary = recur_tests::remote_support::summary(&dir);
         assert_eq!(summary["stopped_by_request"], true, "{summary}");
         let finals: Vec<&str> = (stderr.lines())
             .filter_map(|l| l.split_once(": final weights ").map(|(_, h)| h.trim()))
