@@ -10,6 +10,7 @@ use common::chunk::{Chunk, ChunkSchema};
 use common::policy::dist::{categorical_entropy, gaussian_entropy, multi_categorical_entropy};
 use common::policy::{ActionSpec, Policy};
 
+use super::flat::net::LOG_RATIO_LIMIT;
 use super::update::{Minibatch, Update};
 use crate::algo::optim::Trainee;
 use crate::algo::slices::{gather, step_at_cut, tensor3};
@@ -107,7 +108,7 @@ pub(crate) fn loss<B: AutodiffBackend>(
         }
     };
     let masked_mean = |x: Tensor<B, 3>| (x * mask_t.clone()).sum() / count;
-    let log_ratio = logp - old_logp;
+    let log_ratio = (logp - old_logp).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT);
     let ratio = log_ratio.clone().exp();
     let (eps, entropy_coef) = (mb.loss.clip_eps, mb.loss.entropy_coef);
     let surrogate =

@@ -126,6 +126,14 @@ impl Batch<'_> {
     }
 }
 
+/// The log-ratio of new to old action probabilities is clamped to `±LOG_RATIO_LIMIT` before
+/// `exp` (in both update paths), and passes no gradient where the clamp bites. A squashed
+/// Gaussian whose `log_std` sits at its floor makes the log-probability of a saturated action
+/// so sensitive to the mean that one optimizer step can move it by hundreds: unclamped, the
+/// ratio overflowed to `inf` and the weights went NaN (POPGym Pendulum, issue 59). `exp(20)`
+/// is far outside any clip range, so an ordinary update never meets the clamp.
+pub const LOG_RATIO_LIMIT: f32 = 20.0;
+
 /// The loss's coefficients at this point of the run.
 #[derive(Clone, Copy, Debug)]
 pub struct LossConfig {
@@ -311,7 +319,8 @@ impl Net<'_> {
                 continue;
             }
             let w = 1.0 / count;
-            let log_ratio = lp - b.old_logp[i];
+            let raw_log_ratio = lp - b.old_logp[i];
+            let log_ratio = raw_log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT);
             let ratio = log_ratio.exp();
             let adv = b.adv[i];
             let (s1, s2) = (ratio * adv, ratio.clamp(lo, hi) * adv);
@@ -323,7 +332,9 @@ impl Net<'_> {
             clipped += ((ratio - 1.0).abs() > cfg.clip_eps) as u8 as f32;
             // d(-min(s1, s2))/d ratio: the unclipped term where it is the smaller one or the
             // clamp passes the ratio through.
-            let g_ratio = if s1 <= s2 || (lo..=hi).contains(&ratio) {
+            // The clamp on the log-ratio passes no gradient where it bites (as burn's clamp).
+            let limited = raw_log_ratio.abs() > LOG_RATIO_LIMIT;
+            let g_ratio = if !limited && (s1 <= s2 || (lo..=hi).contains(&ratio)) {
                 adv
             } else {
                 0.0

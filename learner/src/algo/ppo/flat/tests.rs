@@ -137,6 +137,10 @@ pub(super) fn loss_and_gradients_match_on(pc: &PolicyConfig, chunk: &Chunk) {
         ],
         1e-5,
     );
+    assert!(
+        stats.loss.is_finite() && outcome.grads.iter().all(|g| g.is_finite()),
+        "a finite loss and gradients"
+    );
     let reference = burn_grads(loss, &burn, &Layout::of(burn.model()));
     assert!(
         reference.iter().any(|&g| g.abs() > 1e-4),
@@ -175,6 +179,21 @@ fn gru_two_layers_two_encoder_layers_match_burns() {
 #[test]
 fn lstm_without_encoder_matches_burns() {
     loss_and_gradients_match("MaskedCartPole-v1", masked(CellKind::Lstm, 2, vec![]));
+}
+
+#[test]
+fn a_runaway_log_ratio_is_clamped_alike_in_both_paths() {
+    // Stored log-probabilities 200 nats off (exp overflows f32) on every fifth step, both
+    // ways: each path clamps the log-ratio and passes no gradient through those steps, so the
+    // loss and gradients stay finite and the paths agree. Without the clamp the loss is inf.
+    let pc = masked(CellKind::Lstm, 1, vec![16]);
+    let mut chunk = chunks("MaskedCartPole-v1", &pc, 1).remove(0);
+    for (i, lp) in chunk.sample_log_prob.iter_mut().enumerate() {
+        if i % 5 == 0 {
+            *lp += if i % 10 == 0 { 200.0 } else { -200.0 };
+        }
+    }
+    loss_and_gradients_match_on(&pc, &chunk);
 }
 
 #[test]
