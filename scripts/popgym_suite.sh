@@ -4,7 +4,8 @@
 #
 #   scripts/popgym_suite.sh [--cells gru,lstm,mingru] [--levels Easy,Medium] [--seeds 0,1,2]
 #                           [--families RepeatFirst,...] [--frames N] [--out DIR]
-#                           [--eval-episodes N] [--jobs N] [--until-paper] [--set KEY=VALUE]...
+#                           [--eval-episodes N] [--jobs N] [--until-paper | --until-paper-best]
+#                           [--set KEY=VALUE]...
 #                           [--presets DIR]
 #
 # Each (id, cell, seed) trains `configs/popgym/<Family><Level>.toml` with
@@ -26,10 +27,13 @@
 #               the best of its 13 models), from benchmarks/popgym-paper.json (a third party's
 #               transcription; null for the ids it has no number for);
 #   frames_to_paper  the frames at which mean_return_100 first reached paper_gru at the paper's
-#               three decimals (null: never).
+#               three decimals (null: never); frames_to_best  the same for paper_best.
 # --until-paper: a run whose id has a paper GRU number stops once its MMER (100) reaches it
 # (run.target_window = 100, run.stop_at_target), so runs that get there early cost little; the
 # budget (--frames, or the preset's) is the ceiling. The paper trained 15M frames.
+# --until-paper-best: the same, at the paper's best model's number for the id (which is at
+# least its GRU's), so a run goes on past the GRU's number (still reported as frames_to_paper)
+# while it can still reach the best one. The row's `until` says which (null: neither).
 # --set KEY=VALUE passes a config override to every run (preset variants, e.g.
 # --set ppo.lr=3e-4); the overrides are kept in each row (`set`). --presets DIR reads
 # DIR/<Family><Level>.toml instead of configs/popgym/'s (whole preset variants; the row's
@@ -67,9 +71,10 @@ while [ $# -gt 0 ]; do
     --eval-episodes) eval_episodes=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --until-paper) until_paper=1; shift ;;
+    --until-paper-best) until_paper=best; shift ;;
     --set) sets+=("$2"); shift 2 ;;
     --presets) presets=${2%/}; shift 2 ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
     *) echo "popgym_suite.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -95,10 +100,11 @@ one() {
   local id="popgym-$f$l-v0" run="$out/runs/$f$l-$c-$s"
   local args=(train --config "$presets/$f$l.toml" --seed "$s" --run-dir "$run" --quiet)
   [ "$c" = preset ] || args+=(--set "policy.cell=\"$c\"")
-  local gru
-  gru=$(paper_gru "$f$l")
-  if [ "$until_paper" = 1 ] && [ -n "$gru" ]; then
-    args+=(--set "run.target_return=$gru" --set run.target_window=100 --set run.stop_at_target=true)
+  local target until=null
+  target=$(paper_number "$f$l" "$([ "$until_paper" = best ] && echo best || echo gru)")
+  if [ "$until_paper" != 0 ] && [ -n "$target" ]; then
+    args+=(--set "run.target_return=$target" --set run.target_window=100 --set run.stop_at_target=true)
+    until=$([ "$until_paper" = best ] && echo '"best"' || echo '"gru"')
   else
     args+=(--set run.stop_at_target=false)
   fi
@@ -110,9 +116,9 @@ one() {
     return 1
   fi
   "$bin" eval --checkpoint "$run" --episodes "$eval_episodes" >"$run.eval.json" 2>>"$run.log"
-  python3 - "$run" "$id" "$f" "$l" "$c" "$s" "${sets[*]}" "$presets" <<'EOF' >>"$out/suite.jsonl"
+  python3 - "$run" "$id" "$f" "$l" "$c" "$s" "${sets[*]}" "$presets" "$until" <<'EOF' >>"$out/suite.jsonl"
 import csv, json, sys
-run, id_, fam, lvl, cell, seed, sets, presets = sys.argv[1:]
+run, id_, fam, lvl, cell, seed, sets, presets, until = sys.argv[1:]
 paper = json.load(open("benchmarks/popgym-paper.json"))["ids"].get(fam + lvl, {})
 if cell == "preset":  # the preset's own cell, as the run resolved it
     import tomllib
@@ -125,9 +131,10 @@ best = max(rows, key=lambda r: float(r["mean_return"]))
 # RLlib's 100-episode window (metrics.csv files from before the column have none: null).
 wide = [float(r["mean_return_100"]) for r in rows if r.get("mean_return_100", "NaN") != "NaN"]
 # The paper's figures have three decimals: reaching one is reaching it rounded.
-reached = [int(r["frames"]) for r in rows if "gru" in paper
-           and r.get("mean_return_100", "NaN") != "NaN"
-           and float(r["mean_return_100"]) >= paper["gru"] - 0.0005]
+def reached(key):
+    return [int(r["frames"]) for r in rows if paper.get(key) is not None
+            and r.get("mean_return_100", "NaN") != "NaN"
+            and float(r["mean_return_100"]) >= paper[key] - 0.0005][:1] or [None]
 print(json.dumps({
     "id": id_, "family": fam, "level": lvl, "cell": cell, "seed": int(seed),
     "frames": summary["frames"], "wall_s": round(summary["seconds"], 2),
@@ -136,19 +143,19 @@ print(json.dumps({
     "final_greedy": ev.get("mean_return"),
     "paper_gru": paper.get("gru"), "paper_best": paper.get("best"),
     "paper_best_model": paper.get("best_model"),
-    "frames_to_paper": reached[0] if reached else None,
-    "set": sets, "presets": presets,
+    "frames_to_paper": reached("gru")[0], "frames_to_best": reached("best")[0],
+    "set": sets, "presets": presets, "until": json.loads(until),
 }))
 EOF
   echo "popgym_suite: $id $c seed $s: $(tail -1 "$out/suite.jsonl")" >&2
 }
 
-# The paper's GRU MMER for an id, less half its last decimal (the paper rounds to three), empty
-# when the transcription has none.
-paper_gru() {
+# The paper's MMER for an id ($2: gru or best), less half its last decimal (the paper rounds to
+# three), empty when the transcription has none.
+paper_number() {
   python3 -c 'import json, sys
-g = json.load(open("benchmarks/popgym-paper.json"))["ids"].get(sys.argv[1], {}).get("gru")
-print("" if g is None else round(g - 0.0005, 4))' "$1"
+g = json.load(open("benchmarks/popgym-paper.json"))["ids"].get(sys.argv[1], {}).get(sys.argv[2])
+print("" if g is None else round(g - 0.0005, 4))' "$1" "$2"
 }
 
 running=0
