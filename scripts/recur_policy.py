@@ -54,14 +54,18 @@ class ObsNorm(nn.Module):
 
 class ImageEncoder(nn.Module):
     """One image's convolutional encoder (recur's `common::policy::image::ImageEncoder`):
-    `[B, H, W, C]` byte values -> NCHW float32 times `scale` -> each layer (`nn.Conv2d` + ReLU,
+    `[B, H, W, C]` byte values (with `onehot`: each channel's codes as their planes of 0 or 1)
+    -> NCHW float32 times `scale` -> each layer (`nn.Conv2d` + ReLU,
     or `nn.MaxPool2d`) -> flatten in (C, H, W) order -> `nn.Linear` + ReLU -> `[B, features]`.
     `convs.{i}` is layer `i` of the cnn's `layers` (a max-pool has no parameters)."""
 
     def __init__(self, shape, cnn):
         super().__init__()
         self.shape, self.scale = tuple(shape), cnn["scale"]
+        self.onehot = cnn.get("onehot")
         h, w, c = shape
+        if self.onehot is not None:
+            c = sum(self.onehot)
         self.convs = nn.ModuleList()
         for i, layer in enumerate(cnn["layers"]):
             if layer["type"] == "conv":
@@ -78,7 +82,12 @@ class ImageEncoder(nn.Module):
 
     def forward(self, image):
         """`image` `[B, H, W, C]` (or `[B, H*W*C]`) byte values -> `[B, features]`."""
-        x = image.reshape((-1,) + self.shape).permute(0, 3, 1, 2).to(torch.float32) * self.scale
+        x = image.reshape((-1,) + self.shape).to(torch.float32)
+        if self.onehot is not None:
+            # Channel k's codes as its planes (a code past the range sets none).
+            x = torch.cat([(x[..., k:k + 1] == torch.arange(n, dtype=torch.float32)).to(torch.float32)
+                           for k, n in enumerate(self.onehot)], dim=-1)
+        x = x.permute(0, 3, 1, 2) * self.scale
         for layer in self.convs:
             x = layer(x)
             if isinstance(layer, nn.Conv2d):

@@ -503,6 +503,38 @@ fn minigrid_dict_export_acts_as_the_greedy_actor() {
     assert!(report["images"] == serde_json::json!(["image"]), "{report}");
 }
 
+/// The same Dict policy with the image's codes one-hot (`onehot = [11, 6, 3]`): policy.json
+/// states it, and torch and onnxruntime expand the codes as the actor does.
+#[test]
+fn minigrid_onehot_export_acts_as_the_greedy_actor() {
+    let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    if !python_has("numpy, torch, safetensors, onnxruntime, gymnasium, minigrid") {
+        return;
+    }
+    // Seed 1: seed 0's sharpened greedy policy drops (a no-op) at every step, one action.
+    let config = MINIGRID_CONFIG
+        .replace(
+            "cnn = \"minigrid\"",
+            "cnn = { preset = \"minigrid\", onehot = [11, 6, 3] }",
+        )
+        .replace("seed = 0", "seed = 1");
+    assert_ne!(config, MINIGRID_CONFIG);
+    let report = check_case(&Case {
+        tag: "export-minigrid-onehot",
+        config,
+        train_frames: "256",
+        env: "gymnasium:MiniGrid-MemoryS7-v0",
+        actor_args: &["--env-import", "minigrid", "--env-keys", "direction,image"],
+        record_frames: IMAGE_FRAMES,
+        sharpen: Some(SHARPEN),
+    });
+    assert!(report["images"] == serde_json::json!(["image"]), "{report}");
+    assert!(
+        report["onehot"] == serde_json::json!([11, 6, 3]),
+        "{report}"
+    );
+}
+
 /// Rewrites file `name` of checkpoint `ckpt` with `edit` applied, and its manifest entry
 /// (length and CRC-32) to match, so that only the content is wrong.
 fn edit_with_manifest(ckpt: &Path, name: &str, edit: impl Fn(String) -> String) {

@@ -152,7 +152,7 @@ impl ActorArgs {
 }
 
 /// serde's description of [`PolicyConfig`] (burn's `Config` derive accepts unknown fields):
-/// every field required (but the two added since checkpoints were first written, which older
+/// every field required (but those added since checkpoints were first written, which older
 /// manifests lack), none other accepted.
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "PolicyConfig", deny_unknown_fields)]
@@ -174,6 +174,10 @@ pub(crate) struct PolicyConfigDef {
     // Absent from checkpoints written before `policy.memory` existed: a policy with memory.
     #[serde(default = "with_memory")]
     memory: bool,
+    // Absent from checkpoints written before `policy.forget_bias` existed: 0 (it only shapes
+    // the initial weights, which a checkpoint already holds).
+    #[serde(default)]
+    forget_bias: f32,
 }
 
 fn with_memory() -> bool {
@@ -309,6 +313,7 @@ mod tests {
                 obs_clip: 5.5,
                 critic_core: CriticCore::Separate,
                 memory: false,
+                forget_bias: 1.5,
             },
             seed: u64::MAX - 5,
             exploration: Exploration::Greedy(EpsilonSchedule {
@@ -340,12 +345,13 @@ mod tests {
         assert_eq!(json["policy"]["hidden_size"], 12);
         assert_eq!(json["env_kwargs"]["length"], 7);
         assert_eq!(json["exploration"]["greedy"]["decay_versions"], 200);
-        // Written before the policy had `cnn` and `memory` (older checkpoints' manifests):
-        // read as no cnn, with memory.
+        // Written before the policy had `cnn`, `memory` and `forget_bias` (older
+        // checkpoints' manifests): read as no cnn, with memory, no forget bias.
         let mut old: Value = serde_json::from_str(&ActorArgs::default().to_json()).unwrap();
         let policy = old["policy"].as_object_mut().unwrap();
         policy.remove("cnn");
         policy.remove("memory");
+        policy.remove("forget_bias");
         let back = ActorArgs::from_json(&old.to_string()).unwrap();
         assert_eq!(back, ActorArgs::default());
         assert!(back.policy.memory && back.policy.cnn.is_none());

@@ -74,6 +74,7 @@ fn encoder_of(file: &Value) -> (Encoder, Vec<u8>, usize) {
         layers,
         scale: file["scale"].as_f64().expect("scale") as f32,
         features: usize_of(file, "features"),
+        onehot: None,
     };
     let (shape, obs) = floats(&file["obs"]);
     let input = ImageShape::new(shape[1], shape[2], shape[3]);

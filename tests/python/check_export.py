@@ -20,7 +20,8 @@ inference path. Each backend carries its own recurrent state from step to step (
   (discrete: recur's two best logits within `tie` of each other; box: beyond `action_tol`)
 - `ties`: differing discrete actions at such a tie
 
-and, beside them, `images` (the keys of the policy's images) and, for a discrete action space,
+and, beside them, `images` (the keys of the policy's images), `onehot` (the codes policy.json
+states for them, or null) and, for a discrete action space,
 `action_counts` (how often the actor chose each action).
 """
 import json
@@ -169,6 +170,8 @@ def main():
     spec = json.loads((Path(export_dir) / "policy.json").read_text())
     meta, rec = recording(dataset, heads_file)
     report = {"images": [p["key"] for p in spec.get("images", {}).get("parts", [])]}
+    # The one-hot codes policy.json states (null without: each image's bytes times its scale).
+    report["onehot"] = spec.get("images", {}).get("cnn", {}).get("onehot")
     (kind, _), = spec["action"].items()
     if kind == "discrete":
         # How often the actor chose each action: a check of every greedy action means more

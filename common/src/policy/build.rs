@@ -1,11 +1,11 @@
 //! Building a [`Policy`] from its [`PolicyConfig`]: every value checked (errors name the key
 //! and the value), each part sized from the one before it.
 
-use burn::module::{Initializer, Param};
+use burn::module::{Initializer, Module, Param};
 use burn::nn::LinearConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use recur_rnn::{RecurrentConfig, RecurrentCore, RecurrentError};
+use recur_rnn::{CellKind, RecurrentConfig, RecurrentCore, RecurrentError};
 
 use super::image::{ImageEncoder, ImageSpec};
 use super::{ActionSpec, CriticCore, Policy, PolicyConfig, OBS_NORM_ROWS};
@@ -132,7 +132,7 @@ impl PolicyConfig {
             TensorData::new(identity.collect::<Vec<f32>>(), [OBS_NORM_ROWS, d]),
             device,
         ));
-        Ok(Policy {
+        let policy = Policy {
             obs_norm,
             encoder,
             cnn,
@@ -141,7 +141,50 @@ impl PolicyConfig {
             policy_head,
             value_head,
             config: self.clone(),
-        })
+        };
+        self.shift_forget_gates(policy, device)
+    }
+}
+
+impl PolicyConfig {
+    /// `policy` with [`PolicyConfig::forget_bias`] added to every layer's forget-gate bias
+    /// (`bias_ih[H..2H]`) of both cores; unchanged when it is 0. The parameters are drawn
+    /// first, in module order as [`PolicyConfig::init_seeded`] draws them, so that a seed
+    /// gives the same weights with and without the shift.
+    fn shift_forget_gates<B: Backend>(
+        &self,
+        policy: Policy<B>,
+        device: &B::Device,
+    ) -> Result<Policy<B>, RecurrentError> {
+        let f = self.forget_bias;
+        if f == 0.0 {
+            return Ok(policy);
+        }
+        if !f.is_finite() || self.cell != CellKind::Lstm {
+            return Err(config_error(
+                "forget_bias",
+                &f.to_string(),
+                &format!(
+                    "a finite value, and an LSTM (cell = {:?} has no forget gate): 0 or unset \
+                     otherwise",
+                    self.cell
+                ),
+            ));
+        }
+        let mut policy = policy.map(&mut super::Materialize);
+        let h = self.hidden_size;
+        let shift: Vec<f32> = (0..4 * h)
+            .map(|i| if (h..2 * h).contains(&i) { f } else { 0.0 })
+            .collect();
+        let cores = std::iter::once(&mut policy.core).chain(policy.critic_core.as_mut());
+        for layer in cores.flat_map(|c| c.layers.iter_mut()) {
+            if let Some(b) = layer.bias_ih.take() {
+                let shift =
+                    Tensor::<B, 1>::from_data(TensorData::new(shift.clone(), [4 * h]), device);
+                layer.bias_ih = Some(b.map(|t| t + shift));
+            }
+        }
+        Ok(policy)
     }
 }
 
@@ -162,5 +205,57 @@ pub(super) fn config_error(key: &'static str, value: &str, expected: &str) -> Re
         key,
         value: value.to_string(),
         expected: expected.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{cpu_device, to_vec, Cpu};
+
+    /// `forget_bias` adds exactly its value to the forget gate's block of `bias_ih` in every
+    /// layer of both cores and leaves every other parameter as PyTorch's initialization drew it;
+    /// a cell without a forget gate is refused with the key named.
+    #[test]
+    fn the_forget_bias_shifts_the_forget_gate_alone() {
+        let device = cpu_device();
+        let (h, layers) = (8, 2);
+        let base = PolicyConfig::new(3, ActionSpec::Discrete { n: 2 })
+            .with_hidden_size(h)
+            .with_num_layers(layers)
+            .with_critic_core(CriticCore::Separate);
+        let plain = base.init_seeded::<Cpu>(7, &device).unwrap();
+        let shifted = base
+            .clone()
+            .with_forget_bias(1.0)
+            .init_seeded::<Cpu>(7, &device)
+            .unwrap();
+        let cores = |p: &Policy<Cpu>| {
+            let critic = p.critic_core.clone().expect("a separate critic core");
+            [p.core.clone(), critic]
+        };
+        for (a, b) in cores(&plain).iter().zip(&cores(&shifted)) {
+            for (la, lb) in a.layers.iter().zip(&b.layers) {
+                let (ba, bb) = (
+                    to_vec(la.bias_ih.as_ref().unwrap().val()),
+                    to_vec(lb.bias_ih.as_ref().unwrap().val()),
+                );
+                for (i, (x, y)) in ba.iter().zip(&bb).enumerate() {
+                    let want = if (h..2 * h).contains(&i) { x + 1.0 } else { *x };
+                    assert_eq!(*y, want, "bias_ih[{i}]");
+                }
+                assert_eq!(to_vec(la.weight_ih.val()), to_vec(lb.weight_ih.val()));
+                let hh =
+                    |l: &recur_rnn::RecurrentLayer<Cpu>| to_vec(l.bias_hh.as_ref().unwrap().val());
+                assert_eq!(hh(la), hh(lb));
+            }
+        }
+        let err = base
+            .with_cell(CellKind::Gru)
+            .with_forget_bias(1.0)
+            .init::<Cpu>(&device)
+            .expect_err("a GRU has no forget gate")
+            .to_string();
+        assert!(err.contains("forget_bias") && err.contains("Gru"), "{err}");
     }
 }

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! pixels [N, P] (0..=255 as f32) -> this image's bytes [N, H, W, C] -> x = f32 * scale, NCHW
+//!   (with `onehot`: each channel's codes as their planes of 0 or 1, `sum(onehot)` channels)
 //! for each layer: Conv2d(kernel, stride, zero padding) + ReLU, or MaxPool2d(kernel)
 //! flatten in (C, H, W) order -> ReLU(x W + b)   [N, features]
 //! ```
@@ -88,7 +89,8 @@ impl<B: Backend> ImageEncoder<B> {
             .plan(image_shape(&spec.part))
             .map_err(|e| format!("policy.encoder.cnn for image {:?}: {e}", spec.part.key))?;
         let mut convs = Vec::new();
-        let mut channels = spec.part.shape[2];
+        // The first convolution's channels: the image's, or its codes' planes.
+        let mut channels = plan.stages[0].input.channels;
         for layer in &spec.config.layers {
             if let EncoderLayer::Conv {
                 out_channels,
@@ -130,11 +132,21 @@ impl<B: Backend> ImageEncoder<B> {
         let [n, _] = pixels.dims();
         let [h, w, c] = self.spec.part.shape;
         let at = self.spec.offset;
-        let mut x = pixels
-            .narrow(1, at, h * w * c)
-            .reshape([n, h, w, c])
-            .permute([0, 3, 1, 2])
-            .mul_scalar(self.spec.config.scale);
+        let x = pixels.narrow(1, at, h * w * c).reshape([n, h, w, c]);
+        let x = match &self.spec.config.onehot {
+            None => x,
+            // Plane (k, v) is 1 where channel k holds code v (no plane for a code past the range).
+            Some(codes) => Tensor::cat(
+                (codes.iter().enumerate())
+                    .flat_map(|(k, &count)| {
+                        let channel = x.clone().narrow(3, k, 1);
+                        (0..count).map(move |v| channel.clone().equal_elem(v as f32).float())
+                    })
+                    .collect(),
+                3,
+            ),
+        };
+        let mut x = x.permute([0, 3, 1, 2]).mul_scalar(self.spec.config.scale);
         let mut convs = self.convs.iter();
         for layer in &self.spec.config.layers {
             x = match *layer {

@@ -637,6 +637,7 @@ mod image_tests {
             ],
             scale: 1.0 / 255.0,
             features: 10,
+            onehot: None,
         };
         let cases = [
             (0, vec![part("pixels", [12, 10, 1])], small.clone()),
@@ -645,6 +646,15 @@ mod image_tests {
                 3,
                 vec![part("a", [9, 9, 2]), part("b", [12, 10, 1])],
                 small.clone(),
+            ),
+            // MiniGrid's codes one-hot (the pixels drawn as codes, some past the ranges).
+            (
+                4,
+                vec![part("image", [7, 7, 3])],
+                EncoderConfig {
+                    onehot: Some(vec![11, 6, 3]),
+                    ..EncoderConfig::minigrid()
+                },
             ),
         ];
         for (case, (d, images, cnn)) in cases.into_iter().enumerate() {
@@ -661,7 +671,8 @@ mod image_tests {
                 let (n, p, lh) = (5, config.pixels(), 16);
                 for _ in 0..2 {
                     let obs: Vec<f32> = (0..n * d).map(|_| rng.random_range(-2.0..2.0)).collect();
-                    let pixels: Vec<u8> = (0..n * p).map(|_| rng.random_range(0..=255)).collect();
+                    let top = if cnn.onehot.is_some() { 12 } else { 255 };
+                    let pixels: Vec<u8> = (0..n * p).map(|_| rng.random_range(0..=top)).collect();
                     let is_init: Vec<bool> = (0..n).map(|_| rng.random_bool(0.4)).collect();
                     let rs_h: Vec<f32> = (0..n * lh).map(|_| rng.random_range(-1.0..1.0)).collect();
                     let rs_c = rs_h.iter().map(|v| v * 0.5).collect::<Vec<f32>>();

@@ -168,6 +168,12 @@ pub struct PolicyConfig {
     /// measured against.
     #[config(default = true)]
     pub memory: bool,
+    /// Added to the LSTM's forget-gate bias (`bias_ih`'s second block of `H`) after PyTorch's
+    /// initialization, in every layer of every core: 1.0 starts the cell remembering (Gers
+    /// et al. 2000, Jozefowicz et al. 2015; Keras's `unit_forget_bias`). 0 keeps PyTorch's
+    /// `nn.LSTM` initialization exactly. LSTM only.
+    #[config(default = 0.0)]
+    pub forget_bias: f32,
 }
 
 /// Where the value head's recurrent features come from.
@@ -216,7 +222,7 @@ pub struct Policy<B: Backend> {
 }
 
 /// Forces burn's lazily initialised parameters to draw their values now.
-struct Materialize;
+pub(super) struct Materialize;
 impl<B: Backend> burn::module::ModuleMapper<B> for Materialize {}
 
 /// Serialises seeded initialisation: burn draws initial weights from one process-wide RNG,

@@ -18,6 +18,9 @@
 //! pool = [0, 0, 0]        # a max-pool of this kernel after each convolution (0: none)
 //! scale = 0.00392156862   # the factor of each byte: 1/255 for pixels, 1 for codes
 //! features = 512          # the linear layer's width after the flatten (ReLU)
+//! onehot = [11, 6, 3]     # optional: integer codes one-hot, the count of codes of each of
+//!                         # the image's channels (MiniGrid: object, colour, state); the
+//!                         # first convolution sees sum(onehot) planes of 0 or 1
 //! ```
 
 use recur_rnn::encoder::{EncoderConfig, EncoderLayer, PRESETS};
@@ -70,6 +73,8 @@ pub struct CnnTable {
     pub scale: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub features: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub onehot: Option<Vec<usize>>,
 }
 
 pub fn default_mlp() -> Vec<usize> {
@@ -278,6 +283,23 @@ impl CnnTable {
         if features == 0 {
             return Err(invalid("cnn.features", 0, "at least 1"));
         }
+        let onehot = self.onehot.clone();
+        if let Some(codes) = &onehot {
+            if codes.is_empty() || codes.iter().any(|&c| !(1..=256).contains(&c)) {
+                return Err(invalid(
+                    "cnn.onehot",
+                    codes,
+                    "the number of codes (1 to 256) of each of the image's channels",
+                ));
+            }
+            if scale != 1.0 {
+                return Err(invalid(
+                    "cnn.scale",
+                    scale,
+                    "1 with onehot (its planes are 0 or 1)",
+                ));
+            }
+        }
         let mut layers = Vec::new();
         for i in 0..n {
             layers.push(EncoderLayer::conv(
@@ -294,6 +316,7 @@ impl CnnTable {
             layers,
             scale,
             features,
+            onehot,
         })
     }
 }
@@ -330,11 +353,18 @@ mod tests {
         let changed = parse("[encoder.cnn]\npreset = \"nature\"\nfeatures = 256\n").unwrap();
         let want = EncoderConfig {
             features: 256,
+            onehot: None,
             ..EncoderConfig::nature()
         };
         assert_eq!(changed.cnn().unwrap(), Some(want));
+        let codes = parse("[encoder.cnn]\npreset = \"minigrid\"\nonehot = [11, 6, 3]\n").unwrap();
+        let want = EncoderConfig {
+            onehot: Some(vec![11, 6, 3]),
+            ..EncoderConfig::minigrid()
+        };
+        assert_eq!(codes.cnn().unwrap(), Some(want));
         // Written out and read back, the same section.
-        for s in [list, by_name, table, changed] {
+        for s in [list, by_name, table, changed, codes] {
             #[derive(Serialize)]
             struct P<'a> {
                 encoder: &'a EncoderSection,
@@ -371,6 +401,14 @@ mod tests {
                 "policy.encoder.cnn.features",
             ),
             ("cnn = { channels = [] }", "policy.encoder.cnn.channels"),
+            (
+                "cnn = { preset = \"minigrid\", onehot = [11, 0, 3] }",
+                "policy.encoder.cnn.onehot",
+            ),
+            (
+                "cnn = { preset = \"nature\", onehot = [256] }",
+                "policy.encoder.cnn.scale",
+            ),
         ];
         for (text, key) in cases {
             let s = parse(&format!("encoder = {{ {text} }}")).unwrap();

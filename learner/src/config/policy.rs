@@ -59,4 +59,5 @@ fn with_section(fitted: PolicyConfig, p: &PolicySection) -> PolicyConfig {
         .with_obs_clip(p.obs_clip)
         .with_critic_core(p.critic_core)
         .with_memory(p.memory)
+        .with_forget_bias(p.forget_bias)
 }

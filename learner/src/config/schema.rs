@@ -177,6 +177,10 @@ pub struct PolicySection {
     /// step): the floor for a task that needs memory.
     #[serde(default = "yes")]
     pub memory: bool,
+    /// Added to the LSTM's forget-gate bias at initialization (1.0: start remembering);
+    /// 0 keeps PyTorch's initialization.
+    #[serde(default)]
+    pub forget_bias: f32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -13,8 +13,9 @@
 //!
 //! The step: normalize (`clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)`), the encoder
 //! (`Gemm` + `Tanh` per layer); each image `k` of `pixels` (bytes `offset..offset + H*W*C`)
-//! cast to f32, reshaped to `[B, H, W, C]`, transposed to NCHW and multiplied by the cnn's
-//! `scale`, through its layers (`Conv` + `Relu`, `MaxPool`), `Flatten` (CHW order), `Gemm` +
+//! cast to f32, reshaped to `[B, H, W, C]` (with one-hot codes: each channel `Slice`d,
+//! `Equal` to its codes `0..n`, `Cast` to f32, the planes `Concat`enated), transposed to NCHW
+//! and multiplied by the cnn's `scale`, through its layers (`Conv` + `Relu`, `MaxPool`), `Flatten` (CHW order), `Gemm` +
 //! `Relu`; the MLP's output and the images' features `Concat`enated in that order (the
 //! core's input, as `common::policy::Policy` encodes it); then each recurrent layer `k` reads
 //! its state `rs_h[:, k]` (zeroed where `is_init`: the primer's state at a reset), runs its
@@ -232,7 +233,33 @@ fn image_encoder(g: &mut Graph, m: &StepModel, k: usize, spec: &ImageSpec, px: &
     let bytes = g.op("Slice", &[px, &starts, &ends, &axis_one]);
     let shape = [-1, h as i64, w as i64, c as i64];
     let shape = g.i64_tensor(&format!("const.{prefix}.hwc"), &[4], &shape);
-    let hwc = g.op("Reshape", &[&bytes, &shape]);
+    let mut hwc = g.op("Reshape", &[&bytes, &shape]);
+    if let Some(codes) = &spec.config.onehot {
+        // Channel k's codes as their planes: Equal against 0..n_k (broadcast over a trailing
+        // axis of 1), Cast to float, the channels' planes concatenated in order.
+        let mut planes = Vec::with_capacity(codes.len());
+        let axis = g.i64_tensor(&format!("const.{prefix}.axis_3"), &[1], &[3]);
+        for (k, &n) in codes.iter().enumerate() {
+            let from = g.i64_tensor(
+                &format!("const.{prefix}.onehot.{k}.start"),
+                &[1],
+                &[k as i64],
+            );
+            let to = g.i64_tensor(
+                &format!("const.{prefix}.onehot.{k}.end"),
+                &[1],
+                &[k as i64 + 1],
+            );
+            let channel = g.op("Slice", &[&hwc, &from, &to, &axis]);
+            let values: Vec<f32> = (0..n).map(|v| v as f32).collect();
+            let codes = g.f32_tensor(&format!("const.{prefix}.onehot.{k}.codes"), &[n], &values);
+            let equal = g.op("Equal", &[&channel, &codes]);
+            let to_float = vec![int_attr("to", DataType::Float as i64)];
+            planes.push(g.op_attr("Cast", &[&equal], to_float));
+        }
+        let refs: Vec<&str> = planes.iter().map(String::as_str).collect();
+        hwc = g.op_attr("Concat", &refs, vec![int_attr("axis", 3)]);
+    }
     let nchw = g.op_attr("Transpose", &[&hwc], vec![ints_attr("perm", &[0, 3, 1, 2])]);
     let scale = g.scalar(&format!("const.{prefix}.scale"), spec.config.scale);
     let mut x = g.op("Mul", &[&nchw, &scale]);
@@ -697,6 +724,7 @@ mod tests {
                 ],
                 scale: 1.0 / 255.0,
                 features: 16,
+                onehot: None,
             }));
         let model = model_for(&alone);
         let ops = assert_well_formed(&model, &alone, "alone");

@@ -17,6 +17,12 @@ pub struct EncoderConfig {
     pub scale: f32,
     /// Width of the linear layer after the flatten: the encoder's output `[N, features]`.
     pub features: usize,
+    /// Integer codes one-hot (MiniGrid's object, colour and state): channel `k` of the image
+    /// holds codes `0..onehot[k]`, each becoming `onehot[k]` planes of 0 or 1 (a code past the
+    /// range sets none), so the first convolution sees `sum(onehot)` channels, channel `k`'s
+    /// planes after those of the channels before it. `None`: the bytes times `scale`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub onehot: Option<Vec<usize>>,
 }
 
 /// One layer of [`EncoderConfig::layers`].
@@ -68,6 +74,7 @@ impl EncoderConfig {
             ],
             scale: 1.0 / 255.0,
             features: 512,
+            onehot: None,
         }
     }
 
@@ -83,6 +90,7 @@ impl EncoderConfig {
             ],
             scale: 1.0,
             features: 128,
+            onehot: None,
         }
     }
 
@@ -121,6 +129,29 @@ impl EncoderConfig {
         if self.features == 0 {
             return Err(EncoderError::config("features", 0, "at least 1"));
         }
+        let planes = match &self.onehot {
+            None => input.channels,
+            Some(codes) => {
+                if codes.len() != input.channels || codes.iter().any(|&n| !(1..=256).contains(&n)) {
+                    return Err(EncoderError::config(
+                        "onehot",
+                        format!("{codes:?}"),
+                        format!(
+                            "one count of codes (1 to 256) per channel of the image's {}",
+                            input.channels
+                        ),
+                    ));
+                }
+                if self.scale != 1.0 {
+                    return Err(EncoderError::config(
+                        "scale",
+                        self.scale,
+                        "1 with onehot (its planes are 0 or 1)",
+                    ));
+                }
+                codes.iter().sum()
+            }
+        };
         match self.layers.first() {
             None => return Err(EncoderError::config("layers", "[]", "at least one conv")),
             Some(EncoderLayer::Maxpool { .. }) => {
@@ -132,7 +163,7 @@ impl EncoderConfig {
             }
             Some(EncoderLayer::Conv { .. }) => {}
         }
-        let mut shape = input;
+        let mut shape = ImageShape::new(input.height, input.width, planes);
         let mut stages = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {
             let stage = Stage::new(i, *layer, shape)?;
@@ -147,12 +178,14 @@ impl EncoderConfig {
                 "at most 2^32 values a layer input",
             ));
         }
+        let onehot = self.onehot.as_ref().map(|codes| OneHot::new(codes));
         Ok(Plan {
             input,
             stages,
             flat,
             features: self.features,
             scale: self.scale,
+            onehot,
         })
     }
 }
@@ -288,6 +321,50 @@ pub struct Plan {
     pub flat: usize,
     pub features: usize,
     pub scale: f32,
+    /// [`EncoderConfig::onehot`]'s planes: the first convolution's input (`stages[0].input`)
+    /// has their channels, `input` the frames' own.
+    pub onehot: Option<OneHot>,
+}
+
+/// The planes of one-hot codes: plane `p` is 1 where the frame's channel `source[p]` holds
+/// `code[p]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OneHot {
+    /// The frames' channels.
+    pub channels: usize,
+    pub source: Vec<usize>,
+    pub code: Vec<u8>,
+}
+
+impl OneHot {
+    pub fn new(codes: &[usize]) -> Self {
+        let (mut source, mut code) = (Vec::new(), Vec::new());
+        for (k, &n) in codes.iter().enumerate() {
+            for v in 0..n {
+                source.push(k);
+                code.push(v as u8);
+            }
+        }
+        OneHot {
+            channels: codes.len(),
+            source,
+            code,
+        }
+    }
+
+    /// The planes of `pixels` whole pixels of bytes (`[pixels, channels]`) into `dst`
+    /// (`[pixels, planes]`).
+    pub fn expand(&self, bytes: &[u8], dst: &mut [f32]) {
+        let planes = self.source.len();
+        for (px, out) in bytes
+            .chunks_exact(self.channels)
+            .zip(dst.chunks_exact_mut(planes))
+        {
+            for ((o, &k), &v) in out.iter_mut().zip(&self.source).zip(&self.code) {
+                *o = f32::from(u8::from(px[k] == v));
+            }
+        }
+    }
 }
 
 impl Plan {
@@ -376,6 +453,7 @@ mod tests {
         );
         let c = EncoderConfig {
             scale: f32::NAN,
+            onehot: None,
             ..EncoderConfig::minigrid()
         };
         assert!(c
@@ -383,6 +461,27 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("scale"));
+        // One-hot codes: one count per channel, and planes are 0 or 1 (scale 1).
+        let c = EncoderConfig {
+            onehot: Some(vec![11, 6]),
+            ..EncoderConfig::minigrid()
+        };
+        let err = c.plan(ImageShape::new(7, 7, 3)).unwrap_err().to_string();
+        assert!(err.contains("onehot") && err.contains("[11, 6]"), "{err}");
+        let c = EncoderConfig {
+            onehot: Some(vec![11, 6, 3]),
+            scale: 0.5,
+            ..EncoderConfig::minigrid()
+        };
+        let err = c.plan(ImageShape::new(7, 7, 3)).unwrap_err().to_string();
+        assert!(err.contains("scale") && err.contains("onehot"), "{err}");
+        let c = EncoderConfig {
+            onehot: Some(vec![11, 6, 3]),
+            ..EncoderConfig::minigrid()
+        };
+        let plan = c.plan(ImageShape::new(7, 7, 3)).unwrap();
+        assert_eq!(plan.input, ImageShape::new(7, 7, 3));
+        assert_eq!(plan.stages[0].input, ImageShape::new(7, 7, 20));
         let c = EncoderConfig {
             layers: vec![EncoderLayer::Maxpool { kernel: 2 }],
             ..EncoderConfig::minigrid()
@@ -402,6 +501,7 @@ mod tests {
             layers: vec![EncoderLayer::conv(4, 3, 1, 1)],
             scale: 1.0,
             features: 2,
+            onehot: None,
         };
         let plan = c.plan(ImageShape::new(2, 2, 1)).unwrap();
         assert_eq!(plan.stages[0].output, ImageShape::new(2, 2, 4));

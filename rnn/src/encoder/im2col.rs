@@ -5,7 +5,7 @@
 //! In NHWC, the `kernel * C` values under one kernel row are contiguous in the input, so a row
 //! of `col` is `kernel` copies of contiguous runs (clipped where the padding is).
 
-use super::config::ImageShape;
+use super::config::{ImageShape, OneHot};
 
 /// Where a convolution reads its input from: the frames themselves (`uint8`, times the scale)
 /// or a previous layer's `f32` output; both NHWC.
@@ -14,17 +14,34 @@ pub(crate) trait Source: Sync {
     fn read(&self, at: usize, dst: &mut [f32]);
 }
 
-/// `uint8` frames, each value times `scale` on the way in.
+/// `uint8` frames, each value times `scale` on the way in; or, with `onehot`, each pixel's
+/// codes as its planes (the first convolution's input then has the planes as channels: `at`
+/// counts planes, and a read covers whole pixels).
 pub(crate) struct Pixels<'a> {
     pub obs: &'a [u8],
     pub scale: f32,
+    pub onehot: Option<&'a OneHot>,
 }
 
 impl Source for Pixels<'_> {
     fn read(&self, at: usize, dst: &mut [f32]) {
-        let src = &self.obs[at..at + dst.len()];
-        for (d, &s) in dst.iter_mut().zip(src) {
-            *d = f32::from(s) * self.scale;
+        match self.onehot {
+            None => {
+                let src = &self.obs[at..at + dst.len()];
+                for (d, &s) in dst.iter_mut().zip(src) {
+                    *d = f32::from(s) * self.scale;
+                }
+            }
+            Some(h) => {
+                let planes = h.source.len();
+                debug_assert!(
+                    at.is_multiple_of(planes) && dst.len().is_multiple_of(planes),
+                    "whole pixels"
+                );
+                let first = at / planes * h.channels;
+                let bytes = &self.obs[first..first + dst.len() / planes * h.channels];
+                h.expand(bytes, dst);
+            }
         }
     }
 }
@@ -202,8 +219,29 @@ mod tests {
         Pixels {
             obs: &obs,
             scale: 0.5,
+            onehot: None,
         }
         .read(1, &mut dst);
         assert_eq!(dst, [127.5, 5.0]);
+    }
+
+    /// Codes one-hot: channel 0 of 3 codes, channel 1 of 2; a code past its range sets none
+    /// of its channel's planes; a read from the second pixel on.
+    #[test]
+    fn codes_become_their_planes() {
+        let onehot = OneHot::new(&[3, 2]);
+        let obs = [2u8, 0, 1, 1, 7, 2];
+        let mut dst = [9.0; 10];
+        Pixels {
+            obs: &obs,
+            scale: 1.0,
+            onehot: Some(&onehot),
+        }
+        .read(5, &mut dst);
+        assert_eq!(
+            dst,
+            [0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            "pixel 1: codes (1, 1); pixel 2: (7, 2), both past their ranges"
+        );
     }
 }

@@ -60,7 +60,7 @@ mod net;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-pub use config::{EncoderConfig, EncoderLayer, ImageShape, Op, Plan, Stage, PRESETS};
+pub use config::{EncoderConfig, EncoderLayer, ImageShape, OneHot, Op, Plan, Stage, PRESETS};
 use net::{BlockActs, BlockTape, Packs, Scratch};
 
 use crate::fused::{blocks, parallel, threads};

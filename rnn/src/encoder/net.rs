@@ -226,6 +226,7 @@ pub(crate) fn forward_block(
                 let src = Pixels {
                     obs,
                     scale: plan.scale,
+                    onehot: plan.onehot.as_ref(),
                 };
                 conv_forward(
                     &g,
@@ -477,6 +478,7 @@ pub(crate) fn backward_block(
                     let src = Pixels {
                         obs: tape.obs,
                         scale: plan.scale,
+                        onehot: plan.onehot.as_ref(),
                     };
                     conv_backward(&g, pack, &src, frames, dy, (w, beta), dx, col, dcol);
                 } else {

@@ -32,6 +32,7 @@ fn small_cnn() -> recur_rnn::encoder::EncoderConfig {
         ],
         scale: 1.0 / 255.0,
         features: 12,
+        onehot: None,
     }
 }
 
@@ -57,6 +58,7 @@ fn dict_policy() -> PolicyConfig {
             layers: vec![recur_rnn::encoder::EncoderLayer::conv(5, 3, 2, 1)],
             scale: 1.0 / 255.0,
             features: 7,
+            onehot: None,
         }))
         .with_hidden_size(16)
         .with_encoder(vec![8])
@@ -186,4 +188,39 @@ fn a_policy_without_memory_matches_burns_and_forgets() {
         remembering.critic_pass(&other).0,
         remembering.critic_pass(&data[1]).0
     );
+}
+
+/// MiniGrid's image as one-hot codes (`onehot = [11, 6, 3]`) beside the one-hot direction:
+/// the fused update's loss and every gradient (the first conv's over the planes included)
+/// match burn's, and its weights after two updates.
+#[test]
+fn onehot_codes_match_burns() {
+    use common::envs::ImagePart;
+    let pc = PolicyConfig::new(4, common::policy::ActionSpec::Discrete { n: 3 })
+        .with_images(vec![ImagePart {
+            key: "image".into(),
+            shape: [7, 7, 3],
+        }])
+        .with_cnn(Some(recur_rnn::encoder::EncoderConfig {
+            onehot: Some(vec![11, 6, 3]),
+            ..recur_rnn::encoder::EncoderConfig::minigrid()
+        }))
+        .with_hidden_size(16)
+        .with_encoder(vec![8]);
+    let mut data = made_up_chunks(&pc, 2);
+    for chunk in &mut data {
+        // Codes, some past their channel's range.
+        for px in [&mut chunk.pixels, &mut chunk.next_pixels] {
+            px.iter_mut().for_each(|v| *v %= 13);
+        }
+    }
+    loss_and_gradients_match_on(&pc, &data[0]);
+    let (mut burn, mut fused) = (ppo(&pc, UpdatePath::Burn), ppo(&pc, UpdatePath::Fused));
+    for chunk in &data {
+        for p in [&mut burn, &mut fused] {
+            p.add_chunk(chunk);
+            p.update().unwrap();
+        }
+        close("weights", &weights(&fused), &weights(&burn), 1e-5);
+    }
 }
