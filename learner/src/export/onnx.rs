@@ -547,6 +547,7 @@ mod tests {
     use crate::export::params::named_tensors;
     use common::backend::{cpu_device, Cpu};
     use common::policy::PolicyConfig;
+    use recur_rnn::encoder::EncoderLayer;
 
     fn model_for(config: &PolicyConfig) -> ModelProto {
         let policy = config.init_seeded::<Cpu>(3, &cpu_device()).unwrap();
