@@ -57,7 +57,7 @@ frames=
 out=benchmarks/results/popgym-suite-$(date +%Y%m%d-%H%M%S)
 eval_episodes=100
 jobs=1
-until_paper=0
+until_paper=  # gru or best: the paper's number a run stops at
 sets=()
 presets=configs/popgym
 while [ $# -gt 0 ]; do
@@ -70,7 +70,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --eval-episodes) eval_episodes=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    --until-paper) until_paper=1; shift ;;
+    --until-paper) until_paper=gru; shift ;;
     --until-paper-best) until_paper=best; shift ;;
     --set) sets+=("$2"); shift 2 ;;
     --presets) presets=${2%/}; shift 2 ;;
@@ -100,11 +100,11 @@ one() {
   local id="popgym-$f$l-v0" run="$out/runs/$f$l-$c-$s"
   local args=(train --config "$presets/$f$l.toml" --seed "$s" --run-dir "$run" --quiet)
   [ "$c" = preset ] || args+=(--set "policy.cell=\"$c\"")
-  local target until=null
-  target=$(paper_number "$f$l" "$([ "$until_paper" = best ] && echo best || echo gru)")
-  if [ "$until_paper" != 0 ] && [ -n "$target" ]; then
+  local target="" until=null
+  [ -z "$until_paper" ] || target=$(paper_number "$f$l" "$until_paper")
+  if [ -n "$target" ]; then
     args+=(--set "run.target_return=$target" --set run.target_window=100 --set run.stop_at_target=true)
-    until=$([ "$until_paper" = best ] && echo '"best"' || echo '"gru"')
+    until="\"$until_paper\""
   else
     args+=(--set run.stop_at_target=false)
   fi
@@ -132,9 +132,9 @@ best = max(rows, key=lambda r: float(r["mean_return"]))
 wide = [float(r["mean_return_100"]) for r in rows if r.get("mean_return_100", "NaN") != "NaN"]
 # The paper's figures have three decimals: reaching one is reaching it rounded.
 def reached(key):
-    return [int(r["frames"]) for r in rows if paper.get(key) is not None
-            and r.get("mean_return_100", "NaN") != "NaN"
-            and float(r["mean_return_100"]) >= paper[key] - 0.0005][:1] or [None]
+    return next((int(r["frames"]) for r in rows if paper.get(key) is not None
+                 and r.get("mean_return_100", "NaN") != "NaN"
+                 and float(r["mean_return_100"]) >= paper[key] - 0.0005), None)
 print(json.dumps({
     "id": id_, "family": fam, "level": lvl, "cell": cell, "seed": int(seed),
     "frames": summary["frames"], "wall_s": round(summary["seconds"], 2),
@@ -143,7 +143,7 @@ print(json.dumps({
     "final_greedy": ev.get("mean_return"),
     "paper_gru": paper.get("gru"), "paper_best": paper.get("best"),
     "paper_best_model": paper.get("best_model"),
-    "frames_to_paper": reached("gru")[0], "frames_to_best": reached("best")[0],
+    "frames_to_paper": reached("gru"), "frames_to_best": reached("best"),
     "set": sets, "presets": presets, "until": json.loads(until),
 }))
 EOF

@@ -85,8 +85,9 @@ class ImageEncoder(nn.Module):
         x = image.reshape((-1,) + self.shape).to(torch.float32)
         if self.onehot is not None:
             # Channel k's codes as its planes (a code past the range sets none).
-            x = torch.cat([(x[..., k:k + 1] == torch.arange(n, dtype=torch.float32)).to(torch.float32)
-                           for k, n in enumerate(self.onehot)], dim=-1)
+            planes = [x[..., k:k + 1] == torch.arange(n, dtype=torch.float32)
+                      for k, n in enumerate(self.onehot)]
+            x = torch.cat(planes, dim=-1).to(torch.float32)
         x = x.permute(0, 3, 1, 2) * self.scale
         for layer in self.convs:
             x = layer(x)

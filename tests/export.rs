@@ -491,16 +491,22 @@ fn minigrid_dict_export_acts_as_the_greedy_actor() {
     if !python_has("numpy, torch, safetensors, onnxruntime, gymnasium, minigrid") {
         return;
     }
-    let report = check_case(&Case {
-        tag: "export-minigrid-dict",
-        config: MINIGRID_CONFIG.into(),
+    let report = check_minigrid("export-minigrid-dict", MINIGRID_CONFIG.into());
+    assert!(report["images"] == serde_json::json!(["image"]), "{report}");
+}
+
+/// [`check_case`] on MiniGrid-MemoryS7 through the bridge (its import, the two usable keys),
+/// trained for one small update with `config`, its greedy policy sharpened.
+fn check_minigrid(tag: &'static str, config: String) -> Value {
+    check_case(&Case {
+        tag,
+        config,
         train_frames: "256",
         env: "gymnasium:MiniGrid-MemoryS7-v0",
         actor_args: &["--env-import", "minigrid", "--env-keys", "direction,image"],
         record_frames: IMAGE_FRAMES,
         sharpen: Some(SHARPEN),
-    });
-    assert!(report["images"] == serde_json::json!(["image"]), "{report}");
+    })
 }
 
 /// The same Dict policy with the image's codes one-hot (`onehot = [11, 6, 3]`): policy.json
@@ -519,15 +525,7 @@ fn minigrid_onehot_export_acts_as_the_greedy_actor() {
         )
         .replace("seed = 0", "seed = 1");
     assert_ne!(config, MINIGRID_CONFIG);
-    let report = check_case(&Case {
-        tag: "export-minigrid-onehot",
-        config,
-        train_frames: "256",
-        env: "gymnasium:MiniGrid-MemoryS7-v0",
-        actor_args: &["--env-import", "minigrid", "--env-keys", "direction,image"],
-        record_frames: IMAGE_FRAMES,
-        sharpen: Some(SHARPEN),
-    });
+    let report = check_minigrid("export-minigrid-onehot", config);
     assert!(report["images"] == serde_json::json!(["image"]), "{report}");
     assert!(
         report["onehot"] == serde_json::json!([11, 6, 3]),

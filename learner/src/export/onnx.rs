@@ -15,8 +15,8 @@
 //! (`Gemm` + `Tanh` per layer); each image `k` of `pixels` (bytes `offset..offset + H*W*C`)
 //! cast to f32, reshaped to `[B, H, W, C]` (with one-hot codes: each channel `Slice`d,
 //! `Equal` to its codes `0..n`, `Cast` to f32, the planes `Concat`enated), transposed to NCHW
-//! and multiplied by the cnn's `scale`, through its layers (`Conv` + `Relu`, `MaxPool`), `Flatten` (CHW order), `Gemm` +
-//! `Relu`; the MLP's output and the images' features `Concat`enated in that order (the
+//! and multiplied by the cnn's `scale`, through its layers (`Conv` + `Relu`, `MaxPool`),
+//! `Flatten` (CHW order), `Gemm` + `Relu` (`onnx/image.rs`); the MLP's output and the images' features `Concat`enated in that order (the
 //! core's input, as `common::policy::Policy` encodes it); then each recurrent layer `k` reads
 //! its state `rs_h[:, k]` (zeroed where `is_init`: the primer's state at a reset), runs its
 //! cell (LSTM, GRU, minGRU equations of docs/recurrent-cells.md) and writes `next_rs_h[:, k]`;
