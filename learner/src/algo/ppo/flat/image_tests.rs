@@ -122,6 +122,25 @@ fn image_policy_loss_and_gradients_match_burns() {
     }
 }
 
+/// Slices that end at episode ends are padded (`ppo.pack_slices = false`, these tests'
+/// setting); the fused update runs its encoders on the real steps alone (`RealSteps`), burn's
+/// path on every position, and the loss and every gradient still agree. The check fails if a
+/// real step's features land at another position or a padded step's gradient is kept.
+#[test]
+fn padded_minibatches_encode_only_their_real_steps() {
+    let pc = pixel_policy(CellKind::Gru);
+    let data = chunks("PixelCartPole-v1", &pc, 1);
+    let mut fused = ppo(&pc, UpdatePath::Fused);
+    fused.add_chunk(&data[0]);
+    let batch = fused.next_batch();
+    let mask = batch.mask.as_ref().expect("a padded batch");
+    let real = super::RealSteps::of(mask);
+    let keep = real.keep.as_ref().expect("padding to skip");
+    assert_eq!(keep.len(), mask.iter().filter(|&&m| m).count());
+    assert!(keep.len() < mask.len(), "the batch is padded");
+    loss_and_gradients_match_on(&pc, &data[0]);
+}
+
 #[test]
 fn dict_policy_loss_and_gradients_match_burns() {
     let pc = dict_policy();

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod net;
 
 use std::any::TypeId;
+use std::borrow::Cow;
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use common::backend::{to_vec as host, CpuAutodiff};
@@ -372,7 +373,8 @@ impl FlatUpdate {
         let s = mb.slices();
         let action_dim = s.sb.storage.schema().action_dim();
         let n = s.sb.rows * s.sb.len;
-        let images = self.encode_images(&s.inputs.pixels, n, true);
+        let real = RealSteps::of(s.sb.mask());
+        let images = real.encode(self, &s.inputs.pixels, n);
         let batch = Batch {
             rows: s.sb.rows,
             len: s.sb.len,
@@ -388,8 +390,61 @@ impl FlatUpdate {
             mask: s.sb.mask(),
         };
         let mut out = self.loss_over(&batch, mb.loss, None, s.count);
-        self.images_backward(&out.d_images, &mut out.grads);
+        let d_images = real.gather(&out.d_images, n);
+        self.images_backward(&d_images, &mut out.grads);
         out
+    }
+}
+
+/// The real (unpadded) steps of a minibatch, where its image encoders run: with slices that end
+/// at episode ends (`ppo.pack_slices = false`) most of a short-episode task's `[rows, len]`
+/// batch is padding, which no loss term reads. Padding is trailing in each row, so the core
+/// never carries a padded step's features into a real one; the padded features are zeros, and
+/// their gradients, zero anyway (the loss's mask), are left out of the encoder's backward.
+struct RealSteps {
+    /// The real positions, in order; `None`: every position is real.
+    keep: Option<Vec<usize>>,
+}
+
+impl RealSteps {
+    fn of(mask: &[bool]) -> Self {
+        let keep = (mask.iter().enumerate())
+            .filter(|&(_, &m)| m)
+            .map(|(p, _)| p)
+            .collect::<Vec<_>>();
+        RealSteps {
+            keep: (!keep.is_empty() && keep.len() < mask.len()).then_some(keep),
+        }
+    }
+
+    /// The training features `[n, F]` of every position of `pixels` (`[n, px]`): the encoders'
+    /// on the real ones, zeros on the padding.
+    fn encode(&self, fused: &FlatUpdate, pixels: &[u8], n: usize) -> Vec<f32> {
+        let Some(keep) = &self.keep else {
+            return fused.encode_images(pixels, n, true);
+        };
+        if pixels.is_empty() {
+            return Vec::new();
+        }
+        let px = pixels.len() / n;
+        let features = fused.encode_images(&gather(pixels, keep, px), keep.len(), true);
+        if features.is_empty() {
+            return features;
+        }
+        let f = features.len() / keep.len().max(1);
+        let mut out = vec![0.0f32; n * f];
+        for (row, &p) in features.chunks_exact(f).zip(keep) {
+            out[p * f..(p + 1) * f].copy_from_slice(row);
+        }
+        out
+    }
+
+    /// The rows of `d` (`[n, F]`) at the real positions, as [`encode`](Self::encode) ran them.
+    fn gather<'d>(&self, d: &'d [f32], n: usize) -> Cow<'d, [f32]> {
+        match &self.keep {
+            Some(keep) if !d.is_empty() => Cow::Owned(gather(d, keep, d.len() / n)),
+            _ => Cow::Borrowed(d),
+        }
     }
 }
 
