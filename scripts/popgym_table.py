@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The POPGym table across suite runs: every id, recur beside the paper's GRU and best model.
 
-    python3 scripts/popgym_table.py ROWS [ROWS...] [--out FILE]
+    python3 scripts/popgym_table.py ROWS [ROWS...] [--brief] [--out FILE]
 
 Each ROWS is a `suite.jsonl` of `scripts/popgym_suite.sh` (or a directory holding one, or any
 `.jsonl` of its rows). Rows are grouped by id, cell, preset directory and overrides (`set`);
@@ -14,7 +14,9 @@ model, whether the mean reaches each at the paper's three decimals (the shortfal
 the frames at which each seed's 100-episode mean first reached the GRU's number ("-": not
 within that seed's frames; "not recorded": a row from before the suite recorded it), frames and wall seconds per seed, and where the run stopped
 (`until`). Then the counts of ids at or above the GRU and the best model, and the summed wall
-time. Families in the order of docs/popgym.md, levels Easy, Medium, Hard.
+time. Families in the order of docs/popgym.md, levels Easy, Medium, Hard. `--brief`: the
+columns docs/BENCHMARKS.md shows (no preset, per-seed frames or stop; the mean wall time per
+run, the largest frames per seed as the budget column).
 """
 
 import argparse
@@ -73,6 +75,7 @@ def to_paper(r):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rows", nargs="+", help="suite.jsonl files or directories holding one")
+    ap.add_argument("--brief", action="store_true", help="the columns docs/BENCHMARKS.md shows")
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
 
@@ -89,12 +92,15 @@ def main():
         return (FAMILIES.index(fam) if fam in FAMILIES else len(FAMILIES), fam,
                 LEVELS.index(r.get("level")) if r.get("level") in LEVELS else 3, key)
 
-    lines = [
-        "| id | cell | preset | seeds | MMER (100) mean ± std | paper GRU | paper best (model) "
-        "| >= GRU | >= best | frames to the GRU number, per seed | frames per seed "
-        "| wall s per seed | until |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    if args.brief:
+        head = ["id", "cell", "seeds", "MMER (100) mean ± std", "paper GRU", "paper best (model)",
+                ">= GRU", ">= best", "frames to the GRU number, per seed", "frames (most)",
+                "wall s per run (mean)"]
+    else:
+        head = ["id", "cell", "preset", "seeds", "MMER (100) mean ± std", "paper GRU",
+                "paper best (model)", ">= GRU", ">= best", "frames to the GRU number, per seed",
+                "frames per seed", "wall s per seed", "until"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     with_number = at_gru = at_best = 0
     total_wall = 0.0
     for key in sorted(groups, key=order):
@@ -128,12 +134,17 @@ def main():
         total_wall += sum(walls)
         preset = presets + ("" if not sets else " " + sets)
         stops = sorted({r.get("until") or "budget" for r in rs})
-        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            short, cell, preset, ",".join(str(r["seed"]) for r in rs), cell_text,
-            "-" if gru is None else "%.3f" % gru,
-            "-" if best is None else "%.3f (%s)" % (best, model),
-            reach(gru), reach(best), to, " / ".join(mega(r["frames"]) for r in rs),
-            " / ".join("%.0f" % w for w in walls), ", ".join(stops)))
+        seeds = ",".join(str(r["seed"]) for r in rs)
+        gru_text = "-" if gru is None else "%.3f" % gru
+        best_text = "-" if best is None else "%.3f (%s)" % (best, model)
+        if args.brief:
+            cells = [short, cell, seeds, cell_text, gru_text, best_text, reach(gru), reach(best),
+                     to, mega(max(r["frames"] for r in rs)), "%.0f" % statistics.mean(walls)]
+        else:
+            cells = [short, cell, preset, seeds, cell_text, gru_text, best_text, reach(gru),
+                     reach(best), to, " / ".join(mega(r["frames"]) for r in rs),
+                     " / ".join("%.0f" % w for w in walls), ", ".join(stops)]
+        lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("Ids with a paper number: %d; recur's mean at or above the paper's GRU on %d, "
                  "at or above its best model on %d. Training time of every row: %.0f s (%.1f h)."
