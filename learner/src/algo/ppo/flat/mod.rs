@@ -431,7 +431,7 @@ impl RealSteps {
         if features.is_empty() {
             return features;
         }
-        let f = features.len() / keep.len().max(1);
+        let f = features.len() / keep.len(); // `of` never keeps an empty list
         let mut out = vec![0.0f32; n * f];
         for (row, &p) in features.chunks_exact(f).zip(keep) {
             out[p * f..(p + 1) * f].copy_from_slice(row);
