@@ -234,6 +234,15 @@ pub struct PpoSection {
     /// minibatches when `slice_len` divides `collector.steps`.
     #[serde(default)]
     pub pack_slices: bool,
+    /// An episodic count bonus for exploration (`algo::ppo::novelty`): each step's reward
+    /// gains `novelty_bonus / sqrt(n)`, `n` the times its episode has reached that next
+    /// observation, this time included. Added after `reward_norm` and `reward_scale`; the
+    /// returns reported stay the environment's. 0 (default): none.
+    #[serde(default)]
+    pub novelty_bonus: f32,
+    /// How `novelty_bonus` changes over the run (as `lr_schedule`).
+    #[serde(default)]
+    pub novelty_schedule: Schedule,
 }
 
 /// [`PpoSection::update`].

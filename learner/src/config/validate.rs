@@ -251,7 +251,8 @@ impl Checker<'_> {
         self.check("ppo.clip_eps", o.clip_eps, Range::Positive)?;
         self.check("ppo.max_grad_norm", o.max_grad_norm, Range::Positive)?;
         self.check("ppo.value_coef", o.value_coef, Range::NonNegative)?;
-        self.check("ppo.entropy_coef", o.entropy_coef, Range::NonNegative)
+        self.check("ppo.entropy_coef", o.entropy_coef, Range::NonNegative)?;
+        self.check("ppo.novelty_bonus", o.novelty_bonus, Range::NonNegative)
     }
 
     /// Observation normalization (PPO's), its clip, and the `[eval]` section.

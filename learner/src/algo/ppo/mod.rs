@@ -25,6 +25,7 @@
 pub mod autodiff;
 pub mod flat;
 pub mod gae;
+mod novelty;
 pub mod update;
 
 use burn::tensor::backend::AutodiffBackend;
@@ -38,6 +39,7 @@ use crate::algo::optim::{decode, encode, Model, Trainee};
 use crate::algo::ppo::autodiff::AutodiffUpdate;
 use crate::algo::ppo::flat::{unsupported, FlatUpdate};
 use crate::algo::ppo::gae::{gae, needs_bootstrap, GaeInput};
+use crate::algo::ppo::novelty::Novelty;
 use crate::algo::ppo::update::{Minibatch, Rollout, Update};
 use crate::algo::replay_buffer::ReplayStorage;
 use crate::algo::slice_sampler::{ShardSamplers, SliceSampler, SliceSamplerConfig};
@@ -60,6 +62,8 @@ pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
     obs_norm: Option<f32>,
     /// Running discounted returns and their variance (`ppo.reward_norm`).
     returns: ReturnNorm,
+    /// The open episodes' view counts (`ppo.novelty_bonus`).
+    novelty: Novelty,
     /// The run's progress in `[0, 1]` (schedules).
     progress: f64,
     /// The seed it was built with (its sampler's; `--as-ranks` derives the shards' from it).
@@ -139,6 +143,7 @@ impl<B: AutodiffBackend> Ppo<B> {
             shards: None,
             obs_norm: policy.obs_norm.then_some(policy.obs_clip),
             returns: ReturnNorm::default(),
+            novelty: Novelty::default(),
             progress: 0.0,
             rollout: Rollout {
                 frames: ReplayStorage::new(schema, ppo.frames_per_update),
@@ -259,9 +264,17 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
         let scale = c
             .reward_norm
             .then(|| self.returns.update(chunk, c.gamma as f64));
-        let reward: Vec<f32> = (chunk.next_reward.iter())
+        let mut reward: Vec<f32> = (chunk.next_reward.iter())
             .map(|&r| scale.map_or(r, |s| (r * s).clamp(-10.0, 10.0)) * c.reward_scale)
             .collect();
+        if c.novelty_bonus > 0.0 {
+            let beta = c.novelty_schedule.at(c.novelty_bonus as f64, self.progress) as f32;
+            let visits = self.novelty.visit(chunk, &self.schema);
+            reward
+                .iter_mut()
+                .zip(visits)
+                .for_each(|(r, v)| *r += beta * v);
+        }
         let adv = gae(&GaeInput {
             steps: t,
             reward: &reward,
@@ -367,16 +380,20 @@ impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
         Ok(())
     }
 
-    /// The sampler's position and the reward normalizer's statistics.
+    /// The sampler's position, the reward normalizer's statistics and the open episodes' view
+    /// counts (`ppo.novelty_bonus`).
     fn host_state(&self) -> Vec<u8> {
-        encode(&(self.sampler.state(), &self.returns))
+        encode(&(self.sampler.state(), &self.returns, &self.novelty))
     }
 
+    /// Checkpoints from before the view counts hold the first two parts only.
     fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
         if !state.is_empty() {
-            let (sampler, returns) = decode(state)?;
+            let (sampler, returns, novelty) = decode(state)
+                .or_else(|_| decode(state).map(|(s, r)| (s, r, Novelty::default())))?;
             self.sampler.set_state(sampler);
             self.returns = returns;
+            self.novelty = novelty;
         }
         Ok(())
     }
@@ -474,7 +491,51 @@ mod tests {
         multi_discrete_learns(UpdatePath::Fused);
     }
 
-    fn multi_discrete_learns(update: UpdatePath) {
+    /// A novelty bonus reaches the value targets, and its open episodes' counts cross a
+    /// checkpoint's host state (an old state without them loads too).
+    #[test]
+    fn the_novelty_bonus_shapes_value_targets_and_its_counts_resume() {
+        let (registry, pc) = match_two();
+        // 12-step chunks of 8-step episodes: every chunk ends inside an open episode.
+        let (envs, steps) = (4, 12);
+        let schema = chunk_schema(&pc, envs, steps);
+        let config = |bonus: f32| PpoSection {
+            novelty_bonus: bonus,
+            ..match_two_ppo(envs * steps, UpdatePath::Burn)
+        };
+        let new = |bonus| Ppo::<CpuAutodiff>::new(&pc, &config(bonus), &schema, 1, &cpu_device());
+        let (mut plain, mut shaped, mut resumed) =
+            (new(0.0).unwrap(), new(0.5).unwrap(), new(0.5).unwrap());
+        let actor_config = ActorConfig::new("MatchTwo-v0", envs, steps, 5);
+        let venv = registry.make_vec("MatchTwo-v0", envs, 5).unwrap();
+        let mut actor = Actor::with_envs(actor_config, init_policy(&pc, 1).unwrap(), venv).unwrap();
+        let first = actor.collect().unwrap();
+        plain.add_chunk(&first);
+        shaped.add_chunk(&first);
+        // Same critic, same chunk: the bonus (at least 0.5 / sqrt(8) a step) raises every
+        // value target.
+        let (p, s) = (&plain.rollout.value_target, &shaped.rollout.value_target);
+        assert!(p.iter().zip(s).all(|(p, s)| s - p > 0.1), "{p:?}\n{s:?}");
+        // The second chunk's open episodes go on counting from the first's.
+        resumed.load_host_state(&shaped.host_state()).unwrap();
+        assert_eq!(resumed.novelty, shaped.novelty);
+        assert!(resumed.novelty.open() > 0);
+        let second = actor.collect().unwrap();
+        shaped.add_chunk(&second);
+        resumed.add_chunk(&second);
+        assert_eq!(
+            resumed.rollout.value_target,
+            shaped.rollout.value_target[envs * steps..]
+        );
+        assert_eq!(resumed.novelty, shaped.novelty);
+        // A host state written before the counts existed: the sampler and normalizer alone.
+        let old = encode(&(plain.sampler.state(), &plain.returns));
+        let mut from_old = new(0.5).unwrap();
+        from_old.load_host_state(&old).unwrap();
+        assert_eq!(from_old.novelty.open(), 0);
+    }
+
+    fn match_two() -> (Registry, PolicyConfig) {
         let mut registry = Registry::empty();
         registry
             .register("MatchTwo-v0", None, || MatchTwo {
@@ -488,11 +549,12 @@ mod tests {
             .with_cell(CellKind::Gru)
             .with_hidden_size(16)
             .with_encoder(vec![16]);
-        assert_eq!(pc.action.head_size(), 5);
-        let (envs, steps) = (16, 16);
-        let schema = chunk_schema(&pc, envs, steps);
-        let config = PpoSection {
-            frames_per_update: envs * steps,
+        (registry, pc)
+    }
+
+    fn match_two_ppo(frames_per_update: usize, update: UpdatePath) -> PpoSection {
+        PpoSection {
+            frames_per_update,
             epochs: 4,
             slice_len: 8,
             num_slices: 16,
@@ -512,7 +574,17 @@ mod tests {
             update,
             // Each path learns on its own slicing: the fused one on packed rows.
             pack_slices: update == UpdatePath::Fused,
-        };
+            novelty_bonus: 0.0,
+            novelty_schedule: Default::default(),
+        }
+    }
+
+    fn multi_discrete_learns(update: UpdatePath) {
+        let (registry, pc) = match_two();
+        assert_eq!(pc.action.head_size(), 5);
+        let (envs, steps) = (16, 16);
+        let schema = chunk_schema(&pc, envs, steps);
+        let config = match_two_ppo(envs * steps, update);
         let mut ppo = Ppo::<CpuAutodiff>::new(&pc, &config, &schema, 1, &cpu_device()).unwrap();
         assert_eq!(ppo.path.name(), update.name());
         let actor_config = ActorConfig::new("MatchTwo-v0", envs, steps, 5);
