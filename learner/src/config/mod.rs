@@ -24,8 +24,8 @@ pub use overrides::{blame_flags, check_resume_overrides, Override};
 pub use policy::{fit_policy, fit_policy_spec};
 pub use schema::{
     Algo, AlgoConfig, BcSection, CollectorMode, CollectorSection, DqnSection, EvalSection,
-    InitialState, PolicySection, PpoSection, ReplayConfig, ReplaySection, RunSection, Schedule,
-    SliceTraining, TrainConfig, UpdatePath,
+    InitialState, NoveltyCounts, PolicySection, PpoSection, ReplayConfig, ReplaySection,
+    RunSection, Schedule, SliceTraining, TrainConfig, UpdatePath,
 };
 
 /// A config that cannot be used.

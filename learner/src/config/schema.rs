@@ -243,7 +243,23 @@ pub struct PpoSection {
     /// How `novelty_bonus` changes over the run (as `lr_schedule`).
     #[serde(default)]
     pub novelty_schedule: Schedule,
+    /// What `n` of `novelty_bonus` counts: `"episode"` (default) the visits of the step's
+    /// episode, `"run"` every visit since the run began (a view grows familiar for good).
+    #[serde(default)]
+    pub novelty_counts: NoveltyCounts,
 }
+
+/// [`PpoSection::novelty_counts`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NoveltyCounts {
+    #[default]
+    Episode,
+    Run,
+}
+
+recur_rnn::config_names!(NoveltyCounts, String "novelty counts",
+    Episode => "episode", Run => "run");
 
 /// [`PpoSection::update`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -269,7 +269,7 @@ impl<B: AutodiffBackend> Algorithm<B> for Ppo<B> {
             .collect();
         if c.novelty_bonus > 0.0 {
             let beta = c.novelty_schedule.at(c.novelty_bonus as f64, self.progress) as f32;
-            let visits = self.novelty.visit(chunk, &self.schema);
+            let visits = self.novelty.visit(chunk, &self.schema, c.novelty_counts);
             reward
                 .iter_mut()
                 .zip(visits)
@@ -576,6 +576,7 @@ mod tests {
             pack_slices: update == UpdatePath::Fused,
             novelty_bonus: 0.0,
             novelty_schedule: Default::default(),
+            novelty_counts: Default::default(),
         }
     }
 

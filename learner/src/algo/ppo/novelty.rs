@@ -1,29 +1,43 @@
-//! `ppo.novelty_bonus`: an episodic count bonus for exploration. Each step's reward gains
-//! `novelty_bonus / sqrt(n)`, where `n` counts how many times the step's trajectory has
-//! reached its next observation (every observation column, image bytes included, compared
-//! exactly), this time included: a view seen for the first time in an episode earns the
-//! whole bonus, a view seen again less and less. The counts restart with every trajectory, so
-//! a policy is pushed to look around within an episode (turn back to a cue it has not seen,
-//! say) and not to wander across episodes; the episode returns recur reports are the
-//! environment's alone. Like the return normalizer, one count table per open trajectory,
-//! dropped at its end and kept in checkpoints (bit-exact resume).
+//! `ppo.novelty_bonus`: a count bonus for exploration. Each step's reward gains
+//! `novelty_bonus / sqrt(n)`, where `n` counts the visits to the step's next observation
+//! (every observation column, image bytes included, compared exactly), this one included.
+//! `ppo.novelty_counts = "episode"` counts within the step's episode: a view seen for the
+//! first time in an episode earns the whole bonus, so a policy is pushed to look around
+//! within each episode. `"run"` counts since the run began: views grow familiar for good,
+//! and only the ones the policy seldom reaches (turning back to a cue it has stopped looking
+//! at, say) still pay. The episode returns recur reports are the environment's alone. Like
+//! the return normalizer's, the counts are kept in checkpoints (bit-exact resume).
 
 use std::collections::HashMap;
 
 use common::chunk::{Chunk, ChunkSchema};
 use common::hash::fnv1a;
 
-/// The open trajectories' counts of the observations they reached, keyed by trajectory id and
-/// by the observation's FNV-1a hash.
+use crate::config::NoveltyCounts;
+
+/// Distinct views the run-wide table holds at most (about 100 MB); views past them count
+/// as new each time.
+const RUN_VIEWS: usize = 1 << 22;
+
+/// The visit counts, keyed by the observation's FNV-1a hash: per open trajectory (dropped at
+/// its end), or for the whole run.
 #[derive(Default, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct Novelty {
     open: HashMap<i64, HashMap<u64, u32>>,
+    run: HashMap<u64, u32>,
+    #[serde(skip)]
+    warned: bool,
 }
 
 impl Novelty {
-    /// Counts every next observation of `chunk` (`[E, T]` positions, row-major) in its
-    /// trajectory and returns `1 / sqrt(count)` per position (to be scaled by the bonus).
-    pub(super) fn visit(&mut self, chunk: &Chunk, schema: &ChunkSchema) -> Vec<f32> {
+    /// Counts every next observation of `chunk` (`[E, T]` positions, row-major) and returns
+    /// `1 / sqrt(count)` per position (to be scaled by the bonus).
+    pub(super) fn visit(
+        &mut self,
+        chunk: &Chunk,
+        schema: &ChunkSchema,
+        counts: NoveltyCounts,
+    ) -> Vec<f32> {
         let (d, px) = (schema.obs_dim, schema.pixels());
         (0..chunk.next_reward.len())
             .map(|p| {
@@ -35,13 +49,32 @@ impl Novelty {
                         .chain(pixels.iter().copied()),
                 );
                 let traj = chunk.traj_ids[p];
-                let seen = self.open.entry(traj).or_default().entry(key).or_insert(0);
-                *seen += 1;
-                let bonus = 1.0 / (*seen as f32).sqrt();
+                let seen = match counts {
+                    NoveltyCounts::Episode => {
+                        let table = self.open.entry(traj).or_default();
+                        bump(table.entry(key).or_insert(0))
+                    }
+                    NoveltyCounts::Run if self.run.len() < RUN_VIEWS => {
+                        bump(self.run.entry(key).or_insert(0))
+                    }
+                    NoveltyCounts::Run => match self.run.get_mut(&key) {
+                        Some(n) => bump(n),
+                        None => {
+                            if !std::mem::replace(&mut self.warned, true) {
+                                tracing::warn!(
+                                    "ppo.novelty_counts = \"run\": {RUN_VIEWS} distinct views \
+                                     counted; views past them count as new each time (are the \
+                                     observations continuous?)"
+                                );
+                            }
+                            1
+                        }
+                    },
+                };
                 if chunk.next_done[p] == 1 {
                     self.open.remove(&traj);
                 }
-                bonus
+                1.0 / (seen as f32).sqrt()
             })
             .collect()
     }
@@ -51,6 +84,12 @@ impl Novelty {
     pub(super) fn open(&self) -> usize {
         self.open.len()
     }
+}
+
+/// Adds a visit and returns the count.
+fn bump(n: &mut u32) -> u32 {
+    *n = n.saturating_add(1);
+    *n
 }
 
 #[cfg(test)]
@@ -95,22 +134,45 @@ mod tests {
             &[0, 0, 0, 1, 0, 0],
             0,
         );
-        let got = novelty.visit(&c, &s);
+        let got = novelty.visit(&c, &s, NoveltyCounts::Episode);
         let want = [1.0, 1.0, 1.0 / 2f32.sqrt(), 1.0 / 3f32.sqrt(), 1.0, 1.0];
         assert_eq!(got, want);
         // The ended trajectory's table is gone; the open one carries into the next chunk.
         assert_eq!(novelty.open(), 1);
         let (c, s) = chunk(&[2.0, 3.0], &[8, 8], &[0, 1], 0);
-        assert_eq!(novelty.visit(&c, &s), [1.0 / 2f32.sqrt(), 1.0]);
+        assert_eq!(
+            novelty.visit(&c, &s, NoveltyCounts::Episode),
+            [1.0 / 2f32.sqrt(), 1.0]
+        );
         assert_eq!(novelty.open(), 0);
+    }
+
+    #[test]
+    fn run_wide_counts_carry_across_episodes() {
+        let mut novelty = Novelty::default();
+        let (c, s) = chunk(&[1.0, 2.0, 1.0, 1.0], &[7, 7, 8, 8], &[0, 1, 0, 1], 0);
+        let got = novelty.visit(&c, &s, NoveltyCounts::Run);
+        assert_eq!(got, [1.0, 1.0, 1.0 / 2f32.sqrt(), 1.0 / 3f32.sqrt()]);
+        assert_eq!(novelty.open(), 0);
+        let (c, s) = chunk(&[2.0], &[9], &[0], 0);
+        assert_eq!(
+            novelty.visit(&c, &s, NoveltyCounts::Run),
+            [1.0 / 2f32.sqrt()]
+        );
     }
 
     #[test]
     fn image_bytes_tell_views_apart() {
         let (mut c, s) = chunk(&[1.0, 1.0], &[3, 3], &[0, 0], 2);
         c.next_pixels = vec![5, 6, 5, 7];
-        assert_eq!(Novelty::default().visit(&c, &s), [1.0, 1.0]);
+        assert_eq!(
+            Novelty::default().visit(&c, &s, NoveltyCounts::Episode),
+            [1.0, 1.0]
+        );
         c.next_pixels = vec![5, 6, 5, 6];
-        assert_eq!(Novelty::default().visit(&c, &s), [1.0, 1.0 / 2f32.sqrt()]);
+        assert_eq!(
+            Novelty::default().visit(&c, &s, NoveltyCounts::Episode),
+            [1.0, 1.0 / 2f32.sqrt()]
+        );
     }
 }
