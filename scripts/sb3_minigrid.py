@@ -18,7 +18,7 @@ Hyperparameters: recur's preset (configs/minigrid_memory_s7.toml) translated one
 that the budget and the update are the same: 32 environments (recur's 2 actors x 16), 128 steps
 a rollout (4096 frames a PPO update, recur's `frames_per_update`), 4 epochs of minibatches of
 1024 frames (recur: 32 slices x 32 steps), lr 5e-4 decayed linearly to 0, gamma 0.99, GAE
-lambda 0.95, clip 0.2, entropy 0.01, value 0.5, gradient norm 0.5. `--n-steps` etc. override
+lambda 0.95, clip 0.2, entropy 0.02, value 0.5, gradient norm 0.5. `--n-steps` etc. override
 them (`--help`).
 
 After training, `--episodes` greedy (deterministic) episodes, one per environment seed
@@ -141,7 +141,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--ent-coef", type=float, default=0.01)
+    ap.add_argument("--ent-coef", type=float, default=0.02)
     ap.add_argument("--max-seconds", type=float)
     ap.add_argument("--progress")
     ap.add_argument("--out")
