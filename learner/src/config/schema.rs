@@ -234,9 +234,9 @@ pub struct PpoSection {
     /// minibatches when `slice_len` divides `collector.steps`.
     #[serde(default)]
     pub pack_slices: bool,
-    /// An episodic count bonus for exploration (`algo::ppo::novelty`): each step's reward
-    /// gains `novelty_bonus / sqrt(n)`, `n` the times its episode has reached that next
-    /// observation, this time included. Added after `reward_norm` and `reward_scale`; the
+    /// A count bonus for exploration (`algo::ppo::novelty`): each step's reward gains
+    /// `novelty_bonus / sqrt(n)`, `n` the visits to that next observation this one included
+    /// (within its episode or the whole run: `novelty_counts`). Added after `reward_norm` and `reward_scale`; the
     /// returns reported stay the environment's. 0 (default): none.
     #[serde(default)]
     pub novelty_bonus: f32,

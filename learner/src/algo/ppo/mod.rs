@@ -62,7 +62,7 @@ pub struct Ppo<B: AutodiffBackend = CpuAutodiff> {
     obs_norm: Option<f32>,
     /// Running discounted returns and their variance (`ppo.reward_norm`).
     returns: ReturnNorm,
-    /// The open episodes' view counts (`ppo.novelty_bonus`).
+    /// The view counts of `ppo.novelty_bonus` (per open episode, or run-wide).
     novelty: Novelty,
     /// The run's progress in `[0, 1]` (schedules).
     progress: f64,
@@ -380,17 +380,21 @@ impl<B: AutodiffBackend> Checkpointed<B> for Ppo<B> {
         Ok(())
     }
 
-    /// The sampler's position, the reward normalizer's statistics and the open episodes' view
-    /// counts (`ppo.novelty_bonus`).
+    /// The sampler's position, the reward normalizer's statistics and the view counts of
+    /// `ppo.novelty_bonus`.
     fn host_state(&self) -> Vec<u8> {
         encode(&(self.sampler.state(), &self.returns, &self.novelty))
     }
 
-    /// Checkpoints from before the view counts hold the first two parts only.
+    /// Checkpoints from before the view counts hold the first two parts only; a state that
+    /// is neither reports the current layout's error.
     fn load_host_state(&mut self, state: &[u8]) -> anyhow::Result<()> {
         if !state.is_empty() {
-            let (sampler, returns, novelty) = decode(state)
-                .or_else(|_| decode(state).map(|(s, r)| (s, r, Novelty::default())))?;
+            let (sampler, returns, novelty) = decode(state).or_else(|e| {
+                decode(state)
+                    .map(|(s, r)| (s, r, Novelty::default()))
+                    .map_err(|_| e)
+            })?;
             self.sampler.set_state(sampler);
             self.returns = returns;
             self.novelty = novelty;
