@@ -126,10 +126,10 @@ impl PolicyConfig {
         let value_head = LinearConfig::new(self.hidden_size, 1)
             .with_initializer(Initializer::XavierUniform { gain: 1.0 })
             .init(device);
-        let d = self.obs_dim;
-        let identity = [0.0, 1.0, 0.0, f32::MAX].iter().flat_map(|&v| vec![v; d]);
+        let w = super::obs_norm_width(self.obs_dim);
+        let identity = [0.0, 1.0, 0.0, f32::MAX].iter().flat_map(|&v| vec![v; w]);
         let obs_norm = Param::from_tensor(Tensor::from_data(
-            TensorData::new(identity.collect::<Vec<f32>>(), [OBS_NORM_ROWS, d]),
+            TensorData::new(identity.collect::<Vec<f32>>(), [OBS_NORM_ROWS, w]),
             device,
         ));
         let policy = Policy {

@@ -757,4 +757,67 @@ mod image_tests {
             "{err}"
         );
     }
+
+    /// An observation without values (images only) puts no tensor without elements on the
+    /// device: burn's CubeCL backends refuse to write, read or launch over one, and the CUDA
+    /// learner failed at its first step on PixelCartPole. Every parameter has elements, the
+    /// observations go in as one placeholder column, and the result is the policy that takes
+    /// `[.., 0]`, with its normalizer's count read back.
+    #[test]
+    fn image_only_policies_hold_no_empty_tensor() {
+        use crate::policy::{obs_tensor, ObsStats};
+        let device = cpu_device();
+        let config = PolicyConfig::new(0, ActionSpec::Discrete { n: 2 })
+            .with_images(vec![part("pixels", [12, 10, 1])])
+            .with_cnn(Some(EncoderConfig {
+                layers: vec![EncoderLayer::conv(4, 3, 2, 1)],
+                scale: 1.0 / 255.0,
+                features: 6,
+                onehot: None,
+            }))
+            .with_hidden_size(8);
+        let policy = config.init_seeded::<Cpu>(3, &device).unwrap();
+        for shape in crate::weights::layout(&policy) {
+            assert!(
+                shape.iter().product::<usize>() > 0,
+                "an empty parameter {shape:?}"
+            );
+        }
+        let n = 4;
+        let placeholder = obs_tensor::<Cpu, 2>(Vec::new(), [n, 0], &device);
+        assert_eq!(placeholder.dims(), [n, 1]);
+        let pixels: Vec<u8> = (0..n * config.pixels())
+            .map(|i| (i * 37 % 256) as u8)
+            .collect();
+        let run = |obs: Tensor<Cpu, 2>| {
+            let state = Tensor::<Cpu, 3>::zeros([n, 1, 8], &device);
+            let out = policy
+                .forward(
+                    obs,
+                    pixel_tensor(&pixels, [n, config.pixels()], &device),
+                    Tensor::<Cpu, 1, Bool>::from_data(TensorData::new(vec![true; n], [n]), &device),
+                    RecurrentState::lstm(state.clone(), state),
+                )
+                .unwrap();
+            (host(out.head), host(out.value))
+        };
+        let empty =
+            Tensor::<Cpu, 2>::from_data(TensorData::new(Vec::<f32>::new(), [n, 0]), &device);
+        assert_eq!(run(placeholder), run(empty));
+        let stats = ObsStats {
+            mean: Vec::new(),
+            var: Vec::new(),
+            count: 7.0,
+        };
+        let policy = policy.with_obs_stats(&stats, 5.0);
+        assert_eq!(policy.obs_stats(), stats);
+        assert!(crate::weights::layout(&policy)
+            .iter()
+            .all(|s| s.iter().product::<usize>() > 0));
+        let mut fast = InferencePolicy::from_policy(&policy);
+        let mut out = StepOutput::default();
+        let h = vec![0.0f32; n * 8];
+        fast.step(&[], &pixels, &[true; 4], &h, Some(&h), &mut out);
+        assert_eq!(out.value.len(), n);
+    }
 }

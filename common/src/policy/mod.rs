@@ -362,23 +362,30 @@ impl<B: Backend> Policy<B> {
     pub fn obs_stats(&self) -> ObsStats {
         let d = self.config.obs_dim;
         let v = crate::backend::to_vec(self.obs_norm.val());
+        // Rows as wide as the tensor: `obs_norm_width(d)`, or 0 in a checkpoint from before
+        // image-only observations had their one placeholder column.
+        let w = v.len() / OBS_NORM_ROWS;
         ObsStats {
             mean: v[..d].to_vec(),
-            var: v[d..2 * d].to_vec(),
-            count: v[2 * d] as f64,
+            var: v[w..w + d].to_vec(),
+            count: v.get(2 * w).map_or(0.0, |&c| c as f64),
         }
     }
 
     /// The policy with its normalizer set to `stats`, clipping at `clip`.
     pub fn with_obs_stats(mut self, stats: &ObsStats, clip: f32) -> Self {
-        let d = self.config.obs_dim;
-        let mut values = Vec::with_capacity(OBS_NORM_ROWS * d);
-        values.extend_from_slice(&stats.mean);
-        values.extend_from_slice(&stats.var);
-        values.extend(std::iter::repeat_n(stats.count as f32, d));
-        values.extend(std::iter::repeat_n(clip, d));
+        let w = obs_norm_width(self.config.obs_dim);
+        let (mean, var) = match self.config.obs_dim {
+            0 => (&[0.0][..], &[1.0][..]),
+            _ => (&stats.mean[..], &stats.var[..]),
+        };
+        let mut values = Vec::with_capacity(OBS_NORM_ROWS * w);
+        values.extend_from_slice(mean);
+        values.extend_from_slice(var);
+        values.extend(std::iter::repeat_n(stats.count as f32, w));
+        values.extend(std::iter::repeat_n(clip, w));
         let (id, tensor, mapper) = self.obs_norm.consume();
-        let data = TensorData::new(values, [OBS_NORM_ROWS, d]);
+        let data = TensorData::new(values, [OBS_NORM_ROWS, w]);
         let new =
             Tensor::from_data(data, &tensor.device()).set_require_grad(tensor.is_require_grad());
         self.obs_norm = Param::from_mapped_value(id, new, mapper);
@@ -506,10 +513,7 @@ impl<B: Backend> Policy<B> {
         let is_init: Vec<bool> = chunk.is_init.iter().map(|&x| x == 1).collect();
         let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
         self.forward_batch(
-            Tensor::from_data(
-                TensorData::new(chunk.observation.clone(), [e, t, d]),
-                &device,
-            ),
+            obs_tensor(chunk.observation.clone(), [e, t, d], &device),
             pixel_tensor(&chunk.pixels, [e, t, schema.pixels()], &device),
             Tensor::from_data(TensorData::new(is_init, [e, t]), &device),
             RecurrentState {
@@ -550,8 +554,35 @@ fn join_state<B: Backend, const D: usize>(
     }
 }
 
+/// Columns of [`Policy::obs_norm`]: one per observation value, and one placeholder column
+/// (mean 0, variance 1, never read as a feature) for an observation without values (images
+/// only). burn's CubeCL backends cannot write, read or launch over a tensor with no
+/// elements (on CUDA the run failed at its first step), so no parameter is empty.
+pub fn obs_norm_width(obs_dim: usize) -> usize {
+    obs_dim.max(1)
+}
+
+/// Observations `values` `[.., obs_dim]` (`shape`) as the tensor [`Policy::forward`] takes;
+/// without values (`obs_dim` 0, images only) one column of zeros `[.., 1]`, never read, for
+/// the reason of [`obs_norm_width`].
+pub fn obs_tensor<B: Backend, const D: usize>(
+    values: Vec<f32>,
+    shape: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D> {
+    if shape[D - 1] > 0 {
+        return Tensor::from_data(TensorData::new(values, shape), device);
+    }
+    let mut one = shape;
+    one[D - 1] = 1;
+    Tensor::zeros(one, device)
+}
+
+/// `dims` end in `obs_dim`, or for an observation without values in 0 or the one column of
+/// [`obs_tensor`].
 fn check_obs(dims: &[usize], obs_dim: usize) -> Result<(), RecurrentError> {
-    if dims.last() == Some(&obs_dim) {
+    let last = dims.last().copied();
+    if last == Some(obs_dim) || (obs_dim == 0 && last == Some(1)) {
         return Ok(());
     }
     Err(RecurrentError::Shape {

@@ -11,7 +11,7 @@ use common::chunk::ChunkSchema;
 use common::policy::dist::{
     categorical_log_prob, multi_categorical_log_prob, squashed_gaussian_log_prob_tensor,
 };
-use common::policy::{pixel_tensor, ActionSpec, Policy, PolicyConfig, PolicyOutput};
+use common::policy::{obs_tensor, pixel_tensor, ActionSpec, Policy, PolicyConfig, PolicyOutput};
 use recur_rnn::{set_recurrent_mode, RecurrentError, RecurrentMode, RecurrentState};
 
 use crate::algo::optim::Trainee;
@@ -301,7 +301,7 @@ pub fn step_at_cut<M: Backend>(
     let state = |v| tensor3(v, m, pc.state_layers(), pc.hidden_size, &device);
     let _seq = set_recurrent_mode(RecurrentMode::Sequential);
     net.forward(
-        Tensor::from_data(TensorData::new(obs, [m, pc.obs_dim]), &device),
+        obs_tensor(obs, [m, pc.obs_dim], &device),
         pixel_tensor(pixels, [m, px], &device),
         Tensor::<M, 1, Bool>::from_data(TensorData::new(vec![false; m], [m]), &device),
         RecurrentState {
@@ -382,8 +382,9 @@ impl SliceInputs {
         };
         let _mode = set_recurrent_mode(RecurrentMode::Recurrent);
         net.forward_batch(
-            Tensor::from_data(
-                TensorData::new(self.columns(&self.obs, self.d, from, to), [rows, t, self.d]),
+            obs_tensor(
+                self.columns(&self.obs, self.d, from, to),
+                [rows, t, self.d],
                 &device,
             ),
             pixel_tensor(

@@ -53,7 +53,10 @@ impl Named {
 pub fn named_tensors(policy: &Policy<Cpu>) -> Vec<Named> {
     let d = policy.config().obs_dim;
     let norm = to_vec(policy.obs_norm.val());
-    debug_assert_eq!(norm.len(), OBS_NORM_ROWS * d);
+    debug_assert_eq!(
+        norm.len(),
+        OBS_NORM_ROWS * common::policy::obs_norm_width(d)
+    );
     let mut out = Vec::new();
     if d > 0 {
         out.extend([
