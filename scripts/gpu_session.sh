@@ -50,12 +50,14 @@
 #      default MaskedCartPole-v1 config (50k frames, 2 actors, greedy evaluation of 100 episodes
 #      on seeds the run never trained on) and a learner-heavy one (GPU_E2E_HEAVY: LSTM-1024 on
 #      popgym-RepeatPreviousMedium-v0, nproc-2 actors of 16 envs, 8192 frames an update in
-#      minibatches of 64 slices of 32 steps, each run bounded by GPU_E2E_SECONDS, 120).
+#      minibatches of 64 slices of 32 steps, each run bounded by GPU_E2E_SECONDS, 120), and
+#      an image one (GPU_E2E_CASES=pixel: PixelCartPole-v1's 64x64 frames through the `nature`
+#      encoder and an LSTM-256, the same actors and update shape as the heavy case).
 # Every log and row file goes into $OUT/results.tar.gz at the end (the device tool brings back
 # at most 8 files). Knobs (environment): GPU_BATCHES ("128 2048"), GPU_PRECISIONS ("ieee tf32"), GPU_PS
 # ("0,0.03,0.1"), GPU_CELLS ("gru,lstm"), GPU_PASSES ("fwd,fwdbwd"), GPU_ITERS (10),
 # GPU_WARMUP (2), GPU_TORCHRL_TIMEOUT (400), GPU_TORCHRL_BACKENDS ("triton,pad"), GPU_SPLITS
-# ("1 4 16 64"), GPU_SPLIT_BATCH (2048), GPU_E2E_CASES ("masked_cartpole heavy"),
+# ("1 4 16 64"), GPU_SPLIT_BATCH (2048), GPU_E2E_CASES ("masked_cartpole heavy pixel"),
 # GPU_E2E_DEVICES ("cuda:0 cpu"), GPU_E2E_SECONDS (120), GPU_E2E_EXTRA (more --set arguments).
 # The device tool allows 10 minutes per command: run the steps separately if needed
 # (`scripts/gpu_session.sh run probe tests rnn`, `... run torchrl`, `... run train`).
@@ -314,8 +316,16 @@ e2e_case() { # case device: trains one run, prints its JSON line
             --set collector.envs_per_actor=16 --set collector.steps=32
             --set ppo.frames_per_update=8192 --set ppo.slice_len=32 --set ppo.num_slices=64
             --set ppo.epochs=4 --set eval.every_frames=1000000000) ;;
+        # Issue 57's image case: PixelCartPole-v1 (64x64 uint8 frames) through the `nature`
+        # encoder and an LSTM-256, the same actors and update shape as `heavy`.
+        pixel) args+=(--config configs/pixel_cartpole.toml
+            --max-seconds "${GPU_E2E_SECONDS:-120}" --frames 100000000
+            --set 'policy.encoder.cnn="nature"' --set policy.hidden_size=256
+            --set "run.actors=$actors" --set collector.envs_per_actor=16
+            --set collector.steps=32 --set ppo.frames_per_update=8192 --set ppo.slice_len=32
+            --set ppo.num_slices=64 --set ppo.epochs=4 --set eval.every_frames=1000000000) ;;
         # GPU_E2E_EXTRA: more `--set` arguments for every case (e.g. a bigger minibatch)
-        *) echo "unknown e2e case $case (masked_cartpole, heavy)"; return 1 ;;
+        *) echo "unknown e2e case $case (masked_cartpole, heavy, pixel)"; return 1 ;;
     esac
     # shellcheck disable=SC2206
     args+=(${GPU_E2E_EXTRA:-})
@@ -350,7 +360,7 @@ e2e() {
     export PATH="$BIN:$PATH"
     local case device
     nproc; grep -m1 'model name' /proc/cpuinfo; nvidia-smi --query-gpu=name --format=csv,noheader
-    for case in ${GPU_E2E_CASES:-masked_cartpole heavy}; do
+    for case in ${GPU_E2E_CASES:-masked_cartpole heavy pixel}; do
         for device in ${GPU_E2E_DEVICES:-cuda:0 cpu}; do
             e2e_case "$case" "$device"
         done
@@ -381,5 +391,5 @@ case "${1:-}" in
     build) shift; build "$@" ;;
     wheels) shift; wheels "$@" ;;
     run) shift; run "$@" ;;
-    *) sed -n '2,61p' "$0"; exit 2 ;;
+    *) sed -n '2,63p' "$0"; exit 2 ;;
 esac
