@@ -308,22 +308,20 @@ e2e_case() { # case device: trains one run, prints its JSON line
     local case="$1" device="$2" run="/tmp/e2e-$1-${2/:/}" actors=$(( $(nproc) > 4 ? $(nproc) - 2 : 2 ))
     rm -rf "$run"
     local args=(--seed 0 --run-dir "$run" --quiet --set "run.device=$device")
+    # The learner-heavy cases' shared shape: the actors, a bounded run, 8,192 frames an update
+    # in minibatches of 64 slices of 32 steps.
+    local heavy_shape=(--max-seconds "${GPU_E2E_SECONDS:-120}" --frames 100000000
+        --set "run.actors=$actors" --set collector.envs_per_actor=16 --set collector.steps=32
+        --set ppo.frames_per_update=8192 --set ppo.slice_len=32 --set ppo.num_slices=64
+        --set ppo.epochs=4 --set eval.every_frames=1000000000)
     case "$case" in
         masked_cartpole) args+=(--config configs/masked_cartpole.toml) ;;
-        heavy) args+=(--config configs/popgym/RepeatPreviousMedium.toml
-            --max-seconds "${GPU_E2E_SECONDS:-120}" --frames 100000000
-            --set policy.cell=lstm --set policy.hidden_size=1024 --set "run.actors=$actors"
-            --set collector.envs_per_actor=16 --set collector.steps=32
-            --set ppo.frames_per_update=8192 --set ppo.slice_len=32 --set ppo.num_slices=64
-            --set ppo.epochs=4 --set eval.every_frames=1000000000) ;;
+        heavy) args+=(--config configs/popgym/RepeatPreviousMedium.toml "${heavy_shape[@]}"
+            --set policy.cell=lstm --set policy.hidden_size=1024) ;;
         # Issue 57's image case: PixelCartPole-v1 (64x64 uint8 frames) through the `nature`
-        # encoder and an LSTM-256, the same actors and update shape as `heavy`.
-        pixel) args+=(--config configs/pixel_cartpole.toml
-            --max-seconds "${GPU_E2E_SECONDS:-120}" --frames 100000000
-            --set 'policy.encoder.cnn="nature"' --set policy.hidden_size=256
-            --set "run.actors=$actors" --set collector.envs_per_actor=16
-            --set collector.steps=32 --set ppo.frames_per_update=8192 --set ppo.slice_len=32
-            --set ppo.num_slices=64 --set ppo.epochs=4 --set eval.every_frames=1000000000) ;;
+        # encoder and an LSTM-256.
+        pixel) args+=(--config configs/pixel_cartpole.toml "${heavy_shape[@]}"
+            --set 'policy.encoder.cnn="nature"' --set policy.hidden_size=256) ;;
         # GPU_E2E_EXTRA: more `--set` arguments for every case (e.g. a bigger minibatch)
         *) echo "unknown e2e case $case (masked_cartpole, heavy, pixel)"; return 1 ;;
     esac

@@ -776,13 +776,16 @@ mod image_tests {
                 onehot: None,
             }))
             .with_hidden_size(8);
+        let no_empty_parameter = |policy: &Policy<Cpu>| {
+            for shape in crate::weights::layout(policy) {
+                assert!(
+                    shape.iter().product::<usize>() > 0,
+                    "an empty parameter {shape:?}"
+                );
+            }
+        };
         let policy = config.init_seeded::<Cpu>(3, &device).unwrap();
-        for shape in crate::weights::layout(&policy) {
-            assert!(
-                shape.iter().product::<usize>() > 0,
-                "an empty parameter {shape:?}"
-            );
-        }
+        no_empty_parameter(&policy);
         let n = 4;
         let placeholder = obs_tensor::<Cpu, 2>(Vec::new(), [n, 0], &device);
         assert_eq!(placeholder.dims(), [n, 1]);
@@ -811,9 +814,7 @@ mod image_tests {
         };
         let policy = policy.with_obs_stats(&stats, 5.0);
         assert_eq!(policy.obs_stats(), stats);
-        assert!(crate::weights::layout(&policy)
-            .iter()
-            .all(|s| s.iter().product::<usize>() > 0));
+        no_empty_parameter(&policy);
         let mut fast = InferencePolicy::from_policy(&policy);
         let mut out = StepOutput::default();
         let h = vec![0.0f32; n * 8];
