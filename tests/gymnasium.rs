@@ -989,15 +989,14 @@ print(json.dumps({"frames": sum(c["is_init"].size for c in chunks)}))
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The shipped MiniGrid preset trains through the bridge (cut to a few updates), and its
+/// The shipped MiniGrid preset (the native id) trains (cut to a few updates), and its
 /// evaluations report a success rate (MiniGrid's: a positive final reward), in `eval.csv`
 /// beside training and in `recur-learner eval`'s JSON, consistent with the returns: the memory
 /// room rewards only at the end, so an episode succeeded exactly when its return is positive.
+/// The checkpoint then evaluates through the bridge (`--set run.env=gymnasium:...`) on the
+/// same episodes to the same result: the native id and the package are one task.
 #[test]
 fn minigrid_evaluations_report_a_success_rate() {
-    if !python_module_available("minigrid, gymnasium, numpy") {
-        return;
-    }
     let dir = temp_dir("gym-minigrid-success");
     let run_dir = dir.join("run");
     let mut cmd = Command::new(binary("recur-learner"));
@@ -1033,14 +1032,21 @@ fn minigrid_evaluations_report_a_success_rate() {
         assert!([0.0, 0.25, 0.5, 0.75, 1.0].contains(&rate), "{csv}");
     }
 
-    let mut cmd = Command::new(binary("recur-learner"));
-    cmd.args(["eval", "--episodes", "8", "--seed", "1000", "--checkpoint"])
-        .arg(&run_dir);
-    let (ok, out) = run(cmd);
-    assert!(ok, "{out}");
-    let e: Value = serde_json::from_str(out.lines().rfind(|l| l.starts_with('{')).unwrap())
-        .unwrap_or_else(|err| panic!("{err}: {out}"));
-    assert_eq!(e["env"], "gymnasium:MiniGrid-MemoryS7-v0", "{e}");
+    let evaluate = |sets: &[&str]| {
+        let mut cmd = Command::new(binary("recur-learner"));
+        cmd.args(["eval", "--episodes", "8", "--seed", "1000", "--checkpoint"])
+            .arg(&run_dir);
+        for set in sets {
+            cmd.args(["--set", set]);
+        }
+        let (ok, out) = run(cmd);
+        assert!(ok, "{out}");
+        let e: Value = serde_json::from_str(out.lines().rfind(|l| l.starts_with('{')).unwrap())
+            .unwrap_or_else(|err| panic!("{err}: {out}"));
+        e
+    };
+    let e = evaluate(&[]);
+    assert_eq!(e["env"], "MiniGrid-MemoryS7-v0", "{e}");
     let rate = e["success_rate"]
         .as_f64()
         .unwrap_or_else(|| panic!("no success_rate: {e}"));
@@ -1052,5 +1058,26 @@ fn minigrid_evaluations_report_a_success_rate() {
     assert!((wins - wins.round()).abs() < 1e-9, "{e}");
     assert_eq!(rate > 0.0, max > 0.0, "{e}");
     assert_eq!(rate == 1.0, min > 0.0, "{e}");
+
+    if python_module_available("minigrid, gymnasium, numpy") {
+        let bridged = evaluate(&[
+            "run.env=\"gymnasium:MiniGrid-MemoryS7-v0\"",
+            "run.env_imports=[\"minigrid\"]",
+            "run.env_keys=[\"direction\", \"image\"]",
+        ]);
+        assert_eq!(
+            bridged["env"], "gymnasium:MiniGrid-MemoryS7-v0",
+            "{bridged}"
+        );
+        for key in [
+            "mean_return",
+            "std_return",
+            "min_return",
+            "max_return",
+            "success_rate",
+        ] {
+            assert_eq!(bridged[key], e[key], "{key}: bridged {bridged} native {e}");
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -44,6 +44,12 @@
 //! | `popgym-VelocityOnlyCartpole{Easy,Medium,Hard}-v0` | `[x_dot, theta_dot]` (`[x, theta]` at reset, as popgym) | `Discrete(2)` | as CartPole, or truncates at 200 / 400 / 600 steps |
 //! | `popgym-PositionOnlyPendulum{Easy,Medium,Hard}-v0` | `[cos theta, sin theta]` | `Box([-2], [2])` torque | truncates at 200 / 150 / 100 steps |
 //! | `popgym-NoisyPositionOnlyPendulum{Easy,Medium,Hard}-v0` | `[cos theta, sin theta]` + N(0, 0.1 / 0.2 / 0.3) noise, clipped to `[-1, 1]` | `Box([-2], [2])` torque | truncates at 200 steps |
+//! | `MiniGrid-MemoryS{7,9,11,13,13Random,17Random}-v0` | `Dict`: one-hot `direction` `[4]`, `image` `[7, 7, 3]` codes ([`minigrid`]) | `Discrete(7)` | beside the matching or the other object, or truncates at `5 * size²` steps |
+//!
+//! The `MiniGrid-Memory*` ids ([`MINIGRID_IDS`], module [`minigrid`]) are native ports of the
+//! `minigrid` package's memory rooms, step for step equal to it, with the observation the bridge
+//! makes of it with `env_keys = ["direction", "image"]`; like the POPGym ids they end their
+//! episodes themselves.
 //!
 //! The `popgym-*` ids ([`POPGYM_IDS`], module [`popgym`]) are native ports of the Python
 //! `popgym` package's environments of the same ids, step for step equal to it (observations
@@ -58,6 +64,7 @@
 
 mod cartpole;
 pub mod gymnasium;
+pub mod minigrid;
 mod pendulum;
 pub mod pixel_cartpole;
 pub mod popgym;
@@ -72,6 +79,7 @@ mod vector;
 
 pub use cartpole::{CartPole, MaskedCartPole};
 pub use gymnasium::{is_gymnasium, GymVecEnv, GymnasiumOptions, GYMNASIUM_PREFIX};
+pub use minigrid::MINIGRID_IDS;
 pub use pendulum::{MaskedPendulum, Pendulum};
 pub use pixel_cartpole::PixelCartPole;
 pub use popgym::POPGYM_IDS;
@@ -253,14 +261,15 @@ pub fn max_episode_steps(id: &str) -> Result<u64, EnvError> {
 }
 
 /// Builds the environment `id` (one of [`ENV_IDS`]) wrapped in a [`TimeLimit`] of
-/// [`max_episode_steps`]`(id)`, or one of [`POPGYM_IDS`] as is (those end their episodes
-/// themselves). Call [`Env::reset`] before the first step.
+/// [`max_episode_steps`]`(id)`, or one of [`POPGYM_IDS`] or [`MINIGRID_IDS`] as is (those end
+/// their episodes themselves). Call [`Env::reset`] before the first step.
 ///
 /// # Errors
 /// [`EnvError::UnknownId`] naming `id` and the closest known ids.
 pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
-    if let Some(env) = popgym::make(id) {
-        // popgym ends its episodes itself: no TimeLimit, as the package registers them.
+    if let Some(env) = popgym::make(id).or_else(|| minigrid::make(id)) {
+        // popgym and minigrid end their episodes themselves: no TimeLimit, as the packages
+        // register them.
         return Ok(env);
     }
     let limit = max_episode_steps(id)?;
@@ -314,6 +323,7 @@ fn unknown(id: &str) -> EnvError {
         known: ENV_IDS
             .iter()
             .chain(POPGYM_IDS)
+            .chain(MINIGRID_IDS)
             .map(|s| s.to_string())
             .collect(),
     }

@@ -83,13 +83,18 @@ impl Registry {
     }
 
     /// The built-in environments ([`ENV_IDS`], then the native POPGym ids
-    /// [`super::POPGYM_IDS`] without a time limit), registered with
+    /// [`super::POPGYM_IDS`] and the native MiniGrid ids [`super::MINIGRID_IDS`] without a time
+    /// limit), registered with
     /// [`Registry::register_boxed`].
     pub fn builtin() -> Self {
         let mut r = Self::empty();
-        // `make` wraps the ENV_IDS in their TimeLimit; the native POPGym ports have none
-        // (popgym ends its episodes itself, and registers its ids without one).
-        for &id in ENV_IDS.iter().chain(super::POPGYM_IDS) {
+        // `make` wraps the ENV_IDS in their TimeLimit; the native POPGym and MiniGrid ports have
+        // none (the packages end their episodes themselves, and register their ids without one).
+        for &id in ENV_IDS
+            .iter()
+            .chain(super::POPGYM_IDS)
+            .chain(super::MINIGRID_IDS)
+        {
             let limit = ENV_IDS
                 .contains(&id)
                 .then(|| max_episode_steps(id).expect("a built-in id has a time limit"));
@@ -307,6 +312,7 @@ mod tests {
         let native: Vec<&str> = ENV_IDS
             .iter()
             .chain(super::super::POPGYM_IDS)
+            .chain(super::super::MINIGRID_IDS)
             .copied()
             .collect();
         assert_eq!(r.ids(), native);

@@ -11,7 +11,7 @@
 //!
 //! | ids | success |
 //! | --- | --- |
-//! | `gymnasium:MiniGrid-*`, `gymnasium:BabyAI-*` (the `minigrid` package) | the episode's final reward is positive ([`Success::PositiveFinalReward`]) |
+//! | `gymnasium:MiniGrid-*`, `gymnasium:BabyAI-*` (the `minigrid` package), the native `MiniGrid-Memory*` ids ([`super::MINIGRID_IDS`]) | the episode's final reward is positive ([`Success::PositiveFinalReward`]) |
 //!
 //! MiniGrid rewards only at the end, `1 - 0.9 * steps / max_steps` when the mission is
 //! accomplished and 0 otherwise (a wrong choice in the memory rooms, a time-out anywhere), so a
@@ -33,7 +33,15 @@ const POSITIVE_FINAL_REWARD: &[&str] = &["MiniGrid-", "BabyAI-"];
 impl Success {
     /// The success rule of environment `id`, if it defines one.
     pub fn of(id: &str) -> Option<Success> {
-        let name = id.strip_prefix(GYMNASIUM_PREFIX)?;
+        let name = match id.strip_prefix(GYMNASIUM_PREFIX) {
+            Some(name) => name,
+            None => {
+                let base = id.strip_suffix(super::PREVIOUS_ACTION_SUFFIX).unwrap_or(id);
+                return super::MINIGRID_IDS
+                    .contains(&base)
+                    .then_some(Success::PositiveFinalReward);
+            }
+        };
         POSITIVE_FINAL_REWARD
             .iter()
             .any(|p| name.starts_with(p))
@@ -66,12 +74,14 @@ mod tests {
         for id in [
             "gymnasium:MiniGrid-MemoryS7-v0",
             "gymnasium:MiniGrid-MemoryS11-v0",
+            "MiniGrid-MemoryS7-v0", // native
+            "MiniGrid-MemoryS17Random-v0+prev-action",
             "gymnasium:BabyAI-GoToRedBall-v0",
         ] {
             assert_eq!(Success::of(id), Some(Success::PositiveFinalReward), "{id}");
         }
         for id in [
-            "MiniGrid-MemoryS7-v0", // not through the bridge: no such built-in id
+            "MiniGrid-Empty-5x5-v0", // not through the bridge: no such built-in id
             "gymnasium:CartPole-v1",
             "gymnasium:popgym-RepeatPreviousEasy-v0",
             "CartPole-v1",

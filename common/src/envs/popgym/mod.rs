@@ -151,7 +151,7 @@ macro_rules! popgym_env {
         }
     };
 }
-use popgym_env;
+pub(crate) use popgym_env;
 
 /// popgym's three difficulty levels; each family documents its parameters per level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -201,7 +201,7 @@ fn id_of(family: &str, level: Difficulty) -> &'static str {
 }
 
 /// Panics unless `obs` has length `dim` (the observation buffer contract of [`Env`]).
-fn check_obs(id: &str, obs: &[f32], dim: usize) {
+pub(crate) fn check_obs(id: &str, obs: &[f32], dim: usize) {
     assert_eq!(
         obs.len(),
         dim,
@@ -226,7 +226,7 @@ fn write_one_hot(obs: &mut [f32], value: usize) {
 }
 
 /// A `Discrete(n)` action as an index, or a panic naming the environment.
-fn discrete_action(id: &str, action: super::ActionRef<'_>, n: usize) -> usize {
+pub(crate) fn discrete_action(id: &str, action: super::ActionRef<'_>, n: usize) -> usize {
     match action {
         super::ActionRef::Discrete(a) if a >= 0 && (a as u64) < n as u64 => a as usize,
         other => panic!("{id}: action must be Discrete(0..{n}), got {other:?}"),
