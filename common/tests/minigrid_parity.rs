@@ -18,7 +18,7 @@
 //! on stderr) when `python3` (or `RECUR_PYTHON`) cannot import gymnasium, numpy and minigrid,
 //! unless `RECUR_REQUIRE_PYTHON` is set (CI sets it), which makes them fail.
 
-use std::process::{Command, Stdio};
+mod python;
 
 use common::envs::{
     episode_seed, minigrid, ActionRef, GymnasiumOptions, Registry, VecActions, MINIGRID_IDS,
@@ -29,56 +29,14 @@ const SEEDS: [u64; 3] = [1, 2, 3];
 const STEPS: usize = 2000;
 const IMAGE: usize = 7 * 7 * 3;
 
-fn python() -> String {
-    std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-/// Whether the package can be imported (a `SKIPPED` line when not; a panic under
-/// `RECUR_REQUIRE_PYTHON`), as `tests/support.rs`'s `python_module_available`.
+/// Whether the interpreter has gymnasium, numpy and minigrid ([`python::modules_available`]).
 fn minigrid_available() -> bool {
-    let python = python();
-    let ok = Command::new(&python)
-        .args(["-c", "import gymnasium, numpy, minigrid"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("RECUR_REQUIRE_PYTHON").is_none(),
-            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import gymnasium, numpy, minigrid \
-             (python3 -m pip install gymnasium numpy minigrid)"
-        );
-        eprintln!(
-            "SKIPPED {}: {python} cannot import gymnasium, numpy, minigrid; install them \
-             (python3 -m pip install numpy gymnasium minigrid) to run this test",
-            std::thread::current().name().unwrap_or("minigrid_parity")
-        );
-    }
-    ok
+    python::modules_available(&["gymnasium", "numpy", "minigrid"], "run this test")
 }
 
 /// The package's episodes for `ids`, one JSON object per (id, seed).
 fn package_traces(ids: &[&str]) -> Vec<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/minigrid_trace.py");
-    let seeds: Vec<String> = SEEDS.iter().map(u64::to_string).collect();
-    let output = Command::new(python())
-        .arg(script)
-        .arg(STEPS.to_string())
-        .arg(seeds.join(","))
-        .args(ids)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run minigrid_trace.py");
-    assert!(
-        output.status.success(),
-        "minigrid_trace.py failed: {}",
-        output.status
-    );
-    let text = String::from_utf8(output.stdout).expect("utf-8");
-    text.lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON trace line"))
-        .collect()
+    python::traces("minigrid_trace.py", STEPS, &SEEDS, ids)
 }
 
 fn unhex(hex: &Value) -> Vec<u8> {

@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::OnceLock;
 
+mod python;
+
 const SEEDS: [u64; 5] = [0, 1, 42, 12345, (1 << 32) + 7];
 
 const SCRIPT: &str = r#"
@@ -364,7 +366,7 @@ impl Parser<'_> {
 fn numpy_data() -> &'static Json {
     static DATA: OnceLock<Json> = OnceLock::new();
     DATA.get_or_init(|| {
-        let python = std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+        let python = python::python();
         let output = Command::new(&python)
             .arg("-c")
             .arg(SCRIPT)
@@ -398,31 +400,9 @@ fn numpy_data() -> &'static Json {
     })
 }
 
-/// Whether `python3` (or `RECUR_PYTHON`) can import numpy; when not, reports the skip on the
-/// real stderr, or panics under `RECUR_REQUIRE_PYTHON` (as `tests/support.rs` does).
+/// Whether the interpreter can import numpy ([`python::modules_available`]).
 fn numpy_available() -> bool {
-    let python = std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let ok = Command::new(&python)
-        .args(["-c", "import numpy"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("RECUR_REQUIRE_PYTHON").is_none(),
-            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import numpy (python3 -m pip install numpy)"
-        );
-        use std::io::Write;
-        let thread = std::thread::current();
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIPPED {}: {python} cannot import numpy; install it (python3 -m pip install \
-             numpy) to compare the port with numpy",
-            thread.name().unwrap_or("a test")
-        );
-    }
-    ok
+    python::modules_available(&["numpy"], "compare the port with numpy")
 }
 
 /// Every seed's numpy draws; none (after the skip line) without numpy.

@@ -16,7 +16,7 @@
 //! on stderr) when `python3` (or `RECUR_PYTHON`) cannot import gymnasium, numpy and popgym,
 //! unless `RECUR_REQUIRE_PYTHON` is set (CI sets it), which makes them fail.
 
-use std::process::{Command, Stdio};
+mod python;
 
 use common::envs::{
     episode_seed, popgym, ActionRef, GymnasiumOptions, Registry, Space, VecActions, POPGYM_IDS,
@@ -26,59 +26,17 @@ use serde_json::Value;
 const SEEDS: [u64; 3] = [1, 2, 3];
 const STEPS: usize = 2000;
 
-fn python() -> String {
-    std::env::var("RECUR_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-/// Whether the interpreter has gymnasium, numpy and popgym; when not, reports the skip (or
-/// panics under `RECUR_REQUIRE_PYTHON`), as `tests/support.rs`'s `python_module_available`.
+/// Whether the interpreter has gymnasium, numpy, popgym and mazelib ([`python::modules_available`]).
 fn popgym_available() -> bool {
-    let python = python();
-    let ok = Command::new(&python)
-        .args(["-c", "import gymnasium, numpy, popgym, mazelib"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("RECUR_REQUIRE_PYTHON").is_none(),
-            "RECUR_REQUIRE_PYTHON=1 but {python} cannot import gymnasium, numpy, popgym, mazelib \
-             (python3 -m pip install gymnasium numpy popgym mazelib)"
-        );
-        use std::io::Write;
-        let thread = std::thread::current();
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIPPED {}: {python} cannot import gymnasium, numpy, popgym, mazelib; install them \
-             (python3 -m pip install numpy gymnasium popgym mazelib) to run this test",
-            thread.name().unwrap_or("a test")
-        );
-    }
-    ok
+    python::modules_available(
+        &["gymnasium", "numpy", "popgym", "mazelib"],
+        "run this test",
+    )
 }
 
 /// The package's episodes for `ids`, one JSON object per (id, seed).
 fn package_traces(ids: &[&str]) -> Vec<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/popgym_trace.py");
-    let seeds: Vec<String> = SEEDS.iter().map(u64::to_string).collect();
-    let output = Command::new(python())
-        .arg(script)
-        .arg(STEPS.to_string())
-        .arg(seeds.join(","))
-        .args(ids)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run popgym_trace.py");
-    assert!(
-        output.status.success(),
-        "popgym_trace.py failed: {}",
-        output.status
-    );
-    let text = String::from_utf8(output.stdout).expect("utf-8");
-    text.lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON trace line"))
-        .collect()
+    python::traces("popgym_trace.py", STEPS, &SEEDS, ids)
 }
 
 /// A sparse `[[index, f32 bits], ...]` observation as a dense vector of bits.
